@@ -1,0 +1,501 @@
+package wire
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+)
+
+// Key is a block key on the wire (identity.BlockKey).
+type Key [KeySize]byte
+
+// Status is the per-block outcome in a response.
+type Status uint8
+
+// Block statuses.
+const (
+	StatusHit      Status = 0 // GET: bytes follow
+	StatusMiss     Status = 1 // absent, expired, or identity mismatch: no bytes
+	StatusStored   Status = 2 // PUT: published
+	StatusExists   Status = 3 // PUT: an equal key is already cached; payload discarded
+	StatusTooLarge Status = 4 // PUT: payload larger than the largest size class
+	StatusNoSpace  Status = 5 // PUT: nothing evictable; payload discarded
+	StatusDeleted  Status = 6 // DELETE: removed
+	StatusBusy     Status = 7 // DELETE: leased or in flight, not removed
+	statusMax             = StatusBusy
+)
+
+var statusNames = [...]string{"HIT", "MISS", "STORED", "EXISTS", "TOO_LARGE", "NO_SPACE", "DELETED", "BUSY"}
+
+func (s Status) String() string {
+	if s <= statusMax {
+		return statusNames[s]
+	}
+	return fmt.Sprintf("STATUS(%d)", uint8(s))
+}
+
+// HelloRequest opens a session. It must be the first request.
+type HelloRequest struct {
+	MinVersion uint8
+	MaxVersion uint8
+	Tenant     string
+	Client     string // free-form client name, for logs
+}
+
+// HelloResponse carries the negotiated version and the server's limits.
+type HelloResponse struct {
+	Version uint8
+	Server  string
+	Limits  Limits
+}
+
+// LookupRequest asks for the leading run of cached keys of a chain.
+type LookupRequest struct {
+	Namespace      []byte // canonical namespace encoding (identity package)
+	LeaseTTLMillis uint32 // 0: no lease; otherwise pin the run for this long (server caps it)
+	Keys           []Key
+}
+
+// LookupResponse reports the leading run of hits and the lease on them.
+type LookupResponse struct {
+	Hits           uint32
+	LeaseID        uint64 // 0 when no lease was taken
+	LeaseTTLMillis uint32 // granted TTL
+}
+
+// GetRequest reads a batch of blocks. A non-zero LeaseID is released once the
+// response has been written.
+type GetRequest struct {
+	Namespace []byte
+	LeaseID   uint64
+	Keys      []Key
+}
+
+// BlockMeta describes one block of a GET response. Len is zero unless Status
+// is StatusHit.
+type BlockMeta struct {
+	Status Status
+	Len    uint32
+}
+
+// GetResponse is the table of a GET response; the payloads of its hits follow
+// it in order.
+type GetResponse struct {
+	Blocks []BlockMeta
+}
+
+// PutBlock describes one block of a PUT request.
+type PutBlock struct {
+	Key    Key
+	Parent Key    // key of the previous block in the chain; zero for the first
+	Tokens uint32 // valid length in tokens
+	Len    uint32 // payload bytes
+}
+
+// PutRequest is the table of a PUT request; the payloads follow it in order.
+type PutRequest struct {
+	Namespace []byte
+	Blocks    []PutBlock
+}
+
+// StatusResponse answers PUT and DELETE: one status per key.
+type StatusResponse struct {
+	Statuses []Status
+}
+
+// DeleteRequest removes blocks.
+type DeleteRequest struct {
+	Namespace []byte
+	Keys      []Key
+}
+
+// StatEntry is one named counter.
+type StatEntry struct {
+	Name  string
+	Value uint64
+}
+
+// StatResponse lists the server's counters.
+type StatResponse struct {
+	Entries []StatEntry
+}
+
+// ---- encoding helpers ----
+
+func appendString(b []byte, s string) []byte {
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(s)))
+	return append(b, s...)
+}
+
+func appendBytes32(b []byte, p []byte) []byte {
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(p)))
+	return append(b, p...)
+}
+
+func appendKeys(b []byte, keys []Key) []byte {
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(keys)))
+	for i := range keys {
+		b = append(b, keys[i][:]...)
+	}
+	return b
+}
+
+// reader decodes little-endian fields and remembers the first error.
+type reader struct {
+	b   []byte
+	err *Error
+}
+
+func (r *reader) fail(format string, args ...any) {
+	if r.err == nil {
+		r.err = Errorf(CodeMalformed, format, args...)
+	}
+	r.b = nil
+}
+
+func (r *reader) take(n int) []byte {
+	if r.err != nil {
+		return nil
+	}
+	if n < 0 || n > len(r.b) {
+		r.fail("truncated: need %d bytes, have %d", n, len(r.b))
+		return nil
+	}
+	v := r.b[:n:n]
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) u8() uint8 {
+	if v := r.take(1); v != nil {
+		return v[0]
+	}
+	return 0
+}
+
+func (r *reader) u16() uint16 {
+	if v := r.take(2); v != nil {
+		return binary.LittleEndian.Uint16(v)
+	}
+	return 0
+}
+
+func (r *reader) u32() uint32 {
+	if v := r.take(4); v != nil {
+		return binary.LittleEndian.Uint32(v)
+	}
+	return 0
+}
+
+func (r *reader) u64() uint64 {
+	if v := r.take(8); v != nil {
+		return binary.LittleEndian.Uint64(v)
+	}
+	return 0
+}
+
+func (r *reader) str(limit int) string {
+	n := int(r.u16())
+	if n > limit {
+		r.fail("string of %d bytes exceeds %d", n, limit)
+		return ""
+	}
+	return string(r.take(n))
+}
+
+func (r *reader) blob(limit int) []byte {
+	n := r.u32()
+	if uint64(n) > uint64(limit) {
+		r.fail("blob of %d bytes exceeds %d", n, limit)
+		return nil
+	}
+	return r.take(int(n))
+}
+
+// count reads a u32 element count, checks it against limit and against the
+// bytes left (each element is at least elemSize bytes) before anything is
+// allocated.
+func (r *reader) count(limit uint32, elemSize int) int {
+	n := r.u32()
+	if r.err != nil {
+		return 0
+	}
+	if n > limit {
+		if r.err == nil {
+			r.err = Errorf(CodeBatchTooLarge, "%d entries exceed limit %d", n, limit)
+		}
+		r.b = nil
+		return 0
+	}
+	if uint64(n)*uint64(elemSize) > uint64(len(r.b)) {
+		r.fail("%d entries of %d bytes do not fit in %d bytes", n, elemSize, len(r.b))
+		return 0
+	}
+	return int(n)
+}
+
+func (r *reader) keys(limit uint32) []Key {
+	n := r.count(limit, KeySize)
+	if n == 0 {
+		return nil
+	}
+	keys := make([]Key, n)
+	for i := range keys {
+		copy(keys[i][:], r.take(KeySize))
+	}
+	return keys
+}
+
+func (r *reader) done() error {
+	if r.err != nil {
+		return r.err
+	}
+	if len(r.b) != 0 {
+		return Errorf(CodeMalformed, "%d trailing bytes", len(r.b))
+	}
+	return nil
+}
+
+// ---- messages ----
+
+// AppendTo encodes m.
+func (m *HelloRequest) AppendTo(b []byte) []byte {
+	b = append(b, m.MinVersion, m.MaxVersion)
+	b = appendString(b, m.Tenant)
+	return appendString(b, m.Client)
+}
+
+// Decode parses m from b.
+func (m *HelloRequest) Decode(b []byte) error {
+	r := reader{b: b}
+	m.MinVersion, m.MaxVersion = r.u8(), r.u8()
+	m.Tenant = r.str(MaxStringLen)
+	m.Client = r.str(MaxStringLen)
+	if r.err == nil && m.MinVersion > m.MaxVersion {
+		r.fail("min version %d > max version %d", m.MinVersion, m.MaxVersion)
+	}
+	return r.done()
+}
+
+// AppendTo encodes m.
+func (m *HelloResponse) AppendTo(b []byte) []byte {
+	b = append(b, m.Version)
+	b = appendString(b, m.Server)
+	b = binary.LittleEndian.AppendUint32(b, m.Limits.MaxFrame)
+	b = binary.LittleEndian.AppendUint32(b, m.Limits.MaxBatch)
+	b = binary.LittleEndian.AppendUint32(b, m.Limits.MaxInFlight)
+	return binary.LittleEndian.AppendUint32(b, m.Limits.MaxPayload)
+}
+
+// Decode parses m from b.
+func (m *HelloResponse) Decode(b []byte) error {
+	r := reader{b: b}
+	m.Version = r.u8()
+	m.Server = r.str(MaxStringLen)
+	m.Limits = Limits{MaxFrame: r.u32(), MaxBatch: r.u32(), MaxInFlight: r.u32(), MaxPayload: r.u32()}
+	return r.done()
+}
+
+// AppendTo encodes m.
+func (m *LookupRequest) AppendTo(b []byte) []byte {
+	b = appendBytes32(b, m.Namespace)
+	b = binary.LittleEndian.AppendUint32(b, m.LeaseTTLMillis)
+	return appendKeys(b, m.Keys)
+}
+
+// Decode parses m from b, allowing at most maxBatch keys. m.Namespace
+// aliases b; copy it to keep it after b is reused.
+func (m *LookupRequest) Decode(b []byte, maxBatch uint32) error {
+	r := reader{b: b}
+	m.Namespace = r.blob(MaxNamespaceLen)
+	m.LeaseTTLMillis = r.u32()
+	m.Keys = r.keys(maxBatch)
+	return r.done()
+}
+
+// AppendTo encodes m.
+func (m *LookupResponse) AppendTo(b []byte) []byte {
+	b = binary.LittleEndian.AppendUint32(b, m.Hits)
+	b = binary.LittleEndian.AppendUint64(b, m.LeaseID)
+	return binary.LittleEndian.AppendUint32(b, m.LeaseTTLMillis)
+}
+
+// Decode parses m from b.
+func (m *LookupResponse) Decode(b []byte) error {
+	r := reader{b: b}
+	m.Hits, m.LeaseID, m.LeaseTTLMillis = r.u32(), r.u64(), r.u32()
+	return r.done()
+}
+
+// AppendTo encodes m.
+func (m *GetRequest) AppendTo(b []byte) []byte {
+	b = appendBytes32(b, m.Namespace)
+	b = binary.LittleEndian.AppendUint64(b, m.LeaseID)
+	return appendKeys(b, m.Keys)
+}
+
+// Decode parses m from b, allowing at most maxBatch keys. m.Namespace
+// aliases b; copy it to keep it after b is reused.
+func (m *GetRequest) Decode(b []byte, maxBatch uint32) error {
+	r := reader{b: b}
+	m.Namespace = r.blob(MaxNamespaceLen)
+	m.LeaseID = r.u64()
+	m.Keys = r.keys(maxBatch)
+	return r.done()
+}
+
+// AppendTo encodes the table of a GET response.
+func (m *GetResponse) AppendTo(b []byte) []byte {
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(m.Blocks)))
+	for _, bm := range m.Blocks {
+		b = append(b, byte(bm.Status))
+		b = binary.LittleEndian.AppendUint32(b, bm.Len)
+	}
+	return b
+}
+
+// Decode parses the table of a GET response. It checks that only hits carry
+// bytes and returns the payload total.
+func (m *GetResponse) Decode(b []byte, maxBatch uint32) (payload uint64, err error) {
+	r := reader{b: b}
+	n := r.count(maxBatch, 5)
+	m.Blocks = make([]BlockMeta, n)
+	for i := range m.Blocks {
+		m.Blocks[i] = BlockMeta{Status: Status(r.u8()), Len: r.u32()}
+		bm := m.Blocks[i]
+		if bm.Status > statusMax {
+			r.fail("block %d: unknown status %d", i, bm.Status)
+		} else if bm.Status != StatusHit && bm.Len != 0 {
+			r.fail("block %d: status %s carries %d bytes", i, bm.Status, bm.Len)
+		}
+		payload += uint64(bm.Len)
+	}
+	return payload, r.done()
+}
+
+// AppendTo encodes the table of a PUT request.
+func (m *PutRequest) AppendTo(b []byte) []byte {
+	b = appendBytes32(b, m.Namespace)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(m.Blocks)))
+	for i := range m.Blocks {
+		pb := &m.Blocks[i]
+		b = append(b, pb.Key[:]...)
+		b = append(b, pb.Parent[:]...)
+		b = binary.LittleEndian.AppendUint32(b, pb.Tokens)
+		b = binary.LittleEndian.AppendUint32(b, pb.Len)
+	}
+	return b
+}
+
+// putBlockSize is the encoded size of one PutBlock.
+const putBlockSize = 2*KeySize + 8
+
+// Decode parses the table of a PUT request and returns the payload total,
+// which must equal the bytes that follow the table (see CheckPayload).
+// m.Namespace aliases b; copy it to keep it after b is reused.
+func (m *PutRequest) Decode(b []byte, maxBatch uint32) (payload uint64, err error) {
+	r := reader{b: b}
+	m.Namespace = r.blob(MaxNamespaceLen)
+	n := r.count(maxBatch, putBlockSize)
+	m.Blocks = make([]PutBlock, n)
+	for i := range m.Blocks {
+		pb := &m.Blocks[i]
+		copy(pb.Key[:], r.take(KeySize))
+		copy(pb.Parent[:], r.take(KeySize))
+		pb.Tokens = r.u32()
+		pb.Len = r.u32()
+		payload += uint64(pb.Len)
+	}
+	return payload, r.done()
+}
+
+// AppendTo encodes m.
+func (m *StatusResponse) AppendTo(b []byte) []byte {
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(m.Statuses)))
+	for _, s := range m.Statuses {
+		b = append(b, byte(s))
+	}
+	return b
+}
+
+// Decode parses m from b.
+func (m *StatusResponse) Decode(b []byte, maxBatch uint32) error {
+	r := reader{b: b}
+	n := r.count(maxBatch, 1)
+	m.Statuses = make([]Status, n)
+	for i := range m.Statuses {
+		m.Statuses[i] = Status(r.u8())
+		if m.Statuses[i] > statusMax {
+			r.fail("entry %d: unknown status %d", i, m.Statuses[i])
+		}
+	}
+	return r.done()
+}
+
+// AppendTo encodes m.
+func (m *DeleteRequest) AppendTo(b []byte) []byte {
+	b = appendBytes32(b, m.Namespace)
+	return appendKeys(b, m.Keys)
+}
+
+// Decode parses m from b, allowing at most maxBatch keys. m.Namespace
+// aliases b; copy it to keep it after b is reused.
+func (m *DeleteRequest) Decode(b []byte, maxBatch uint32) error {
+	r := reader{b: b}
+	m.Namespace = r.blob(MaxNamespaceLen)
+	m.Keys = r.keys(maxBatch)
+	return r.done()
+}
+
+// AppendTo encodes m.
+func (m *StatResponse) AppendTo(b []byte) []byte {
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(m.Entries)))
+	for _, e := range m.Entries {
+		b = appendString(b, e.Name)
+		b = binary.LittleEndian.AppendUint64(b, e.Value)
+	}
+	return b
+}
+
+// Decode parses m from b.
+func (m *StatResponse) Decode(b []byte) error {
+	r := reader{b: b}
+	n := r.count(MaxStatEntries, 10)
+	m.Entries = make([]StatEntry, n)
+	for i := range m.Entries {
+		m.Entries[i] = StatEntry{Name: r.str(MaxStringLen), Value: r.u64()}
+	}
+	return r.done()
+}
+
+// ---- bodies with trailing payload ----
+
+// AppendMeta frames a table for a body that carries payload after it:
+// u32 table length, then the table. The payloads follow the returned bytes.
+func AppendMeta(b []byte, table []byte) []byte {
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(table)))
+	return append(b, table...)
+}
+
+// MetaLen parses the u32 table length at the start of a body of bodyLen
+// bytes and checks that the table fits.
+func MetaLen(prefix [4]byte, bodyLen uint32) (uint32, error) {
+	n := binary.LittleEndian.Uint32(prefix[:])
+	if bodyLen < 4 || n > bodyLen-4 {
+		return 0, Errorf(CodeMalformed, "table length %d does not fit in body of %d bytes", n, bodyLen)
+	}
+	return n, nil
+}
+
+// CheckPayload checks that the payload total announced by a table equals the
+// bytes left in the body after it.
+func CheckPayload(total uint64, bodyLen, metaLen uint32) error {
+	if uint64(metaLen)+4 > uint64(bodyLen) {
+		return Errorf(CodeMalformed, "table length %d does not fit in body of %d bytes", metaLen, bodyLen)
+	}
+	rest := uint64(bodyLen) - 4 - uint64(metaLen)
+	if total != rest || total > math.MaxUint32 {
+		return Errorf(CodeMalformed, "table announces %d payload bytes, body has %d", total, rest)
+	}
+	return nil
+}

@@ -1,0 +1,281 @@
+package wire
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// Magic is the first four bytes of every frame: "GPUC".
+var Magic = [4]byte{'G', 'P', 'U', 'C'}
+
+// Protocol constants.
+const (
+	// Version1 is the only protocol version this package speaks.
+	Version1 uint8 = 1
+	// HeaderSize is the fixed size of a frame header in every version.
+	HeaderSize = 24
+	// KeySize is the size of a block key and of a namespace digest.
+	KeySize = 32
+
+	// DefaultMaxFrame bounds a frame body: 64 MiB of payload plus 1 MiB of
+	// room for the table.
+	DefaultMaxFrame = 64<<20 + 1<<20
+	// DefaultMaxBatch bounds the number of keys in one request.
+	DefaultMaxBatch = 1024
+	// DefaultMaxInFlight bounds requests in flight on one connection.
+	DefaultMaxInFlight = 64
+	// MaxNamespaceLen bounds the namespace blob (identity.MaxCanonicalLen).
+	MaxNamespaceLen = 4096
+	// MaxStringLen bounds every short string in a message.
+	MaxStringLen = 256
+	// MaxPingLen bounds a PING body.
+	MaxPingLen = 1024
+	// MaxStatEntries bounds a STAT response.
+	MaxStatEntries = 256
+)
+
+// Opcode names an operation. Requests and their responses share the opcode.
+type Opcode uint8
+
+// Operations of protocol version 1.
+const (
+	OpHello  Opcode = 1
+	OpLookup Opcode = 2
+	OpGet    Opcode = 3
+	OpPut    Opcode = 4
+	OpDelete Opcode = 5
+	OpStat   Opcode = 6
+	OpPing   Opcode = 7
+)
+
+func (o Opcode) String() string {
+	switch o {
+	case OpHello:
+		return "HELLO"
+	case OpLookup:
+		return "LOOKUP"
+	case OpGet:
+		return "GET"
+	case OpPut:
+		return "PUT"
+	case OpDelete:
+		return "DELETE"
+	case OpStat:
+		return "STAT"
+	case OpPing:
+		return "PING"
+	}
+	return fmt.Sprintf("OP(%d)", uint8(o))
+}
+
+// Known reports whether o is an operation of version 1.
+func (o Opcode) Known() bool { return o >= OpHello && o <= OpPing }
+
+// Flags is the frame's flag word.
+type Flags uint16
+
+// Frame flags.
+const (
+	// FlagResponse marks a frame sent by the server.
+	FlagResponse Flags = 1 << 0
+	// FlagError marks a response whose body is an ErrorBody.
+	FlagError Flags = 1 << 1
+	// knownFlags is every flag version 1 defines.
+	knownFlags = FlagResponse | FlagError
+)
+
+// Header is the fixed 24-byte frame header:
+//
+//	offset size field
+//	0      4    magic "GPUC"
+//	4      1    version
+//	5      1    opcode
+//	6      2    flags (u16 LE)
+//	8      8    request id (u64 LE)
+//	16     4    body length (u32 LE)
+//	20     4    reserved, zero
+type Header struct {
+	Version   uint8
+	Op        Opcode
+	Flags     Flags
+	RequestID uint64
+	BodyLen   uint32
+}
+
+// Encode writes h into b[:HeaderSize].
+func (h Header) Encode(b []byte) {
+	_ = b[HeaderSize-1]
+	copy(b[0:4], Magic[:])
+	b[4] = h.Version
+	b[5] = byte(h.Op)
+	binary.LittleEndian.PutUint16(b[6:8], uint16(h.Flags))
+	binary.LittleEndian.PutUint64(b[8:16], h.RequestID)
+	binary.LittleEndian.PutUint32(b[16:20], h.BodyLen)
+	binary.LittleEndian.PutUint32(b[20:24], 0)
+}
+
+// Append appends the encoded header to b.
+func (h Header) Append(b []byte) []byte {
+	var buf [HeaderSize]byte
+	h.Encode(buf[:])
+	return append(b, buf[:]...)
+}
+
+// DecodeHeader parses a header. It checks only what every version shares
+// (magic and reserved bytes); the caller checks version, opcode, flags and
+// length against its Limits with Check, because some of those errors leave
+// the stream in sync and some do not.
+func DecodeHeader(b []byte) (Header, error) {
+	if len(b) < HeaderSize {
+		return Header{}, Errorf(CodeMalformed, "header is %d bytes, want %d", len(b), HeaderSize)
+	}
+	if [4]byte(b[0:4]) != Magic {
+		return Header{}, Errorf(CodeBadMagic, "bad magic %q", b[0:4])
+	}
+	h := Header{
+		Version:   b[4],
+		Op:        Opcode(b[5]),
+		Flags:     Flags(binary.LittleEndian.Uint16(b[6:8])),
+		RequestID: binary.LittleEndian.Uint64(b[8:16]),
+		BodyLen:   binary.LittleEndian.Uint32(b[16:20]),
+	}
+	if binary.LittleEndian.Uint32(b[20:24]) != 0 {
+		return h, Errorf(CodeMalformed, "reserved header bytes are not zero")
+	}
+	return h, nil
+}
+
+// Limits bound what a peer accepts.
+type Limits struct {
+	MaxFrame    uint32 // largest body; default DefaultMaxFrame
+	MaxBatch    uint32 // most keys per request; default DefaultMaxBatch
+	MaxInFlight uint32 // most requests in flight per connection; default DefaultMaxInFlight
+	MaxPayload  uint32 // largest single block payload; set by the server
+}
+
+// DefaultLimits returns the defaults of version 1.
+func DefaultLimits() Limits {
+	return Limits{MaxFrame: DefaultMaxFrame, MaxBatch: DefaultMaxBatch, MaxInFlight: DefaultMaxInFlight, MaxPayload: 4 << 20}
+}
+
+// CheckRequest validates a request header against l, in this order: body
+// length, version, flags, opcode. The returned error is an *Error; its
+// Code.Fatal reports whether the connection must close (the body cannot be
+// skipped) or may carry on after skipping the body.
+//
+// Version 1 defines no request flags: FlagResponse and FlagError are set only
+// by the server, and any other bit is unknown, so a request with any flag set
+// is MALFORMED.
+func (l Limits) CheckRequest(h Header) error {
+	switch {
+	case h.BodyLen > l.MaxFrame:
+		return Errorf(CodeFrameTooLarge, "body %d bytes exceeds limit %d", h.BodyLen, l.MaxFrame)
+	case h.Version != Version1:
+		return Errorf(CodeUnsupportedVersion, "version %d unsupported, this server speaks %d", h.Version, Version1)
+	case h.Flags&^knownFlags != 0:
+		return Errorf(CodeMalformed, "unknown flags %#x", uint16(h.Flags&^knownFlags))
+	case h.Flags != 0:
+		return Errorf(CodeMalformed, "request flags %#x are reserved for responses", uint16(h.Flags))
+	case !h.Op.Known():
+		return Errorf(CodeUnknownOpcode, "unknown opcode %d", uint8(h.Op))
+	}
+	return nil
+}
+
+// Code is a typed error code carried in an error response.
+type Code uint16
+
+// Error codes.
+const (
+	CodeOK                 Code = 0
+	CodeBadMagic           Code = 1  // stream out of sync; connection closes
+	CodeUnsupportedVersion Code = 2  // body skipped; connection stays
+	CodeUnknownOpcode      Code = 3  // body skipped; connection stays
+	CodeFrameTooLarge      Code = 4  // connection closes: the body is not read
+	CodeMalformed          Code = 5  // body did not decode
+	CodeBatchTooLarge      Code = 6  // more keys than MaxBatch
+	CodeTooManyInFlight    Code = 7  // reserved: the server applies backpressure instead
+	CodeInvalidIdentity    Code = 8  // namespace blob did not decode or validate
+	CodeTenantMismatch     Code = 9  // namespace tenant is not the session's tenant
+	CodeHelloRequired      Code = 10 // first request on a connection must be HELLO
+	CodePayloadTooLarge    Code = 11 // one payload larger than MaxPayload
+	CodeShuttingDown       Code = 12 // server is draining
+	CodeInternal           Code = 13 // server bug; connection stays
+	CodeTimeout            Code = 14 // a deadline passed
+)
+
+var codeNames = map[Code]string{
+	CodeOK: "OK", CodeBadMagic: "BAD_MAGIC", CodeUnsupportedVersion: "UNSUPPORTED_VERSION",
+	CodeUnknownOpcode: "UNKNOWN_OPCODE", CodeFrameTooLarge: "FRAME_TOO_LARGE", CodeMalformed: "MALFORMED",
+	CodeBatchTooLarge: "BATCH_TOO_LARGE", CodeTooManyInFlight: "TOO_MANY_IN_FLIGHT",
+	CodeInvalidIdentity: "INVALID_IDENTITY", CodeTenantMismatch: "TENANT_MISMATCH",
+	CodeHelloRequired: "HELLO_REQUIRED", CodePayloadTooLarge: "PAYLOAD_TOO_LARGE",
+	CodeShuttingDown: "SHUTTING_DOWN", CodeInternal: "INTERNAL", CodeTimeout: "TIMEOUT",
+}
+
+func (c Code) String() string {
+	if s, ok := codeNames[c]; ok {
+		return s
+	}
+	return fmt.Sprintf("CODE(%d)", uint16(c))
+}
+
+// Fatal reports whether the connection closes after an error with this code,
+// because the stream cannot be resynchronised.
+func (c Code) Fatal() bool { return c == CodeBadMagic || c == CodeFrameTooLarge }
+
+// Error is a protocol error with a typed code. It is the body of an error
+// response and the error type every decoder returns.
+type Error struct {
+	Code    Code
+	Message string
+}
+
+func (e *Error) Error() string { return "gpucache/wire: " + e.Code.String() + ": " + e.Message }
+
+// Is lets errors.Is match any *Error with the same code: a target *Error with
+// an empty Message matches every error of its code, e.g.
+//
+//	errors.Is(err, &wire.Error{Code: wire.CodeMalformed})
+//
+// A target with a Message matches only itself (errors.Is compares pointers
+// first). A nil *Error target matches nothing.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t != nil && t.Code == e.Code && t.Message == ""
+}
+
+// Errorf returns an *Error with a formatted message.
+func Errorf(c Code, format string, args ...any) *Error {
+	return &Error{Code: c, Message: fmt.Sprintf(format, args...)}
+}
+
+// ErrCode returns the *Error code of err, or CodeInternal if err carries none.
+func ErrCode(err error) Code {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return CodeInternal
+}
+
+// AppendTo encodes the error body: u16 code, string message.
+func (e *Error) AppendTo(b []byte) []byte {
+	b = binary.LittleEndian.AppendUint16(b, uint16(e.Code))
+	msg := e.Message
+	if len(msg) > MaxStringLen {
+		msg = msg[:MaxStringLen]
+	}
+	return appendString(b, msg)
+}
+
+// DecodeError parses an error body. It accepts any code, including codes this
+// version does not define (a newer peer may send them); callers treat an
+// unknown code as non-fatal.
+func DecodeError(b []byte) (*Error, error) {
+	r := reader{b: b}
+	e := &Error{Code: Code(r.u16())}
+	e.Message = r.str(MaxStringLen)
+	return e, r.done()
+}

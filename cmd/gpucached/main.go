@@ -1,0 +1,12 @@
+// Command gpucached runs one gpucache node. With no flags it serves the
+// embedded default: data on 127.0.0.1:9400, admin on 127.0.0.1:9401, and a
+// 1 GiB DRAM hot tier.
+package main
+
+import (
+	"os"
+
+	"github.com/gpucache/gpucache/internal/daemon"
+)
+
+func main() { os.Exit(daemon.Main(os.Args[1:], os.Stderr)) }

@@ -1,0 +1,310 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// ErrInvalid wraps every validation error.
+var ErrInvalid = errors.New("gpucache/config: invalid config")
+
+// Config is the daemon's whole configuration. Sources, lowest precedence
+// first: Default(), the YAML file named by --config (or GPUCACHE_CONFIG),
+// GPUCACHE_* environment variables, then command-line flags. Every field has
+// a YAML key, an environment variable (GPUCACHE_ + the key in upper case) and
+// a flag (the key with '-' for '_').
+type Config struct {
+	// Listen is the data-plane address. Default 127.0.0.1:9400.
+	Listen string `yaml:"listen"`
+	// AdminListen serves /metrics, /healthz, /readyz and /debug/pprof.
+	// "off" disables it. Default 127.0.0.1:9401.
+	AdminListen string `yaml:"admin_listen"`
+	// AllowRemote permits a non-loopback Listen or AdminListen. There is no
+	// authentication yet, so a remote bind is refused unless this is set.
+	// Default false.
+	AllowRemote bool `yaml:"allow_remote_unauthenticated"`
+
+	// HotCapacity is the DRAM budget for cached payload. Default 1GiB.
+	HotCapacity ByteSize `yaml:"hot_capacity"`
+	// HotMinClass is the smallest slot size class. Default 16KiB.
+	HotMinClass ByteSize `yaml:"hot_min_class"`
+	// HotMaxClass is the largest slot size class and so the largest block.
+	// Default 4MiB.
+	HotMaxClass ByteSize `yaml:"hot_max_class"`
+	// HotSlab is the size of one mmap'd slab. Default 64MiB.
+	HotSlab ByteSize `yaml:"hot_slab"`
+	// HotPrefault is how slab pages are faulted in: populate, hugepage or
+	// none. Default populate.
+	HotPrefault string `yaml:"hot_prefault"`
+	// LeaseTTL is the lease TTL when a client asks for 0. Default 5s.
+	LeaseTTL time.Duration `yaml:"lease_ttl"`
+	// MaxLeaseTTL caps a requested lease. Default 30s.
+	MaxLeaseTTL time.Duration `yaml:"max_lease_ttl"`
+
+	// MaxConns bounds open client connections. Default 4096.
+	MaxConns int `yaml:"max_conns"`
+	// MaxInFlight bounds requests in flight per connection. Default 64.
+	MaxInFlight int `yaml:"max_in_flight"`
+	// MaxBatch bounds keys per request. Default 1024.
+	MaxBatch int `yaml:"max_batch"`
+	// MaxFrame bounds one frame body. Default 65MiB.
+	MaxFrame ByteSize `yaml:"max_frame"`
+	// ReadTimeout bounds reading one request. Default 30s.
+	ReadTimeout time.Duration `yaml:"read_timeout"`
+	// WriteTimeout bounds writing one batch of responses. Default 30s.
+	WriteTimeout time.Duration `yaml:"write_timeout"`
+	// IdleTimeout closes a silent connection. Default 5m.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// DrainTimeout bounds graceful shutdown. Default 15s.
+	DrainTimeout time.Duration `yaml:"drain_timeout"`
+
+	// LogLevel is debug, info, warn or error. Default info.
+	LogLevel string `yaml:"log_level"`
+	// LogFormat is text or json. Default text.
+	LogFormat string `yaml:"log_format"`
+}
+
+// Default returns the embedded single-node default.
+func Default() Config {
+	return Config{
+		Listen:       "127.0.0.1:9400",
+		AdminListen:  "127.0.0.1:9401",
+		HotCapacity:  1 << 30,
+		HotMinClass:  16 << 10,
+		HotMaxClass:  4 << 20,
+		HotSlab:      64 << 20,
+		HotPrefault:  "populate",
+		LeaseTTL:     5 * time.Second,
+		MaxLeaseTTL:  30 * time.Second,
+		MaxConns:     4096,
+		MaxInFlight:  64,
+		MaxBatch:     1024,
+		MaxFrame:     65 << 20,
+		ReadTimeout:  30 * time.Second,
+		WriteTimeout: 30 * time.Second,
+		IdleTimeout:  5 * time.Minute,
+		DrainTimeout: 15 * time.Second,
+		LogLevel:     "info",
+		LogFormat:    "text",
+	}
+}
+
+// field binds one config field to its names.
+type field struct {
+	key   string // YAML key
+	usage string
+	val   flag.Value
+}
+
+func (c *Config) fields() []field {
+	return []field{
+		{"listen", "data-plane address", (*strVal)(&c.Listen)},
+		{"admin_listen", `admin HTTP address ("off" disables)`, (*strVal)(&c.AdminListen)},
+		{"allow_remote_unauthenticated", "allow a non-loopback bind without auth (unsafe)", (*boolVal)(&c.AllowRemote)},
+		{"hot_capacity", "DRAM budget for cached blocks (e.g. 1GiB)", &c.HotCapacity},
+		{"hot_min_class", "smallest slot size class", &c.HotMinClass},
+		{"hot_max_class", "largest slot size class (largest block)", &c.HotMaxClass},
+		{"hot_slab", "size of one mmap'd slab", &c.HotSlab},
+		{"hot_prefault", "slab prefault mode: populate, hugepage, none", (*strVal)(&c.HotPrefault)},
+		{"lease_ttl", "default lease TTL", (*durVal)(&c.LeaseTTL)},
+		{"max_lease_ttl", "longest lease TTL granted", (*durVal)(&c.MaxLeaseTTL)},
+		{"max_conns", "most open client connections", (*intVal)(&c.MaxConns)},
+		{"max_in_flight", "most requests in flight per connection", (*intVal)(&c.MaxInFlight)},
+		{"max_batch", "most keys per request", (*intVal)(&c.MaxBatch)},
+		{"max_frame", "largest frame body", &c.MaxFrame},
+		{"read_timeout", "deadline for reading one request", (*durVal)(&c.ReadTimeout)},
+		{"write_timeout", "deadline for writing responses", (*durVal)(&c.WriteTimeout)},
+		{"idle_timeout", "close connections idle this long", (*durVal)(&c.IdleTimeout)},
+		{"drain_timeout", "graceful shutdown deadline", (*durVal)(&c.DrainTimeout)},
+		{"log_level", "debug, info, warn or error", (*strVal)(&c.LogLevel)},
+		{"log_format", "text or json", (*strVal)(&c.LogFormat)},
+	}
+}
+
+// EnvName returns the environment variable for a YAML key.
+func EnvName(key string) string { return "GPUCACHE_" + strings.ToUpper(key) }
+
+// FlagName returns the flag for a YAML key.
+func FlagName(key string) string { return strings.ReplaceAll(key, "_", "-") }
+
+// Load builds a Config from defaults, the config file, the environment
+// (looked up with getenv) and args, then validates it. A --help request
+// returns flag.ErrHelp after printing usage to out.
+func Load(args []string, getenv func(string) (string, bool), out io.Writer) (Config, error) {
+	c := Default()
+	// The config file comes first, so find it before parsing flags.
+	path, _ := getenv("GPUCACHE_CONFIG")
+	for i, a := range args {
+		switch {
+		case a == "--config" || a == "-config":
+			if i+1 < len(args) {
+				path = args[i+1]
+			}
+		case strings.HasPrefix(a, "--config="), strings.HasPrefix(a, "-config="):
+			path = a[strings.Index(a, "=")+1:]
+		}
+	}
+	if path != "" {
+		if err := c.loadFile(path); err != nil {
+			return c, err
+		}
+	}
+	for _, f := range c.fields() {
+		if v, ok := getenv(EnvName(f.key)); ok {
+			if err := f.val.Set(v); err != nil {
+				return c, fmt.Errorf("%w: %s=%q: %v", ErrInvalid, EnvName(f.key), v, err)
+			}
+		}
+	}
+	fs := flag.NewFlagSet("gpucached", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.String("config", path, "YAML config file (env GPUCACHE_CONFIG)")
+	for _, f := range c.fields() {
+		fs.Var(f.val, FlagName(f.key), f.usage+" (env "+EnvName(f.key)+")")
+	}
+	fs.Usage = func() {
+		fmt.Fprintf(out, "Usage: gpucached [flags]\n\nRuns one gpucache node. With no flags: data on %s, admin on %s, %s DRAM hot tier.\n\nFlags:\n", Default().Listen, Default().AdminListen, Default().HotCapacity)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("%w: unexpected argument %q", ErrInvalid, fs.Arg(0))
+	}
+	return c, c.Validate()
+}
+
+func (c *Config) loadFile(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("%w: reading config file: %v", ErrInvalid, err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("%w: config file %s: %v", ErrInvalid, path, err)
+	}
+	return nil
+}
+
+// Validate reports the first invalid field with a message a user can act on.
+func (c Config) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
+	}
+	if err := checkAddr("listen", c.Listen, c.AllowRemote); err != nil {
+		return err
+	}
+	if c.AdminListen != "off" {
+		if err := checkAddr("admin_listen", c.AdminListen, c.AllowRemote); err != nil {
+			return err
+		}
+	}
+	if !pow2(c.HotMinClass) || !pow2(c.HotMaxClass) {
+		return bad("hot_min_class (%s) and hot_max_class (%s) must be powers of two", c.HotMinClass, c.HotMaxClass)
+	}
+	if c.HotMinClass > c.HotMaxClass {
+		return bad("hot_min_class %s is larger than hot_max_class %s", c.HotMinClass, c.HotMaxClass)
+	}
+	if c.HotCapacity < c.HotMaxClass {
+		return bad("hot_capacity %s is smaller than one %s block (hot_max_class)", c.HotCapacity, c.HotMaxClass)
+	}
+	if mem, ok := MemTotal(); ok && uint64(c.HotCapacity) > mem {
+		return bad("hot_capacity %s is larger than this machine's memory (%s)", c.HotCapacity, ByteSize(mem))
+	}
+	if c.HotSlab < c.HotMinClass {
+		return bad("hot_slab %s is smaller than hot_min_class %s", c.HotSlab, c.HotMinClass)
+	}
+	switch c.HotPrefault {
+	case "populate", "hugepage", "none":
+	default:
+		return bad("hot_prefault %q is not populate, hugepage or none", c.HotPrefault)
+	}
+	if uint64(c.MaxFrame) < uint64(c.HotMaxClass)+4096 || c.MaxFrame > 1<<31 {
+		return bad("max_frame %s must hold one hot_max_class block plus 4KiB and be at most 2GiB", c.MaxFrame)
+	}
+	for _, n := range []struct {
+		name string
+		v    int
+		max  int
+	}{{"max_conns", c.MaxConns, 1 << 20}, {"max_in_flight", c.MaxInFlight, 4096}, {"max_batch", c.MaxBatch, 65536}} {
+		if n.v < 1 || n.v > n.max {
+			return bad("%s %d not in 1..%d", n.name, n.v, n.max)
+		}
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"lease_ttl", c.LeaseTTL}, {"max_lease_ttl", c.MaxLeaseTTL}, {"read_timeout", c.ReadTimeout},
+		{"write_timeout", c.WriteTimeout}, {"idle_timeout", c.IdleTimeout}, {"drain_timeout", c.DrainTimeout}} {
+		if d.v <= 0 {
+			return bad("%s must be positive, got %s", d.name, d.v)
+		}
+	}
+	if c.LeaseTTL > c.MaxLeaseTTL {
+		return bad("lease_ttl %s exceeds max_lease_ttl %s", c.LeaseTTL, c.MaxLeaseTTL)
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		return bad("log_level %q is not debug, info, warn or error", c.LogLevel)
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		return bad("log_format %q is not text or json", c.LogFormat)
+	}
+	return nil
+}
+
+func pow2(b ByteSize) bool { return b > 0 && b&(b-1) == 0 }
+
+func checkAddr(name, addr string, allowRemote bool) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%w: %s %q: %v", ErrInvalid, name, addr, err)
+	}
+	if port == "" {
+		return fmt.Errorf("%w: %s %q has no port", ErrInvalid, name, addr)
+	}
+	if !IsLoopback(host) && !allowRemote {
+		return fmt.Errorf("%w: %s %q is not a loopback address and authentication is not configured; "+
+			"bind to 127.0.0.1, or set allow_remote_unauthenticated (GPUCACHE_ALLOW_REMOTE_UNAUTHENTICATED=true) on a trusted network",
+			ErrInvalid, name, addr)
+	}
+	return nil
+}
+
+// IsLoopback reports whether host names only loopback interfaces.
+func IsLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// MemTotal returns the machine's physical memory from /proc/meminfo.
+func MemTotal() (uint64, bool) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			var kb uint64
+			if _, err := fmt.Sscanf(strings.TrimSpace(rest), "%d kB", &kb); err == nil {
+				return kb << 10, true
+			}
+		}
+	}
+	return 0, false
+}

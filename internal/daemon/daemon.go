@@ -1,0 +1,137 @@
+// Package daemon wires the config, the hot tier, the data-plane server and
+// the admin endpoints into one running node, and owns its lifecycle.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"syscall"
+	"time"
+
+	"github.com/gpucache/gpucache/api/wire"
+	"github.com/gpucache/gpucache/internal/admin"
+	"github.com/gpucache/gpucache/internal/config"
+	"github.com/gpucache/gpucache/internal/hot"
+	"github.com/gpucache/gpucache/internal/server"
+)
+
+// Version is the daemon's version string.
+const Version = "0.1.0"
+
+// Addrs are the addresses a running node listens on.
+type Addrs struct {
+	Data  string
+	Admin string // "" when the admin listener is off
+}
+
+// NewLogger builds the structured logger the config asks for.
+func NewLogger(cfg config.Config, w io.Writer) *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(cfg.LogLevel))
+	opts := &slog.HandlerOptions{Level: lvl}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// Run starts a node and blocks until ctx ends, then drains and stops it.
+// ready, if not nil, is called with the bound addresses once the node
+// serves. Startup errors are returned with a message a user can act on.
+func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(Addrs)) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	store, err := hot.New(hot.Config{
+		CapacityBytes:   int64(cfg.HotCapacity),
+		MinClass:        int(cfg.HotMinClass),
+		MaxClass:        int(cfg.HotMaxClass),
+		SlabBytes:       int(cfg.HotSlab),
+		Prefault:        hot.Prefault(cfg.HotPrefault),
+		DefaultLeaseTTL: cfg.LeaseTTL,
+		MaxLeaseTTL:     cfg.MaxLeaseTTL,
+	})
+	if err != nil {
+		return fmt.Errorf("hot tier: %w", err)
+	}
+	defer store.Close()
+
+	srv, err := server.New(server.Config{
+		Store:        store,
+		Limits:       wire.Limits{MaxFrame: uint32(cfg.MaxFrame), MaxBatch: uint32(cfg.MaxBatch), MaxInFlight: uint32(cfg.MaxInFlight)},
+		Name:         "gpucached/" + Version,
+		Logger:       log,
+		ReadTimeout:  cfg.ReadTimeout,
+		WriteTimeout: cfg.WriteTimeout,
+		IdleTimeout:  cfg.IdleTimeout,
+		MaxConns:     cfg.MaxConns,
+	})
+	if err != nil {
+		return err
+	}
+	ln, err := listen("listen", cfg.Listen)
+	if err != nil {
+		return err
+	}
+	addrs := Addrs{Data: ln.Addr().String()}
+
+	adm := admin.New(srv.Stats)
+	var hs *http.Server
+	adminErr := make(chan error, 1)
+	if cfg.AdminListen != "off" {
+		aln, err := listen("admin_listen", cfg.AdminListen)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		addrs.Admin = aln.Addr().String()
+		hs = &http.Server{Handler: adm, ReadHeaderTimeout: 10 * time.Second}
+		go func() { adminErr <- hs.Serve(aln) }()
+	}
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	adm.SetReady(true)
+	log.Info("gpucached serving", "data", addrs.Data, "admin", addrs.Admin, "hot_capacity", cfg.HotCapacity.String(),
+		"classes", cfg.HotMinClass.String()+".."+cfg.HotMaxClass.String(), "prefault", cfg.HotPrefault, "version", Version)
+	if ready != nil {
+		ready(addrs)
+	}
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down: draining connections", "timeout", cfg.DrainTimeout)
+	case err := <-serveErr:
+		runErr = fmt.Errorf("data listener: %w", err)
+	case err := <-adminErr:
+		runErr = fmt.Errorf("admin listener: %w", err)
+	}
+	adm.SetReady(false)
+	dctx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout)
+	defer cancel()
+	if err := srv.Shutdown(dctx); err != nil {
+		log.Warn("drain deadline passed; connections closed", "err", err)
+	}
+	if hs != nil {
+		hs.Shutdown(dctx)
+	}
+	log.Info("gpucached stopped")
+	return runErr
+}
+
+func listen(name, addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return nil, fmt.Errorf("%s %s: address already in use (is another gpucached running? choose another with --%s)", name, addr, config.FlagName(name))
+		}
+		return nil, fmt.Errorf("%s %s: %w", name, addr, err)
+	}
+	return ln, nil
+}

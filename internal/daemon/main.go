@@ -1,0 +1,40 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/gpucache/gpucache/internal/config"
+)
+
+// Main is the whole gpucached command: it loads the config, runs the node
+// until SIGINT or SIGTERM, and returns the exit code.
+func Main(args []string, stderr io.Writer) int {
+	for _, a := range args {
+		if a == "--version" || a == "-version" {
+			fmt.Fprintln(stderr, "gpucached", Version)
+			return 0
+		}
+	}
+	cfg, err := config.Load(args, os.LookupEnv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "gpucached:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := Run(ctx, cfg, NewLogger(cfg, stderr), nil); err != nil {
+		fmt.Fprintln(stderr, "gpucached:", err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,125 @@
+package hot
+
+// This file fixes the exported API of the hot tier. The server and the
+// benchmarks code against it; keep the signatures stable.
+
+import (
+	"errors"
+	"time"
+
+	"github.com/gpucache/gpucache/internal/identity"
+)
+
+// Sentinel errors.
+var (
+	ErrExists   = errors.New("gpucache/hot: key already cached")
+	ErrTooLarge = errors.New("gpucache/hot: payload larger than the largest size class")
+	ErrNoSpace  = errors.New("gpucache/hot: no evictable space")
+	ErrClosed   = errors.New("gpucache/hot: store closed")
+	ErrConfig   = errors.New("gpucache/hot: invalid config")
+)
+
+// Prefault selects how fresh slab memory is faulted in before use.
+type Prefault string
+
+const (
+	// PrefaultPopulate maps slabs with MAP_POPULATE (default; see doc.go for
+	// the measurement behind the choice).
+	PrefaultPopulate Prefault = "populate"
+	// PrefaultHugePage advises MADV_HUGEPAGE and touches every 2 MiB page.
+	PrefaultHugePage Prefault = "hugepage"
+	// PrefaultNone leaves faulting to first touch (for comparison only).
+	PrefaultNone Prefault = "none"
+)
+
+// Config configures a Store.
+type Config struct {
+	// CapacityBytes is the byte budget for slab memory. Default 1 GiB.
+	CapacityBytes int64
+	// MinClass is the smallest slot size class in bytes, a power of two.
+	// Default 16 KiB.
+	MinClass int
+	// MaxClass is the largest slot size class in bytes, a power of two.
+	// Default 4 MiB. A payload larger than MaxClass gets ErrTooLarge.
+	MaxClass int
+	// SlabBytes is the size of one mmap'd slab (it holds slots of a single
+	// class; a class larger than SlabBytes gets one slot per slab). Default
+	// 64 MiB.
+	SlabBytes int
+	// Prefault selects how slab pages are faulted in. Default PrefaultPopulate.
+	Prefault Prefault
+	// DefaultLeaseTTL is the TTL of a lease when the caller asks for 0.
+	// Default 5s.
+	DefaultLeaseTTL time.Duration
+	// MaxLeaseTTL caps a requested lease TTL. Default 30s.
+	MaxLeaseTTL time.Duration
+	// MaxLeases bounds live leases; Lookup beyond it grants no lease.
+	// Default 65536.
+	MaxLeases int
+	// EvictScan bounds how many LRU candidates one eviction inspects (and
+	// skips, when pinned or leased) before giving up with ErrNoSpace.
+	// Default 1024.
+	EvictScan int
+	// Now is the clock. Default time.Now. Tests inject one.
+	Now func() time.Time
+}
+
+// LeaseID names a lease. Zero means "no lease".
+type LeaseID uint64
+
+// Stats is a snapshot of the store's counters.
+type Stats struct {
+	Hits               uint64 // reads that returned bytes
+	Misses             uint64 // reads of absent keys
+	IdentityMismatches uint64 // reads of present keys under another namespace (also counted as misses)
+	Puts               uint64 // blocks published
+	PutRejects         uint64 // reservations refused (exists, too large, no space)
+	Evictions          uint64 // blocks evicted for space
+	Deletes            uint64 // blocks removed by Delete
+	Blocks             uint64 // blocks cached now
+	BytesCached        uint64 // payload bytes cached now
+	BytesReserved      uint64 // slot bytes in use (cached + in flight), by size class
+	BytesMapped        uint64 // slab bytes mmap'd now (<= CapacityBytes)
+	CapacityBytes      uint64 // the budget
+	LeasesActive       uint64 // live leases
+	LeasesGranted      uint64 // leases granted since start
+	LeasesExpired      uint64 // leases reclaimed by expiry
+	Pinned             uint64 // blocks pinned by a reader or a lease now
+
+	// Added by the implementation.
+	InFlight         uint64 // reservations not yet committed or aborted
+	Lookups          uint64 // Lookup calls
+	LookupHits       uint64 // blocks matched by the leading runs of Lookups
+	LookupMismatches uint64 // Lookup runs ended by a present key under another namespace
+	Slabs            uint64 // slabs mapped now
+	SlabReclaims     uint64 // slabs emptied and handed to another size class
+}
+
+// Reservation is a slot being filled by a Put. Buf is slab memory of exactly
+// the requested size; the caller writes the payload into it and then calls
+// Commit or Abort exactly once. Until then the slot is in flight: it is not
+// visible to readers and never evicted.
+type Reservation struct {
+	Buf []byte
+	ref ref
+}
+
+// View is a pinned, published block. Bytes aliases slab memory and stays
+// valid until Release; the caller must call Release exactly once and must not
+// keep Bytes after it.
+type View struct {
+	Bytes []byte
+	ref   ref
+}
+
+// ref names an index entry and its generation, so a stale ref is detected.
+type ref struct {
+	idx uint32
+	gen uint32
+}
+
+// Key and digest types, re-exported for brevity.
+type (
+	Key       = identity.BlockKey
+	Namespace = identity.NamespaceDigest
+)

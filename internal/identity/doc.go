@@ -1,0 +1,31 @@
+// Package identity defines CacheIdentity, the full identity of a block of KV
+// cache, its canonical encoding, the namespace digest and the BlockKey chain.
+//
+// # Canonical encoding
+//
+// A Namespace encodes as
+//
+//	"GCNS" | u8 version (1) | u8 field count (15) | fields
+//
+// and a full CacheIdentity as
+//
+//	"GCID" | u8 version (1) | u8 field count (19) | namespace fields | block fields
+//
+// Every field is tag (u8) | length (u32 LE) | value, in tag order, with no
+// field omitted, so the encoding is deterministic and length-prefixed. Strings
+// are UTF-8 bytes; integers are little-endian. Tags:
+//
+//	1 tenant            6 adapter (may be empty)   11 tp (rank u32, size u32)     16 parent (32 bytes)
+//	2 trust_domain      7 rope                     12 pp (rank u32, size u32)     17 position (u64)
+//	3 model_id          8 dtype                    13 layers (start u32, count)   18 valid_length (u32)
+//	4 config_revision   9 quantization             14 heads (kv_heads, head_dim)  19 tokens (u32 each)
+//	5 tokenizer_rev.   10 layout.format            15 block_tokens (u32)
+//
+// The namespace digest is SHA-256 of the namespace encoding. A BlockKey is
+//
+//	SHA-256("gpucache/blockkey/v1\x00" || namespace digest || parent key ||
+//	        u32 valid length || u32 token count || u32 token ids...)
+//
+// with the zero key as the parent of the first block. Golden vectors in
+// testdata/ pin these bytes so other languages can match them.
+package identity

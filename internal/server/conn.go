@@ -1,0 +1,304 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/gpucache/gpucache/api/wire"
+	"github.com/gpucache/gpucache/internal/hot"
+	"github.com/gpucache/gpucache/internal/identity"
+)
+
+// readBufSize is the connection's read buffer. PUT payloads larger than it
+// are read by the kernel straight into slab memory.
+const readBufSize = 64 << 10
+
+// maxCoalesce bounds how many queued responses one writev carries.
+const maxCoalesce = 32
+
+// conn is one client connection: a reader goroutine that decodes and
+// executes requests in order, and a writer goroutine that writes their
+// responses with vectored writes straight from slab memory.
+//
+// Ownership: the reader creates each response and hands it to the writer
+// through out; from then on the writer owns it, releases its views and its
+// lease, and returns its in-flight slot.
+type conn struct {
+	s   *Server
+	nc  net.Conn
+	br  *bufio.Reader
+	out chan *response // reader → writer; capacity MaxInFlight
+
+	// slots bounds requests in flight: the reader takes a slot before it
+	// reads a request body and the writer returns it after the response is
+	// written. A full slots channel stops the reader: backpressure.
+	slots chan struct{}
+
+	// Reader-owned session state.
+	tenant  string
+	hello   bool
+	nsBlob  []byte // last namespace blob seen, and what it decoded to
+	nsDig   identity.NamespaceDigest
+	body    []byte // scratch for request bodies
+	discard int64  // bytes skipped, for stats
+
+	state struct {
+		sync.Mutex
+		idle     bool // reader is waiting for a header
+		draining bool // Shutdown began: finish what was read, read no more
+	}
+}
+
+func newConn(s *Server, nc net.Conn) *conn {
+	inflight := int(s.cfg.Limits.MaxInFlight)
+	return &conn{
+		s:     s,
+		nc:    nc,
+		br:    bufio.NewReaderSize(nc, readBufSize),
+		out:   make(chan *response, inflight),
+		slots: make(chan struct{}, inflight),
+	}
+}
+
+// drain asks the reader to stop after the request it is reading.
+func (c *conn) drain() {
+	c.state.Lock()
+	c.state.draining = true
+	if c.state.idle {
+		c.nc.SetReadDeadline(time.Unix(1, 0))
+	}
+	c.state.Unlock()
+}
+
+func (c *conn) serve() {
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		c.writeLoop()
+	}()
+	err := c.readLoop()
+	close(c.out)
+	<-writerDone
+	c.nc.Close()
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+		c.s.log.Debug("connection closed", "remote", c.nc.RemoteAddr(), "err", err)
+	}
+	c.s.forget(c)
+}
+
+// readLoop reads and executes requests until EOF, an unrecoverable stream
+// error, or drain.
+func (c *conn) readLoop() error {
+	var hb [wire.HeaderSize]byte
+	for {
+		c.state.Lock()
+		if c.state.draining {
+			c.state.Unlock()
+			return nil
+		}
+		c.state.idle = true
+		c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.IdleTimeout))
+		c.state.Unlock()
+
+		_, err := io.ReadFull(c.br, hb[:])
+
+		c.state.Lock()
+		c.state.idle = false
+		draining := c.state.draining
+		c.state.Unlock()
+		if err != nil {
+			if draining || errors.Is(err, os.ErrDeadlineExceeded) {
+				return nil
+			}
+			return err
+		}
+		c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.ReadTimeout))
+
+		h, err := wire.DecodeHeader(hb[:])
+		if err == nil {
+			err = c.s.cfg.Limits.CheckRequest(h)
+		}
+		// Take an in-flight slot; this blocks while MaxInFlight responses
+		// are queued or being written (backpressure).
+		c.slots <- struct{}{}
+		if err != nil {
+			code := wire.ErrCode(err)
+			if code.Fatal() {
+				c.sendError(h, err)
+				return err
+			}
+			if err := c.skip(int64(h.BodyLen)); err != nil {
+				c.release()
+				return err
+			}
+			c.sendError(h, err)
+			continue
+		}
+		if err := c.handle(h); err != nil {
+			// The stream broke while reading a body: nothing more to do.
+			return err
+		}
+	}
+}
+
+// release returns an in-flight slot taken for a request that got no response.
+func (c *conn) release() { <-c.slots }
+
+// skip discards n body bytes to stay in sync.
+func (c *conn) skip(n int64) error {
+	c.discard += n
+	_, err := io.CopyN(io.Discard, c.br, n)
+	return err
+}
+
+// readBody reads a whole body of n bytes (n already bounded by the caller)
+// into the connection's scratch buffer.
+func (c *conn) readBody(n uint32) ([]byte, error) {
+	if cap(c.body) < int(n) {
+		c.body = make([]byte, n)
+	}
+	b := c.body[:n]
+	_, err := io.ReadFull(c.br, b)
+	return b, err
+}
+
+// namespace decodes and checks a namespace blob against the session tenant,
+// caching the last one (engines send the same namespace on every request).
+func (c *conn) namespace(blob []byte) (identity.NamespaceDigest, error) {
+	if c.nsBlob != nil && bytes.Equal(blob, c.nsBlob) {
+		return c.nsDig, nil
+	}
+	ns, err := identity.DecodeNamespace(blob)
+	if err != nil {
+		return identity.NamespaceDigest{}, wire.Errorf(wire.CodeInvalidIdentity, "%v", err)
+	}
+	if ns.Tenant != c.tenant {
+		return identity.NamespaceDigest{}, wire.Errorf(wire.CodeTenantMismatch, "namespace tenant %q is not the session tenant %q", ns.Tenant, c.tenant)
+	}
+	d, err := ns.Digest()
+	if err != nil {
+		return identity.NamespaceDigest{}, wire.Errorf(wire.CodeInvalidIdentity, "%v", err)
+	}
+	c.nsBlob = append(c.nsBlob[:0], blob...)
+	c.nsDig = d
+	return d, nil
+}
+
+// response is one queued response frame.
+type response struct {
+	hdr   [wire.HeaderSize]byte
+	meta  []byte      // encoded body (or table) bytes, owned
+	bufs  net.Buffers // hdr, meta, payload slices
+	views []hot.View  // pinned blocks the payload slices alias
+	lease hot.LeaseID // taken from the registry by the reader; released after the write
+	op    wire.Opcode
+}
+
+var responsePool = sync.Pool{New: func() any { return &response{meta: make([]byte, 0, 256)} }}
+
+func newResponse(op wire.Opcode) *response {
+	r := responsePool.Get().(*response)
+	r.op = op
+	return r
+}
+
+func (r *response) reset() {
+	clear(r.bufs)
+	r.bufs = r.bufs[:0]
+	clear(r.views)
+	r.views = r.views[:0]
+	r.meta = r.meta[:0]
+	r.lease = 0
+	responsePool.Put(r)
+}
+
+// finish sets the header for a body of meta plus payload bytes.
+func (r *response) finish(h wire.Header, flags wire.Flags, payload uint64) {
+	wire.Header{Version: wire.Version1, Op: h.Op, Flags: wire.FlagResponse | flags,
+		RequestID: h.RequestID, BodyLen: uint32(uint64(len(r.meta)) + payload)}.Encode(r.hdr[:])
+	r.bufs = append(r.bufs, r.hdr[:], r.meta)
+}
+
+// send queues r; the writer owns it from here.
+func (c *conn) send(r *response) { c.out <- r }
+
+// sendError queues an error response to request h.
+func (c *conn) sendError(h wire.Header, err error) {
+	var we *wire.Error
+	if !errors.As(err, &we) {
+		we = wire.Errorf(wire.CodeInternal, "%v", err)
+	}
+	if int(we.Code) < len(c.s.stats.errors) {
+		c.s.stats.errors[we.Code].Add(1)
+	}
+	r := newResponse(h.Op)
+	r.meta = we.AppendTo(r.meta)
+	r.finish(h, wire.FlagError, 0)
+	c.send(r)
+}
+
+// writeLoop writes queued responses, coalescing what is queued into one
+// vectored write. After a write error it keeps draining, releasing views and
+// slots, so the reader never blocks on a dead connection.
+func (c *conn) writeLoop() {
+	var (
+		batch  []*response
+		bufs   net.Buffers
+		failed bool
+	)
+	for r := range c.out {
+		batch = append(batch[:0], r)
+	more:
+		for len(batch) < maxCoalesce {
+			select {
+			case r2, ok := <-c.out:
+				if !ok {
+					break more
+				}
+				batch = append(batch, r2)
+			default:
+				break more
+			}
+		}
+		if !failed {
+			bufs = bufs[:0]
+			var n uint64
+			for _, r := range batch {
+				bufs = append(bufs, r.bufs...)
+				for _, v := range r.views {
+					n += uint64(len(v.Bytes))
+				}
+			}
+			if h := c.s.cfg.Hooks.BeforeWrite; h != nil {
+				h()
+			}
+			c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
+			if _, err := bufs.WriteTo(c.nc); err != nil {
+				failed = true
+				// Unblock the reader; it sees the closed conn and stops.
+				c.nc.Close()
+				c.s.log.Debug("write failed; closing connection", "remote", c.nc.RemoteAddr(), "err", err)
+			} else {
+				c.s.stats.bytesOut.Add(n)
+			}
+			clear(bufs)
+		}
+		for _, r := range batch {
+			for _, v := range r.views {
+				c.s.store.Release(v)
+			}
+			if r.lease != 0 {
+				c.s.store.ReleaseLease(r.lease)
+			}
+			r.reset()
+			<-c.slots
+		}
+		clear(batch)
+	}
+}

@@ -1,0 +1,26 @@
+// Package server serves the gpucache wire protocol (api/wire) from the hot
+// tier.
+//
+// Each connection has two goroutines. The reader decodes one request at a
+// time, executes it against the store and queues its response; the writer
+// writes queued responses with vectored writes (net.Buffers → writev) and
+// releases what they pinned. A semaphore of MaxInFlight slots, taken by the
+// reader before it reads a body and returned by the writer after the
+// response is on the socket, bounds work in flight per connection: when it is
+// full the reader stops reading, which is the backpressure a slow client
+// feels. Every read and write has a deadline, so a slow or dead client costs
+// only its own goroutines.
+//
+// One host copy at most: a PUT payload is read from the socket straight into
+// a reserved slab slot, and a GET payload is written from slab memory; the
+// pinned views are released only after the write returns.
+//
+// Errors that leave the stream in sync (unknown opcode or version, malformed
+// body, batch too large, identity errors) get a typed error response and the
+// connection carries on; the body is skipped. Bad magic and an oversized
+// frame close the connection after the error response, because the stream
+// cannot be resynchronised without trusting an attacker-chosen length.
+//
+// Shutdown stops accepting, lets each connection finish the request it is
+// reading and write every queued response, then releases all leases.
+package server

@@ -1,0 +1,326 @@
+package server
+
+import (
+	"encoding/binary"
+	"errors"
+	"io"
+	"time"
+	"unsafe"
+
+	"github.com/gpucache/gpucache/api/wire"
+	"github.com/gpucache/gpucache/internal/hot"
+	"github.com/gpucache/gpucache/internal/identity"
+)
+
+// controlBodyMax bounds the body of every request but PUT.
+func (c *conn) controlBodyMax() uint32 {
+	return 4 + wire.MaxNamespaceLen + 8 + 4 + c.s.cfg.Limits.MaxBatch*wire.KeySize + 64
+}
+
+// handle executes one request whose header passed CheckRequest and whose
+// in-flight slot is taken. It returns an error only when the stream broke.
+func (c *conn) handle(h wire.Header) error {
+	c.s.stats.requests[h.Op].Add(1)
+	if h.Op == wire.OpPut {
+		return c.handlePut(h)
+	}
+	if h.BodyLen > c.controlBodyMax() {
+		if err := c.skip(int64(h.BodyLen)); err != nil {
+			c.release()
+			return err
+		}
+		c.sendError(h, wire.Errorf(wire.CodeMalformed, "%s body of %d bytes exceeds %d", h.Op, h.BodyLen, c.controlBodyMax()))
+		return nil
+	}
+	body, err := c.readBody(h.BodyLen)
+	if err != nil {
+		c.release()
+		return err
+	}
+	if !c.hello && h.Op != wire.OpHello && h.Op != wire.OpPing {
+		c.sendError(h, wire.Errorf(wire.CodeHelloRequired, "%s before HELLO", h.Op))
+		return nil
+	}
+	switch h.Op {
+	case wire.OpHello:
+		err = c.handleHello(h, body)
+	case wire.OpLookup:
+		err = c.handleLookup(h, body)
+	case wire.OpGet:
+		err = c.handleGet(h, body)
+	case wire.OpDelete:
+		err = c.handleDelete(h, body)
+	case wire.OpStat:
+		err = c.handleStat(h, body)
+	case wire.OpPing:
+		err = c.handlePing(h, body)
+	}
+	if err != nil {
+		c.sendError(h, err)
+	}
+	return nil
+}
+
+func (c *conn) handleHello(h wire.Header, body []byte) error {
+	var req wire.HelloRequest
+	if err := req.Decode(body); err != nil {
+		return err
+	}
+	if req.MinVersion > wire.Version1 || req.MaxVersion < wire.Version1 {
+		return wire.Errorf(wire.CodeUnsupportedVersion, "client speaks versions %d..%d, server speaks %d", req.MinVersion, req.MaxVersion, wire.Version1)
+	}
+	if req.Tenant == "" {
+		return wire.Errorf(wire.CodeMalformed, "HELLO without a tenant")
+	}
+	if c.hello && req.Tenant != c.tenant {
+		return wire.Errorf(wire.CodeTenantMismatch, "session tenant is %q; a connection cannot change tenant", c.tenant)
+	}
+	c.hello, c.tenant = true, req.Tenant
+	resp := wire.HelloResponse{Version: wire.Version1, Server: c.s.cfg.Name, Limits: c.s.cfg.Limits}
+	r := newResponse(h.Op)
+	r.meta = resp.AppendTo(r.meta)
+	r.finish(h, 0, 0)
+	c.send(r)
+	return nil
+}
+
+func (c *conn) handleLookup(h wire.Header, body []byte) error {
+	var req wire.LookupRequest
+	if err := req.Decode(body, c.s.cfg.Limits.MaxBatch); err != nil {
+		return err
+	}
+	ns, err := c.namespace(req.Namespace)
+	if err != nil {
+		return err
+	}
+	keys := wireKeys(req.Keys)
+	ttl := time.Duration(req.LeaseTTLMillis) * time.Millisecond
+	hits, id, granted := c.s.store.Lookup(ns, keys, ttl, req.LeaseTTLMillis > 0)
+	if id != 0 {
+		c.s.addLease(id, c.tenant, granted)
+	}
+	resp := wire.LookupResponse{Hits: uint32(hits), LeaseID: uint64(id), LeaseTTLMillis: uint32(granted / time.Millisecond)}
+	r := newResponse(h.Op)
+	r.meta = resp.AppendTo(r.meta)
+	r.finish(h, 0, 0)
+	c.send(r)
+	return nil
+}
+
+func (c *conn) handleGet(h wire.Header, body []byte) error {
+	var req wire.GetRequest
+	if err := req.Decode(body, c.s.cfg.Limits.MaxBatch); err != nil {
+		return err
+	}
+	ns, err := c.namespace(req.Namespace)
+	if err != nil {
+		return err
+	}
+	r := newResponse(h.Op)
+	if req.LeaseID != 0 && c.s.takeLease(hot.LeaseID(req.LeaseID), c.tenant) {
+		r.lease = hot.LeaseID(req.LeaseID)
+	}
+	// Table: u32 table length | u32 n | n × (u8 status, u32 len).
+	tableLen := 4 + 5*len(req.Keys)
+	r.meta = binary.LittleEndian.AppendUint32(r.meta, uint32(tableLen))
+	r.meta = binary.LittleEndian.AppendUint32(r.meta, uint32(len(req.Keys)))
+	var payload uint64
+	var hits uint64
+	for i := range req.Keys {
+		v, ok := c.s.store.Acquire(ns, identity.BlockKey(req.Keys[i]))
+		if !ok {
+			r.meta = append(r.meta, byte(wire.StatusMiss), 0, 0, 0, 0)
+			continue
+		}
+		n := len(v.Bytes)
+		r.meta = binary.LittleEndian.AppendUint32(append(r.meta, byte(wire.StatusHit)), uint32(n))
+		r.views = append(r.views, v)
+		payload += uint64(n)
+		hits++
+	}
+	c.s.stats.blocksHit.Add(hits)
+	c.s.stats.blocksMiss.Add(uint64(len(req.Keys)) - hits)
+	if payload+uint64(len(r.meta)) > uint64(^uint32(0)) {
+		for _, v := range r.views {
+			c.s.store.Release(v)
+		}
+		clear(r.views)
+		r.views = r.views[:0]
+		if r.lease != 0 {
+			c.s.store.ReleaseLease(r.lease)
+		}
+		r.lease = 0
+		r.reset()
+		return wire.Errorf(wire.CodeFrameTooLarge, "response of %d bytes does not fit a frame; ask for fewer keys", payload)
+	}
+	r.finish(h, 0, payload)
+	for _, v := range r.views {
+		r.bufs = append(r.bufs, v.Bytes)
+	}
+	c.send(r)
+	return nil
+}
+
+// handlePut reads the PUT table, then each payload straight into a reserved
+// slab slot. A block that cannot be stored has its bytes discarded, so the
+// stream stays in sync.
+func (c *conn) handlePut(h wire.Header) error {
+	if h.BodyLen < 4 {
+		if err := c.skip(int64(h.BodyLen)); err != nil {
+			c.release()
+			return err
+		}
+		c.sendError(h, wire.Errorf(wire.CodeMalformed, "PUT body of %d bytes has no table", h.BodyLen))
+		return nil
+	}
+	var lb [4]byte
+	if _, err := io.ReadFull(c.br, lb[:]); err != nil {
+		c.release()
+		return err
+	}
+	rest := int64(h.BodyLen) - 4
+	metaLen, err := wire.MetaLen(lb, h.BodyLen)
+	if err == nil && metaLen > c.putTableMax() {
+		err = wire.Errorf(wire.CodeBatchTooLarge, "PUT table of %d bytes exceeds %d", metaLen, c.putTableMax())
+	}
+	if err != nil {
+		return c.skipThenError(h, rest, err)
+	}
+	table, err := c.readBody(metaLen)
+	if err != nil {
+		c.release()
+		return err
+	}
+	rest -= int64(metaLen)
+	var req wire.PutRequest
+	total, err := req.Decode(table, c.s.cfg.Limits.MaxBatch)
+	if err == nil {
+		err = wire.CheckPayload(total, h.BodyLen, metaLen)
+	}
+	if err == nil && !c.hello {
+		err = wire.Errorf(wire.CodeHelloRequired, "PUT before HELLO")
+	}
+	var ns identity.NamespaceDigest
+	if err == nil {
+		ns, err = c.namespace(req.Namespace)
+	}
+	if err != nil {
+		return c.skipThenError(h, rest, err)
+	}
+	r := newResponse(h.Op)
+	resp := wire.StatusResponse{Statuses: make([]wire.Status, len(req.Blocks))}
+	var stored uint64
+	for i := range req.Blocks {
+		pb := &req.Blocks[i]
+		st, err := c.putOne(ns, pb)
+		if err != nil {
+			r.reset()
+			c.release()
+			return err
+		}
+		resp.Statuses[i] = st
+		if st == wire.StatusStored {
+			stored += uint64(pb.Len)
+		}
+	}
+	c.s.stats.bytesIn.Add(stored)
+	r.meta = resp.AppendTo(r.meta)
+	r.finish(h, 0, 0)
+	c.send(r)
+	return nil
+}
+
+// putOne stores one block whose payload is next on the stream.
+func (c *conn) putOne(ns identity.NamespaceDigest, pb *wire.PutBlock) (wire.Status, error) {
+	if pb.Len > c.s.cfg.Limits.MaxPayload {
+		return wire.StatusTooLarge, c.skip(int64(pb.Len))
+	}
+	res, err := c.s.store.Reserve(ns, identity.BlockKey(pb.Key), identity.BlockKey(pb.Parent), pb.Tokens, int(pb.Len))
+	if err != nil {
+		st := wire.StatusNoSpace
+		switch {
+		case errors.Is(err, hot.ErrExists):
+			st = wire.StatusExists
+		case errors.Is(err, hot.ErrTooLarge):
+			st = wire.StatusTooLarge
+		}
+		return st, c.skip(int64(pb.Len))
+	}
+	// One host copy: the kernel (or the read buffer's tail) writes straight
+	// into the slot.
+	if _, err := io.ReadFull(c.br, res.Buf); err != nil {
+		c.s.store.Abort(res)
+		return 0, err
+	}
+	c.s.store.Commit(res)
+	return wire.StatusStored, nil
+}
+
+func (c *conn) putTableMax() uint32 {
+	return 4 + wire.MaxNamespaceLen + 4 + c.s.cfg.Limits.MaxBatch*(2*wire.KeySize+8)
+}
+
+func (c *conn) skipThenError(h wire.Header, n int64, err error) error {
+	if serr := c.skip(n); serr != nil {
+		c.release()
+		return serr
+	}
+	c.sendError(h, err)
+	return nil
+}
+
+func (c *conn) handleDelete(h wire.Header, body []byte) error {
+	var req wire.DeleteRequest
+	if err := req.Decode(body, c.s.cfg.Limits.MaxBatch); err != nil {
+		return err
+	}
+	ns, err := c.namespace(req.Namespace)
+	if err != nil {
+		return err
+	}
+	resp := wire.StatusResponse{Statuses: make([]wire.Status, len(req.Keys))}
+	for i, k := range req.Keys {
+		deleted, busy := c.s.store.Delete(ns, identity.BlockKey(k))
+		switch {
+		case deleted:
+			resp.Statuses[i] = wire.StatusDeleted
+		case busy:
+			resp.Statuses[i] = wire.StatusBusy
+		default:
+			resp.Statuses[i] = wire.StatusMiss
+		}
+	}
+	r := newResponse(h.Op)
+	r.meta = resp.AppendTo(r.meta)
+	r.finish(h, 0, 0)
+	c.send(r)
+	return nil
+}
+
+func (c *conn) handleStat(h wire.Header, body []byte) error {
+	if len(body) != 0 {
+		return wire.Errorf(wire.CodeMalformed, "STAT takes no body")
+	}
+	resp := wire.StatResponse{Entries: c.s.Stats()}
+	r := newResponse(h.Op)
+	r.meta = resp.AppendTo(r.meta)
+	r.finish(h, 0, 0)
+	c.send(r)
+	return nil
+}
+
+func (c *conn) handlePing(h wire.Header, body []byte) error {
+	if len(body) > wire.MaxPingLen {
+		return wire.Errorf(wire.CodeMalformed, "PING body of %d bytes exceeds %d", len(body), wire.MaxPingLen)
+	}
+	r := newResponse(h.Op)
+	r.meta = append(r.meta, body...)
+	r.finish(h, 0, 0)
+	c.send(r)
+	return nil
+}
+
+// wireKeys views wire keys as block keys; both are [32]byte.
+func wireKeys(ks []wire.Key) []identity.BlockKey {
+	return unsafe.Slice((*identity.BlockKey)(unsafe.Pointer(unsafe.SliceData(ks))), len(ks))
+}

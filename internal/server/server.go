@@ -1,0 +1,263 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gpucache/gpucache/api/wire"
+	"github.com/gpucache/gpucache/internal/hot"
+)
+
+// Sentinel errors.
+var (
+	ErrConfig = errors.New("gpucache/server: invalid config")
+	ErrClosed = errors.New("gpucache/server: server closed")
+)
+
+// Config configures a Server.
+type Config struct {
+	// Store is the hot tier the server serves from (required). The server
+	// does not close it.
+	Store *hot.Store
+	// Limits are the protocol limits announced in HELLO. Zero fields take
+	// wire.DefaultLimits(); MaxPayload is always Store.MaxPayload().
+	Limits wire.Limits
+	// Name is announced in HELLO. Default "gpucached".
+	Name string
+	// Logger receives connection-level events. Default slog.Default().
+	Logger *slog.Logger
+	// ReadTimeout bounds reading one frame once its header has started.
+	// Default 30s.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds writing one batch of responses. Default 30s.
+	WriteTimeout time.Duration
+	// IdleTimeout closes a connection that sends no request for this long.
+	// Default 5m.
+	IdleTimeout time.Duration
+	// MaxConns bounds open connections; more are closed on accept. Default 4096.
+	MaxConns int
+	// Hooks are test hooks; nil in production.
+	Hooks *Hooks
+}
+
+// Hooks let tests observe the server without sleeping.
+type Hooks struct {
+	// ConnClosed is called when a connection's goroutines have finished.
+	ConnClosed func()
+	// BeforeWrite is called by a connection's writer before each write.
+	BeforeWrite func()
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Store == nil {
+		return c, fmt.Errorf("%w: no store", ErrConfig)
+	}
+	d := wire.DefaultLimits()
+	if c.Limits.MaxFrame == 0 {
+		c.Limits.MaxFrame = d.MaxFrame
+	}
+	if c.Limits.MaxBatch == 0 {
+		c.Limits.MaxBatch = d.MaxBatch
+	}
+	if c.Limits.MaxInFlight == 0 {
+		c.Limits.MaxInFlight = d.MaxInFlight
+	}
+	c.Limits.MaxPayload = uint32(c.Store.MaxPayload())
+	if uint64(c.Limits.MaxFrame) < uint64(c.Limits.MaxPayload)+4096 {
+		return c, fmt.Errorf("%w: max frame %d cannot carry one %d-byte payload", ErrConfig, c.Limits.MaxFrame, c.Limits.MaxPayload)
+	}
+	if c.Name == "" {
+		c.Name = "gpucached"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.ReadTimeout <= 0 {
+		c.ReadTimeout = 30 * time.Second
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = 30 * time.Second
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = 5 * time.Minute
+	}
+	if c.MaxConns <= 0 {
+		c.MaxConns = 4096
+	}
+	if c.Hooks == nil {
+		c.Hooks = &Hooks{}
+	}
+	return c, nil
+}
+
+// Server serves the wire protocol from a hot store. Create it with New, run
+// it with Serve, stop it with Shutdown.
+type Server struct {
+	cfg   Config
+	store *hot.Store
+	log   *slog.Logger
+	stats counters
+
+	mu struct {
+		sync.Mutex
+		listeners map[net.Listener]struct{}
+		conns     map[*conn]struct{}
+		closing   bool
+	}
+	leases leaseRegistry
+	wg     sync.WaitGroup // one per connection
+	done   chan struct{}  // closed when Shutdown begins
+}
+
+// New returns a server; it does not listen yet.
+func New(cfg Config) (*Server, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, store: cfg.Store, log: cfg.Logger, done: make(chan struct{})}
+	s.mu.listeners = make(map[net.Listener]struct{})
+	s.mu.conns = make(map[*conn]struct{})
+	return s, nil
+}
+
+// Limits returns the limits the server announces.
+func (s *Server) Limits() wire.Limits { return s.cfg.Limits }
+
+// Serve accepts connections on ln until Shutdown. It returns nil after
+// Shutdown and the accept error otherwise. Serve closes ln.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.mu.closing {
+		s.mu.Unlock()
+		ln.Close()
+		return ErrClosed
+	}
+	s.mu.listeners[ln] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.mu.listeners, ln)
+		s.mu.Unlock()
+		ln.Close()
+	}()
+	var backoff time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			select {
+			case <-s.done:
+				return nil
+			default:
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				// Temporary (e.g. EMFILE surfaces as a timeout-like error):
+				// back off instead of spinning.
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				s.log.Warn("accept failed; backing off", "err", err, "backoff", backoff)
+				select {
+				case <-time.After(backoff):
+				case <-s.done:
+					return nil
+				}
+				continue
+			}
+			return err
+		}
+		backoff = 0
+		s.accept(nc)
+	}
+}
+
+func (s *Server) accept(nc net.Conn) {
+	s.mu.Lock()
+	if s.mu.closing || len(s.mu.conns) >= s.cfg.MaxConns {
+		full := !s.mu.closing
+		s.mu.Unlock()
+		s.stats.connsRejected.Add(1)
+		if full {
+			s.log.Warn("connection limit reached; closing new connection", "remote", nc.RemoteAddr(), "max_conns", s.cfg.MaxConns)
+		}
+		nc.Close()
+		return
+	}
+	c := newConn(s, nc)
+	s.mu.conns[c] = struct{}{}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	s.stats.connsAccepted.Add(1)
+	s.stats.connsOpen.Add(1)
+	go c.serve()
+}
+
+func (s *Server) forget(c *conn) {
+	s.mu.Lock()
+	delete(s.mu.conns, c)
+	s.mu.Unlock()
+	s.stats.connsOpen.Add(-1)
+	if h := s.cfg.Hooks.ConnClosed; h != nil {
+		h()
+	}
+	s.wg.Done()
+}
+
+// Shutdown stops accepting, lets every connection finish the requests it has
+// already read, releases their leases and closes them. If ctx ends first the
+// remaining connections are closed hard; Shutdown still waits for their
+// goroutines and returns ctx.Err().
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	if !s.mu.closing {
+		s.mu.closing = true
+		close(s.done)
+	}
+	for ln := range s.mu.listeners {
+		ln.Close()
+	}
+	for c := range s.mu.conns {
+		c.drain()
+	}
+	s.mu.Unlock()
+
+	finished := make(chan struct{})
+	go func() { s.wg.Wait(); close(finished) }()
+	var err error
+	select {
+	case <-finished:
+	case <-ctx.Done():
+		s.mu.Lock()
+		for c := range s.mu.conns {
+			c.nc.Close()
+		}
+		s.mu.Unlock()
+		<-finished
+		err = ctx.Err()
+	}
+	if n := s.releaseAllLeases(); n > 0 {
+		s.log.Info("released leases on shutdown", "leases", n)
+	}
+	return err
+}
+
+// Done is closed when Shutdown begins.
+func (s *Server) Done() <-chan struct{} { return s.done }
+
+// counters are the server's own statistics; all atomic.
+type counters struct {
+	connsAccepted atomic.Uint64
+	connsRejected atomic.Uint64
+	connsOpen     atomic.Int64
+	requests      [wire.OpPing + 1]atomic.Uint64
+	errors        [wire.CodeTimeout + 1]atomic.Uint64
+	bytesIn       atomic.Uint64 // payload bytes stored by PUT
+	bytesOut      atomic.Uint64 // payload bytes served by GET
+	blocksHit     atomic.Uint64
+	blocksMiss    atomic.Uint64
+}

@@ -1,0 +1,186 @@
+package server
+
+import (
+	"math"
+	"runtime/metrics"
+	"sync"
+	"time"
+
+	"github.com/gpucache/gpucache/api/wire"
+	"github.com/gpucache/gpucache/internal/hot"
+)
+
+// leaseRegistry remembers which tenant each live lease belongs to, so a GET
+// releases only its own tenant's leases, and Shutdown releases them all.
+type leaseRegistry struct {
+	sync.Mutex
+	m         map[hot.LeaseID]leaseRec // guarded by the mutex
+	lastSweep time.Time                // guarded by the mutex
+}
+
+type leaseRec struct {
+	tenant  string
+	expires time.Time
+}
+
+// sweepAbove is the registry size above which expired records are swept.
+const sweepAbove = 4096
+
+func (s *Server) addLease(id hot.LeaseID, tenant string, ttl time.Duration) {
+	now := time.Now()
+	s.leases.Lock()
+	defer s.leases.Unlock()
+	if s.leases.m == nil {
+		s.leases.m = make(map[hot.LeaseID]leaseRec)
+	}
+	s.leases.m[id] = leaseRec{tenant: tenant, expires: now.Add(ttl)}
+	if len(s.leases.m) > sweepAbove && now.Sub(s.leases.lastSweep) > time.Second {
+		s.leases.lastSweep = now
+		for id, r := range s.leases.m {
+			if now.After(r.expires) {
+				delete(s.leases.m, id)
+			}
+		}
+	}
+}
+
+// takeLease removes a live lease of tenant from the registry and reports
+// whether the caller may release it.
+func (s *Server) takeLease(id hot.LeaseID, tenant string) bool {
+	s.leases.Lock()
+	defer s.leases.Unlock()
+	r, ok := s.leases.m[id]
+	if !ok || r.tenant != tenant {
+		return false
+	}
+	delete(s.leases.m, id)
+	return true
+}
+
+// releaseAllLeases releases every lease granted through this server.
+func (s *Server) releaseAllLeases() int {
+	s.leases.Lock()
+	defer s.leases.Unlock()
+	n := 0
+	for id := range s.leases.m {
+		if s.store.ReleaseLease(id) {
+			n++
+		}
+	}
+	clear(s.leases.m)
+	return n
+}
+
+// Stats returns the server's counters, the hot tier's, and the Go runtime's
+// heap and GC-pause figures, as STAT reports them.
+func (s *Server) Stats() []wire.StatEntry {
+	st := s.store.Stats()
+	e := []wire.StatEntry{
+		{Name: "conns_accepted", Value: s.stats.connsAccepted.Load()},
+		{Name: "conns_rejected", Value: s.stats.connsRejected.Load()},
+		{Name: "conns_open", Value: uint64(max(s.stats.connsOpen.Load(), 0))},
+		{Name: "bytes_in", Value: s.stats.bytesIn.Load()},
+		{Name: "bytes_out", Value: s.stats.bytesOut.Load()},
+		{Name: "blocks_hit", Value: s.stats.blocksHit.Load()},
+		{Name: "blocks_miss", Value: s.stats.blocksMiss.Load()},
+		{Name: "hot_hits", Value: st.Hits},
+		{Name: "hot_misses", Value: st.Misses},
+		{Name: "hot_identity_mismatches", Value: st.IdentityMismatches},
+		{Name: "hot_puts", Value: st.Puts},
+		{Name: "hot_put_rejects", Value: st.PutRejects},
+		{Name: "hot_evictions", Value: st.Evictions},
+		{Name: "hot_deletes", Value: st.Deletes},
+		{Name: "hot_blocks", Value: st.Blocks},
+		{Name: "hot_bytes_cached", Value: st.BytesCached},
+		{Name: "hot_bytes_reserved", Value: st.BytesReserved},
+		{Name: "hot_bytes_mapped", Value: st.BytesMapped},
+		{Name: "hot_capacity_bytes", Value: st.CapacityBytes},
+		{Name: "hot_leases_active", Value: st.LeasesActive},
+		{Name: "hot_leases_granted", Value: st.LeasesGranted},
+		{Name: "hot_leases_expired", Value: st.LeasesExpired},
+		{Name: "hot_pinned", Value: st.Pinned},
+	}
+	for op := wire.OpHello; op <= wire.OpPing; op++ {
+		e = append(e, wire.StatEntry{Name: "requests_" + lower(op.String()), Value: s.stats.requests[op].Load()})
+	}
+	for code := wire.CodeBadMagic; code <= wire.CodeTimeout; code++ {
+		e = append(e, wire.StatEntry{Name: "errors_" + lower(code.String()), Value: s.stats.errors[code].Load()})
+	}
+	rt := ReadRuntime()
+	e = append(e,
+		wire.StatEntry{Name: "go_heap_inuse_bytes", Value: rt.HeapInUse},
+		wire.StatEntry{Name: "go_gc_cycles", Value: rt.GCCycles},
+		wire.StatEntry{Name: "go_gc_pause_p50_ns", Value: rt.PauseP50Nanos},
+		wire.StatEntry{Name: "go_gc_pause_p99_ns", Value: rt.PauseP99Nanos},
+		wire.StatEntry{Name: "go_gc_pause_max_ns", Value: rt.PauseMaxNanos},
+	)
+	return e
+}
+
+func lower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c >= 'A' && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
+}
+
+// Runtime is a snapshot of the Go runtime's heap and GC figures.
+type Runtime struct {
+	HeapInUse     uint64 // bytes of live and not-yet-swept heap objects
+	GCCycles      uint64 // completed GC cycles
+	PauseP50Nanos uint64 // upper bound of the bucket holding the median stop-the-world GC pause
+	PauseP99Nanos uint64 // same for the 99th percentile
+	PauseMaxNanos uint64 // upper bound of the highest non-empty bucket
+}
+
+// ReadRuntime reads heap and GC pause figures from runtime/metrics.
+func ReadRuntime() Runtime {
+	samples := []metrics.Sample{
+		{Name: "/memory/classes/heap/objects:bytes"},
+		{Name: "/gc/cycles/total:gc-cycles"},
+		{Name: "/sched/pauses/total/gc:seconds"},
+	}
+	metrics.Read(samples)
+	var rt Runtime
+	if samples[0].Value.Kind() == metrics.KindUint64 {
+		rt.HeapInUse = samples[0].Value.Uint64()
+	}
+	if samples[1].Value.Kind() == metrics.KindUint64 {
+		rt.GCCycles = samples[1].Value.Uint64()
+	}
+	if samples[2].Value.Kind() == metrics.KindFloat64Histogram {
+		h := samples[2].Value.Float64Histogram()
+		rt.PauseP50Nanos = quantileNanos(h, 0.50)
+		rt.PauseP99Nanos = quantileNanos(h, 0.99)
+		rt.PauseMaxNanos = quantileNanos(h, 1)
+	}
+	return rt
+}
+
+// quantileNanos returns the upper bound, in ns, of the bucket holding the
+// q-quantile; 0 for an empty histogram.
+func quantileNanos(h *metrics.Float64Histogram, q float64) uint64 {
+	var total uint64
+	for _, c := range h.Counts {
+		total += c
+	}
+	if total == 0 {
+		return 0
+	}
+	want := uint64(math.Ceil(q * float64(total)))
+	var cum uint64
+	for i, c := range h.Counts {
+		cum += c
+		if cum >= want && c > 0 {
+			upper := h.Buckets[i+1]
+			if math.IsInf(upper, 1) {
+				upper = h.Buckets[i]
+			}
+			return uint64(upper * 1e9)
+		}
+	}
+	return 0
+}
