@@ -1,0 +1,112 @@
+package daemon
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/gpucache/gpucache/internal/config"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func testConfig() config.Config {
+	c := config.Default()
+	c.Listen, c.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
+	c.HotCapacity, c.HotSlab = 64<<20, 4<<20
+	return c
+}
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestRunServesAdminAndDrainsOnCancel(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan Addrs, 1)
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, testConfig(), quiet(), func(a Addrs) { ready <- a }) }()
+	a := <-ready
+	if code, body := httpGet(t, "http://"+a.Admin+"/healthz"); code != 200 || body != "ok\n" {
+		t.Fatalf("healthz %d %q", code, body)
+	}
+	if code, _ := httpGet(t, "http://"+a.Admin+"/readyz"); code != 200 {
+		t.Fatalf("readyz %d", code)
+	}
+	code, metrics := httpGet(t, "http://"+a.Admin+"/metrics")
+	for _, want := range []string{"gpucache_hot_capacity_bytes 6.7108864e+07", "gpucache_requests_get_total", "go_gc_duration_seconds"} {
+		if code != 200 || !strings.Contains(metrics, want) {
+			t.Fatalf("metrics lack %q (status %d)", want, code)
+		}
+	}
+	if code, _ := httpGet(t, "http://"+a.Admin+"/debug/pprof/cmdline"); code != 200 {
+		t.Fatalf("pprof %d", code)
+	}
+	nc, err := net.Dial("tcp", a.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run after cancel: %v", err)
+	}
+	if _, err := net.Dial("tcp", a.Data); err == nil {
+		t.Fatal("data port still open after shutdown")
+	}
+}
+
+func TestStartupErrorsAreClear(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c := testConfig()
+	c.Listen = ln.Addr().String()
+	err = Run(context.Background(), c, quiet(), nil)
+	if err == nil || !strings.Contains(err.Error(), "address already in use") || !strings.Contains(err.Error(), "--listen") {
+		t.Fatalf("port in use: %v", err)
+	}
+	c = testConfig()
+	c.AdminListen = ln.Addr().String()
+	err = Run(context.Background(), c, quiet(), nil)
+	if err == nil || !strings.Contains(err.Error(), "--admin-listen") {
+		t.Fatalf("admin port in use: %v", err)
+	}
+	c = testConfig()
+	c.HotCapacity = 1 << 50
+	if err := Run(context.Background(), c, quiet(), nil); err == nil || !strings.Contains(err.Error(), "memory") {
+		t.Fatalf("capacity beyond memory: %v", err)
+	}
+}
+
+func TestMainExitCodes(t *testing.T) {
+	var sb strings.Builder
+	if code := Main([]string{"--hot-capacity", "lots"}, &sb); code != 2 || !strings.Contains(sb.String(), "bad size") {
+		t.Fatalf("bad flag: exit %d, %q", code, sb.String())
+	}
+	sb.Reset()
+	if code := Main([]string{"--version"}, &sb); code != 0 || !strings.Contains(sb.String(), Version) {
+		t.Fatalf("version: exit %d, %q", code, sb.String())
+	}
+	sb.Reset()
+	if code := Main([]string{"--listen", "0.0.0.0:9400"}, &sb); code != 2 || !strings.Contains(sb.String(), "loopback") {
+		t.Fatalf("remote bind: exit %d, %q", code, sb.String())
+	}
+}
