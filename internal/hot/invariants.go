@@ -1,0 +1,213 @@
+package hot
+
+import (
+	"errors"
+	"fmt"
+)
+
+// checkInvariants walks the whole store and reports the first inconsistency
+// between the index, the LRU lists, the slabs, the leases and the gauges in
+// Stats. It is O(entries + slots) and takes the lock; tests call it after
+// each operation sequence.
+func (s *Store) checkInvariants() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mu.closed {
+		return nil
+	}
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("invariant: "+format, args...)
+	}
+	es := s.mu.entries
+	n := s.cl.n
+
+	// LRU lists: well linked, members are published leaves of the class.
+	onList := make([]bool, len(es))
+	for c := range n {
+		sent := uint32(c)
+		if es[sent].state != stateSentinel {
+			return bad("entry %d is not a sentinel", c)
+		}
+		prev, p := sent, es[sent].next
+		for steps := 0; p != sent; steps++ {
+			if steps > len(es) {
+				return bad("class %d: LRU list loops", c)
+			}
+			e := &es[p]
+			if e.prev != prev {
+				return bad("class %d: entry %d prev %d, want %d", c, p, e.prev, prev)
+			}
+			if !e.linked || onList[p] || int(e.class) != c || e.state != statePublished || e.children != 0 {
+				return bad("class %d: bad list member %d (linked %v state %d children %d class %d)",
+					c, p, e.linked, e.state, e.children, e.class)
+			}
+			onList[p] = true
+			prev, p = p, e.next
+		}
+		if es[sent].prev != prev {
+			return bad("class %d: tail %d, want %d", c, es[sent].prev, prev)
+		}
+	}
+
+	// Entries against the index, the slabs and the gauges.
+	var want Stats
+	free := make(map[uint32]bool, len(s.mu.freeEntries))
+	for _, idx := range s.mu.freeEntries {
+		if free[idx] || es[idx].state != stateFree {
+			return bad("free list entry %d (state %d) repeated or in use", idx, es[idx].state)
+		}
+		free[idx] = true
+	}
+	kids := make(map[kidKey]uint32)
+	leases := make(map[uint32]uint32)
+	for _, l := range s.mu.leases {
+		for _, r := range l.refs {
+			if es[r.idx].gen != r.gen {
+				return bad("lease holds stale ref %d/%d", r.idx, r.gen)
+			}
+			leases[r.idx]++
+		}
+	}
+	live := 0
+	for i := n; i < len(es); i++ {
+		idx := uint32(i)
+		e := &es[i]
+		switch e.state {
+		case stateFree:
+			if !free[idx] {
+				return bad("free entry %d not on the free list", i)
+			}
+			continue
+		case stateReserved:
+			want.InFlight++
+			if e.linked || e.pins != 0 || e.leases != 0 {
+				return bad("in-flight entry %d linked or pinned", i)
+			}
+		case statePublished:
+			want.Blocks++
+			want.BytesCached += uint64(e.length)
+			if !e.parent.IsZero() {
+				kids[kidKey{e.parent, e.ns}]++
+			}
+			if e.pinned() {
+				want.Pinned++
+			}
+			if e.linked != (e.children == 0) || e.linked != onList[i] {
+				return bad("entry %d linked %v, children %d, on list %v", i, e.linked, e.children, onList[i])
+			}
+		default:
+			return bad("entry %d in state %d", i, e.state)
+		}
+		live++
+		want.BytesReserved += uint64(s.cl.size(int(e.class)))
+		if got, ok := s.mu.index[e.key]; !ok || got != idx {
+			return bad("entry %d not indexed under its key", i)
+		}
+		if e.leases != leases[idx] {
+			return bad("entry %d leases %d, want %d", i, e.leases, leases[idx])
+		}
+		if int(e.slab) >= len(s.mu.slabs) {
+			return bad("entry %d slab %d out of range", i, e.slab)
+		}
+		sl := &s.mu.slabs[e.slab]
+		if sl.mem == nil || sl.class != int(e.class) || int(e.slot) >= len(sl.owner) || sl.owner[e.slot] != idx {
+			return bad("entry %d slot %d/%d not owned", i, e.slab, e.slot)
+		}
+		if int(e.length) > sl.slotSize {
+			return bad("entry %d length %d > slot %d", i, e.length, sl.slotSize)
+		}
+	}
+	if live != len(s.mu.index) {
+		return bad("%d live entries, %d indexed", live, len(s.mu.index))
+	}
+	for i := n; i < len(es); i++ {
+		e := &es[i]
+		if e.state == statePublished && e.children != kids[kidKey{e.key, e.ns}] {
+			return bad("entry %d children %d, want %d", i, e.children, kids[kidKey{e.key, e.ns}])
+		}
+	}
+	if len(kids) != len(s.mu.kids) {
+		return bad("kids map has %d parents, want %d", len(s.mu.kids), len(kids))
+	}
+	for k, v := range kids {
+		kl := s.mu.kids[k]
+		if kl.n != v {
+			return bad("kids[%s].n = %d, want %d", k.parent, kl.n, v)
+		}
+		prev, got := uint32(0), uint32(0)
+		for c := kl.head; c != 0; prev, c = c, es[c].sibNext {
+			if got++; got > v {
+				return bad("kids[%s] list longer than %d", k.parent, v)
+			}
+			e := &es[c]
+			if e.state != statePublished || e.parent != k.parent || e.ns != k.ns || e.sibPrev != prev {
+				return bad("kids[%s] lists a stranger %d", k.parent, c)
+			}
+		}
+		if got != v {
+			return bad("kids[%s] list has %d, want %d", k.parent, got, v)
+		}
+	}
+
+	// Slabs: slot accounting and the byte budget.
+	var mapped int64
+	empty := 0
+	for i := range s.mu.slabs {
+		sl := &s.mu.slabs[i]
+		if sl.mem == nil {
+			continue
+		}
+		want.Slabs++
+		mapped += int64(len(sl.mem))
+		if len(sl.owner) != len(sl.mem)/sl.slotSize || sl.slotSize != s.cl.size(sl.class) {
+			return bad("slab %d carved wrong", i)
+		}
+		used := 0
+		for _, o := range sl.owner {
+			if o != 0 {
+				used++
+			}
+		}
+		if used != sl.used() {
+			return bad("slab %d: %d owners, %d used", i, used, sl.used())
+		}
+		if used == 0 {
+			empty++
+		}
+		inAvail := false
+		for _, id := range s.mu.avail[sl.class] {
+			inAvail = inAvail || id == uint32(i)
+		}
+		if inAvail != sl.inAvail || (len(sl.free) > 0 && !sl.inAvail) {
+			return bad("slab %d avail flag %v, listed %v, free %d", i, sl.inAvail, inAvail, len(sl.free))
+		}
+	}
+	if empty != s.mu.emptySlabs {
+		return bad("%d empty slabs, counted %d", empty, s.mu.emptySlabs)
+	}
+	want.BytesMapped = uint64(mapped)
+	if mapped > s.cfg.CapacityBytes || s.mu.budget > s.cfg.CapacityBytes || mapped > s.mu.budget {
+		return bad("mapped %d, budget %d, capacity %d", mapped, s.mu.budget, s.cfg.CapacityBytes)
+	}
+
+	st := s.mu.st
+	type gauge struct {
+		name      string
+		got, want uint64
+	}
+	var errs []error
+	for _, g := range []gauge{
+		{"Blocks", st.Blocks, want.Blocks},
+		{"BytesCached", st.BytesCached, want.BytesCached},
+		{"BytesReserved", st.BytesReserved, want.BytesReserved},
+		{"BytesMapped", st.BytesMapped, want.BytesMapped},
+		{"Pinned", st.Pinned, want.Pinned},
+		{"InFlight", st.InFlight, want.InFlight},
+		{"Slabs", st.Slabs, want.Slabs},
+	} {
+		if g.got != g.want {
+			errs = append(errs, bad("Stats.%s = %d, want %d", g.name, g.got, g.want))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,436 @@
+package hot
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"time"
+)
+
+// entryState is the life-cycle state of an index entry.
+type entryState uint8
+
+const (
+	stateFree      entryState = iota // on the free list; no key
+	stateSentinel                    // LRU list head of one size class
+	stateReserved                    // slot handed to a Reservation, not visible
+	statePublished                   // committed, visible to Acquire and Lookup
+)
+
+// entry is one slot of the index. It holds no Go pointers (see
+// TestEntryHasNoPointers): the entries slice is allocated noscan, so the GC
+// never walks it however many blocks are cached. Everything an entry refers to
+// is a uint32 index: into Store.mu.entries (LRU links), Store.mu.slabs and the
+// slab's slots.
+type entry struct {
+	key    Key       // block key; the index maps it back to this entry
+	ns     Namespace // namespace digest the block was written under
+	parent Key       // parent block key; zero for the first block of a chain
+	tick   uint64    // logical time of the last touch (Store.mu.tick)
+
+	slab   uint32 // index into Store.mu.slabs
+	slot   uint32 // slot number inside the slab
+	length uint32 // payload bytes
+	tokens uint32 // tokens covered by the block (kept for callers' stats)
+
+	prev, next uint32 // LRU links (indices into entries); valid while linked
+	// sibPrev, sibNext link the published children of one (parent, ns)
+	// into the list headed in Store.mu.kids; 0 ends the list (entry 0 is
+	// a sentinel, never a child).
+	sibPrev, sibNext uint32
+	children         uint32 // published entries whose parent is key, under ns
+	pins             uint32 // Views outstanding
+	leases           uint32 // leases holding this entry
+	gen              uint32 // bumped when the entry is freed; stale refs mismatch
+	mark             uint32 // scratch for slab reclaim planning (Store.mu.mark)
+
+	class  uint8 // size class of the slot
+	state  entryState
+	linked bool // on the LRU list of its class (published && children == 0)
+}
+
+// pinned reports whether a reader or a lease holds the entry.
+func (e *entry) pinned() bool { return e.pins > 0 || e.leases > 0 }
+
+// kidKey names a parent within a namespace, for tracking cached children.
+type kidKey struct {
+	parent Key
+	ns     Namespace
+}
+
+// kidList heads the list of published children of one kidKey, linked
+// through entry.sibPrev/sibNext. It exists whether or not the parent itself
+// is cached, so a parent published after its children finds them.
+type kidList struct {
+	head uint32 // first child; 0 when none
+	n    uint32 // number of children
+}
+
+// Store is the hot tier: an off-heap slab arena with a pointer-free index,
+// prefix-aware LRU eviction and leases. See the package comment for the
+// design; all methods are safe for concurrent use.
+type Store struct {
+	cfg  Config    // immutable after New
+	cl   classes   // immutable after New
+	base time.Time // clock origin for lease deadlines; immutable
+
+	mu struct {
+		sync.Mutex
+
+		closed bool // guarded by mu; set once by Close
+
+		// The index. entries[0:cl.n] are the LRU sentinels of the size
+		// classes; an LRU list holds only eviction candidates (published
+		// entries without cached children), MRU at sentinel.next.
+		entries     []entry            // guarded by mu
+		freeEntries []uint32           // guarded by mu; free entry indices
+		index       map[Key]uint32     // guarded by mu; key -> entry (reserved or published)
+		kids        map[kidKey]kidList // guarded by mu; cached children per (parent, ns)
+		tick        uint64             // guarded by mu; logical LRU clock
+
+		// Slabs. A slab record is reused after its mapping is released.
+		slabs      []slab     // guarded by mu
+		freeSlabs  []uint32   // guarded by mu; unused slab records
+		avail      [][]uint32 // guarded by mu; per class: slabs with free slots
+		emptySlabs int        // guarded by mu; mapped slabs with no used slot
+		mark       uint32     // guarded by mu; epoch of entry.mark
+		plan       []uint32   // guarded by mu; best slab reclaim plan (scratch)
+		spare      []uint32   // guarded by mu; scratch
+		// budget is the bytes of installed slabs plus mappings in progress
+		// plus released mappings not yet munmapped; it never exceeds
+		// cfg.CapacityBytes. st.BytesMapped counts installed slabs only.
+		budget int64 // guarded by mu
+
+		// Leases.
+		leases    map[LeaseID]leaseRec // guarded by mu
+		deadlines leaseHeap            // guarded by mu; may hold released leases
+		nextLease LeaseID              // guarded by mu
+
+		st Stats // guarded by mu; counters and gauges
+	}
+}
+
+// maxReserveAttempts bounds the find-space loop of one Reserve.
+const maxReserveAttempts = 64
+
+// New validates cfg (after WithDefaults) and returns an empty store. No slab
+// is mapped until a size class needs one.
+func New(cfg Config) (*Store, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Store{cfg: cfg, cl: newClasses(cfg), base: cfg.Now()}
+	n := s.cl.n
+	s.mu.entries = make([]entry, n, n+1024)
+	for k := range n {
+		s.mu.entries[k] = entry{state: stateSentinel, prev: uint32(k), next: uint32(k), class: uint8(k)}
+	}
+	s.mu.index = make(map[Key]uint32)
+	s.mu.kids = make(map[kidKey]kidList)
+	s.mu.avail = make([][]uint32, n)
+	s.mu.leases = make(map[LeaseID]leaseRec)
+	s.mu.st.CapacityBytes = uint64(cfg.CapacityBytes)
+	return s, nil
+}
+
+// MaxPayload returns the largest payload a Reservation can hold (MaxClass).
+func (s *Store) MaxPayload() int { return s.cfg.MaxClass }
+
+// now returns the clock as nanoseconds since s.base.
+func (s *Store) now() int64 { return int64(s.cfg.Now().Sub(s.base)) }
+
+// Close unmaps every slab and drops the index and all leases. Afterwards
+// Reserve returns ErrClosed and reads miss. The caller guarantees that no
+// View or Reservation is still in use. A second Close returns ErrClosed.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.mu.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	s.mu.closed = true
+	var mems [][]byte
+	for i := range s.mu.slabs {
+		if s.mu.slabs[i].mem != nil {
+			mems = append(mems, s.mu.slabs[i].mem)
+		}
+	}
+	s.mu.entries, s.mu.freeEntries, s.mu.index, s.mu.kids = nil, nil, nil, nil
+	s.mu.slabs, s.mu.freeSlabs, s.mu.avail, s.mu.emptySlabs = nil, nil, nil, 0
+	s.mu.leases, s.mu.deadlines, s.mu.budget = nil, nil, 0
+	st := &s.mu.st
+	st.Blocks, st.BytesCached, st.BytesReserved, st.BytesMapped = 0, 0, 0, 0
+	st.LeasesActive, st.Pinned, st.InFlight, st.Slabs = 0, 0, 0, 0
+	s.mu.Unlock()
+
+	var first error
+	for _, m := range mems {
+		if err := unmapSlab(m); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// Reserve hands out a slot for a payload of size bytes (0..MaxPayload) under
+// key. The caller fills r.Buf and then calls Commit or Abort exactly once;
+// until then the block is in flight: invisible to readers, never evicted, and
+// its key is taken (a second Reserve gets ErrExists).
+//
+// To find space Reserve, in order: takes a free slot of the size class, maps
+// a new slab while the byte budget allows, hands an empty slab of another
+// class over, empties a slab of another class whose blocks are all older
+// than the LRU candidate of this class (evicting them, and their cached
+// descendants first), and evicts the LRU candidate of this class. It returns
+// ErrNoSpace when none of these succeeds within bounded work.
+func (s *Store) Reserve(ns Namespace, key, parent Key, tokens uint32, size int) (Reservation, error) {
+	if size < 0 || size > s.cfg.MaxClass {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.mu.closed {
+			return Reservation{}, ErrClosed
+		}
+		s.mu.st.PutRejects++
+		return Reservation{}, fmt.Errorf("%w: %d bytes (max %d)", ErrTooLarge, size, s.cfg.MaxClass)
+	}
+	k := s.cl.classOf(size)
+	now := s.now()
+
+	s.mu.Lock()
+	if s.mu.closed {
+		s.mu.Unlock()
+		return Reservation{}, ErrClosed
+	}
+	s.expireLocked(now, false)
+	for attempt := 0; ; attempt++ {
+		if s.mu.closed {
+			s.mu.Unlock()
+			return Reservation{}, ErrClosed
+		}
+		if _, ok := s.mu.index[key]; ok {
+			s.mu.st.PutRejects++
+			s.mu.Unlock()
+			return Reservation{}, fmt.Errorf("%w: %s", ErrExists, key)
+		}
+		if sid, slot, ok := s.takeSlotLocked(k); ok {
+			r := s.reserveSlotLocked(ns, key, parent, tokens, size, k, sid, slot)
+			s.mu.Unlock()
+			return r, nil
+		}
+		if attempt >= maxReserveAttempts {
+			break
+		}
+		if sz := int64(s.cl.slabSize(k)); s.mu.budget+sz <= s.cfg.CapacityBytes {
+			if err := s.growLocked(k); err != nil {
+				s.mu.st.PutRejects++
+				s.mu.Unlock()
+				return Reservation{}, err
+			}
+			continue
+		}
+		if s.mu.emptySlabs > 0 {
+			if id, ok := s.findEmptySlabLocked(k); ok {
+				s.convertSlabLocked(id, k)
+				continue
+			}
+		}
+		// Evict in class k, unless another class holds a slab whose blocks
+		// are all older than that: then the slab changes class.
+		cand, ok := s.candidateLocked(k)
+		limit := uint64(math.MaxUint64)
+		if ok {
+			limit = s.mu.entries[cand].tick
+		}
+		if id, found := s.pickVictimSlabLocked(k, limit); found && s.reclaimSlabLocked(id) {
+			s.convertSlabLocked(id, k)
+			continue
+		}
+		if ok {
+			s.evictLocked(cand)
+			continue
+		}
+		break
+	}
+	s.mu.st.PutRejects++
+	s.mu.Unlock()
+	return Reservation{}, fmt.Errorf("%w: class %d bytes", ErrNoSpace, s.cl.size(k))
+}
+
+// reserveSlotLocked creates the in-flight entry for a taken slot.
+func (s *Store) reserveSlotLocked(ns Namespace, key, parent Key, tokens uint32, size, k int, sid, slot uint32) Reservation {
+	idx := s.newEntryLocked()
+	e := &s.mu.entries[idx]
+	*e = entry{
+		key: key, ns: ns, parent: parent,
+		slab: sid, slot: slot, length: uint32(size), tokens: tokens,
+		gen: e.gen, class: uint8(k), state: stateReserved,
+	}
+	s.mu.slabs[sid].owner[slot] = idx
+	s.mu.index[key] = idx
+	s.mu.st.InFlight++
+	s.mu.st.BytesReserved += uint64(s.cl.size(k))
+	return Reservation{Buf: s.bytesLocked(e), ref: ref{idx: idx, gen: e.gen}}
+}
+
+// bytesLocked returns the payload of e as a slice of slab memory with
+// len == cap == e.length.
+func (s *Store) bytesLocked(e *entry) []byte {
+	sl := &s.mu.slabs[e.slab]
+	off := int(e.slot) * sl.slotSize
+	end := off + int(e.length)
+	return sl.mem[off:end:end]
+}
+
+// newEntryLocked returns a free entry index, growing the slice if needed.
+// It may move s.mu.entries: callers must not hold an *entry across it.
+func (s *Store) newEntryLocked() uint32 {
+	if n := len(s.mu.freeEntries); n > 0 {
+		idx := s.mu.freeEntries[n-1]
+		s.mu.freeEntries = s.mu.freeEntries[:n-1]
+		return idx
+	}
+	s.mu.entries = append(s.mu.entries, entry{})
+	return uint32(len(s.mu.entries) - 1)
+}
+
+// freeEntryLocked releases the slot and the entry of idx (which must already
+// be out of the index and the LRU) and bumps its generation.
+func (s *Store) freeEntryLocked(idx uint32) {
+	e := &s.mu.entries[idx]
+	s.freeSlotLocked(e.slab, e.slot)
+	s.mu.st.BytesReserved -= uint64(s.cl.size(int(e.class)))
+	gen := e.gen + 1
+	*e = entry{gen: gen, state: stateFree}
+	s.mu.freeEntries = append(s.mu.freeEntries, idx)
+}
+
+// lookupRefLocked resolves r to an entry index in state want.
+func (s *Store) lookupRefLocked(r ref, want entryState) (uint32, bool) {
+	if s.mu.closed || int(r.idx) < s.cl.n || int(r.idx) >= len(s.mu.entries) {
+		return 0, false
+	}
+	e := &s.mu.entries[r.idx]
+	if e.gen != r.gen || e.state != want {
+		return 0, false
+	}
+	return r.idx, true
+}
+
+// Commit publishes a reserved block: it becomes visible to Acquire and
+// Lookup and an eviction candidate. A stale or repeated Commit (or one after
+// Abort or Close) is ignored. A block whose parent chain would loop back to
+// its own key is dropped instead (counted as a PutReject): a cycle would make
+// every block on it unevictable.
+func (s *Store) Commit(r Reservation) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	idx, ok := s.lookupRefLocked(r.ref, stateReserved)
+	if !ok {
+		return
+	}
+	s.mu.st.InFlight--
+	if s.closesCycleLocked(idx) {
+		e := &s.mu.entries[idx]
+		delete(s.mu.index, e.key)
+		s.mu.st.PutRejects++
+		s.freeEntryLocked(idx)
+		return
+	}
+	s.publishLocked(idx)
+}
+
+// Abort frees a reserved slot. A stale or repeated Abort is ignored.
+func (s *Store) Abort(r Reservation) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	idx, ok := s.lookupRefLocked(r.ref, stateReserved)
+	if !ok {
+		return
+	}
+	s.mu.st.InFlight--
+	delete(s.mu.index, s.mu.entries[idx].key)
+	s.freeEntryLocked(idx)
+}
+
+// Acquire pins the published block key and returns its bytes. It misses
+// (false, no bytes) when the key is absent, in flight, or was written under
+// another namespace digest (also counted in IdentityMismatches). A hit
+// touches the LRU. The caller must Release the View exactly once.
+func (s *Store) Acquire(ns Namespace, key Key) (View, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mu.closed {
+		return View{}, false
+	}
+	idx, ok := s.mu.index[key]
+	if !ok || s.mu.entries[idx].state != statePublished {
+		s.mu.st.Misses++
+		return View{}, false
+	}
+	e := &s.mu.entries[idx]
+	if e.ns != ns {
+		s.mu.st.Misses++
+		s.mu.st.IdentityMismatches++
+		return View{}, false
+	}
+	if !e.pinned() {
+		s.mu.st.Pinned++
+	}
+	e.pins++
+	s.touchLocked(idx)
+	s.mu.st.Hits++
+	return View{Bytes: s.bytesLocked(e), ref: ref{idx: idx, gen: e.gen}}, true
+}
+
+// Release unpins a View. A zero, stale or repeated Release is ignored.
+func (s *Store) Release(v View) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	idx, ok := s.lookupRefLocked(v.ref, statePublished)
+	if !ok {
+		return
+	}
+	e := &s.mu.entries[idx]
+	if e.pins == 0 {
+		return
+	}
+	e.pins--
+	if !e.pinned() {
+		s.mu.st.Pinned--
+	}
+}
+
+// Delete removes the published block key. busy reports a block that exists
+// under ns but is pinned, leased or in flight; it is not removed. A key
+// stored under another namespace is reported as absent (false, false).
+func (s *Store) Delete(ns Namespace, key Key) (deleted, busy bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mu.closed {
+		return false, false
+	}
+	idx, ok := s.mu.index[key]
+	if !ok {
+		return false, false
+	}
+	e := &s.mu.entries[idx]
+	if e.ns != ns {
+		return false, false
+	}
+	if e.state != statePublished || e.pinned() {
+		return false, true
+	}
+	s.removeLocked(idx)
+	s.mu.st.Deletes++
+	return true, false
+}
+
+// Stats returns a snapshot of the counters.
+func (s *Store) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.mu.st
+	st.LeasesActive = uint64(len(s.mu.leases))
+	return st
+}
