@@ -1,0 +1,71 @@
+// Package client is the Go client of gpucache, the shared KV-cache store for
+// LLM inference engines. It speaks the binary wire protocol of package
+// api/wire over a small pool of TCP connections.
+//
+// # Usage
+//
+//	c, err := client.Dial(ctx, client.Config{Addr: "127.0.0.1:9400", Tenant: "acme"})
+//	if err != nil { ... }
+//	defer c.Close()
+//
+//	ns := client.Namespace{
+//		Tenant: "acme", TrustDomain: "prod", ModelID: "llama-3-8b",
+//		ConfigRevision: "r1", TokenizerRevision: "t1", RoPE: "rope-theta-500000",
+//		DType: "fp16", Quantization: "none",
+//		Layout: client.Layout{Format: "vllm-nhd", TPSize: 1, PPSize: 1,
+//			LayerCount: 32, KVHeads: 8, HeadDim: 128, BlockTokens: 16},
+//	}
+//	keys, err := client.Chain(ns, promptTokens) // one key per 16-token block
+//
+//	// Which leading blocks are cached? Pin them for 2s.
+//	hits, lease, err := c.Lookup(ctx, ns, keys, 2*time.Second)
+//
+//	// Read them (this releases the lease). Any failure is a miss.
+//	for i, r := range c.GetLeased(ctx, ns, lease, keys[:hits]) {
+//		if !r.Hit { recompute(i, r.Reason); continue }
+//		load(i, r.Data)
+//	}
+//
+//	// Store freshly computed blocks.
+//	statuses, err := c.Put(ctx, ns, []client.PutBlock{
+//		{Key: keys[5], Parent: keys[4], Tokens: 16, Data: kv5},
+//	})
+//
+// GetInto reads into caller-provided buffers (for example pinned staging
+// memory) and allocates no payload memory.
+//
+// # Failure model
+//
+// A read never fails as a whole and never hangs: every block of Get,
+// GetInto and GetLeased is either a hit with its complete payload or a miss
+// with a Reason. ErrNotCached is a plain miss; ErrTimeout (the context
+// expired), ErrUnavailable (no connection, or it broke), ErrProtocol (a
+// malformed answer) and ErrServer (an error answer, wrapping *wire.Error)
+// explain failed reads. A payload cut short by a dropped connection is a
+// miss, not data. Writes and control calls return the same errors.
+//
+// Every call takes a context; a context without a deadline gets
+// Config.RequestTimeout. When the context expires the call returns at once:
+// an answer that arrives later is drained and discarded, and the client
+// never writes into the caller's buffers after the call has returned.
+//
+// # Connections
+//
+// The client holds Config.Conns connections and sends each call on the
+// least-loaded one. Each connection performs HELLO on connect, after which
+// many requests are pipelined on it, up to the smaller of Config.MaxInFlight
+// and the server's limit: callers write frames under a write lock (PUT
+// payloads go out by vectored writes straight from the caller's slices) and
+// one reader goroutine matches answers to calls by request id, reading GET
+// payloads straight into their destination buffers. A connection that fails
+// fails the calls pending on it and is redialed lazily by the next call;
+// calls that lost their connection before any answer are sent once more.
+// Batches larger than the server's MaxBatch or MaxFrame are split into
+// several pipelined requests (a GET is split so that its answer fits
+// MaxFrame even if every block is as large as allowed: MaxPayload, or for
+// GetInto the buffer's capacity). A lease belongs to the connection that
+// took it, so GetLeased is sent on the connection Lookup used.
+//
+// The package re-exports the identity types (Namespace, BlockKey, Chain,
+// KeyFor) so that users need import only this package.
+package client

@@ -1,0 +1,248 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/gpucache/gpucache/api/wire"
+	"github.com/gpucache/gpucache/internal/hot"
+	"github.com/gpucache/gpucache/internal/server"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// testCtx bounds a whole test's calls.
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// realServer is the gpucache server over a small hot store.
+type realServer struct {
+	t      *testing.T
+	addr   string
+	srv    *server.Server
+	store  *hot.Store
+	served chan error
+}
+
+// startServer runs a real server on addr ("127.0.0.1:0" for any port) and
+// stops it when the test ends, unless the test stops it first.
+func startServer(t *testing.T, addr string, limits wire.Limits) *realServer {
+	t.Helper()
+	store, err := hot.New(hot.Config{CapacityBytes: 64 << 20, SlabBytes: 4 << 20, MaxClass: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(server.Config{Store: store, Limits: limits, Name: "test", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := &realServer{t: t, addr: ln.Addr().String(), srv: srv, store: store, served: make(chan error, 1)}
+	go func() { rs.served <- srv.Serve(ln) }()
+	t.Cleanup(rs.stop)
+	return rs
+}
+
+func (rs *realServer) stop() {
+	if rs.srv == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := rs.srv.Shutdown(ctx); err != nil {
+		rs.t.Errorf("shutdown: %v", err)
+	}
+	if err := <-rs.served; err != nil {
+		rs.t.Errorf("serve: %v", err)
+	}
+	rs.store.Close()
+	rs.srv = nil
+}
+
+func testNS(tenant string) Namespace {
+	return Namespace{
+		Tenant: tenant, TrustDomain: "test", ModelID: "m", ConfigRevision: "c1", TokenizerRevision: "t1",
+		RoPE: "rope", DType: "fp16", Quantization: "none",
+		Layout: Layout{Format: "raw", TPSize: 1, PPSize: 1, LayerCount: 1, KVHeads: 1, HeadDim: 1, BlockTokens: 4},
+	}
+}
+
+// testBlocks returns a chain of n blocks of size bytes each; block i's
+// bytes depend on seed and i.
+func testBlocks(t *testing.T, ns Namespace, n, size int, seed byte) []PutBlock {
+	t.Helper()
+	tokens := make([]uint32, 4*n)
+	for i := range tokens {
+		tokens[i] = uint32(i) + uint32(seed)<<24
+	}
+	keys, err := Chain(ns, tokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := make([]PutBlock, n)
+	for i := range blocks {
+		data := make([]byte, size)
+		for j := range data {
+			data[j] = byte(j*7+i) ^ seed
+		}
+		blocks[i] = PutBlock{Key: keys[i], Tokens: 4, Data: data}
+		if i > 0 {
+			blocks[i].Parent = keys[i-1]
+		}
+	}
+	return blocks
+}
+
+func keysOf(blocks []PutBlock) []BlockKey {
+	keys := make([]BlockKey, len(blocks))
+	for i := range blocks {
+		keys[i] = blocks[i].Key
+	}
+	return keys
+}
+
+// fakeServer is a scripted server on a raw listener. It answers HELLO by
+// itself (unless silent) and hands every later request to handle.
+type fakeServer struct {
+	ln     net.Listener
+	silent bool // do not even answer HELLO
+	limits wire.Limits
+	handle func(fc *fakeConn, h wire.Header, body []byte) // nil: read and never answer
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	conns  []net.Conn
+}
+
+type fakeConn struct {
+	nc net.Conn
+}
+
+func newFake(t *testing.T, handle func(fc *fakeConn, h wire.Header, body []byte)) *fakeServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := &fakeServer{ln: ln, handle: handle, limits: wire.DefaultLimits()}
+	t.Cleanup(fs.close)
+	return fs
+}
+
+func (fs *fakeServer) addr() string { return fs.ln.Addr().String() }
+
+func (fs *fakeServer) start() *fakeServer {
+	fs.wg.Add(1)
+	go func() {
+		defer fs.wg.Done()
+		for {
+			nc, err := fs.ln.Accept()
+			if err != nil {
+				return
+			}
+			fs.mu.Lock()
+			fs.conns = append(fs.conns, nc)
+			fs.mu.Unlock()
+			fs.wg.Add(1)
+			go func() {
+				defer fs.wg.Done()
+				fs.serve(&fakeConn{nc: nc})
+			}()
+		}
+	}()
+	return fs
+}
+
+func (fs *fakeServer) close() {
+	fs.ln.Close()
+	fs.mu.Lock()
+	for _, nc := range fs.conns {
+		nc.Close()
+	}
+	fs.mu.Unlock()
+	fs.wg.Wait()
+}
+
+func (fs *fakeServer) serve(fc *fakeConn) {
+	defer fc.nc.Close()
+	var hb [wire.HeaderSize]byte
+	for {
+		if _, err := io.ReadFull(fc.nc, hb[:]); err != nil {
+			return
+		}
+		h, err := wire.DecodeHeader(hb[:])
+		if err != nil {
+			return
+		}
+		body := make([]byte, h.BodyLen)
+		if _, err := io.ReadFull(fc.nc, body); err != nil {
+			return
+		}
+		if fs.silent {
+			continue
+		}
+		if h.Op == wire.OpHello {
+			resp := wire.HelloResponse{Version: wire.Version1, Server: "fake", Limits: fs.limits}
+			fc.reply(h, 0, resp.AppendTo(nil))
+			continue
+		}
+		if fs.handle != nil {
+			fs.handle(fc, h, body)
+		}
+	}
+}
+
+// reply writes a whole answer frame.
+func (fc *fakeConn) reply(h wire.Header, flags wire.Flags, body []byte) {
+	fc.nc.Write(frameBytes(h, flags, uint32(len(body)), body))
+}
+
+func frameBytes(h wire.Header, flags wire.Flags, bodyLen uint32, body []byte) []byte {
+	b := wire.Header{Version: wire.Version1, Op: h.Op, Flags: wire.FlagResponse | flags, RequestID: h.RequestID, BodyLen: bodyLen}.Append(nil)
+	return append(b, body...)
+}
+
+// getAnswer encodes a whole GET answer with a hit for every payload and a
+// miss for every nil one.
+func getAnswer(payloads [][]byte) []byte {
+	var table []byte
+	table = binary.LittleEndian.AppendUint32(table, uint32(len(payloads)))
+	for _, p := range payloads {
+		st := wire.StatusHit
+		if p == nil {
+			st = wire.StatusMiss
+		}
+		table = append(table, byte(st))
+		table = binary.LittleEndian.AppendUint32(table, uint32(len(p)))
+	}
+	body := wire.AppendMeta(nil, table)
+	for _, p := range payloads {
+		body = append(body, p...)
+	}
+	return body
+}
+
+// decodeGet parses a GET request body with the wire package's decoder.
+func decodeGet(t testing.TB, body []byte) wire.GetRequest {
+	var req wire.GetRequest
+	if err := req.Decode(body, wire.DefaultMaxBatch); err != nil {
+		t.Errorf("GET request does not decode: %v", err)
+	}
+	return req
+}
+
+func pattern(n int, b byte) []byte { return bytes.Repeat([]byte{b}, n) }

@@ -1,0 +1,98 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/gpucache/gpucache/internal/bench"
+)
+
+func runBench(ctx context.Context, args []string, std Stdio) error {
+	var common commonFlags
+	var nsf nsFlags
+	fs := newFlagSet("bench", "bench [flags]", std.Err)
+	common.register(fs)
+	nsf.register(fs, "bench")
+	op := fs.String("op", "both", "operation: get, put or both")
+	sizes := fs.String("sizes", "64KiB,256KiB,1MiB", "comma-separated payload `sizes`")
+	conns := fs.String("conns", "1,8,32", "comma-separated worker counts; each worker has its own connection")
+	batch := fs.Int("batch", 1, "keys per GET/PUT request")
+	pipeline := fs.Int("pipeline", 1, "requests in flight per worker")
+	duration := fs.Duration("duration", 5*time.Second, "measured time per case")
+	requests := fs.Int("requests", 0, "end each case after this many requests instead of --duration")
+	keys := fs.Int("keys", 256, "working set per size, written before the GET cases")
+	jsonOut := fs.String("json", "", "write machine-readable results to `file`")
+	warmup := fs.Duration("warmup", 0, "unmeasured warm-up per case")
+	hold := fs.String("hold-bytes", "0", "fill the server with this many bytes of blocks first (e.g. 4GiB)")
+	holdBlock := fs.String("hold-block", "1MiB", "block size for --hold-bytes")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := noArgs(pos); err != nil {
+		return err
+	}
+	cfg := bench.Config{Addr: common.addr, Tenant: common.tenant, Batch: *batch, Pipeline: *pipeline,
+		Duration: *duration, Requests: *requests, Keys: *keys, Warmup: *warmup, RequestTimeout: common.timeout}
+	if cfg.Namespace, err = nsf.namespace(common.tenant); err != nil {
+		return err
+	}
+	if cfg.Ops, err = bench.ParseOps(*op); err != nil {
+		return usageErr("--op: %v", err)
+	}
+	if cfg.Sizes, err = bench.ParseSizes(*sizes); err != nil {
+		return usageErr("--sizes: %v", err)
+	}
+	if cfg.Conns, err = bench.ParseInts(*conns); err != nil {
+		return usageErr("--conns: %v", err)
+	}
+	if cfg.HoldBytes, err = bench.ParseSize(*hold); err != nil {
+		return usageErr("--hold-bytes: %v", err)
+	}
+	hb, err := bench.ParseSize(*holdBlock)
+	if err != nil || hb > 1<<31 {
+		return usageErr("--hold-block: bad size %q", *holdBlock)
+	}
+	cfg.HoldBlock = int(hb)
+	if *duration <= 0 && *requests == 0 {
+		return usageErr("--duration must be positive (or give --requests)")
+	}
+
+	rep, runErr := bench.Run(ctx, cfg, bench.Output{Progress: std.Err, TTY: isTerminal(std.Err)})
+	if errors.Is(runErr, bench.ErrConfig) {
+		return usageErr("%v", runErr)
+	}
+	if rep == nil {
+		return runErr
+	}
+	if err := rep.WriteTable(std.Out); err != nil {
+		return err
+	}
+	if *jsonOut != "" {
+		f, err := os.Create(*jsonOut)
+		if err != nil {
+			return err
+		}
+		if err := rep.WriteJSON(f); err != nil {
+			f.Close()
+			return err
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
+	}
+	if runErr != nil {
+		return runErr
+	}
+	var corrupt uint64
+	for _, c := range rep.Cases {
+		corrupt += c.Corrupt
+	}
+	if corrupt > 0 {
+		return fmt.Errorf("%d corrupt replies", corrupt)
+	}
+	return nil
+}

@@ -1,0 +1,218 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/gpucache/gpucache/api/wire"
+	"github.com/gpucache/gpucache/internal/hot"
+	"github.com/gpucache/gpucache/internal/server"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// startServer runs a real server on 127.0.0.1:0 over a small hot store.
+func startServer(t *testing.T) string {
+	t.Helper()
+	store, err := hot.New(hot.Config{CapacityBytes: 64 << 20, SlabBytes: 4 << 20, MaxClass: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(server.Config{Store: store, Limits: wire.Limits{}, Name: "cli-test", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+		store.Close()
+	})
+	return ln.Addr().String()
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func run(t *testing.T, stdin string, args ...string) result {
+	t.Helper()
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	code := Main(ctx, args, Stdio{In: strings.NewReader(stdin), Out: &out, Err: &errb})
+	return result{code, out.String(), errb.String()}
+}
+
+func TestPutGetRoundTrip(t *testing.T) {
+	addr := startServer(t)
+	t.Setenv("GPUCACHE_ADDR", addr)
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.bin")
+	data := bytes.Repeat([]byte("kv-cache "), 5000)
+	if err := os.WriteFile(in, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	// Flags may follow the file.
+	r := run(t, "", "put", in, "--key-text", "demo")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "stored 45000 bytes as ") {
+		t.Fatalf("put: %+v", r)
+	}
+	if r := run(t, "", "put", "--key-text", "demo", in); r.code != 0 || !strings.HasPrefix(r.stdout, "exists") {
+		t.Fatalf("second put: %+v", r)
+	}
+	out := filepath.Join(dir, "out.bin")
+	if r := run(t, "", "get", "--key-text", "demo", "-o", out); r.code != 0 {
+		t.Fatalf("get: %+v", r)
+	}
+	if got, _ := os.ReadFile(out); !bytes.Equal(got, data) {
+		t.Fatal("get wrote different bytes")
+	}
+	// To stdout, and from stdin with tokens.
+	if r := run(t, "hello", "put", "--tokens", "1,2,3", "-"); r.code != 0 {
+		t.Fatalf("put stdin: %+v", r)
+	}
+	if r := run(t, "", "get", "--tokens", "1,2,3"); r.code != 0 || r.stdout != "hello" {
+		t.Fatalf("get stdout: %+v", r)
+	}
+	// Another identity misses: exit 1, one clear line.
+	r = run(t, "", "get", "--key-text", "demo", "--model", "other")
+	if r.code != 1 || r.stderr != "gpucache get: miss: gpucache/client: not cached\n" {
+		t.Fatalf("miss: %+v", r)
+	}
+	if r := run(t, "", "lookup", "--key-text", "demo", "--lease-ttl", "1s"); r.code != 0 ||
+		!strings.Contains(r.stdout, "1 of 1 blocks cached") || !strings.Contains(r.stdout, "lease ") {
+		t.Fatalf("lookup: %+v", r)
+	}
+	if r := run(t, "", "delete", "--tokens", "1,2,3"); r.code != 0 || !strings.HasPrefix(r.stdout, "deleted ") {
+		t.Fatalf("delete: %+v", r)
+	}
+}
+
+func TestStatPingVersion(t *testing.T) {
+	addr := startServer(t)
+	r := run(t, "", "stat", "--addr", addr)
+	if r.code != 0 || !strings.Contains(r.stdout, "go_heap_inuse_bytes") {
+		t.Fatalf("stat: %+v", r)
+	}
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	for i := 1; i < len(lines); i++ {
+		if lines[i-1] > lines[i] {
+			t.Fatalf("stat not sorted: %q before %q", lines[i-1], lines[i])
+		}
+	}
+	r = run(t, "", "stat", "--addr", addr, "--json")
+	var m map[string]uint64
+	if err := json.Unmarshal([]byte(r.stdout), &m); err != nil || r.code != 0 {
+		t.Fatalf("stat --json: %v %+v", err, r)
+	}
+	if _, ok := m["hot_bytes_cached"]; !ok {
+		t.Fatal("stat --json lacks hot_bytes_cached")
+	}
+	if r := run(t, "", "ping", "--addr", addr, "--count", "2"); r.code != 0 || strings.Count(r.stdout, "pong") != 2 {
+		t.Fatalf("ping: %+v", r)
+	}
+	if r := run(t, "", "version"); r.code != 0 || !strings.Contains(r.stdout, "wire protocol v1") {
+		t.Fatalf("version: %+v", r)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{nil, 2, "Usage:"},
+		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
+		{[]string{"get"}, 2, "--key-text TEXT or --tokens"},
+		{[]string{"get", "--key-text", "a", "--tokens", "1"}, 2, "not both"},
+		{[]string{"get", "--tokens", "1,x"}, 2, `"x" is not a token id`},
+		{[]string{"put", "--key-text", "a"}, 2, "want one FILE"},
+		{[]string{"get", "--key-text", "a", "--no-such-flag"}, 2, "flag provided but not defined"},
+		{[]string{"get", "--key-text", "abc", "--block-tokens", "2"}, 2, "do not fit one block"},
+		{[]string{"get", "--key-text", "a", "--model", ""}, 2, "model_id is empty"},
+		{[]string{"bench", "--sizes", "lots"}, 2, "--sizes"},
+		{[]string{"bench", "--op", "scan"}, 2, "--op"},
+		{[]string{"put", "--key-text", "a", "/no/such/file"}, 1, "no such file"},
+		{[]string{"stat", "--addr", "127.0.0.1:1", "--timeout", "1s"}, 1, "server unavailable"},
+	} {
+		r := run(t, "", tc.args...)
+		if r.code != tc.code || !strings.Contains(r.stderr, tc.msg) {
+			t.Errorf("%v: code %d stderr %q; want %d and %q", tc.args, r.code, r.stderr, tc.code, tc.msg)
+		}
+		if tc.args != nil && tc.code == 1 && strings.Count(r.stderr, "\n") != 1 {
+			t.Errorf("%v: error is not one line: %q", tc.args, r.stderr)
+		}
+	}
+	if r := run(t, "", "help"); r.code != 0 || !strings.Contains(r.stdout, "gpucache put --key-text demo ./file.bin") {
+		t.Fatalf("help: %+v", r)
+	}
+	if r := run(t, "", "get", "-h"); r.code != 0 || !strings.Contains(r.stderr, "-key-text") {
+		t.Fatalf("get -h: %+v", r)
+	}
+}
+
+func TestBenchCommand(t *testing.T) {
+	addr := startServer(t)
+	js := filepath.Join(t.TempDir(), "bench.json")
+	r := run(t, "", "bench", "--addr", addr, "--op", "both", "--sizes", "16KiB,64KiB", "--conns", "1,2",
+		"--requests", "50", "--keys", "16", "--batch", "2", "--pipeline", "2", "--hold-bytes", "2MiB", "--json", js)
+	if r.code != 0 {
+		t.Fatalf("bench: %+v", r)
+	}
+	for _, want := range []string{"ops/s", "GB/s", "p999", "corrupt", "16KiB", "go_heap_inuse"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("table lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if n := strings.Count(r.stderr, "case "); n != 8 {
+		t.Errorf("%d progress lines, want 8:\n%s", n, r.stderr)
+	}
+	b, err := os.ReadFile(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Cases []struct {
+			Op      string `json:"op"`
+			Corrupt uint64 `json:"corrupt"`
+			Errors  uint64 `json:"errors"`
+		} `json:"cases"`
+		ServerStat map[string]uint64 `json:"server_stat"`
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Cases) != 8 || rep.ServerStat["go_heap_inuse_bytes"] == 0 {
+		t.Fatalf("json: %d cases, stat %v", len(rep.Cases), rep.ServerStat["go_heap_inuse_bytes"])
+	}
+	for _, c := range rep.Cases {
+		if c.Corrupt != 0 || c.Errors != 0 {
+			t.Fatalf("case %+v", c)
+		}
+	}
+}

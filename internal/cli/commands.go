@@ -1,0 +1,244 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"text/tabwriter"
+	"time"
+
+	"github.com/gpucache/gpucache/client"
+)
+
+func runPut(ctx context.Context, args []string, std Stdio) error {
+	var b blockCmd
+	fs := newFlagSet("put", "put [flags] (--key-text TEXT | --tokens IDS) FILE|-", std.Err)
+	b.register(fs)
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageErr("want one FILE to store (- for stdin), got %d arguments", len(pos))
+	}
+	ns, key, tokens, err := b.resolve()
+	if err != nil {
+		return err
+	}
+	var data []byte
+	if pos[0] == "-" {
+		data, err = io.ReadAll(std.In)
+	} else {
+		data, err = os.ReadFile(pos[0])
+	}
+	if err != nil {
+		return err
+	}
+	c, err := b.common.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	st, err := c.Put(ctx, ns, []client.PutBlock{{Key: key, Tokens: tokens, Data: data}})
+	if err != nil {
+		return err
+	}
+	switch st[0] {
+	case client.StatusStored:
+		fmt.Fprintf(std.Out, "stored %s as %s\n", fmtBytes(len(data)), key)
+	case client.StatusExists:
+		fmt.Fprintf(std.Out, "exists: %s is already cached (payload not replaced)\n", key)
+	case client.StatusTooLarge:
+		return fmt.Errorf("not stored: %s exceed the server's largest block (%d bytes)", fmtBytes(len(data)), c.Limits().MaxPayload)
+	default:
+		return fmt.Errorf("not stored: %s", st[0])
+	}
+	return nil
+}
+
+func runGet(ctx context.Context, args []string, std Stdio) error {
+	var b blockCmd
+	fs := newFlagSet("get", "get [flags] (--key-text TEXT | --tokens IDS) [-o FILE]", std.Err)
+	b.register(fs)
+	out := fs.String("o", "-", "write the block to `file` (- for stdout)")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := noArgs(pos); err != nil {
+		return err
+	}
+	ns, key, _, err := b.resolve()
+	if err != nil {
+		return err
+	}
+	c, err := b.common.dial(ctx)
+	if err != nil {
+		return fmt.Errorf("miss: %w", err)
+	}
+	defer c.Close()
+	r := c.Get(ctx, ns, []client.BlockKey{key})[0]
+	if !r.Hit {
+		return fmt.Errorf("miss: %w", r.Reason)
+	}
+	if *out == "-" {
+		_, err = std.Out.Write(r.Data)
+		return err
+	}
+	if err := os.WriteFile(*out, r.Data, 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(std.Err, "wrote %s to %s\n", fmtBytes(len(r.Data)), *out)
+	return nil
+}
+
+func runDelete(ctx context.Context, args []string, std Stdio) error {
+	var b blockCmd
+	fs := newFlagSet("delete", "delete [flags] (--key-text TEXT | --tokens IDS)", std.Err)
+	b.register(fs)
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := noArgs(pos); err != nil {
+		return err
+	}
+	ns, key, _, err := b.resolve()
+	if err != nil {
+		return err
+	}
+	c, err := b.common.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	st, err := c.Delete(ctx, ns, []client.BlockKey{key})
+	if err != nil {
+		return err
+	}
+	switch st[0] {
+	case client.StatusDeleted:
+		fmt.Fprintf(std.Out, "deleted %s\n", key)
+		return nil
+	case client.StatusMiss:
+		return fmt.Errorf("not cached: %s", key)
+	}
+	return fmt.Errorf("not deleted: %s", st[0])
+}
+
+func runLookup(ctx context.Context, args []string, std Stdio) error {
+	var common commonFlags
+	var nsf nsFlags
+	var kf keyFlags
+	fs := newFlagSet("lookup", "lookup [flags] (--key-text TEXT | --tokens IDS)", std.Err)
+	common.register(fs)
+	nsf.register(fs, "cli")
+	kf.register(fs)
+	ttl := fs.Duration("lease-ttl", 0, "lease the cached run for this long (0: no lease)")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := noArgs(pos); err != nil {
+		return err
+	}
+	ns, err := nsf.namespace(common.tenant)
+	if err != nil {
+		return err
+	}
+	toks, err := kf.parseTokens()
+	if err != nil {
+		return err
+	}
+	keys, err := client.Chain(ns, toks)
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	c, err := common.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	hits, lease, err := c.Lookup(ctx, ns, keys, *ttl)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(std.Out, "%d of %d blocks cached (%d of %d tokens)\n", hits, len(keys), min(hits*int(ns.Layout.BlockTokens), len(toks)), len(toks))
+	if lease != 0 {
+		fmt.Fprintf(std.Out, "lease %d\n", lease)
+	}
+	return nil
+}
+
+func runStat(ctx context.Context, args []string, std Stdio) error {
+	var common commonFlags
+	fs := newFlagSet("stat", "stat [flags]", std.Err)
+	common.register(fs)
+	asJSON := fs.Bool("json", false, "print a JSON object")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := noArgs(pos); err != nil {
+		return err
+	}
+	c, err := common.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	stat, err := c.Stat(ctx)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(std.Out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(stat) // encoding/json sorts map keys
+	}
+	names := make([]string, 0, len(stat))
+	for n := range stat {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	tw := tabwriter.NewWriter(std.Out, 0, 0, 2, ' ', 0)
+	for _, n := range names {
+		fmt.Fprintf(tw, "%s\t%d\n", n, stat[n])
+	}
+	return tw.Flush()
+}
+
+func runPing(ctx context.Context, args []string, std Stdio) error {
+	var common commonFlags
+	fs := newFlagSet("ping", "ping [flags]", std.Err)
+	common.register(fs)
+	count := fs.Int("count", 1, "number of pings")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := noArgs(pos); err != nil {
+		return err
+	}
+	if *count < 1 {
+		return usageErr("--count must be at least 1")
+	}
+	start := time.Now()
+	c, err := common.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	fmt.Fprintf(std.Out, "connected to %s (server %q) in %v\n", common.addr, c.ServerName(), time.Since(start).Round(time.Microsecond))
+	for i := range *count {
+		rtt, err := c.Ping(ctx)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(std.Out, "pong %d from %s: time=%v\n", i+1, common.addr, rtt.Round(time.Microsecond))
+	}
+	return nil
+}

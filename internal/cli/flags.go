@@ -1,0 +1,172 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpucache/gpucache/client"
+)
+
+// commonFlags are the flags every networked command takes.
+type commonFlags struct {
+	addr    string
+	tenant  string
+	timeout time.Duration
+}
+
+func (c *commonFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.addr, "addr", envOr("GPUCACHE_ADDR", client.DefaultAddr), "`host:port` of the server (env GPUCACHE_ADDR)")
+	fs.StringVar(&c.tenant, "tenant", envOr("GPUCACHE_TENANT", client.DefaultTenant), "session tenant (env GPUCACHE_TENANT)")
+	fs.DurationVar(&c.timeout, "timeout", client.DefaultRequestTimeout, "per-request timeout")
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// dial connects one connection with the common flags.
+func (c *commonFlags) dial(ctx context.Context) (*client.Client, error) {
+	if c.timeout <= 0 {
+		return nil, usageErr("--timeout must be positive")
+	}
+	return client.Dial(ctx, client.Config{Addr: c.addr, Tenant: c.tenant, Conns: 1,
+		DialTimeout: c.timeout, RequestTimeout: c.timeout, ClientName: "gpucache-cli"})
+}
+
+// nsFlags are the namespace (identity) flags. Every field has a default so
+// that put and get work with no flags at all.
+type nsFlags struct {
+	trustDomain, model, revision, tokenizer, adapter, rope, dtype, quant, layout      string
+	tpRank, tpSize, ppRank, ppSize, layerStart, layers, kvHeads, headDim, blockTokens uint
+}
+
+func (n *nsFlags) register(fs *flag.FlagSet, defaultModel string) {
+	fs.StringVar(&n.model, "model", defaultModel, "model id")
+	fs.StringVar(&n.revision, "revision", "main", "model config revision")
+	fs.StringVar(&n.tokenizer, "tokenizer", "main", "tokenizer revision")
+	fs.StringVar(&n.trustDomain, "trust-domain", "local", "trust domain of the producer")
+	fs.StringVar(&n.adapter, "adapter", "", "LoRA/adapter id (empty: base model)")
+	fs.StringVar(&n.rope, "rope", "default", "position encoding scheme")
+	fs.StringVar(&n.dtype, "dtype", "bytes", "KV element type")
+	fs.StringVar(&n.quant, "quant", "none", "KV quantization")
+	fs.StringVar(&n.layout, "layout", "raw", "tensor layout name")
+	fs.UintVar(&n.tpRank, "tp-rank", 0, "tensor-parallel rank")
+	fs.UintVar(&n.tpSize, "tp-size", 1, "tensor-parallel size")
+	fs.UintVar(&n.ppRank, "pp-rank", 0, "pipeline-parallel rank")
+	fs.UintVar(&n.ppSize, "pp-size", 1, "pipeline-parallel size")
+	fs.UintVar(&n.layerStart, "layer-start", 0, "first layer held")
+	fs.UintVar(&n.layers, "layers", 1, "layers held")
+	fs.UintVar(&n.kvHeads, "kv-heads", 1, "KV heads held")
+	fs.UintVar(&n.headDim, "head-dim", 1, "head dimension")
+	fs.UintVar(&n.blockTokens, "block-tokens", 4096, "tokens per block")
+}
+
+// namespace builds and validates the namespace for tenant.
+func (n *nsFlags) namespace(tenant string) (client.Namespace, error) {
+	u32 := func(v uint) uint32 { return uint32(min(v, 1<<32-1)) }
+	ns := client.Namespace{
+		Tenant: tenant, TrustDomain: n.trustDomain, ModelID: n.model, ConfigRevision: n.revision,
+		TokenizerRevision: n.tokenizer, Adapter: n.adapter, RoPE: n.rope, DType: n.dtype, Quantization: n.quant,
+		Layout: client.Layout{Format: n.layout, TPRank: u32(n.tpRank), TPSize: u32(n.tpSize), PPRank: u32(n.ppRank),
+			PPSize: u32(n.ppSize), LayerStart: u32(n.layerStart), LayerCount: u32(n.layers), KVHeads: u32(n.kvHeads),
+			HeadDim: u32(n.headDim), BlockTokens: u32(n.blockTokens)},
+	}
+	if err := ns.Validate(); err != nil {
+		return ns, usageErr("namespace: %v", err)
+	}
+	return ns, nil
+}
+
+// keyFlags select a block's tokens.
+type keyFlags struct {
+	text   string
+	tokens string
+}
+
+func (k *keyFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&k.text, "key-text", "", "block tokens: one per byte of this `text`")
+	fs.StringVar(&k.tokens, "tokens", "", "block tokens: comma-separated token `ids`")
+}
+
+// parseTokens returns the tokens the flags select.
+func (k *keyFlags) parseTokens() ([]uint32, error) {
+	switch {
+	case k.text != "" && k.tokens != "":
+		return nil, usageErr("give --key-text or --tokens, not both")
+	case k.text != "":
+		toks := make([]uint32, len(k.text))
+		for i := 0; i < len(k.text); i++ {
+			toks[i] = uint32(k.text[i])
+		}
+		return toks, nil
+	case k.tokens != "":
+		var toks []uint32
+		for _, f := range strings.Split(k.tokens, ",") {
+			v, err := strconv.ParseUint(strings.TrimSpace(f), 10, 32)
+			if err != nil {
+				return nil, usageErr("--tokens: %q is not a token id", f)
+			}
+			toks = append(toks, uint32(v))
+		}
+		return toks, nil
+	}
+	return nil, usageErr("give the block's tokens with --key-text TEXT or --tokens 1,2,3")
+}
+
+// block returns the key of the single block the flags select: the first
+// block of its chain (no parent), holding all the tokens.
+func (k *keyFlags) block(ns client.Namespace) (client.BlockKey, uint32, error) {
+	toks, err := k.parseTokens()
+	if err != nil {
+		return client.BlockKey{}, 0, err
+	}
+	if len(toks) > int(ns.Layout.BlockTokens) {
+		return client.BlockKey{}, 0, usageErr("%d tokens do not fit one block of %d (raise --block-tokens)", len(toks), ns.Layout.BlockTokens)
+	}
+	keys, err := client.Chain(ns, toks)
+	if err != nil {
+		return client.BlockKey{}, 0, usageErr("%v", err)
+	}
+	return keys[0], uint32(len(toks)), nil
+}
+
+// blockCmd holds what put, get and delete share.
+type blockCmd struct {
+	common commonFlags
+	ns     nsFlags
+	key    keyFlags
+}
+
+func (b *blockCmd) register(fs *flag.FlagSet) {
+	b.common.register(fs)
+	b.ns.register(fs, "cli")
+	b.key.register(fs)
+}
+
+// resolve returns the namespace and the block key.
+func (b *blockCmd) resolve() (client.Namespace, client.BlockKey, uint32, error) {
+	ns, err := b.ns.namespace(b.common.tenant)
+	if err != nil {
+		return ns, client.BlockKey{}, 0, err
+	}
+	key, n, err := b.key.block(ns)
+	return ns, key, n, err
+}
+
+// noArgs rejects positional arguments.
+func noArgs(pos []string) error {
+	if len(pos) > 0 {
+		return usageErr("unexpected argument %q", pos[0])
+	}
+	return nil
+}
+
+func fmtBytes(n int) string { return fmt.Sprintf("%d bytes", n) }
