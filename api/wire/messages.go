@@ -234,12 +234,19 @@ func (r *reader) count(limit uint32, elemSize int) int {
 	return int(n)
 }
 
-func (r *reader) keys(limit uint32) []Key {
+// keys reads a key list into dst's backing array when it is large enough,
+// so a caller that decodes into the same message repeatedly does not
+// allocate.
+func (r *reader) keys(dst []Key, limit uint32) []Key {
 	n := r.count(limit, KeySize)
 	if n == 0 {
 		return nil
 	}
-	keys := make([]Key, n)
+	keys := dst[:0]
+	if cap(keys) < n {
+		keys = make([]Key, n)
+	}
+	keys = keys[:n]
 	for i := range keys {
 		copy(keys[i][:], r.take(KeySize))
 	}
@@ -309,7 +316,7 @@ func (m *LookupRequest) Decode(b []byte, maxBatch uint32) error {
 	r := reader{b: b}
 	m.Namespace = r.blob(MaxNamespaceLen)
 	m.LeaseTTLMillis = r.u32()
-	m.Keys = r.keys(maxBatch)
+	m.Keys = r.keys(m.Keys, maxBatch)
 	return r.done()
 }
 
@@ -340,7 +347,7 @@ func (m *GetRequest) Decode(b []byte, maxBatch uint32) error {
 	r := reader{b: b}
 	m.Namespace = r.blob(MaxNamespaceLen)
 	m.LeaseID = r.u64()
-	m.Keys = r.keys(maxBatch)
+	m.Keys = r.keys(m.Keys, maxBatch)
 	return r.done()
 }
 
@@ -397,7 +404,10 @@ func (m *PutRequest) Decode(b []byte, maxBatch uint32) (payload uint64, err erro
 	r := reader{b: b}
 	m.Namespace = r.blob(MaxNamespaceLen)
 	n := r.count(maxBatch, putBlockSize)
-	m.Blocks = make([]PutBlock, n)
+	if cap(m.Blocks) < n {
+		m.Blocks = make([]PutBlock, n)
+	}
+	m.Blocks = m.Blocks[:n] // reuses the caller's backing array
 	for i := range m.Blocks {
 		pb := &m.Blocks[i]
 		copy(pb.Key[:], r.take(KeySize))
@@ -443,7 +453,7 @@ func (m *DeleteRequest) AppendTo(b []byte) []byte {
 func (m *DeleteRequest) Decode(b []byte, maxBatch uint32) error {
 	r := reader{b: b}
 	m.Namespace = r.blob(MaxNamespaceLen)
-	m.Keys = r.keys(maxBatch)
+	m.Keys = r.keys(m.Keys, maxBatch)
 	return r.done()
 }
 

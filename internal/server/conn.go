@@ -40,13 +40,20 @@ type conn struct {
 	// written. A full slots channel stops the reader: backpressure.
 	slots chan struct{}
 
+	wbufs net.Buffers // writer-owned; a field so writev does not allocate
+
 	// Reader-owned session state.
-	tenant  string
-	hello   bool
-	nsBlob  []byte // last namespace blob seen, and what it decoded to
-	nsDig   identity.NamespaceDigest
-	body    []byte // scratch for request bodies
-	discard int64  // bytes skipped, for stats
+	tenant string
+	hello  bool
+	nsBlob []byte // last namespace blob seen, and what it decoded to
+	nsDig  identity.NamespaceDigest
+	body   []byte // scratch for request bodies
+	// Reused request messages; their slices alias body.
+	getReq    wire.GetRequest
+	lookupReq wire.LookupRequest
+	putReq    wire.PutRequest
+	statuses  []wire.Status
+	discard   int64 // bytes skipped, for stats
 
 	state struct {
 		sync.Mutex
@@ -249,8 +256,11 @@ func (c *conn) sendError(h wire.Header, err error) {
 func (c *conn) writeLoop() {
 	var (
 		batch  []*response
-		bufs   net.Buffers
 		failed bool
+		// bufs is a field-backed net.Buffers so the vectored write does not
+		// allocate; WriteTo consumes it, store keeps the backing array.
+		store = make(net.Buffers, 0, 64)
+		bufs  = &c.wbufs
 	)
 	for r := range c.out {
 		batch = append(batch[:0], r)
@@ -267,14 +277,15 @@ func (c *conn) writeLoop() {
 			}
 		}
 		if !failed {
-			bufs = bufs[:0]
+			*bufs = store[:0]
 			var n uint64
 			for _, r := range batch {
-				bufs = append(bufs, r.bufs...)
+				*bufs = append(*bufs, r.bufs...)
 				for _, v := range r.views {
 					n += uint64(len(v.Bytes))
 				}
 			}
+			store = (*bufs)[:len(*bufs)] // keep the (possibly grown) backing array
 			if h := c.s.cfg.Hooks.BeforeWrite; h != nil {
 				h()
 			}
@@ -287,7 +298,8 @@ func (c *conn) writeLoop() {
 			} else {
 				c.s.stats.bytesOut.Add(n)
 			}
-			clear(bufs)
+			clear(store) // drop references to slab memory
+			store = store[:0]
 		}
 		for _, r := range batch {
 			for _, v := range r.views {

@@ -480,3 +480,28 @@ func TestShutdownDrainsInFlight(t *testing.T) {
 		t.Fatalf("Serve after Shutdown: %v", err)
 	}
 }
+
+// TestGetNeverExceedsMaxFrame: hits past the frame limit are answered MISS,
+// so the response fits the limit announced in HELLO.
+func TestGetNeverExceedsMaxFrame(t *testing.T) {
+	ts := startServer(t, func(c *Config) { c.Limits.MaxFrame = 1<<20 + 4096 })
+	c := helloConn(t, ts.addr, "acme")
+	blob := mustCanonical(t, testNamespace("acme"))
+	k1, k2 := identity.BlockKey{1}, identity.BlockKey{2}
+	c.put(blob, k1, identity.BlockKey{}, randomPayload(1<<20, 1))
+	c.put(blob, k2, identity.BlockKey{}, randomPayload(1<<20, 2))
+	resp, payload, h := c.get(blob, 0, k1, k2)
+	if resp.Blocks[0].Status != wire.StatusHit || resp.Blocks[1].Status != wire.StatusMiss {
+		t.Fatalf("statuses %v, want HIT then MISS", resp.Blocks)
+	}
+	if h.BodyLen > 1<<20+4096 {
+		t.Fatalf("frame body %d exceeds MaxFrame", h.BodyLen)
+	}
+	equalBytes(t, payload, randomPayload(1<<20, 1))
+	if st := ts.store.Stats(); st.Pinned != 0 {
+		c.roundTrip(wire.OpPing, nil)
+		if st := ts.store.Stats(); st.Pinned != 0 {
+			t.Fatalf("%d blocks left pinned", st.Pinned)
+		}
+	}
+}
