@@ -1,0 +1,411 @@
+#!/usr/bin/env bash
+# bench/compare.sh — measure gpucache against Redis and the iperf3 loopback
+# ceiling on this machine, side by side, and write a markdown report.
+#
+# Usage:
+#   bench/compare.sh                   # full run: 5s per case, 3 reps
+#   QUICK=1 bench/compare.sh           # smoke: 1s, 1 rep, 64KiB+1MiB, conns 1,8, no GC run
+#   QUICK=1 GC=1 bench/compare.sh      # smoke including the GC and memory run
+#
+# Environment:
+#   DURATION   time per measured case, Go duration in whole seconds or minutes
+#              (e.g. 5s, 10s, 1m); default 5s (1s with QUICK=1)
+#   REPS       repetitions per case; the report shows medians; default 3 (1 with QUICK=1)
+#   QUICK=1    smoke mode: sizes 64KiB,1MiB and conns 1,8 (DURATION/REPS still override)
+#   GC         1 runs the GC and memory case, 0 skips it; default 1 (0 with QUICK=1)
+#   OUT        results directory; default bench/results. The report goes to
+#              OUT/compare-<stamp>.md and raw files to OUT/<stamp>/
+#   HOT_CAPACITY       gpucached --hot-capacity for the throughput runs; default 2GiB
+#   GC_HOT_CAPACITY    gpucached --hot-capacity for the GC run; default 5GiB
+#   GC_HOLD_BYTES      gpucache bench --hold-bytes for the GC run; default 4GiB
+#   GC_MIN_FREE_GIB    skip the GC run below this much MemAvailable; default 8
+#   REDIS_THREADS      if set, passed to redis-benchmark --threads
+#
+# Client and server share this host's CPUs; nothing is pinned. Ports are
+# picked free at random (never 9400, 9401 or 6379). Every background process
+# the script starts is stopped on exit.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+QUICK=${QUICK:-0}
+if [[ $QUICK == 1 ]]; then
+	DURATION=${DURATION:-1s}
+	REPS=${REPS:-1}
+	SIZES=64KiB,1MiB
+	CONNS=1,8
+	GC=${GC:-0}
+else
+	DURATION=${DURATION:-5s}
+	REPS=${REPS:-3}
+	SIZES=64KiB,256KiB,1MiB
+	CONNS=1,8,32
+	GC=${GC:-1}
+fi
+HOT_CAPACITY=${HOT_CAPACITY:-2GiB}
+GC_HOT_CAPACITY=${GC_HOT_CAPACITY:-5GiB}
+GC_HOLD_BYTES=${GC_HOLD_BYTES:-4GiB}
+GC_MIN_FREE_GIB=${GC_MIN_FREE_GIB:-8}
+REDIS_THREADS=${REDIS_THREADS:-}
+
+STAMP=$(date -u +%Y%m%dT%H%M%SZ)
+OUT=${OUT:-$ROOT/bench/results}
+RAW=$OUT/$STAMP
+REPORT=$OUT/compare-$STAMP.md
+
+# Progress goes to fd 3, a copy of the script's stderr, so that a trap that
+# fires inside a redirected call still logs to the terminal.
+exec 3>&2
+log() { printf '[compare %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&3; }
+die() {
+	log "error: $*"
+	exit 1
+}
+note() {
+	log "note: $*"
+	printf '%s\n' "$*" >>"$RAW/notes.txt"
+}
+
+# --- argument checks ---------------------------------------------------------
+
+[[ $REPS =~ ^[1-9][0-9]*$ ]] || die "REPS must be a positive integer, got '$REPS'"
+case $DURATION in
+*ms | *us | *µs | *ns | *h) die "DURATION must be whole seconds or minutes (e.g. 5s, 1m), got '$DURATION'" ;;
+esac
+if [[ $DURATION =~ ^([0-9]+)s?$ ]]; then
+	DUR_S=${BASH_REMATCH[1]}
+elif [[ $DURATION =~ ^([0-9]+)m$ ]]; then
+	DUR_S=$((BASH_REMATCH[1] * 60))
+else
+	die "DURATION must be whole seconds or minutes (e.g. 5s, 1m), got '$DURATION'"
+fi
+((DUR_S >= 1)) || die "DURATION must be at least 1s"
+DURATION=${DUR_S}s
+[[ $GC == 0 || $GC == 1 ]] || die "GC must be 0 or 1, got '$GC'"
+
+# size_bytes 64KiB -> 65536
+size_bytes() {
+	local s=$1
+	case $s in
+	*GiB) echo $((${s%GiB} << 30)) ;;
+	*MiB) echo $((${s%MiB} << 20)) ;;
+	*KiB) echo $((${s%KiB} << 10)) ;;
+	*[0-9]) echo "$s" ;;
+	*) die "bad size '$s'" ;;
+	esac
+}
+
+# --- tools -------------------------------------------------------------------
+
+need_install=()
+for t in redis-server redis-benchmark redis-cli iperf3; do
+	command -v "$t" >/dev/null 2>&1 || need_install+=("$t")
+done
+if ((${#need_install[@]})); then
+	log "missing ${need_install[*]}; installing redis-server redis-tools iperf3 with apt-get"
+	SUDO=
+	if [[ $(id -u) != 0 ]]; then
+		command -v sudo >/dev/null 2>&1 || die "need root or sudo to apt-get install redis-server redis-tools iperf3"
+		SUDO=sudo
+	fi
+	$SUDO apt-get update
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y redis-server redis-tools iperf3
+fi
+command -v go >/dev/null 2>&1 || die "go is not on PATH"
+
+# --- processes and cleanup ---------------------------------------------------
+
+PIDS=()
+stop_pid() { # stop_pid PID: TERM, wait up to 5s, then KILL; only our own children
+	local pid=$1 i
+	kill -0 "$pid" 2>/dev/null || return 0
+	kill -TERM "$pid" 2>/dev/null || true
+	for ((i = 0; i < 50; i++)); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
+	wait "$pid" 2>/dev/null || true
+}
+FG_PID=
+# fg_run CMD...: run CMD in the background and wait for it, so that INT/TERM
+# are handled at once (the trap stops it) rather than after it ends.
+fg_run() {
+	local rc=0
+	"$@" 3>&- &
+	FG_PID=$!
+	wait "$FG_PID" || rc=$?
+	FG_PID=
+	return "$rc"
+}
+cleanup() {
+	local pid
+	[[ -n $FG_PID ]] && stop_pid "$FG_PID"
+	FG_PID=
+	for pid in "${PIDS[@]}"; do
+		stop_pid "$pid"
+	done
+	PIDS=()
+	[[ -n ${BIN:-} && -d $BIN ]] && rm -rf "$BIN"
+	return 0
+}
+trap cleanup EXIT
+trap 'log "interrupted"; exit 130' INT TERM HUP
+
+USED_PORTS=" 9400 9401 6379 "
+port_busy() { # port_busy PORT: true if something listens on 127.0.0.1:PORT
+	if command -v ss >/dev/null 2>&1; then
+		[[ -n $(ss -Htln "sport = :$1" 2>/dev/null) ]]
+		return
+	fi
+	(: </dev/tcp/127.0.0.1/"$1") 2>/dev/null
+}
+free_port() { # free_port VAR: picks an unused port and stores it in VAR
+	local p i
+	for ((i = 0; i < 500; i++)); do
+		p=$((20000 + RANDOM % 40000))
+		[[ $USED_PORTS == *" $p "* ]] && continue
+		port_busy "$p" && continue
+		USED_PORTS+="$p "
+		printf -v "$1" '%s' "$p"
+		return 0
+	done
+	die "no free port found"
+}
+wait_port() { # wait_port PORT PID SECONDS: wait until PID listens on PORT
+	local port=$1 pid=$2 t=$3 i
+	for ((i = 0; i < t * 10; i++)); do
+		kill -0 "$pid" 2>/dev/null || return 1
+		if port_busy "$port"; then
+			kill -0 "$pid" 2>/dev/null || return 1
+			return 0
+		fi
+		sleep 0.1
+	done
+	return 1
+}
+
+# --- setup -------------------------------------------------------------------
+
+mkdir -p "$RAW"/{logs,iperf3,redis,gpucache,gc}
+: >"$RAW/notes.txt"
+log "raw files in $RAW"
+
+cpu_model=$(awk -F': *' '/^model name/ {print $2; exit}' /proc/cpuinfo 2>/dev/null || true)
+mem_avail_kib=$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo 2>/dev/null || echo 0)
+mem_total_kib=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo 2>/dev/null || echo 0)
+{
+	printf 'date_utc\t%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+	printf 'nproc\t%s\n' "$(nproc)"
+	printf 'cpu_model\t%s\n' "${cpu_model:-unknown}"
+	printf 'kernel\t%s\n' "$(uname -srm)"
+	printf 'mem_total\t%s GiB\n' "$((mem_total_kib / 1048576))"
+	printf 'mem_available_at_start\t%s GiB\n' "$((mem_avail_kib / 1048576))"
+	printf 'go\t%s\n' "$(go version)"
+	printf 'redis\t%s\n' "$(redis-server --version)"
+	printf 'iperf3\t%s\n' "$(iperf3 --version 2>&1 | head -n1)"
+	printf 'gpucache_rev\t%s\n' "$(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)"
+	printf 'loadavg_at_start\t%s\n' "$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)"
+} >"$RAW/machine.txt"
+
+size_list=
+nsizes=0
+for s in ${SIZES//,/ }; do
+	size_list+="${size_list:+,}$(size_bytes "$s")"
+	nsizes=$((nsizes + 1))
+done
+nconns=0
+for c in ${CONNS//,/ }; do nconns=$((nconns + 1)); done
+NPLAIN=$((nsizes * nconns))
+{
+	printf 'duration\t%s\n' "$DURATION"
+	printf 'reps\t%s\n' "$REPS"
+	printf 'quick\t%s\n' "$QUICK"
+	printf 'gc\t%s\n' "$GC"
+	printf 'sizes\t%s\n' "$size_list"
+	printf 'conns\t%s\n' "$CONNS"
+} >"$RAW/plan.txt"
+
+log "building gpucached, gpucache and the report"
+BIN=$(mktemp -d "${TMPDIR:-/tmp}/gpucache-compare.XXXXXX")
+go build -o "$BIN/gpucached" ./cmd/gpucached
+go build -o "$BIN/gpucache" ./cmd/gpucache
+go build -o "$BIN/report" ./bench/report
+
+# --- 1. iperf3 ---------------------------------------------------------------
+
+run_iperf() {
+	local port pid r
+	free_port port
+	iperf3 -s -B 127.0.0.1 -p "$port" >"$RAW/logs/iperf3-server.log" 2>&1 3>&- &
+	pid=$!
+	PIDS+=("$pid")
+	if ! wait_port "$port" "$pid" 10; then
+		note "iperf3: server did not start on port $port (see logs/iperf3-server.log)"
+		stop_pid "$pid"
+		return 0
+	fi
+	for ((r = 1; r <= REPS; r++)); do
+		log "iperf3 rep $r/$REPS (${DUR_S}s)"
+		if ! fg_run timeout $((DUR_S + 60)) iperf3 -c 127.0.0.1 -p "$port" -t "$DUR_S" -l 1M -J \
+			>"$RAW/iperf3/rep$r.json" 2>"$RAW/logs/iperf3-rep$r.err"; then
+			note "iperf3 rep $r failed (see logs/iperf3-rep$r.failed.json, logs/iperf3-rep$r.err)"
+			mv "$RAW/iperf3/rep$r.json" "$RAW/logs/iperf3-rep$r.failed.json" 2>/dev/null || true
+		fi
+	done
+	stop_pid "$pid"
+}
+
+# --- 2. Redis ----------------------------------------------------------------
+
+REDIS_PORT=
+rb() { # rb TIMEOUT_S ARGS...: redis-benchmark against our server
+	local t=$1 extra=()
+	shift
+	[[ -n $REDIS_THREADS ]] && extra=(--threads "$REDIS_THREADS")
+	fg_run timeout "$t" redis-benchmark -h 127.0.0.1 -p "$REDIS_PORT" "${extra[@]}" "$@"
+}
+csv_rps() { # csv_rps FILE: rps of the first data row
+	awk -F, 'NR > 1 && NF > 1 {gsub(/"/, "", $2); print $2; exit}' "$1"
+}
+redis_case() { # redis_case get|put SIZE_LABEL CLIENTS PIPELINE
+	local op=$1 label=$2 c=$3 pipe=$4 size t n0 n rps r f name
+	size=$(size_bytes "$label")
+	t=get
+	[[ $op == put ]] && t=set
+	name="${op}_${size}_c${c}_P${pipe}"
+	# Prefill the key the GET reads (redis-benchmark uses key:__rand_int__).
+	if ! rb 60 -t set -d "$size" -n 20 -c 1 -q >/dev/null 2>"$RAW/logs/redis-$name-prefill.err"; then
+		note "redis $name: prefill failed (see logs/redis-$name-prefill.err)"
+		return 0
+	fi
+	# Probe ~300 MB (at least 50 requests per client) to size the measured runs.
+	n0=$((300000000 / size))
+	((n0 < 50 * c)) && n0=$((50 * c))
+	if ! rb 120 -t "$t" -d "$size" -c "$c" -P "$pipe" -n "$n0" --csv >"$RAW/logs/redis-$name-probe.csv" 2>"$RAW/logs/redis-$name-probe.err"; then
+		note "redis $name: probe failed (see logs/redis-$name-probe.err)"
+		return 0
+	fi
+	rps=$(csv_rps "$RAW/logs/redis-$name-probe.csv")
+	if [[ ! $rps =~ ^[0-9]+(\.[0-9]+)?$ ]]; then
+		note "redis $name: probe gave no rps (see logs/redis-$name-probe.csv)"
+		return 0
+	fi
+	n=$(awk -v r="$rps" -v d="$DUR_S" 'BEGIN {printf "%d", r * d}')
+	((n < n0)) && n=$n0
+	for ((r = 1; r <= REPS; r++)); do
+		f="$RAW/redis/${name}_r$r.csv"
+		log "redis $op $label clients=$c P=$pipe rep $r/$REPS (n=$n)"
+		if ! rb $((DUR_S * 3 + 60)) -t "$t" -d "$size" -c "$c" -P "$pipe" -n "$n" --csv >"$f" 2>"$RAW/logs/redis-${name}_r$r.err"; then
+			note "redis $name rep $r: redis-benchmark failed (see logs/redis-${name}_r$r.err)"
+			mv "$f" "$RAW/logs/" 2>/dev/null || true
+		fi
+	done
+}
+run_redis() {
+	local pid op s c
+	free_port REDIS_PORT
+	redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no --daemonize no \
+		--dir "$RAW/logs" --logfile "" >"$RAW/logs/redis-server.log" 2>&1 3>&- &
+	pid=$!
+	PIDS+=("$pid")
+	if ! wait_port "$REDIS_PORT" "$pid" 10; then
+		note "redis: server did not start on port $REDIS_PORT (see logs/redis-server.log)"
+		stop_pid "$pid"
+		return 0
+	fi
+	for op in get put; do
+		for s in ${SIZES//,/ }; do
+			for c in ${CONNS//,/ }; do
+				redis_case "$op" "$s" "$c" 1
+			done
+		done
+	done
+	redis_case get 64KiB 8 8
+	stop_pid "$pid"
+}
+
+# --- 3. gpucache -------------------------------------------------------------
+
+GPC_PORT=
+start_gpucached() { # start_gpucached CAPACITY LOGNAME: sets GPC_PORT and GPC_PID
+	local cap=$1 lname=$2 admin
+	free_port GPC_PORT
+	free_port admin
+	"$BIN/gpucached" --listen "127.0.0.1:$GPC_PORT" --admin-listen "127.0.0.1:$admin" \
+		--hot-capacity "$cap" --drain-timeout 2s >"$RAW/logs/$lname.log" 2>&1 3>&- &
+	GPC_PID=$!
+	PIDS+=("$GPC_PID")
+	if ! wait_port "$GPC_PORT" "$GPC_PID" 60; then
+		stop_pid "$GPC_PID"
+		return 1
+	fi
+}
+gpc_bench() { # gpc_bench NAME NCASES ARGS...: one gpucache bench run, JSON to gpucache/NAME.json
+	local name=$1 ncases=$2
+	shift 2
+	log "gpucache bench $name: $*"
+	# Generous limit: each case runs DURATION, plus writing the working set.
+	if ! fg_run timeout $((ncases * (DUR_S * 3 + 30) + 120)) "$BIN/gpucache" bench --addr "127.0.0.1:$GPC_PORT" --duration "$DURATION" \
+		--json "$RAW/gpucache/$name.json" "$@" >"$RAW/logs/gpucache-$name.out" 2>&1; then
+		note "gpucache $name: bench failed (see logs/gpucache-$name.out)"
+		[[ -f $RAW/gpucache/$name.json ]] && mv "$RAW/gpucache/$name.json" "$RAW/logs/gpucache-$name.failed.json"
+	fi
+	return 0
+}
+run_gpucache() {
+	local r
+	if ! start_gpucached "$HOT_CAPACITY" gpucached; then
+		note "gpucache: gpucached did not start (see logs/gpucached.log)"
+		return 0
+	fi
+	for ((r = 1; r <= REPS; r++)); do
+		gpc_bench "get_r$r" "$NPLAIN" --op get --sizes "$SIZES" --conns "$CONNS" --batch 1
+		gpc_bench "put_r$r" "$NPLAIN" --op put --sizes "$SIZES" --conns "$CONNS" --batch 1
+		gpc_bench "get_batch16_r$r" 1 --op get --sizes 64KiB --conns 8 --batch 16
+	done
+	stop_pid "$GPC_PID"
+}
+
+# --- 4. GC and memory --------------------------------------------------------
+
+run_gc() {
+	local avail_kib avail_gib
+	if [[ $GC != 1 ]]; then
+		echo "skipped: GC=0 (QUICK=1 skips it unless GC=1)" >"$RAW/gc/NOT_RUN.txt"
+		return 0
+	fi
+	avail_kib=$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)
+	avail_gib=$((avail_kib / 1048576))
+	if ((avail_kib < GC_MIN_FREE_GIB * 1048576)); then
+		echo "skipped: ${avail_gib} GiB available, need ${GC_MIN_FREE_GIB} GiB" >"$RAW/gc/NOT_RUN.txt"
+		note "gc: skipped, ${avail_gib} GiB available < ${GC_MIN_FREE_GIB} GiB"
+		return 0
+	fi
+	if ! start_gpucached "$GC_HOT_CAPACITY" gpucached-gc; then
+		echo "gpucached --hot-capacity $GC_HOT_CAPACITY did not start (see logs/gpucached-gc.log)" >"$RAW/gc/NOT_RUN.txt"
+		note "gc: gpucached did not start (see logs/gpucached-gc.log)"
+		return 0
+	fi
+	log "gpucache GC run: hold $GC_HOLD_BYTES, GET 1MiB conns 8 for $DURATION"
+	if ! fg_run timeout $((DUR_S * 3 + 600)) "$BIN/gpucache" bench --addr "127.0.0.1:$GPC_PORT" --hold-bytes "$GC_HOLD_BYTES" --op get --sizes 1MiB \
+		--conns 8 --duration "$DURATION" --json "$RAW/gc/gc.json" >"$RAW/logs/gpucache-gc.out" 2>&1; then
+		[[ -f $RAW/gc/gc.json ]] && mv "$RAW/gc/gc.json" "$RAW/logs/gpucache-gc.failed.json"
+		echo "gpucache bench failed (see logs/gpucache-gc.out)" >"$RAW/gc/NOT_RUN.txt"
+		note "gc: bench failed (see logs/gpucache-gc.out)"
+	fi
+	stop_pid "$GPC_PID"
+}
+
+# --- run ---------------------------------------------------------------------
+
+log "DURATION=$DURATION REPS=$REPS QUICK=$QUICK GC=$GC sizes=$SIZES conns=$CONNS"
+run_iperf
+run_redis
+run_gpucache
+run_gc
+
+"$BIN/report" -dir "$RAW" -out "$REPORT" -q
+log "report: $REPORT"
+cat "$REPORT"
