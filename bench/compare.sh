@@ -20,6 +20,10 @@
 #   GC_HOLD_BYTES      gpucache bench --hold-bytes for the GC run; default 4GiB
 #   GC_MIN_FREE_GIB    skip the GC run below this much MemAvailable; default 8
 #   REDIS_THREADS      if set, passed to redis-benchmark --threads
+#   KEYS               working set in blocks, the same for both systems: gpucache
+#                      bench --keys KEYS, redis-benchmark -r KEYS (prefilled); default 256
+#   CLIENT_PROCS       GOMAXPROCS of the gpucache bench client; default 1, matching
+#                      redis-benchmark's single-threaded client
 #
 # Client and server share this host's CPUs; nothing is pinned. Ports are
 # picked free at random (never 9400, 9401 or 6379). Every background process
@@ -48,6 +52,8 @@ GC_HOT_CAPACITY=${GC_HOT_CAPACITY:-5GiB}
 GC_HOLD_BYTES=${GC_HOLD_BYTES:-4GiB}
 GC_MIN_FREE_GIB=${GC_MIN_FREE_GIB:-8}
 REDIS_THREADS=${REDIS_THREADS:-}
+KEYS=${KEYS:-256}
+CLIENT_PROCS=${CLIENT_PROCS:-1}
 
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 OUT=${OUT:-$ROOT/bench/results}
@@ -207,6 +213,8 @@ mem_total_kib=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo 2>/dev/null || echo 
 	printf 'iperf3\t%s\n' "$(iperf3 --version 2>&1 | head -n1)"
 	printf 'gpucache_rev\t%s\n' "$(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)"
 	printf 'loadavg_at_start\t%s\n' "$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)"
+	printf 'working_set_keys\t%s (gpucache --keys, redis-benchmark -r)\n' "$KEYS"
+	printf 'gpucache_client_gomaxprocs\t%s\n' "$CLIENT_PROCS"
 } >"$RAW/machine.txt"
 
 size_list=
@@ -275,15 +283,16 @@ redis_case() { # redis_case get|put SIZE_LABEL CLIENTS PIPELINE
 	t=get
 	[[ $op == put ]] && t=set
 	name="${op}_${size}_c${c}_P${pipe}"
-	# Prefill the key the GET reads (redis-benchmark uses key:__rand_int__).
-	if ! rb 60 -t set -d "$size" -n 20 -c 1 -q >/dev/null 2>"$RAW/logs/redis-$name-prefill.err"; then
+	# Prefill the working set: -r KEYS draws keys key:000000000000..KEYS-1 at
+	# random; 10 draws per key leave about 1 in 20000 unset.
+	if ! rb 300 -t set -d "$size" -r "$KEYS" -n $((KEYS * 10)) -c 8 -q >/dev/null 2>"$RAW/logs/redis-$name-prefill.err"; then
 		note "redis $name: prefill failed (see logs/redis-$name-prefill.err)"
 		return 0
 	fi
 	# Probe ~300 MB (at least 50 requests per client) to size the measured runs.
 	n0=$((300000000 / size))
 	((n0 < 50 * c)) && n0=$((50 * c))
-	if ! rb 120 -t "$t" -d "$size" -c "$c" -P "$pipe" -n "$n0" --csv >"$RAW/logs/redis-$name-probe.csv" 2>"$RAW/logs/redis-$name-probe.err"; then
+	if ! rb 120 -t "$t" -d "$size" -r "$KEYS" -c "$c" -P "$pipe" -n "$n0" --csv >"$RAW/logs/redis-$name-probe.csv" 2>"$RAW/logs/redis-$name-probe.err"; then
 		note "redis $name: probe failed (see logs/redis-$name-probe.err)"
 		return 0
 	fi
@@ -297,7 +306,7 @@ redis_case() { # redis_case get|put SIZE_LABEL CLIENTS PIPELINE
 	for ((r = 1; r <= REPS; r++)); do
 		f="$RAW/redis/${name}_r$r.csv"
 		log "redis $op $label clients=$c P=$pipe rep $r/$REPS (n=$n)"
-		if ! rb $((DUR_S * 3 + 60)) -t "$t" -d "$size" -c "$c" -P "$pipe" -n "$n" --csv >"$f" 2>"$RAW/logs/redis-${name}_r$r.err"; then
+		if ! rb $((DUR_S * 3 + 60)) -t "$t" -d "$size" -r "$KEYS" -c "$c" -P "$pipe" -n "$n" --csv >"$f" 2>"$RAW/logs/redis-${name}_r$r.err"; then
 			note "redis $name rep $r: redis-benchmark failed (see logs/redis-${name}_r$r.err)"
 			mv "$f" "$RAW/logs/" 2>/dev/null || true
 		fi
@@ -347,7 +356,7 @@ gpc_bench() { # gpc_bench NAME NCASES ARGS...: one gpucache bench run, JSON to g
 	shift 2
 	log "gpucache bench $name: $*"
 	# Generous limit: each case runs DURATION, plus writing the working set.
-	if ! fg_run timeout $((ncases * (DUR_S * 3 + 30) + 120)) "$BIN/gpucache" bench --addr "127.0.0.1:$GPC_PORT" --duration "$DURATION" \
+	if ! GOMAXPROCS=$CLIENT_PROCS fg_run timeout $((ncases * (DUR_S * 3 + 30) + 120)) "$BIN/gpucache" bench --addr "127.0.0.1:$GPC_PORT" --duration "$DURATION" --keys "$KEYS" \
 		--json "$RAW/gpucache/$name.json" "$@" >"$RAW/logs/gpucache-$name.out" 2>&1; then
 		note "gpucache $name: bench failed (see logs/gpucache-$name.out)"
 		[[ -f $RAW/gpucache/$name.json ]] && mv "$RAW/gpucache/$name.json" "$RAW/logs/gpucache-$name.failed.json"

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpucache/gpucache/api/wire"
@@ -15,9 +16,10 @@ import (
 	"github.com/gpucache/gpucache/internal/identity"
 )
 
-// readBufSize is the connection's read buffer. PUT payloads larger than it
-// are read by the kernel straight into slab memory.
-const readBufSize = 64 << 10
+// readBufSize is the connection's read buffer. It is small because PUT
+// payloads bypass it (readInto): only what it already holds of a payload is
+// copied out of it, and the kernel writes the rest straight into slab memory.
+const readBufSize = 16 << 10
 
 // maxCoalesce bounds how many queued responses one writev carries.
 const maxCoalesce = 32
@@ -40,7 +42,16 @@ type conn struct {
 	// written. A full slots channel stops the reader: backpressure.
 	slots chan struct{}
 
-	wbufs net.Buffers // writer-owned; a field so writev does not allocate
+	// w serialises socket writes between the writer goroutine and the
+	// reader's inline writes.
+	w struct {
+		sync.Mutex
+		pending atomic.Int64 // responses queued to or held by the writer; written by the reader (+) and writer (-)
+		failed  bool         // a write failed; guarded by the mutex
+		store   net.Buffers  // backing array for bufs; guarded by the mutex
+		bufs    net.Buffers  // consumed by WriteTo; guarded by the mutex
+	}
+	inline [1]*response // reader-owned
 
 	// Reader-owned session state.
 	tenant string
@@ -164,6 +175,20 @@ func (c *conn) skip(n int64) error {
 	return err
 }
 
+// readInto fills dst from the stream: first whatever the read buffer holds,
+// then straight from the socket, so a payload is copied once by the kernel.
+func (c *conn) readInto(dst []byte) error {
+	n := min(c.br.Buffered(), len(dst))
+	if n > 0 {
+		c.br.Read(dst[:n]) // served from the buffer: no syscall, cannot fail
+	}
+	if n == len(dst) {
+		return nil
+	}
+	_, err := io.ReadFull(c.nc, dst[n:])
+	return err
+}
+
 // readBody reads a whole body of n bytes (n already bounded by the caller)
 // into the connection's scratch buffer.
 func (c *conn) readBody(n uint32) ([]byte, error) {
@@ -233,7 +258,25 @@ func (r *response) finish(h wire.Header, flags wire.Flags, payload uint64) {
 }
 
 // send queues r; the writer owns it from here.
-func (c *conn) send(r *response) { c.out <- r }
+// send hands r to be written. When nothing is queued or being written and
+// no further request is already buffered, the reader writes r itself,
+// saving a goroutine hand-off on the latency path. Otherwise it queues r
+// behind the others (so responses stay in order) and goes on reading, and
+// the writer coalesces pipelined responses into one writev.
+func (c *conn) send(r *response) {
+	if c.w.pending.Load() == 0 && c.br.Buffered() == 0 {
+		// Only the reader adds to pending, so zero means the writer is idle
+		// and has released c.w.
+		c.w.Lock()
+		c.inline[0] = r
+		c.writeBatch(c.inline[:])
+		c.inline[0] = nil
+		c.w.Unlock()
+		return
+	}
+	c.w.pending.Add(1)
+	c.out <- r
+}
 
 // sendError queues an error response to request h.
 func (c *conn) sendError(h wire.Header, err error) {
@@ -251,17 +294,9 @@ func (c *conn) sendError(h wire.Header, err error) {
 }
 
 // writeLoop writes queued responses, coalescing what is queued into one
-// vectored write. After a write error it keeps draining, releasing views and
-// slots, so the reader never blocks on a dead connection.
+// vectored write.
 func (c *conn) writeLoop() {
-	var (
-		batch  []*response
-		failed bool
-		// bufs is a field-backed net.Buffers so the vectored write does not
-		// allocate; WriteTo consumes it, store keeps the backing array.
-		store = make(net.Buffers, 0, 64)
-		bufs  = &c.wbufs
-	)
+	var batch []*response
 	for r := range c.out {
 		batch = append(batch[:0], r)
 	more:
@@ -276,41 +311,53 @@ func (c *conn) writeLoop() {
 				break more
 			}
 		}
-		if !failed {
-			*bufs = store[:0]
-			var n uint64
-			for _, r := range batch {
-				*bufs = append(*bufs, r.bufs...)
-				for _, v := range r.views {
-					n += uint64(len(v.Bytes))
-				}
-			}
-			store = (*bufs)[:len(*bufs)] // keep the (possibly grown) backing array
-			if h := c.s.cfg.Hooks.BeforeWrite; h != nil {
-				h()
-			}
-			c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
-			if _, err := bufs.WriteTo(c.nc); err != nil {
-				failed = true
-				// Unblock the reader; it sees the closed conn and stops.
-				c.nc.Close()
-				c.s.log.Debug("write failed; closing connection", "remote", c.nc.RemoteAddr(), "err", err)
-			} else {
-				c.s.stats.bytesOut.Add(n)
-			}
-			clear(store) // drop references to slab memory
-			store = store[:0]
-		}
-		for _, r := range batch {
-			for _, v := range r.views {
-				c.s.store.Release(v)
-			}
-			if r.lease != 0 {
-				c.s.store.ReleaseLease(r.lease)
-			}
-			r.reset()
-			<-c.slots
-		}
+		c.w.Lock()
+		c.writeBatch(batch)
+		c.w.Unlock()
+		// Only now may the reader write inline again: everything queued
+		// before its next response is on the socket.
+		c.w.pending.Add(-int64(len(batch)))
 		clear(batch)
+	}
+}
+
+// writeBatch writes responses with one vectored write, then releases their
+// views, leases and in-flight slots. After a write error it only releases,
+// so the reader never blocks on a dead connection. Caller holds c.w.
+func (c *conn) writeBatch(batch []*response) {
+	if !c.w.failed {
+		bufs := c.w.store[:0]
+		var n uint64
+		for _, r := range batch {
+			bufs = append(bufs, r.bufs...)
+			for _, v := range r.views {
+				n += uint64(len(v.Bytes))
+			}
+		}
+		c.w.store = bufs // keep the (possibly grown) backing array
+		c.w.bufs = bufs  // WriteTo consumes c.w.bufs, a field so it does not allocate
+		if h := c.s.cfg.Hooks.BeforeWrite; h != nil {
+			h()
+		}
+		c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
+		if _, err := c.w.bufs.WriteTo(c.nc); err != nil {
+			c.w.failed = true
+			// Unblock the reader; it sees the closed conn and stops.
+			c.nc.Close()
+			c.s.log.Debug("write failed; closing connection", "remote", c.nc.RemoteAddr(), "err", err)
+		} else {
+			c.s.stats.bytesOut.Add(n)
+		}
+		clear(c.w.store) // drop references to slab memory
+	}
+	for _, r := range batch {
+		for _, v := range r.views {
+			c.s.store.Release(v)
+		}
+		if r.lease != 0 {
+			c.s.store.ReleaseLease(r.lease)
+		}
+		r.reset()
+		<-c.slots
 	}
 }

@@ -241,9 +241,9 @@ func (c *conn) putOne(ns identity.NamespaceDigest, pb *wire.PutBlock) (wire.Stat
 		}
 		return st, c.skip(int64(pb.Len))
 	}
-	// One host copy: the kernel (or the read buffer's tail) writes straight
-	// into the slot.
-	if _, err := io.ReadFull(c.br, res.Buf); err != nil {
+	// One host copy: the kernel writes straight into the slot (only what the
+	// read buffer already holds is copied from it).
+	if err := c.readInto(res.Buf); err != nil {
 		c.s.store.Abort(res)
 		return 0, err
 	}
