@@ -84,7 +84,7 @@ func testNS(tenant string) Namespace {
 
 // testBlocks returns a chain of n blocks of size bytes each; block i's
 // bytes depend on seed and i.
-func testBlocks(t *testing.T, ns Namespace, n, size int, seed byte) []PutBlock {
+func testBlocks(t testing.TB, ns Namespace, n, size int, seed byte) []PutBlock {
 	t.Helper()
 	tokens := make([]uint32, 4*n)
 	for i := range tokens {
@@ -132,7 +132,7 @@ type fakeConn struct {
 	nc net.Conn
 }
 
-func newFake(t *testing.T, handle func(fc *fakeConn, h wire.Header, body []byte)) *fakeServer {
+func newFake(t testing.TB, handle func(fc *fakeConn, h wire.Header, body []byte)) *fakeServer {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

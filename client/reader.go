@@ -161,6 +161,11 @@ func (c *conn) readGet(h wire.Header, cl *call) error {
 	var total uint64
 	for i := range n {
 		st, ln := wire.Status(t[4+5*i]), binary.LittleEndian.Uint32(t[5+5*i:])
+		if st != wire.StatusHit && st != wire.StatusMiss {
+			// Fail the whole answer closed: a server that sends statuses a
+			// GET cannot have is not trusted for any block of it.
+			return protoErr("block %d: status %s in a GET answer", i, st)
+		}
 		if st != wire.StatusHit && ln != 0 {
 			return protoErr("block %d: status %s carries %d bytes", i, st, ln)
 		}

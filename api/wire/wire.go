@@ -199,7 +199,7 @@ const (
 	CodeInvalidIdentity    Code = 8  // namespace blob did not decode or validate
 	CodeTenantMismatch     Code = 9  // namespace tenant is not the session's tenant
 	CodeHelloRequired      Code = 10 // first request on a connection must be HELLO
-	CodePayloadTooLarge    Code = 11 // one payload larger than MaxPayload
+	CodePayloadTooLarge    Code = 11 // reserved: v1 answers a PUT block over MaxPayload with StatusTooLarge
 	CodeShuttingDown       Code = 12 // server is draining
 	CodeInternal           Code = 13 // server bug; connection stays
 	CodeTimeout            Code = 14 // a deadline passed

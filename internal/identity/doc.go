@@ -26,6 +26,9 @@
 //	SHA-256("gpucache/blockkey/v1\x00" || namespace digest || parent key ||
 //	        u32 valid length || u32 token count || u32 token ids...)
 //
-// with the zero key as the parent of the first block. Golden vectors in
-// testdata/ pin these bytes so other languages can match them.
+// with the zero key as the parent of the first block. Position is not hashed
+// into the key: the parent key already commits to the whole prefix, and so to
+// the block's position. Position is part of the full identity encoding, which
+// is what a reader compares. Golden vectors in testdata/golden.json pin these
+// bytes so other languages can match them; testdata/README.md describes them.
 package identity

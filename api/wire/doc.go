@@ -1,0 +1,486 @@
+// Package wire specifies the gpucache wire protocol, version 1, and
+// implements its codec. This comment is the normative specification;
+// docs/PROTOCOL.md mirrors it. Where the two differ, this comment wins and
+// the difference is a bug.
+//
+// # Conventions
+//
+// All integers are unsigned and little-endian: u8, u16, u32, u64. The body
+// layouts below use these compound types:
+//
+//	str    u16 length | length bytes          length <= MaxStringLen (256)
+//	blob   u32 length | length bytes          namespace: length <= MaxNamespaceLen (4096)
+//	key    32 bytes                           an identity.BlockKey
+//	list   u32 count | count elements
+//
+// Every decoder is strict. A body must have exactly the announced lengths and
+// no trailing bytes; otherwise it is MALFORMED. Because of this, the encoding
+// is canonical: a body decodes only if re-encoding the decoded message gives
+// the same bytes.
+//
+// A list count is checked before anything is allocated, in this order:
+//
+//  1. count > the list's limit (MaxBatch, or MaxStatEntries for STAT):
+//     BATCH_TOO_LARGE;
+//  2. count × the element's minimum size > the bytes left in the body:
+//     MALFORMED.
+//
+// A small body can therefore never make a peer allocate for a large count.
+//
+// # Connection and frames
+//
+// A client opens a byte stream (TCP, optionally TLS) to a server. The client
+// sends request frames. The server sends response frames, one for each
+// request. The server never sends a frame that is not a response. Each frame
+// is a fixed 24-byte header followed by BodyLen bytes of body:
+//
+//	offset size field
+//	0      4    magic "GPUC" (0x47 0x50 0x55 0x43)
+//	4      1    version
+//	5      1    opcode
+//	6      2    flags (u16)
+//	8      8    request id (u64)
+//	16     4    body length (u32), excluding the header
+//	20     4    reserved, zero
+//
+// # Versioning
+//
+// The 24-byte header is the same in every version of the protocol. Only
+// opcodes and body layouts may change. Whatever the version, a peer can
+// therefore find where the next frame starts.
+//
+// Version 1 is the only version defined. A request whose header carries a
+// version the server does not speak is answered with UNSUPPORTED_VERSION. Its
+// body is read and discarded, and the connection stays usable.
+//
+// The version is negotiated by HELLO. The client sends HELLO in a version-1
+// frame with the range of versions it speaks. The HELLO request and response
+// bodies of version 1 are frozen, so every server can read them. The server
+// answers with the highest version in the range that it speaks, and later
+// frames on the connection carry that version. If the server speaks no
+// version in the range, it answers UNSUPPORTED_VERSION and no session is
+// established. Responses carry the server's version in their header.
+//
+// # Flags
+//
+//	bit 0   RESPONSE  set on every frame the server sends
+//	bit 1   ERROR     set on a response whose body is an error body
+//	bits 2-15         reserved, zero
+//
+// Version 1 defines no request flags. A request with any flag set is
+// MALFORMED, whether the flag is RESPONSE, ERROR or a reserved bit. Its body
+// is skipped.
+//
+// # Request ids and pipelining
+//
+// The client chooses each request's id. The server copies the request's id
+// and opcode into the header of the response. While a request is in flight
+// on a connection, the client must not reuse its id there. The server does
+// not check that ids are unique.
+//
+// A client may pipeline: it may send further requests without waiting for
+// responses, up to MaxInFlight outstanding (see Limits). A version-1 server
+// executes and answers the requests of one connection in order. Clients must
+// not rely on that order: they match responses to requests by request id.
+//
+// Every request gets exactly one response, either a success or an error
+// response, unless the connection closes first. When the connection closes,
+// every request still waiting for a response has failed. The client cannot
+// tell whether it took effect: for example, a PUT may have been stored.
+//
+// # Session
+//
+// The first request on a connection must be HELLO. The one exception is
+// PING, which is answered before HELLO too. Any other request before a
+// successful HELLO is answered with HELLO_REQUIRED. Its body is skipped, and
+// the connection stays usable, so the client can still send HELLO.
+//
+// The tenant in HELLO becomes the session tenant. An empty tenant is
+// MALFORMED. A connection cannot change tenant. A later HELLO with the same
+// tenant is answered like the first one. A later HELLO with another tenant is
+// TENANT_MISMATCH, and the session keeps its tenant.
+//
+// LOOKUP, GET, PUT and DELETE each carry a namespace blob. The server checks
+// it before touching any block:
+//   - The blob must be a canonical identity namespace encoding that
+//     identity.DecodeNamespace accepts (see "Namespace blob" below).
+//     Otherwise the answer is INVALID_IDENTITY.
+//   - Its tenant field must equal the session tenant byte for byte.
+//     Otherwise the answer is TENANT_MISMATCH.
+//
+// The server stores each block with its namespace digest. A block that
+// exists under another namespace digest is never served: it reads as MISS,
+// with no payload bytes.
+//
+// # Opcodes
+//
+//	1 HELLO    open the session, negotiate the version, learn the limits
+//	2 LOOKUP   length of the leading cached run of a key chain; optional lease
+//	3 GET      read blocks
+//	4 PUT      write blocks
+//	5 DELETE   remove blocks
+//	6 STAT     server counters
+//	7 PING     echo
+//
+// Any other opcode is answered with UNKNOWN_OPCODE. Its body is skipped.
+//
+// HELLO (1). Request, HelloRequest:
+//
+//	u8   min_version      <= max_version, else MALFORMED
+//	u8   max_version
+//	str  tenant           the session tenant; not empty
+//	str  client           free-form client name and version, for logs
+//
+// Response, HelloResponse:
+//
+//	u8   version          negotiated version (1)
+//	str  server           free-form server name, for logs
+//	u32  max_frame        Limits.MaxFrame
+//	u32  max_batch        Limits.MaxBatch
+//	u32  max_in_flight    Limits.MaxInFlight
+//	u32  max_payload      Limits.MaxPayload
+//
+// The client keeps to these limits for the rest of the connection.
+//
+// LOOKUP (2). Request, LookupRequest:
+//
+//	blob namespace
+//	u32  lease_ttl_ms     0: take no lease
+//	list keys             count <= max_batch; count × key
+//
+// Response, LookupResponse:
+//
+//	u32  hits
+//	u64  lease_id         0: no lease taken
+//	u32  lease_ttl_ms     granted TTL; 0 when lease_id is 0
+//
+// The keys are a chain in order: key i+1 extends key i. hits is the length
+// of the leading run: the largest n such that keys[0..n) are all cached under
+// the request's namespace. The run stops at the first key that is not cached.
+// Keys after that point are not reported, even if they are cached.
+//
+// When lease_ttl_ms > 0 and hits > 0, the server leases keys[0..hits). It may
+// shorten the TTL to its own maximum. It may also take no lease, for example
+// when it holds too many; it then returns lease_id 0 and still reports hits.
+// A leased block is neither evicted nor deleted until its lease is released
+// or expires. A lease belongs to the session tenant that took it, and a GET
+// from any connection of that tenant may name it. The lease is released:
+//   - by the GET that names it, once that GET's response has been written;
+//   - when its TTL passes;
+//   - when the server shuts down.
+//
+// Closing the connection does not release a lease: it lasts until its TTL
+// passes. A client that wants its lease back early sends the GET.
+//
+// Without a lease, hits is only a hint: a later GET may miss.
+//
+// GET (3). Request, GetRequest:
+//
+//	blob namespace
+//	u64  lease_id         0: none
+//	list keys             count <= max_batch; count × key
+//
+// The response body carries payload after a table:
+//
+//	u32  table_length     bytes of table
+//	     table            GetResponse
+//	     payloads         the payloads of the HIT entries, in table order
+//
+// The table, GetResponse:
+//
+//	u32  count            = the request's key count
+//	count × {
+//	  u8  status          HIT or MISS
+//	  u32 length          payload bytes; 0 unless status is HIT
+//	}
+//
+// The payloads are the HIT entries' bytes, one after another, in table order,
+// with nothing between them. Their lengths must add up to body_length − 4 −
+// table_length. A decoder rejects a non-HIT entry with a nonzero length, an
+// unknown status, or a payload total that does not match (see MetaLen and
+// CheckPayload).
+//
+// Each key is read on its own. A key that is absent, or cached under another
+// namespace, is MISS and has no bytes. If lease_id names a live lease of the
+// session tenant, the server releases that lease after the response has been
+// written, or after writing it failed. A lease id that is unknown, has
+// expired or belongs to another tenant is ignored, and the GET is served
+// without it.
+//
+// The server never sends a body larger than MaxFrame. Every HIT that would
+// push the body past MaxFrame is answered MISS instead; a later, smaller
+// block may still be a HIT. A client that needs a batch in full keeps
+// 8 + 5 × count + count × max_payload <= max_frame.
+//
+// PUT (4). The request body carries payload after a table:
+//
+//	u32  table_length     bytes of table
+//	     table            PutRequest
+//	     payloads         the payload of every entry, in table order
+//
+// The table, PutRequest:
+//
+//	blob namespace
+//	u32  count            <= max_batch
+//	count × {
+//	  key  key            the block's key (identity.KeyFor)
+//	  key  parent         the previous block's key; zero for the first block
+//	  u32  tokens         the block's valid length in tokens
+//	  u32  length         payload bytes
+//	}
+//
+// The payloads follow one after another, with nothing between them. Their
+// lengths must add up to body_length − 4 − table_length, otherwise the PUT is
+// MALFORMED. A block whose length exceeds max_payload is answered TOO_LARGE and
+// its bytes are skipped; the other blocks are stored as usual.
+//
+// Response, StatusResponse:
+//
+//	u32  count            = the request's entry count
+//	count × u8 status     STORED, EXISTS, TOO_LARGE or NO_SPACE
+//
+// The server does not recompute keys: it never sees the tokens. A key is
+// stored under the request's namespace digest, so a reader with a different
+// namespace misses it. A block becomes visible to readers only after its
+// whole payload has been received and stored.
+//
+// DELETE (5). Request, DeleteRequest:
+//
+//	blob namespace
+//	list keys             count <= max_batch; count × key
+//
+// Response, StatusResponse:
+//
+//	u32  count            = the request's key count
+//	count × u8 status     DELETED, MISS (absent or under another namespace) or
+//	                      BUSY (leased, pinned or being written; not removed)
+//
+// STAT (6). The request body is empty; a non-empty body is MALFORMED. The
+// response, StatResponse:
+//
+//	u32  count            <= MaxStatEntries (256)
+//	count × {
+//	  str  name           counter name, lower snake_case
+//	  u64  value
+//	}
+//
+// Counter names are stable; a client ignores names it does not know. Their
+// order is unspecified.
+//
+// PING (7). The request body is up to MaxPingLen (1024) arbitrary bytes. A
+// longer body is MALFORMED and skipped. The response body is the request body
+// unchanged.
+//
+// # Block statuses
+//
+//	value name       used by   meaning
+//	0     HIT        GET       bytes follow
+//	1     MISS       GET       absent, expired, or under another namespace: no bytes
+//	                 DELETE    nothing to delete
+//	2     STORED     PUT       published
+//	3     EXISTS     PUT       the key is already cached; payload discarded
+//	4     TOO_LARGE  PUT       larger than MaxPayload or the largest size class; discarded
+//	5     NO_SPACE   PUT       nothing evictable; discarded
+//	6     DELETED    DELETE    removed
+//	7     BUSY       DELETE    leased, pinned or being written; not removed
+//
+// In version 1, a status greater than 7 is MALFORMED.
+//
+// # Errors
+//
+// A request that fails as a whole gets an error response instead of its
+// normal response. The header of an error response is:
+//   - flags RESPONSE|ERROR;
+//   - the request's opcode and request id. When the header itself could not
+//     be parsed (BAD_MAGIC), opcode and request id are 0.
+//
+// The body of an error response:
+//
+//	u16  code
+//	str  message          for humans; at most 256 bytes, possibly truncated
+//
+// The error codes, and what happens to the connection after each:
+//
+//	code name                 connection  meaning
+//	0    OK                   -           never sent
+//	1    BAD_MAGIC            closes      the frame does not start with "GPUC"
+//	2    UNSUPPORTED_VERSION  stays       header version not spoken, or no common version in HELLO
+//	3    UNKNOWN_OPCODE       stays       opcode not defined in this version
+//	4    FRAME_TOO_LARGE      closes      body length > MaxFrame
+//	5    MALFORMED            stays       body did not decode; reserved header bytes
+//	                                      or flags set; body too long for its opcode
+//	6    BATCH_TOO_LARGE      stays       a list count > its limit
+//	7    TOO_MANY_IN_FLIGHT   -           reserved: never sent, the server applies backpressure
+//	8    INVALID_IDENTITY     stays       namespace blob did not decode or validate
+//	9    TENANT_MISMATCH      stays       namespace tenant is not the session tenant, or
+//	                                      a later HELLO names another tenant
+//	10   HELLO_REQUIRED       stays       a request other than HELLO before the session
+//	11   PAYLOAD_TOO_LARGE    -           reserved: never sent, a PUT block over MaxPayload
+//	                                      gets status TOO_LARGE
+//	12   SHUTTING_DOWN        stays       not executed: the server is draining and will close
+//	                                      the connection; retry on another node
+//	13   INTERNAL             stays       server bug
+//	14   TIMEOUT              stays       a server-side deadline passed; treat as a miss
+//
+// BAD_MAGIC and FRAME_TOO_LARGE are fatal (Code.Fatal). The stream cannot be
+// resynchronised safely after them:
+//   - after a bad magic, the frame boundaries are lost;
+//   - an oversized body would have to be read in order to be skipped, and
+//     refusing to read it is what the limit is for.
+//
+// For either code, the server sends the error response on a best-effort
+// basis, stops reading and closes the connection.
+//
+// Every other error leaves the connection usable. When the server rejects a
+// request by its header, it reads and discards exactly body_length bytes.
+// This is safe because the length has already been checked against MaxFrame.
+//
+// The server checks a request header in this order, and the first failure
+// decides the answer:
+//
+//  1. magic: BAD_MAGIC (fatal);
+//  2. body length <= MaxFrame: FRAME_TOO_LARGE (fatal);
+//  3. reserved bytes are zero: MALFORMED;
+//  4. version: UNSUPPORTED_VERSION;
+//  5. flags: MALFORMED;
+//  6. opcode: UNKNOWN_OPCODE.
+//
+// DecodeHeader performs checks 1 and 3. After check 3 fails, it still
+// returns the parsed header with its error. Limits.CheckRequest performs
+// checks 2, 4, 5 and 6. So a server that gets MALFORMED from DecodeHeader
+// must still check the body length before it skips the body. A header whose
+// reserved bytes are nonzero and whose body length is over MaxFrame is
+// fatal.
+//
+// The reference server (internal/server) does not send SHUTTING_DOWN or
+// TIMEOUT yet. When it drains, it answers the requests it has already read
+// and then closes the connection. TIMEOUT is meant for operations that have
+// their own deadline, such as a cold-tier refill. Clients handle both codes.
+//
+// A client treats any code it does not know as a non-fatal failure of that
+// one request.
+//
+// # Limits
+//
+// There are two kinds of limit. The server announces the first four in HELLO
+// and enforces them. The other four are fixed by the protocol, and every
+// decoder enforces them.
+//
+//	MaxFrame         announced  largest body, either direction. Default 65 MiB
+//	                            (DefaultMaxFrame = 64 MiB of payload + 1 MiB)
+//	MaxBatch         announced  most entries in a request list or response
+//	                            table. Default 1024
+//	MaxInFlight      announced  most requests in flight on one connection.
+//	                            Default 64
+//	MaxPayload       announced  largest payload of one block. Set by the
+//	                            server's hot tier (4 MiB by default)
+//	MaxStringLen     fixed      256 bytes per str
+//	MaxNamespaceLen  fixed      4096 bytes per namespace blob
+//	                            (identity.MaxCanonicalLen)
+//	MaxPingLen       fixed      1024 bytes of PING body
+//	MaxStatEntries   fixed      256 STAT entries
+//
+// The server also bounds each request body by the largest valid body of its
+// opcode, so that it never buffers more than a request can need. It skips a
+// longer body without storing it and answers MALFORMED. For PUT, the bound
+// applies to the table (4 + 4096 + 4 + 72 × MaxBatch bytes), and a longer
+// table is answered BATCH_TOO_LARGE.
+//
+// A request is in flight from the moment the server has read its header until
+// its response has been written. When a connection has MaxInFlight requests
+// in flight, the server stops reading from it: this is backpressure, not an
+// error. TCP flow control then stalls the client's writes. The client gets no
+// error, and TOO_MANY_IN_FLIGHT is never sent. A client should keep at most
+// MaxInFlight requests outstanding per connection, and open more connections
+// to go further.
+//
+// # Deadlines
+//
+// Deadlines are not part of the byte format, but both sides must apply them;
+// nothing may wait forever.
+//
+// The server bounds:
+//   - the idle time between requests: it closes an idle connection without a
+//     response;
+//   - the time to read one frame once its header has begun;
+//   - the time to write its responses.
+//
+// If a deadline passes in the middle of a frame, the server closes the
+// connection, because the stream is out of sync. The reference server
+// (internal/server) uses 5 minutes idle, 30 s per frame read and 30 s per
+// write by default.
+//
+// A client puts a deadline on every request. When a deadline passes, the
+// client treats the request as a miss: no payload, recompute. The response
+// may still arrive afterwards. The client either discards it by request id
+// or closes the connection.
+//
+// TIMEOUT is the server's answer when one of its own operation deadlines (for
+// example a cold-tier refill) passes before the request completes.
+//
+// # Namespace blob
+//
+// The namespace blob is exactly the canonical encoding of an
+// identity.Namespace (internal/identity, doc.go). In this encoding, every
+// field is
+//
+//	u8 tag | u32 length | value
+//
+// in tag order, with no field omitted. The whole encoding is
+//
+//	"GCNS" | u8 version (1) | u8 field count (15) | fields
+//
+// with these fields:
+//
+//	tag field               value
+//	1   tenant              UTF-8, 1..256 bytes
+//	2   trust_domain        UTF-8, 1..256 bytes
+//	3   model_id            UTF-8, 1..256 bytes
+//	4   config_revision     UTF-8, 1..256 bytes
+//	5   tokenizer_revision  UTF-8, 1..256 bytes
+//	6   adapter             UTF-8, 0..256 bytes (empty: base model)
+//	7   rope                UTF-8, 1..256 bytes
+//	8   dtype               UTF-8, 1..256 bytes
+//	9   quantization        UTF-8, 1..256 bytes
+//	10  layout.format       UTF-8, 1..256 bytes
+//	11  tp                  u32 rank | u32 size     (rank < size)
+//	12  pp                  u32 rank | u32 size     (rank < size)
+//	13  layers              u32 start | u32 count   (count >= 1, start+count < 2^32)
+//	14  heads               u32 kv_heads | u32 head_dim  (both >= 1)
+//	15  block_tokens        u32                     (1..65536)
+//
+// The namespace digest is SHA-256 of this encoding. A block key is
+//
+//	SHA-256("gpucache/blockkey/v1\x00" | namespace digest | parent key |
+//	        u32 valid_length | u32 token count | u32 token id ...)
+//
+// with the all-zero key as the parent of a chain's first block. Clients
+// compute keys, servers only compare them. internal/identity/testdata/
+// golden.json gives vectors for the namespace encoding, the digest and the
+// keys, and its README.md describes them for other languages.
+//
+// # This package
+//
+// The types mirror the layouts above: Header, the request and response
+// messages, and Error for error bodies and for every decoding failure. For a
+// body that carries payloads, AppendMeta, MetaLen and CheckPayload frame the
+// table.
+//
+// Decoders return a *Error with code MALFORMED or BATCH_TOO_LARGE; test for
+// a code with
+//
+//	errors.Is(err, &wire.Error{Code: wire.CodeMalformed})
+//
+// Decoders copy what they return, except the Namespace field of LookupRequest,
+// GetRequest, PutRequest and DeleteRequest, which aliases the input buffer.
+// A decoder that fills a list (Keys, Blocks) reuses the backing array the
+// message already holds when it is large enough, so a message decoded into
+// again and again does not allocate; the previous contents are overwritten.
+// Encoders (AppendTo) do not check limits: the caller keeps strings, lists
+// and blobs within them. The one exception is Error.AppendTo, which truncates
+// the message to MaxStringLen.
+//
+// Every decoder has a fuzz target (fuzz_test.go). Each target checks that
+// the decoder never panics, that its errors are typed, and that a successful
+// decode is canonical.
+package wire

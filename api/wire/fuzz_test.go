@@ -1,0 +1,237 @@
+package wire_test
+
+import (
+	"bytes"
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/gpucache/gpucache/api/wire"
+)
+
+// Every decoder has a fuzz target. Each checks three properties for any
+// input:
+//
+//  1. the decoder does not panic;
+//  2. an error is a *wire.Error whose code is one the decoder may return;
+//  3. a successful decode is canonical: re-encoding gives the input bytes.
+//
+// Seed corpora live in testdata/fuzz/<FuzzName>/: valid encodings and
+// malformed ones (truncated, trailing bytes, over-long strings and counts,
+// unknown statuses). The sample messages of messages_test.go are added too,
+// so the seeds track the codec.
+
+// bodyCodes are the codes a body decoder may return.
+var bodyCodes = []wire.Code{wire.CodeMalformed, wire.CodeBatchTooLarge}
+
+func checkDecodeErr(t *testing.T, err error, allowed []wire.Code) {
+	t.Helper()
+	var we *wire.Error
+	if !errors.As(err, &we) {
+		t.Fatalf("error %v (%T) is not a *wire.Error", err, err)
+	}
+	if !slices.Contains(allowed, we.Code) {
+		t.Fatalf("error code %s not in %v: %v", we.Code, allowed, err)
+	}
+	if !errors.Is(err, &wire.Error{Code: we.Code}) {
+		t.Fatalf("errors.Is does not match its own code: %v", err)
+	}
+}
+
+// fuzzBody runs the shared properties over decode, which returns the
+// re-encoding of what it decoded.
+func fuzzBody(f *testing.F, sample string, decode func(t *testing.T, b []byte) ([]byte, error)) {
+	for _, c := range sampleMessages(f) {
+		if c.name == sample {
+			f.Add(c.msg.AppendTo(nil))
+		}
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		out, err := decode(t, b)
+		if err != nil {
+			checkDecodeErr(t, err, bodyCodes)
+			return
+		}
+		if !bytes.Equal(out, b) {
+			t.Fatalf("not canonical:\n in  %x\n out %x", b, out)
+		}
+	})
+}
+
+func FuzzDecodeHeader(f *testing.F) {
+	f.Add(sampleHeader().Append(nil))
+	l := wire.DefaultLimits()
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, err := wire.DecodeHeader(b)
+		if err != nil {
+			checkDecodeErr(t, err, []wire.Code{wire.CodeMalformed, wire.CodeBadMagic})
+			return
+		}
+		if out := h.Append(nil); !bytes.Equal(out, b[:wire.HeaderSize]) {
+			t.Fatalf("not canonical:\n in  %x\n out %x", b[:wire.HeaderSize], out)
+		}
+		if err := l.CheckRequest(h); err != nil {
+			checkDecodeErr(t, err, []wire.Code{wire.CodeFrameTooLarge, wire.CodeUnsupportedVersion,
+				wire.CodeMalformed, wire.CodeUnknownOpcode})
+		}
+	})
+}
+
+func FuzzHelloRequest(f *testing.F) {
+	fuzzBody(f, "HelloRequest", func(t *testing.T, b []byte) ([]byte, error) {
+		var m wire.HelloRequest
+		err := m.Decode(b)
+		return m.AppendTo(nil), err
+	})
+}
+
+func FuzzHelloResponse(f *testing.F) {
+	fuzzBody(f, "HelloResponse", func(t *testing.T, b []byte) ([]byte, error) {
+		var m wire.HelloResponse
+		err := m.Decode(b)
+		return m.AppendTo(nil), err
+	})
+}
+
+// dirtyCap is the capacity of the junk lists below: larger than most fuzz
+// inputs' lists (the reuse path), smaller than the largest (the grow path).
+const dirtyCap = 64
+
+// dirtyKeys returns a key slice with spare capacity full of junk, standing in
+// for a message that is decoded into again and again (its backing array is
+// reused).
+func dirtyKeys() []wire.Key {
+	full := make([]wire.Key, dirtyCap)
+	for i := range full {
+		for j := range full[i] {
+			full[i][j] = 0xaa
+		}
+	}
+	return full[:3]
+}
+
+// sameDecode fails unless decoding into a dirty message gave the same
+// outcome as decoding into a fresh one.
+func sameDecode(t *testing.T, fresh, dirty []byte, errFresh, errDirty error) {
+	t.Helper()
+	if wire.ErrCode(errFresh) != wire.ErrCode(errDirty) || (errFresh == nil) != (errDirty == nil) {
+		t.Fatalf("fresh decode: %v; dirty decode: %v", errFresh, errDirty)
+	}
+	if errFresh == nil && !bytes.Equal(fresh, dirty) {
+		t.Fatalf("decoding into a used message differs:\n fresh %x\n dirty %x", fresh, dirty)
+	}
+}
+
+func FuzzLookupRequest(f *testing.F) {
+	fuzzBody(f, "LookupRequest", func(t *testing.T, b []byte) ([]byte, error) {
+		var m wire.LookupRequest
+		err := m.Decode(b, maxBatch)
+		d := wire.LookupRequest{Namespace: []byte("junk"), LeaseTTLMillis: 9, Keys: dirtyKeys()}
+		derr := d.Decode(b, maxBatch)
+		sameDecode(t, m.AppendTo(nil), d.AppendTo(nil), err, derr)
+		return m.AppendTo(nil), err
+	})
+}
+
+func FuzzLookupResponse(f *testing.F) {
+	fuzzBody(f, "LookupResponse", func(t *testing.T, b []byte) ([]byte, error) {
+		var m wire.LookupResponse
+		err := m.Decode(b)
+		return m.AppendTo(nil), err
+	})
+}
+
+func FuzzGetRequest(f *testing.F) {
+	fuzzBody(f, "GetRequest", func(t *testing.T, b []byte) ([]byte, error) {
+		var m wire.GetRequest
+		err := m.Decode(b, maxBatch)
+		d := wire.GetRequest{Namespace: []byte("junk"), LeaseID: 9, Keys: dirtyKeys()}
+		derr := d.Decode(b, maxBatch)
+		sameDecode(t, m.AppendTo(nil), d.AppendTo(nil), err, derr)
+		return m.AppendTo(nil), err
+	})
+}
+
+// sumLens is the payload total a table announces.
+func sumLens[T any](items []T, n func(T) uint32) uint64 {
+	var s uint64
+	for _, it := range items {
+		s += uint64(n(it))
+	}
+	return s
+}
+
+func FuzzGetResponse(f *testing.F) {
+	fuzzBody(f, "GetResponse", func(t *testing.T, b []byte) ([]byte, error) {
+		var m wire.GetResponse
+		total, err := m.Decode(b, maxBatch)
+		if err == nil {
+			if want := sumLens(m.Blocks, func(bm wire.BlockMeta) uint32 { return bm.Len }); total != want {
+				t.Fatalf("payload total %d, lengths sum to %d", total, want)
+			}
+			for _, bm := range m.Blocks {
+				if bm.Status != wire.StatusHit && bm.Len != 0 {
+					t.Fatalf("accepted %s with %d bytes", bm.Status, bm.Len)
+				}
+			}
+		}
+		return m.AppendTo(nil), err
+	})
+}
+
+func FuzzPutRequest(f *testing.F) {
+	fuzzBody(f, "PutRequest", func(t *testing.T, b []byte) ([]byte, error) {
+		var m wire.PutRequest
+		total, err := m.Decode(b, maxBatch)
+		junk := wire.PutBlock{Key: wire.Key{0xaa}, Parent: wire.Key{0xbb}, Tokens: 7, Len: 9}
+		d := wire.PutRequest{Namespace: []byte("junk"), Blocks: slices.Repeat([]wire.PutBlock{junk}, dirtyCap)[:2]}
+		dtotal, derr := d.Decode(b, maxBatch)
+		sameDecode(t, m.AppendTo(nil), d.AppendTo(nil), err, derr)
+		if err == nil && dtotal != total {
+			t.Fatalf("payload total %d fresh, %d dirty", total, dtotal)
+		}
+		if err == nil {
+			if want := sumLens(m.Blocks, func(pb wire.PutBlock) uint32 { return pb.Len }); total != want {
+				t.Fatalf("payload total %d, lengths sum to %d", total, want)
+			}
+		}
+		return m.AppendTo(nil), err
+	})
+}
+
+func FuzzStatusResponse(f *testing.F) {
+	fuzzBody(f, "StatusResponse", func(t *testing.T, b []byte) ([]byte, error) {
+		var m wire.StatusResponse
+		err := m.Decode(b, maxBatch)
+		return m.AppendTo(nil), err
+	})
+}
+
+func FuzzDeleteRequest(f *testing.F) {
+	fuzzBody(f, "DeleteRequest", func(t *testing.T, b []byte) ([]byte, error) {
+		var m wire.DeleteRequest
+		err := m.Decode(b, maxBatch)
+		d := wire.DeleteRequest{Namespace: []byte("junk"), Keys: dirtyKeys()}
+		derr := d.Decode(b, maxBatch)
+		sameDecode(t, m.AppendTo(nil), d.AppendTo(nil), err, derr)
+		return m.AppendTo(nil), err
+	})
+}
+
+func FuzzStatResponse(f *testing.F) {
+	fuzzBody(f, "StatResponse", func(t *testing.T, b []byte) ([]byte, error) {
+		var m wire.StatResponse
+		err := m.Decode(b)
+		return m.AppendTo(nil), err
+	})
+}
+
+func FuzzDecodeError(f *testing.F) {
+	fuzzBody(f, "Error", func(t *testing.T, b []byte) ([]byte, error) {
+		e, err := wire.DecodeError(b)
+		if err != nil {
+			return nil, err
+		}
+		return e.AppendTo(nil), nil
+	})
+}
