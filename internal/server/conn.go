@@ -141,6 +141,10 @@ func (c *conn) readLoop() error {
 		h, err := wire.DecodeHeader(hb[:])
 		if err == nil {
 			err = c.s.cfg.Limits.CheckRequest(h)
+		} else if wire.ErrCode(err) != wire.CodeBadMagic && h.BodyLen > c.s.cfg.Limits.MaxFrame {
+			// A malformed header is skipped by its length only when that
+			// length is within bounds.
+			err = c.s.cfg.Limits.CheckRequest(h)
 		}
 		// Take an in-flight slot; this blocks while MaxInFlight responses
 		// are queued or being written (backpressure).

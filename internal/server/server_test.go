@@ -334,6 +334,12 @@ func TestBadInput(t *testing.T) {
 		b[22] = 1
 		c.writeRaw(b)
 		c.expectError(wire.CodeMalformed)
+		// ... and with an oversized length it is fatal, not skipped.
+		b = wire.Header{Version: 1, Op: wire.OpPing, RequestID: 2, BodyLen: 1 << 31}.Append(nil)
+		b[22] = 1
+		c.writeRaw(b)
+		c.expectError(wire.CodeFrameTooLarge)
+		c.expectClosed()
 	})
 	t.Run("truncated frames", func(t *testing.T) {
 		// A header cut short, and a body cut short: the server sees EOF and
