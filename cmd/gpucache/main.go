@@ -1,4 +1,3 @@
-// Command gpucache is the gpucache client: put, get, stat, bench and more.
 package main
 
 import (

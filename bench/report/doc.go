@@ -1,0 +1,23 @@
+// Command report turns the raw files written by bench/compare.sh into a
+// markdown comparison of gpucache against Redis and the iperf3 loopback
+// ceiling, with a table of targets marked PASS, MISS, INVALID or NOT_RUN.
+//
+// Usage:
+//
+//	go run ./bench/report -dir bench/results/<stamp> [-out report.md]
+//
+// The directory holds:
+//
+//	machine.txt          "key<TAB>value" lines describing the machine
+//	plan.txt             "key<TAB>value" lines: duration, reps, quick, sizes, conns, gc
+//	notes.txt            optional, one line per problem the script saw
+//	iperf3/*.json        iperf3 -J output, one file per repetition
+//	redis/<op>_<size>_c<conns>_P<pipeline>_r<rep>.csv
+//	                     redis-benchmark --csv output (op is get or put)
+//	gpucache/*.json      gpucache bench --json output, any number of cases each
+//	gc/gc.json           gpucache bench --json output of the GC and memory run
+//	gc/NOT_RUN.txt       why the GC and memory run was skipped, if it was
+//
+// Every figure printed comes from those files; a case without data prints
+// NOT_RUN. Only the standard library is used.
+package main
