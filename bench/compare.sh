@@ -392,13 +392,14 @@ run_gc() {
 		note "gc: skipped, ${avail_gib} GiB available < ${GC_MIN_FREE_GIB} GiB"
 		return 0
 	fi
-	if ! start_gpucached "$GC_HOT_CAPACITY" gpucached-gc; then
+	# gctrace=1 logs every cycle's stop-the-world phases to logs/gpucached-gc.log.
+	if ! GODEBUG=gctrace=1 start_gpucached "$GC_HOT_CAPACITY" gpucached-gc; then
 		echo "gpucached --hot-capacity $GC_HOT_CAPACITY did not start (see logs/gpucached-gc.log)" >"$RAW/gc/NOT_RUN.txt"
 		note "gc: gpucached did not start (see logs/gpucached-gc.log)"
 		return 0
 	fi
 	log "gpucache GC run: hold $GC_HOLD_BYTES, GET 1MiB conns 8 for $DURATION"
-	if ! fg_run timeout $((DUR_S * 3 + 600)) "$BIN/gpucache" bench --addr "127.0.0.1:$GPC_PORT" --hold-bytes "$GC_HOLD_BYTES" --op get --sizes 1MiB \
+	if ! GOMAXPROCS=$CLIENT_PROCS fg_run timeout $((DUR_S * 3 + 600)) "$BIN/gpucache" bench --addr "127.0.0.1:$GPC_PORT" --hold-bytes "$GC_HOLD_BYTES" --op get --sizes 1MiB \
 		--conns 8 --duration "$DURATION" --json "$RAW/gc/gc.json" >"$RAW/logs/gpucache-gc.out" 2>&1; then
 		[[ -f $RAW/gc/gc.json ]] && mv "$RAW/gc/gc.json" "$RAW/logs/gpucache-gc.failed.json"
 		echo "gpucache bench failed (see logs/gpucache-gc.out)" >"$RAW/gc/NOT_RUN.txt"
