@@ -1,8 +1,10 @@
 package client
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"time"
 
 	"github.com/gpucache/gpucache/api/wire"
@@ -56,6 +58,8 @@ type hooks struct {
 	connFailed func(err error)
 	// dialed is called after each successful dial and HELLO.
 	dialed func()
+	// dial, when set, replaces the TCP dial (tests use in-memory pipes).
+	dial func(ctx context.Context, addr string) (net.Conn, error)
 }
 
 // Default returns a Config with every default filled in.

@@ -69,7 +69,11 @@ func dial(parent context.Context, cfg *Config) (*conn, error) {
 	ctx, cancel := context.WithTimeout(parent, cfg.DialTimeout)
 	defer cancel()
 	var d net.Dialer
-	nc, err := d.DialContext(ctx, "tcp", cfg.Addr)
+	dialFn := func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
+	if cfg.hooks != nil && cfg.hooks.dial != nil {
+		dialFn = cfg.hooks.dial
+	}
+	nc, err := dialFn(ctx, cfg.Addr)
 	if err != nil {
 		if parent.Err() != nil {
 			return nil, ctxError(parent)

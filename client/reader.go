@@ -155,26 +155,8 @@ func (c *conn) readGet(h wire.Header, cl *call) error {
 		cl.failFill(err, 0)
 		return err
 	}
-	if got := binary.LittleEndian.Uint32(t); int(got) != n {
-		return protoErr("%d entries for %d keys", got, n)
-	}
-	var total uint64
-	for i := range n {
-		st, ln := wire.Status(t[4+5*i]), binary.LittleEndian.Uint32(t[5+5*i:])
-		if st != wire.StatusHit && st != wire.StatusMiss {
-			// Fail the whole answer closed: a server that sends statuses a
-			// GET cannot have is not trusted for any block of it.
-			return protoErr("block %d: status %s in a GET answer", i, st)
-		}
-		if st != wire.StatusHit && ln != 0 {
-			return protoErr("block %d: status %s carries %d bytes", i, st, ln)
-		}
-		if ln > c.limits.MaxPayload {
-			return protoErr("block %d: %d bytes exceed MaxPayload %d", i, ln, c.limits.MaxPayload)
-		}
-		total += uint64(ln)
-	}
-	if err := wire.CheckPayload(total, h.BodyLen, metaLen); err != nil {
+	total, err := checkGetTable(t, n, c.limits.MaxPayload, h.BodyLen)
+	if err != nil {
 		return protoErr("%v", err)
 	}
 
@@ -255,4 +237,38 @@ func (c *conn) abandonFill(cl *call, left int64) error {
 		return lost(err)
 	}
 	return nil
+}
+
+// checkGetTable validates the table of a GET answer for n keys (t excludes
+// the u32 table length) in a body of bodyLen bytes, and returns the payload
+// total. Only HIT and MISS may appear, only hits carry bytes, no block may
+// exceed maxPayload, and the payloads must fill the rest of the body
+// exactly. Nothing is delivered from an answer that fails any check.
+func checkGetTable(t []byte, n int, maxPayload, bodyLen uint32) (uint64, error) {
+	if len(t) != 4+5*n {
+		return 0, fmt.Errorf("table of %d bytes for %d keys", len(t), n)
+	}
+	if got := binary.LittleEndian.Uint32(t); int(got) != n {
+		return 0, fmt.Errorf("%d entries for %d keys", got, n)
+	}
+	var total uint64
+	for i := range n {
+		st, ln := wire.Status(t[4+5*i]), binary.LittleEndian.Uint32(t[5+5*i:])
+		if st != wire.StatusHit && st != wire.StatusMiss {
+			// Fail the whole answer closed: a server that sends statuses a
+			// GET cannot have is not trusted for any block of it.
+			return 0, fmt.Errorf("block %d: status %s in a GET answer", i, st)
+		}
+		if st != wire.StatusHit && ln != 0 {
+			return 0, fmt.Errorf("block %d: status %s carries %d bytes", i, st, ln)
+		}
+		if ln > maxPayload {
+			return 0, fmt.Errorf("block %d: %d bytes exceed MaxPayload %d", i, ln, maxPayload)
+		}
+		total += uint64(ln)
+	}
+	if err := wire.CheckPayload(total, bodyLen, uint32(len(t))); err != nil {
+		return 0, err
+	}
+	return total, nil
 }
