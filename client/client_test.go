@@ -29,7 +29,7 @@ func dialTest(t *testing.T, addr string, mod func(*Config)) *Client {
 
 func TestRoundTrip(t *testing.T) {
 	rs := startServer(t, "127.0.0.1:0", wire.Limits{})
-	c := dialTest(t, rs.addr, nil)
+	c := dialTest(t, rs.Addr, nil)
 	ctx := testCtx(t)
 	ns := testNS("acme")
 	blocks := testBlocks(t, ns, 5, 40<<10, 1)
@@ -129,7 +129,7 @@ func TestRoundTrip(t *testing.T) {
 
 func TestServerErrorsAreMisses(t *testing.T) {
 	rs := startServer(t, "127.0.0.1:0", wire.Limits{})
-	c := dialTest(t, rs.addr, nil)
+	c := dialTest(t, rs.Addr, nil)
 	ctx := testCtx(t)
 
 	// The namespace's tenant is not the session's: TENANT_MISMATCH.
@@ -162,7 +162,7 @@ func TestServerErrorsAreMisses(t *testing.T) {
 // answer reaches its caller.
 func TestPipelining(t *testing.T) {
 	rs := startServer(t, "127.0.0.1:0", wire.Limits{MaxInFlight: 8})
-	c := dialTest(t, rs.addr, func(c *Config) { c.Conns = 2 })
+	c := dialTest(t, rs.Addr, func(c *Config) { c.Conns = 2 })
 	ctx := testCtx(t)
 	ns := testNS("acme")
 	const workers, rounds = 32, 10
@@ -200,7 +200,7 @@ func TestPipelining(t *testing.T) {
 func TestBatchSplit(t *testing.T) {
 	limits := wire.Limits{MaxBatch: 8, MaxFrame: 1<<20 + 8192}
 	rs := startServer(t, "127.0.0.1:0", limits)
-	c := dialTest(t, rs.addr, func(c *Config) { c.Conns = 1 })
+	c := dialTest(t, rs.Addr, func(c *Config) { c.Conns = 1 })
 	ctx := testCtx(t)
 	ns := testNS("acme")
 	blocks := testBlocks(t, ns, 30, 100<<10, 3) // 3 MiB: frames of ≤ 10 blocks, batches of ≤ 8
@@ -259,7 +259,7 @@ func TestBatchSplit(t *testing.T) {
 // After the server restarts, the dead connections are redialed lazily.
 func TestRedialAfterRestart(t *testing.T) {
 	rs := startServer(t, "127.0.0.1:0", wire.Limits{})
-	addr := rs.addr
+	addr := rs.Addr
 	dials := make(chan struct{}, 16)
 	c := dialTest(t, addr, func(c *Config) {
 		c.Conns = 1
@@ -272,7 +272,7 @@ func TestRedialAfterRestart(t *testing.T) {
 	if _, err := c.Put(ctx, ns, blocks); err != nil {
 		t.Fatal(err)
 	}
-	rs.stop()
+	rs.Stop()
 	// The server is gone: reads are misses, not hangs.
 	if r := c.Get(ctx, ns, keysOf(blocks))[0]; r.Hit || !errors.Is(r.Reason, ErrUnavailable) {
 		t.Fatalf("get with server down: %+v", r)
@@ -289,7 +289,7 @@ func TestRedialAfterRestart(t *testing.T) {
 
 func TestClosedClient(t *testing.T) {
 	rs := startServer(t, "127.0.0.1:0", wire.Limits{})
-	c := dialTest(t, rs.addr, nil)
+	c := dialTest(t, rs.Addr, nil)
 	c.Close()
 	c.Close()
 	ctx := testCtx(t)
@@ -332,7 +332,7 @@ func TestDialErrors(t *testing.T) {
 // call is small next to the 256 KiB moved.
 func TestNoPayloadCopies(t *testing.T) {
 	rs := startServer(t, "127.0.0.1:0", wire.Limits{})
-	c := dialTest(t, rs.addr, func(c *Config) { c.Conns = 1 })
+	c := dialTest(t, rs.Addr, func(c *Config) { c.Conns = 1 })
 	ctx := testCtx(t)
 	ns := testNS("acme")
 	blocks := testBlocks(t, ns, 1, 256<<10, 5)

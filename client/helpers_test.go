@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/binary"
 	"io"
-	"log/slog"
 	"net"
 	"sync"
 	"testing"
@@ -14,8 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/gpucache/gpucache/api/wire"
-	"github.com/gpucache/gpucache/internal/hot"
-	"github.com/gpucache/gpucache/internal/server"
+	"github.com/gpucache/gpucache/internal/servertest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -27,51 +25,10 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-// realServer is the gpucache server over a small hot store.
-type realServer struct {
-	t      *testing.T
-	addr   string
-	srv    *server.Server
-	store  *hot.Store
-	served chan error
-}
-
 // startServer runs a real server on addr ("127.0.0.1:0" for any port) and
 // stops it when the test ends, unless the test stops it first.
-func startServer(t *testing.T, addr string, limits wire.Limits) *realServer {
-	t.Helper()
-	store, err := hot.New(hot.Config{CapacityBytes: 64 << 20, SlabBytes: 4 << 20, MaxClass: 1 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := server.New(server.Config{Store: store, Limits: limits, Name: "test", Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rs := &realServer{t: t, addr: ln.Addr().String(), srv: srv, store: store, served: make(chan error, 1)}
-	go func() { rs.served <- srv.Serve(ln) }()
-	t.Cleanup(rs.stop)
-	return rs
-}
-
-func (rs *realServer) stop() {
-	if rs.srv == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := rs.srv.Shutdown(ctx); err != nil {
-		rs.t.Errorf("shutdown: %v", err)
-	}
-	if err := <-rs.served; err != nil {
-		rs.t.Errorf("serve: %v", err)
-	}
-	rs.store.Close()
-	rs.srv = nil
+func startServer(t *testing.T, addr string, limits wire.Limits) *servertest.Server {
+	return servertest.Start(t, addr, limits)
 }
 
 func testNS(tenant string) Namespace {

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"log/slog"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -13,41 +11,14 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/gpucache/gpucache/api/wire"
-	"github.com/gpucache/gpucache/internal/hot"
-	"github.com/gpucache/gpucache/internal/server"
+	"github.com/gpucache/gpucache/internal/servertest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // startServer runs a real server on 127.0.0.1:0 over a small hot store.
 func startServer(t *testing.T) string {
-	t.Helper()
-	store, err := hot.New(hot.Config{CapacityBytes: 64 << 20, SlabBytes: 4 << 20, MaxClass: 1 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := server.New(server.Config{Store: store, Limits: wire.Limits{MaxBatch: 8}, Name: "bench-test", Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		if err := <-served; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-		store.Close()
-	})
-	return ln.Addr().String()
+	return servertest.Start(t, "127.0.0.1:0", wire.Limits{MaxBatch: 8}).Addr
 }
 
 func TestRunEndToEnd(t *testing.T) {
