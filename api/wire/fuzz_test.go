@@ -235,3 +235,54 @@ func FuzzDecodeError(f *testing.F) {
 		return e.AppendTo(nil), nil
 	})
 }
+
+func FuzzAcquireRequest(f *testing.F) {
+	fuzzBody(f, "AcquireRequest", func(t *testing.T, b []byte) ([]byte, error) {
+		var m wire.AcquireRequest
+		err := m.Decode(b, maxBatch)
+		d := wire.AcquireRequest{Namespace: []byte("junk"), Keys: dirtyKeys()}
+		derr := d.Decode(b, maxBatch)
+		sameDecode(t, m.AppendTo(nil), d.AppendTo(nil), err, derr)
+		return m.AppendTo(nil), err
+	})
+}
+
+func FuzzAcquireResponse(f *testing.F) {
+	fuzzBody(f, "AcquireResponse", func(t *testing.T, b []byte) ([]byte, error) {
+		var m wire.AcquireResponse
+		err := m.Decode(b, maxBatch)
+		return m.AppendTo(nil), err
+	})
+}
+
+func FuzzFillCommitRequest(f *testing.F) {
+	fuzzBody(f, "FillCommitRequest", func(t *testing.T, b []byte) ([]byte, error) {
+		var m wire.FillCommitRequest
+		_, err := m.Decode(b, maxBatch)
+		return m.AppendTo(nil), err
+	})
+}
+
+func FuzzFillAbortRequest(f *testing.F) {
+	fuzzBody(f, "FillAbortRequest", func(t *testing.T, b []byte) ([]byte, error) {
+		var m wire.FillAbortRequest
+		err := m.Decode(b, maxBatch)
+		return m.AppendTo(nil), err
+	})
+}
+
+func FuzzWaitRequest(f *testing.F) {
+	fuzzBody(f, "WaitRequest", func(t *testing.T, b []byte) ([]byte, error) {
+		var m wire.WaitRequest
+		err := m.Decode(b, maxBatch)
+		return m.AppendTo(nil), err
+	})
+}
+
+func FuzzWaitResponse(f *testing.F) {
+	fuzzBody(f, "WaitResponse", func(t *testing.T, b []byte) ([]byte, error) {
+		var m wire.WaitResponse
+		err := m.Decode(b, maxBatch)
+		return m.AppendTo(nil), err
+	})
+}

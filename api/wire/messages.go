@@ -22,10 +22,14 @@ const (
 	StatusNoSpace  Status = 5 // PUT: nothing evictable; payload discarded
 	StatusDeleted  Status = 6 // DELETE: removed
 	StatusBusy     Status = 7 // DELETE: leased or in flight, not removed
-	statusMax             = StatusBusy
+	// FILL_COMMIT and FILL_ABORT:
+	StatusFenced    Status = 8  // the token's epoch is stale: the fill was fenced; nothing stored
+	StatusNotLeader Status = 9  // the token does not name the fill's current leader; nothing stored
+	StatusAborted   Status = 10 // FILL_ABORT: the turn passed to the next waiter (or the fill ended)
+	statusMax              = StatusAborted
 )
 
-var statusNames = [...]string{"HIT", "MISS", "STORED", "EXISTS", "TOO_LARGE", "NO_SPACE", "DELETED", "BUSY"}
+var statusNames = [...]string{"HIT", "MISS", "STORED", "EXISTS", "TOO_LARGE", "NO_SPACE", "DELETED", "BUSY", "FENCED", "NOT_LEADER", "ABORTED"}
 
 func (s Status) String() string {
 	if s <= statusMax {
@@ -370,8 +374,8 @@ func (m *GetResponse) Decode(b []byte, maxBatch uint32) (payload uint64, err err
 	for i := range m.Blocks {
 		m.Blocks[i] = BlockMeta{Status: Status(r.u8()), Len: r.u32()}
 		bm := m.Blocks[i]
-		if bm.Status > statusMax {
-			r.fail("block %d: unknown status %d", i, bm.Status)
+		if bm.Status != StatusHit && bm.Status != StatusMiss {
+			r.fail("block %d: status %s in a GET answer", i, bm.Status)
 		} else if bm.Status != StatusHit && bm.Len != 0 {
 			r.fail("block %d: status %s carries %d bytes", i, bm.Status, bm.Len)
 		}

@@ -77,7 +77,27 @@ func sampleMessages(t testing.TB) []roundTripCase {
 	decDelete := func(b []byte) (message, error) { m := new(wire.DeleteRequest); return m, m.Decode(b, maxBatch) }
 	decStat := func(b []byte) (message, error) { m := new(wire.StatResponse); return m, m.Decode(b) }
 	decError := func(b []byte) (message, error) { return wire.DecodeError(b) }
+	decAcqReq := func(b []byte) (message, error) { m := new(wire.AcquireRequest); return m, m.Decode(b, maxBatch) }
+	decAcqResp := func(b []byte) (message, error) { m := new(wire.AcquireResponse); return m, m.Decode(b, maxBatch) }
+	decCommit := func(b []byte) (message, error) {
+		m := new(wire.FillCommitRequest)
+		_, err := m.Decode(b, maxBatch)
+		return m, err
+	}
+	decAbort := func(b []byte) (message, error) { m := new(wire.FillAbortRequest); return m, m.Decode(b, maxBatch) }
+	decWaitReq := func(b []byte) (message, error) { m := new(wire.WaitRequest); return m, m.Decode(b, maxBatch) }
+	decWaitResp := func(b []byte) (message, error) { m := new(wire.WaitResponse); return m, m.Decode(b, maxBatch) }
+	tok := wire.FillToken{Fill: 77, Epoch: 3, Turn: 2}
 	return []roundTripCase{
+		{"AcquireRequest", &wire.AcquireRequest{Namespace: ns, Keys: keys}, decAcqReq},
+		{"AcquireResponse", &wire.AcquireResponse{Entries: []wire.AcquireEntry{{Outcome: wire.AcquireHit}, {Outcome: wire.AcquireLead, Token: tok},
+			{Outcome: wire.AcquireJoined, Token: wire.FillToken{Fill: 78}}, {Outcome: wire.AcquireDenied}}}, decAcqResp},
+		{"FillCommitRequest", &wire.FillCommitRequest{Namespace: ns, Blocks: []wire.FillBlock{
+			{Token: tok, Key: keys[0], Tokens: 16, Len: 300}, {Token: tok, Key: keys[1], Parent: keys[0], Tokens: 7, Len: 12}}}, decCommit},
+		{"FillAbortRequest", &wire.FillAbortRequest{Namespace: ns, Tokens: []wire.FillToken{tok, {Fill: 1, Epoch: 1, Turn: 1}}}, decAbort},
+		{"WaitRequest", &wire.WaitRequest{Namespace: ns, TimeoutMillis: 2500, Fills: []uint64{78, 79}}, decWaitReq},
+		{"WaitResponse", &wire.WaitResponse{Entries: []wire.WaitEntry{{Kind: wire.NoticeFinished}, {Kind: wire.NoticePromoted, Token: tok},
+			{Kind: wire.NoticeFailed}, {Kind: wire.NoticeFenced}, {Kind: wire.NoticePending}}}, decWaitResp},
 		{"HelloRequest", &wire.HelloRequest{MinVersion: 1, MaxVersion: 1, Tenant: "acme", Client: "vllm-connector/0.1"}, decHelloReq},
 		{"HelloRequest/range", &wire.HelloRequest{MinVersion: 1, MaxVersion: 3, Tenant: "t", Client: strings.Repeat("c", wire.MaxStringLen)}, decHelloReq},
 		{"HelloResponse", &wire.HelloResponse{Version: 1, Server: "gpucached", Limits: wire.DefaultLimits()}, decHelloResp},
@@ -278,11 +298,11 @@ func TestCountsCheckedBeforeAllocation(t *testing.T) {
 }
 
 func TestGetResponseStatuses(t *testing.T) {
-	for s := wire.Status(0); s < 10; s++ {
+	for s := wire.Status(0); s < 14; s++ {
 		for _, n := range []uint32{0, 1} {
 			m := &wire.GetResponse{Blocks: []wire.BlockMeta{{Status: s, Len: n}}}
 			_, err := new(wire.GetResponse).Decode(m.AppendTo(nil), maxBatch)
-			ok := s <= wire.StatusBusy && (n == 0 || s == wire.StatusHit)
+			ok := s == wire.StatusHit || (s == wire.StatusMiss && n == 0) // a GET answer has only HIT and MISS
 			if ok && err != nil {
 				t.Errorf("%s len %d: %v", s, n, err)
 			}
@@ -303,7 +323,7 @@ func TestGetResponseStatuses(t *testing.T) {
 }
 
 func TestStatusResponseRejectsUnknownStatus(t *testing.T) {
-	b := (&wire.StatusResponse{Statuses: []wire.Status{wire.StatusStored, wire.StatusBusy + 1}}).AppendTo(nil)
+	b := (&wire.StatusResponse{Statuses: []wire.Status{wire.StatusStored, wire.StatusAborted + 1}}).AppendTo(nil)
 	wantCode(t, new(wire.StatusResponse).Decode(b, maxBatch), wire.CodeMalformed)
 }
 

@@ -47,6 +47,13 @@ const (
 	OpDelete Opcode = 5
 	OpStat   Opcode = 6
 	OpPing   Opcode = 7
+	// Single-flight fills (see fill.go).
+	OpAcquire    Opcode = 8
+	OpFillCommit Opcode = 9
+	OpFillAbort  Opcode = 10
+	OpWait       Opcode = 11
+	// OpMax is the highest opcode of version 1.
+	OpMax = OpWait
 )
 
 func (o Opcode) String() string {
@@ -65,12 +72,20 @@ func (o Opcode) String() string {
 		return "STAT"
 	case OpPing:
 		return "PING"
+	case OpAcquire:
+		return "ACQUIRE"
+	case OpFillCommit:
+		return "FILL_COMMIT"
+	case OpFillAbort:
+		return "FILL_ABORT"
+	case OpWait:
+		return "WAIT"
 	}
 	return fmt.Sprintf("OP(%d)", uint8(o))
 }
 
 // Known reports whether o is an operation of version 1.
-func (o Opcode) Known() bool { return o >= OpHello && o <= OpPing }
+func (o Opcode) Known() bool { return o >= OpHello && o <= OpMax }
 
 // Flags is the frame's flag word.
 type Flags uint16

@@ -133,7 +133,7 @@ func TestCheckRequest(t *testing.T) {
 		{"version 2", with(func(h *wire.Header) { h.Version = 2 }), wire.CodeUnsupportedVersion, false},
 		{"version wins over opcode", with(func(h *wire.Header) { h.Version = 2; h.Op = 200 }), wire.CodeUnsupportedVersion, false},
 		{"opcode 0", with(func(h *wire.Header) { h.Op = 0 }), wire.CodeUnknownOpcode, false},
-		{"opcode 8", with(func(h *wire.Header) { h.Op = wire.OpPing + 1 }), wire.CodeUnknownOpcode, false},
+		{"opcode 12", with(func(h *wire.Header) { h.Op = wire.OpMax + 1 }), wire.CodeUnknownOpcode, false},
 		{"opcode 255", with(func(h *wire.Header) { h.Op = 255 }), wire.CodeUnknownOpcode, false},
 		{"response flag", with(func(h *wire.Header) { h.Flags = wire.FlagResponse }), wire.CodeMalformed, false},
 		{"error flag", with(func(h *wire.Header) { h.Flags = wire.FlagError }), wire.CodeMalformed, false},
@@ -226,16 +226,16 @@ func TestCodes(t *testing.T) {
 	if len(names) != int(wire.CodeTimeout)+1 {
 		t.Errorf("table covers %d codes", len(names))
 	}
-	for op := wire.Opcode(0); op < 10; op++ {
-		if known := op >= 1 && op <= 7; op.Known() != known {
+	for op := wire.Opcode(0); op < 14; op++ {
+		if known := op >= 1 && op <= 11; op.Known() != known {
 			t.Errorf("%s.Known() = %v", op, op.Known())
 		}
 	}
 	if wire.OpPing.String() != "PING" || wire.Opcode(99).String() != "OP(99)" {
 		t.Errorf("Opcode strings: %s %s", wire.OpPing, wire.Opcode(99))
 	}
-	if wire.StatusBusy.String() != "BUSY" || wire.Status(8).String() != "STATUS(8)" {
-		t.Errorf("Status strings: %s %s", wire.StatusBusy, wire.Status(8))
+	if wire.StatusBusy.String() != "BUSY" || wire.StatusAborted.String() != "ABORTED" || wire.Status(11).String() != "STATUS(11)" {
+		t.Errorf("Status strings: %s %s", wire.StatusBusy, wire.Status(11))
 	}
 }
 
