@@ -80,8 +80,10 @@
 //
 // A client may pipeline: it may send further requests without waiting for
 // responses, up to MaxInFlight outstanding (see Limits). A version-1 server
-// executes and answers the requests of one connection in order. Clients must
-// not rely on that order: they match responses to requests by request id.
+// executes the requests of one connection in order and answers them in
+// order, except WAIT, which is answered when its notices arrive. Clients
+// must not rely on the order: they match responses to requests by request
+// id.
 //
 // Every request gets exactly one response, either a success or an error
 // response, unless the connection closes first. When the connection closes,
@@ -121,6 +123,10 @@
 //	5 DELETE   remove blocks
 //	6 STAT     server counters
 //	7 PING     echo
+//	8 ACQUIRE      per key: hit, lead the fill, or wait for it (single-flight)
+//	9 FILL_COMMIT  publish led blocks (payload follows, as in PUT)
+//	10 FILL_ABORT  give up led turns; each passes to the next waiter
+//	11 WAIT        long-poll for notices on fills this session joined
 //
 // Any other opcode is answered with UNKNOWN_OPCODE. Its body is skipped.
 //
@@ -271,6 +277,71 @@
 // longer body is MALFORMED and skipped. The response body is the request body
 // unchanged.
 //
+// ACQUIRE (8). Request, AcquireRequest: blob namespace, list keys (count <=
+// max_batch). Response, AcquireResponse:
+//
+//	u32  count            = the request's key count
+//	count × {
+//	  u8   outcome        0 HIT, 1 LEAD, 2 JOINED, 3 DENIED
+//	  u64  fill           LEAD, JOINED: the fill id; else 0
+//	  u64  epoch          LEAD: the epoch the fill started under; else 0
+//	  u32  turn           LEAD: the leader turn (1 for the first leader); else 0
+//	}
+//
+// Per key, the server's directory (one per shard) checks the hot tier again
+// under its own lock: a cached block is HIT. Otherwise the first session to
+// ask leads the fill (LEAD, with a fill token: fill, epoch, turn); later
+// sessions of the same tenant join it (JOINED) and WAIT; a session of
+// another tenant never joins, it gets a fill of its own. DENIED means no
+// coordination is available (the tenant's join credits or the fill table
+// are exhausted): compute the block yourself. A leader's turn ends with
+// FILL_COMMIT, FILL_ABORT, the fill deadline (the server's fill_deadline,
+// default 10s), or its connection closing; the turn then passes to the next
+// waiter in order, who learns it from WAIT as PROMOTED with a new token.
+// Waiters and leads belong to the connection that acquired them.
+//
+// FILL_COMMIT (9). Body: u32 table length | FillCommitRequest table |
+// payloads, exactly as PUT. The table:
+//
+//	blob namespace
+//	u32  count            <= max_batch
+//	count × {
+//	  u64 fill | u64 epoch | u32 turn   the leader's token
+//	  key  key | key parent | u32 tokens | u32 length
+//	}
+//
+// Response, StatusResponse: STORED or EXISTS (published; the waiters are told
+// FINISHED), FENCED (the epoch moved on; nothing stored; the waiters were told
+// FENCED), NOT_LEADER (the token is not the fill's current turn; nothing
+// stored), or TOO_LARGE / NO_SPACE (not stored; the turn passes on). A block
+// is stored in the hot tier before its waiters are told, so a FINISHED notice
+// always finds it unless it is evicted in between.
+//
+// FILL_ABORT (10). Request: blob namespace, u32 count, count × token (fill,
+// epoch, turn). Response, StatusResponse: ABORTED, FENCED or NOT_LEADER.
+//
+// WAIT (11). Request, WaitRequest:
+//
+//	blob namespace
+//	u32  timeout_ms       the server caps it at 30 s
+//	u32  count            <= max_batch
+//	count × u64 fill      fills this connection joined
+//
+// The server answers when every listed fill has a notice or when the timeout
+// passes; other requests on the connection are served meanwhile, so this
+// answer may come after answers to later requests. Response, WaitResponse:
+//
+//	u32  count            = the request's count
+//	count × {
+//	  u8   notice         0 PENDING (timeout; WAIT again), 1 FINISHED (GET it),
+//	                      2 FAILED (compute it yourself), 3 FENCED (ACQUIRE
+//	                      again), 4 PROMOTED (you lead now)
+//	  u64 fill | u64 epoch | u32 turn   PROMOTED: your token; else zero
+//	}
+//
+// Notices carry no payload. A fill id this connection does not wait on is
+// FAILED.
+//
 // # Block statuses
 //
 //	value name       used by   meaning
@@ -283,8 +354,12 @@
 //	5     NO_SPACE   PUT       nothing evictable; discarded
 //	6     DELETED    DELETE    removed
 //	7     BUSY       DELETE    leased, pinned or being written; not removed
+//	8     FENCED     FILL_*    the token's epoch is stale; nothing stored
+//	9     NOT_LEADER FILL_*    the token is not the fill's current turn
+//	10    ABORTED    FILL_ABORT the turn passed on
 //
-// In version 1, a status greater than 7 is MALFORMED.
+// In version 1, a status greater than 10 is MALFORMED, and a GET answer
+// carries only HIT and MISS.
 //
 // # Errors
 //

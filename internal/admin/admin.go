@@ -21,6 +21,7 @@ type StatsFunc func() []wire.StatEntry
 var gauges = map[string]bool{
 	"conns_open": true, "hot_blocks": true, "hot_bytes_cached": true, "hot_bytes_reserved": true,
 	"hot_bytes_mapped": true, "hot_capacity_bytes": true, "hot_leases_active": true, "hot_pinned": true,
+	"fill_epoch": true, "fill_live": true, "fill_waiters": true,
 	"go_heap_inuse_bytes": true, "go_gc_pause_p50_ns": true, "go_gc_pause_p99_ns": true, "go_gc_pause_max_ns": true,
 }
 

@@ -42,6 +42,7 @@ Commands:
   stat     print the server's counters (--json for JSON)
   ping     measure the round trip to the server
   bench    run a load benchmark against a running server
+  shard-demo  run two shards on loopback: single-flight fills and the transport fallback
   version  print the client and protocol versions
 
 Common flags (every command but version):
@@ -83,6 +84,8 @@ func Main(ctx context.Context, args []string, std Stdio) int {
 		err = runPing(ctx, rest, std)
 	case "bench":
 		err = runBench(ctx, rest, std)
+	case "shard-demo":
+		err = runShardDemo(ctx, rest, std)
 	case "version", "--version":
 		fmt.Fprintln(std.Out, versionLine())
 		return exitOK

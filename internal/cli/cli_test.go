@@ -187,3 +187,16 @@ func TestBenchCommand(t *testing.T) {
 		}
 	}
 }
+
+func TestShardDemo(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := Main(context.Background(), []string{"shard-demo", "--clients", "4", "--blocks", "16"}, Stdio{Out: &out, Err: &errb})
+	if code != 0 {
+		t.Fatalf("exit %d\n%s%s", code, out.String(), errb.String())
+	}
+	for _, want := range []string{"SHARD_OK", "rdma=NOT_RUN_HARDWARE", "dma_posted=false fallback=RdmaNotLinked", "16 fills for 16 blocks"} {
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}

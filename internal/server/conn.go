@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gpucache/gpucache/api/wire"
+	"github.com/gpucache/gpucache/internal/directory"
 	"github.com/gpucache/gpucache/internal/hot"
 	"github.com/gpucache/gpucache/internal/identity"
 )
@@ -53,6 +54,9 @@ type conn struct {
 	}
 	inline [1]*response // reader-owned
 
+	id    uint64 // owner id in the directory
+	fills fillState
+
 	// Reader-owned session state.
 	tenant string
 	hello  bool
@@ -75,13 +79,18 @@ type conn struct {
 
 func newConn(s *Server, nc net.Conn) *conn {
 	inflight := int(s.cfg.Limits.MaxInFlight)
-	return &conn{
+	c := &conn{
 		s:     s,
 		nc:    nc,
 		br:    bufio.NewReaderSize(nc, readBufSize),
 		out:   make(chan *response, inflight),
 		slots: make(chan struct{}, inflight),
+		id:    s.connIDs.Add(1),
 	}
+	c.fills.waiters = make(map[uint64]*directory.Waiter)
+	c.fills.leads = make(map[wire.FillToken]struct{})
+	c.fills.done = make(chan struct{})
+	return c
 }
 
 // drain asks the reader to stop after the request it is reading.
@@ -101,6 +110,7 @@ func (c *conn) serve() {
 		c.writeLoop()
 	}()
 	err := c.readLoop()
+	c.leaveFills() // parked WAITs answer first, so the queue is still open
 	close(c.out)
 	<-writerDone
 	c.nc.Close()

@@ -3,7 +3,6 @@ package server
 import (
 	"encoding/binary"
 	"errors"
-	"io"
 	"time"
 	"unsafe"
 
@@ -21,8 +20,14 @@ func (c *conn) controlBodyMax() uint32 {
 // in-flight slot is taken. It returns an error only when the stream broke.
 func (c *conn) handle(h wire.Header) error {
 	c.s.stats.requests[h.Op].Add(1)
-	if h.Op == wire.OpPut {
+	switch h.Op {
+	case wire.OpPut:
 		return c.handlePut(h)
+	case wire.OpFillCommit:
+		if !c.hello {
+			return c.skipThenError(h, int64(h.BodyLen), wire.Errorf(wire.CodeHelloRequired, "%s before HELLO", h.Op))
+		}
+		return c.handleFillCommit(h)
 	}
 	if h.BodyLen > c.controlBodyMax() {
 		if err := c.skip(int64(h.BodyLen)); err != nil {
@@ -54,6 +59,12 @@ func (c *conn) handle(h wire.Header) error {
 		err = c.handleStat(h, body)
 	case wire.OpPing:
 		err = c.handlePing(h, body)
+	case wire.OpAcquire:
+		err = c.handleAcquire(h, body)
+	case wire.OpFillAbort:
+		err = c.handleFillAbort(h, body)
+	case wire.OpWait:
+		err = c.handleWait(h, body)
 	}
 	if err != nil {
 		c.sendError(h, err)
@@ -158,37 +169,14 @@ func (c *conn) handleGet(h wire.Header, body []byte) error {
 // slab slot. A block that cannot be stored has its bytes discarded, so the
 // stream stays in sync.
 func (c *conn) handlePut(h wire.Header) error {
-	if h.BodyLen < 4 {
-		if err := c.skip(int64(h.BodyLen)); err != nil {
-			c.release()
-			return err
-		}
-		c.sendError(h, wire.Errorf(wire.CodeMalformed, "PUT body of %d bytes has no table", h.BodyLen))
-		return nil
-	}
-	var lb [4]byte
-	if _, err := io.ReadFull(c.br, lb[:]); err != nil {
-		c.release()
+	table, rest, ok, err := c.readTable(h, c.putTableMax())
+	if !ok {
 		return err
 	}
-	rest := int64(h.BodyLen) - 4
-	metaLen, err := wire.MetaLen(lb, h.BodyLen)
-	if err == nil && metaLen > c.putTableMax() {
-		err = wire.Errorf(wire.CodeBatchTooLarge, "PUT table of %d bytes exceeds %d", metaLen, c.putTableMax())
-	}
-	if err != nil {
-		return c.skipThenError(h, rest, err)
-	}
-	table, err := c.readBody(metaLen)
-	if err != nil {
-		c.release()
-		return err
-	}
-	rest -= int64(metaLen)
 	req := &c.putReq
 	total, err := req.Decode(table, c.s.cfg.Limits.MaxBatch)
 	if err == nil {
-		err = wire.CheckPayload(total, h.BodyLen, metaLen)
+		err = wire.CheckPayload(total, h.BodyLen, uint32(len(table)))
 	}
 	if err == nil && !c.hello {
 		err = wire.Errorf(wire.CodeHelloRequired, "PUT before HELLO")

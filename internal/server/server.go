@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpucache/gpucache/api/wire"
+	"github.com/gpucache/gpucache/internal/directory"
 	"github.com/gpucache/gpucache/internal/hot"
 )
 
@@ -42,6 +43,14 @@ type Config struct {
 	IdleTimeout time.Duration
 	// MaxConns bounds open connections; more are closed on accept. Default 4096.
 	MaxConns int
+	// Directory coordinates single-flight fills. Default: a directory of its
+	// own for shard Shard, closed by Shutdown.
+	Directory *directory.Directory
+	// Shard is the shard this node owns (a single node is shard 0).
+	Shard directory.ShardID
+	// FillDeadline bounds one fill leader's turn when the server creates the
+	// directory. Default 10s.
+	FillDeadline time.Duration
 	// Hooks are test hooks; nil in production.
 	Hooks *Hooks
 }
@@ -52,6 +61,8 @@ type Hooks struct {
 	ConnClosed func()
 	// BeforeWrite is called by a connection's writer before each write.
 	BeforeWrite func()
+	// Joined is called each time ACQUIRE makes a session wait on a fill.
+	Joined func()
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -93,6 +104,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Hooks == nil {
 		c.Hooks = &Hooks{}
 	}
+	if c.FillDeadline <= 0 {
+		c.FillDeadline = 10 * time.Second
+	}
 	return c, nil
 }
 
@@ -113,6 +127,13 @@ type Server struct {
 	leases leaseRegistry
 	wg     sync.WaitGroup // one per connection
 	done   chan struct{}  // closed when Shutdown begins
+
+	dir        *directory.Directory
+	ownDir     bool          // dir was created here and is closed by Shutdown
+	connIDs    atomic.Uint64 // directory owner ids
+	expireOnce sync.Once
+	expireDone chan struct{} // guarded by mu; closed when expireLoop returns
+	expireKick chan struct{} // a leader was added: recompute the next deadline
 }
 
 // New returns a server; it does not listen yet.
@@ -121,7 +142,15 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, store: cfg.Store, log: cfg.Logger, done: make(chan struct{})}
+	s := &Server{cfg: cfg, store: cfg.Store, log: cfg.Logger, done: make(chan struct{}), dir: cfg.Directory,
+		expireKick: make(chan struct{}, 1)}
+	if s.dir == nil {
+		d, err := directory.New(directory.Config{Shard: cfg.Shard, FillDeadline: cfg.FillDeadline})
+		if err != nil {
+			return nil, err
+		}
+		s.dir, s.ownDir = d, true
+	}
 	s.mu.listeners = make(map[net.Listener]struct{})
 	s.mu.conns = make(map[*conn]struct{})
 	return s, nil
@@ -141,6 +170,12 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	s.mu.listeners[ln] = struct{}{}
 	s.mu.Unlock()
+	s.expireOnce.Do(func() {
+		s.mu.Lock()
+		s.expireDone = make(chan struct{})
+		s.mu.Unlock()
+		go s.expireLoop()
+	})
 	defer func() {
 		s.mu.Lock()
 		delete(s.mu.listeners, ln)
@@ -240,6 +275,15 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		<-finished
 		err = ctx.Err()
 	}
+	s.mu.Lock()
+	expireDone := s.expireDone
+	s.mu.Unlock()
+	if expireDone != nil {
+		<-expireDone
+	}
+	if s.ownDir {
+		s.dir.Close()
+	}
 	if n := s.releaseAllLeases(); n > 0 {
 		s.log.Info("released leases on shutdown", "leases", n)
 	}
@@ -254,7 +298,7 @@ type counters struct {
 	connsAccepted atomic.Uint64
 	connsRejected atomic.Uint64
 	connsOpen     atomic.Int64
-	requests      [wire.OpPing + 1]atomic.Uint64
+	requests      [wire.OpMax + 1]atomic.Uint64
 	errors        [wire.CodeTimeout + 1]atomic.Uint64
 	bytesIn       atomic.Uint64 // payload bytes stored by PUT
 	bytesOut      atomic.Uint64 // payload bytes served by GET

@@ -100,7 +100,22 @@ func (s *Server) Stats() []wire.StatEntry {
 		{Name: "hot_leases_expired", Value: st.LeasesExpired},
 		{Name: "hot_pinned", Value: st.Pinned},
 	}
-	for op := wire.OpHello; op <= wire.OpPing; op++ {
+	ds := s.dir.Stats()
+	e = append(e,
+		wire.StatEntry{Name: "fill_epoch", Value: uint64(ds.Epoch)},
+		wire.StatEntry{Name: "fill_live", Value: uint64(ds.Fills)},
+		wire.StatEntry{Name: "fill_waiters", Value: uint64(ds.Waiters)},
+		wire.StatEntry{Name: "fill_leads", Value: ds.Leads},
+		wire.StatEntry{Name: "fill_joins", Value: ds.Joins},
+		wire.StatEntry{Name: "fill_hits", Value: ds.Hits},
+		wire.StatEntry{Name: "fill_denied", Value: ds.Denied},
+		wire.StatEntry{Name: "fill_finished", Value: ds.Finished},
+		wire.StatEntry{Name: "fill_failed", Value: ds.Failed},
+		wire.StatEntry{Name: "fill_fenced", Value: ds.Fenced},
+		wire.StatEntry{Name: "fill_promotions", Value: ds.Promotions},
+		wire.StatEntry{Name: "fill_expired", Value: ds.Expired},
+	)
+	for op := wire.OpHello; op <= wire.OpMax; op++ {
 		e = append(e, wire.StatEntry{Name: "requests_" + lower(op.String()), Value: s.stats.requests[op].Load()})
 	}
 	for code := wire.CodeBadMagic; code <= wire.CodeTimeout; code++ {

@@ -27,11 +27,22 @@ type Server struct {
 // given limits over a 64 MiB store of 16 KiB..1 MiB classes.
 func Start(t testing.TB, addr string, limits wire.Limits) *Server {
 	t.Helper()
+	return StartWith(t, addr, limits, nil)
+}
+
+// StartWith is Start with a chance to change the server's config (hooks,
+// timeouts) before it starts.
+func StartWith(t testing.TB, addr string, limits wire.Limits, mod func(*server.Config)) *Server {
+	t.Helper()
 	store, err := hot.New(hot.Config{CapacityBytes: 64 << 20, SlabBytes: 4 << 20, MaxClass: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := server.New(server.Config{Store: store, Limits: limits, Name: "test", Logger: slog.New(slog.DiscardHandler)})
+	cfg := server.Config{Store: store, Limits: limits, Name: "test", Logger: slog.New(slog.DiscardHandler)}
+	if mod != nil {
+		mod(&cfg)
+	}
+	srv, err := server.New(cfg)
 	if err != nil {
 		store.Close()
 		t.Fatal(err)

@@ -1,0 +1,207 @@
+package server
+
+import (
+	"testing"
+	"time"
+
+	"github.com/gpucache/gpucache/api/wire"
+	"github.com/gpucache/gpucache/internal/directory"
+	"github.com/gpucache/gpucache/internal/identity"
+)
+
+func (c *rawConn) acquire(blob []byte, keys ...identity.BlockKey) []wire.AcquireEntry {
+	c.t.Helper()
+	req := wire.AcquireRequest{Namespace: blob}
+	for _, k := range keys {
+		req.Keys = append(req.Keys, wire.Key(k))
+	}
+	h, body := c.roundTrip(wire.OpAcquire, req.AppendTo(nil))
+	if h.Flags&wire.FlagError != 0 {
+		c.t.Fatalf("acquire: %v", decodeErr(c.t, body))
+	}
+	var resp wire.AcquireResponse
+	if err := resp.Decode(body, wire.DefaultMaxBatch); err != nil {
+		c.t.Fatal(err)
+	}
+	return resp.Entries
+}
+
+func (c *rawConn) commit(blob []byte, tok wire.FillToken, key identity.BlockKey, payload []byte) wire.Status {
+	c.t.Helper()
+	req := wire.FillCommitRequest{Namespace: blob, Blocks: []wire.FillBlock{{Token: tok, Key: wire.Key(key), Tokens: 16, Len: uint32(len(payload))}}}
+	body := append(wire.AppendMeta(nil, req.AppendTo(nil)), payload...)
+	h, resp := c.roundTrip(wire.OpFillCommit, body)
+	if h.Flags&wire.FlagError != 0 {
+		c.t.Fatalf("commit: %v", decodeErr(c.t, resp))
+	}
+	var sr wire.StatusResponse
+	if err := sr.Decode(resp, 1); err != nil {
+		c.t.Fatal(err)
+	}
+	return sr.Statuses[0]
+}
+
+func (c *rawConn) wait(blob []byte, timeout time.Duration, fills ...uint64) []wire.WaitEntry {
+	c.t.Helper()
+	req := wire.WaitRequest{Namespace: blob, TimeoutMillis: uint32(timeout.Milliseconds()), Fills: fills}
+	h, body := c.roundTrip(wire.OpWait, req.AppendTo(nil))
+	if h.Flags&wire.FlagError != 0 {
+		c.t.Fatalf("wait: %v", decodeErr(c.t, body))
+	}
+	var resp wire.WaitResponse
+	if err := resp.Decode(body, wire.DefaultMaxBatch); err != nil {
+		c.t.Fatal(err)
+	}
+	return resp.Entries
+}
+
+// TestFillLeadJoinFinish walks one fill over the wire: LEAD, JOINED, a
+// payload-free FINISHED notice, then the waiter reads the leader's bytes.
+func TestFillLeadJoinFinish(t *testing.T) {
+	ts := startServer(t, nil)
+	blob := mustCanonical(t, testNamespace("acme"))
+	key := identity.BlockKey{9}
+	a, b := helloConn(t, ts.addr, "acme"), helloConn(t, ts.addr, "acme")
+	la := a.acquire(blob, key)[0]
+	jb := b.acquire(blob, key)[0]
+	if la.Outcome != wire.AcquireLead || jb.Outcome != wire.AcquireJoined || jb.Token.Fill != la.Token.Fill {
+		t.Fatalf("acquire: %+v / %+v", la, jb)
+	}
+	if st := a.commit(blob, la.Token, key, randomPayload(20<<10, 3)); st != wire.StatusStored {
+		t.Fatalf("commit: %s", st)
+	}
+	n := b.wait(blob, 5*time.Second, jb.Token.Fill)[0]
+	if n.Kind != wire.NoticeFinished || n.Token != (wire.FillToken{}) {
+		t.Fatalf("notice %+v, want FINISHED with no token", n)
+	}
+	resp, payload, _ := b.get(blob, 0, key)
+	if resp.Blocks[0].Status != wire.StatusHit {
+		t.Fatal("block not readable after FINISHED")
+	}
+	equalBytes(t, payload, randomPayload(20<<10, 3))
+	if e := b.acquire(blob, key)[0]; e.Outcome != wire.AcquireHit {
+		t.Fatalf("acquire after finish: %s", e.Outcome)
+	}
+}
+
+// TestFillTokensBelongToTheirSession: another session, even of the same
+// tenant, cannot commit or abort a turn it was not given.
+func TestFillTokensBelongToTheirSession(t *testing.T) {
+	ts := startServer(t, nil)
+	blob := mustCanonical(t, testNamespace("acme"))
+	key := identity.BlockKey{10}
+	a, b := helloConn(t, ts.addr, "acme"), helloConn(t, ts.addr, "acme")
+	la := a.acquire(blob, key)[0]
+	if st := b.commit(blob, la.Token, key, []byte("forged")); st != wire.StatusNotLeader {
+		t.Fatalf("forged commit: %s, want NOT_LEADER", st)
+	}
+	ab := wire.FillAbortRequest{Namespace: blob, Tokens: []wire.FillToken{la.Token}}
+	_, body := b.roundTrip(wire.OpFillAbort, ab.AppendTo(nil))
+	var sr wire.StatusResponse
+	if err := sr.Decode(body, 1); err != nil || sr.Statuses[0] != wire.StatusNotLeader {
+		t.Fatalf("forged abort: %v %v", sr, err)
+	}
+	if resp, _, _ := b.get(blob, 0, key); resp.Blocks[0].Status != wire.StatusMiss {
+		t.Fatal("a forged commit stored bytes")
+	}
+	if st := a.commit(blob, la.Token, key, []byte("real")); st != wire.StatusStored {
+		t.Fatalf("owner's commit: %s", st)
+	}
+}
+
+// TestFillAbortPromotesWaiter: FILL_ABORT hands the turn to the next
+// waiter, who learns it from WAIT as PROMOTED with a token it can commit.
+func TestFillAbortPromotesWaiter(t *testing.T) {
+	ts := startServer(t, nil)
+	blob := mustCanonical(t, testNamespace("acme"))
+	key := identity.BlockKey{11}
+	a, b := helloConn(t, ts.addr, "acme"), helloConn(t, ts.addr, "acme")
+	la := a.acquire(blob, key)[0]
+	jb := b.acquire(blob, key)[0]
+	ab := wire.FillAbortRequest{Namespace: blob, Tokens: []wire.FillToken{la.Token}}
+	_, body := a.roundTrip(wire.OpFillAbort, ab.AppendTo(nil))
+	var sr wire.StatusResponse
+	if err := sr.Decode(body, 1); err != nil || sr.Statuses[0] != wire.StatusAborted {
+		t.Fatalf("abort: %v %v", sr, err)
+	}
+	n := b.wait(blob, 5*time.Second, jb.Token.Fill)[0]
+	if n.Kind != wire.NoticePromoted || n.Token.Turn != 2 {
+		t.Fatalf("notice %+v, want PROMOTED turn 2", n)
+	}
+	if st := a.commit(blob, la.Token, key, []byte("late")); st != wire.StatusNotLeader {
+		t.Fatalf("old leader's commit: %s", st)
+	}
+	if st := b.commit(blob, n.Token, key, []byte("new leader")); st != wire.StatusStored {
+		t.Fatalf("promoted commit: %s", st)
+	}
+}
+
+// TestFillDeadlinePromotes: a leader that neither commits nor disconnects
+// loses its turn at the fill deadline; the waiter is promoted.
+func TestFillDeadlinePromotes(t *testing.T) {
+	ts := startServer(t, func(c *Config) { c.FillDeadline = 100 * time.Millisecond })
+	blob := mustCanonical(t, testNamespace("acme"))
+	key := identity.BlockKey{12}
+	a, b := helloConn(t, ts.addr, "acme"), helloConn(t, ts.addr, "acme")
+	a.acquire(blob, key)
+	jb := b.acquire(blob, key)[0]
+	start := time.Now()
+	n := b.wait(blob, 10*time.Second, jb.Token.Fill)[0]
+	if n.Kind != wire.NoticePromoted {
+		t.Fatalf("notice %+v, want PROMOTED", n)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("promotion took %v with a 100ms deadline", d)
+	}
+}
+
+// TestFillFencedByEpoch: an epoch change fences in-flight fills: the
+// waiter is told FENCED and the old leader's commit stores nothing.
+func TestFillFencedByEpoch(t *testing.T) {
+	dir, err := directory.New(directory.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+	ts := startServer(t, func(c *Config) { c.Directory = dir })
+	blob := mustCanonical(t, testNamespace("acme"))
+	key := identity.BlockKey{13}
+	a, b := helloConn(t, ts.addr, "acme"), helloConn(t, ts.addr, "acme")
+	la := a.acquire(blob, key)[0]
+	jb := b.acquire(blob, key)[0]
+	if _, err := dir.AdvanceEpoch(dir.Epoch() + 1); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.wait(blob, 5*time.Second, jb.Token.Fill)[0]; n.Kind != wire.NoticeFenced {
+		t.Fatalf("notice %+v, want FENCED", n)
+	}
+	if st := a.commit(blob, la.Token, key, []byte("stale")); st != wire.StatusFenced {
+		t.Fatalf("stale commit: %s, want FENCED", st)
+	}
+	if resp, _, _ := a.get(blob, 0, key); resp.Blocks[0].Status != wire.StatusMiss {
+		t.Fatal("a fenced commit stored bytes")
+	}
+	if e := a.acquire(blob, key)[0]; e.Outcome != wire.AcquireLead || e.Token.Epoch != uint64(dir.Epoch()) {
+		t.Fatalf("re-acquire: %+v under epoch %d", e, dir.Epoch())
+	}
+}
+
+// TestFillOtherTenantGetsItsOwnFill pairs isolation with reuse on the wire.
+func TestFillOtherTenantGetsItsOwnFill(t *testing.T) {
+	ts := startServer(t, nil)
+	key := identity.BlockKey{14} // the same key under both tenants
+	blobA, blobB := mustCanonical(t, testNamespace("tenant-a")), mustCanonical(t, testNamespace("tenant-b"))
+	a1, a2 := helloConn(t, ts.addr, "tenant-a"), helloConn(t, ts.addr, "tenant-a")
+	b1 := helloConn(t, ts.addr, "tenant-b")
+	la := a1.acquire(blobA, key)[0]
+	if e := a2.acquire(blobA, key)[0]; e.Outcome != wire.AcquireJoined || e.Token.Fill != la.Token.Fill {
+		t.Fatalf("same tenant: %+v, want JOINED fill %d", e, la.Token.Fill)
+	}
+	if e := b1.acquire(blobB, key)[0]; e.Outcome != wire.AcquireLead || e.Token.Fill == la.Token.Fill {
+		t.Fatalf("other tenant: %+v, want its own LEAD", e)
+	}
+	// B cannot even wait on A's fill.
+	if n := b1.wait(blobB, time.Second, la.Token.Fill)[0]; n.Kind != wire.NoticeFailed {
+		t.Fatalf("other tenant waiting on A's fill: %+v", n)
+	}
+}
