@@ -348,4 +348,3 @@ func (f *filler) compute(ctx context.Context, idx []int) ([][]byte, error) {
 	}
 	return data, nil
 }
-
