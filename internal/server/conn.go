@@ -292,6 +292,14 @@ func (c *conn) send(r *response) {
 	c.out <- r
 }
 
+// reply queues a response whose whole body is m.
+func (c *conn) reply(h wire.Header, m interface{ AppendTo([]byte) []byte }) {
+	r := newResponse(h.Op)
+	r.meta = m.AppendTo(r.meta)
+	r.finish(h, 0, 0)
+	c.send(r)
+}
+
 // sendError queues an error response to request h.
 func (c *conn) sendError(h wire.Header, err error) {
 	var we *wire.Error

@@ -79,10 +79,7 @@ func (c *conn) handleAcquire(h wire.Header, body []byte) error {
 			e.Outcome = wire.AcquireDenied
 		}
 	}
-	r := newResponse(h.Op)
-	r.meta = resp.AppendTo(r.meta)
-	r.finish(h, 0, 0)
-	c.send(r)
+	c.reply(h, &resp)
 	return nil
 }
 
@@ -179,10 +176,7 @@ func (c *conn) handleFillCommit(h wire.Header) error {
 		resp.Statuses[i] = st
 	}
 	c.s.stats.bytesIn.Add(stored)
-	r := newResponse(h.Op)
-	r.meta = resp.AppendTo(r.meta)
-	r.finish(h, 0, 0)
-	c.send(r)
+	c.reply(h, &resp)
 	return nil
 }
 
@@ -240,10 +234,7 @@ func (c *conn) handleFillAbort(h wire.Header, body []byte) error {
 			resp.Statuses[i] = tokenStatus(err)
 		}
 	}
-	r := newResponse(h.Op)
-	r.meta = resp.AppendTo(r.meta)
-	r.finish(h, 0, 0)
-	c.send(r)
+	c.reply(h, &resp)
 	return nil
 }
 

@@ -88,10 +88,7 @@ func (c *conn) handleHello(h wire.Header, body []byte) error {
 	}
 	c.hello, c.tenant = true, req.Tenant
 	resp := wire.HelloResponse{Version: wire.Version1, Server: c.s.cfg.Name, Limits: c.s.cfg.Limits}
-	r := newResponse(h.Op)
-	r.meta = resp.AppendTo(r.meta)
-	r.finish(h, 0, 0)
-	c.send(r)
+	c.reply(h, &resp)
 	return nil
 }
 
@@ -111,10 +108,7 @@ func (c *conn) handleLookup(h wire.Header, body []byte) error {
 		c.s.addLease(id, c.tenant, granted)
 	}
 	resp := wire.LookupResponse{Hits: uint32(hits), LeaseID: uint64(id), LeaseTTLMillis: uint32(granted / time.Millisecond)}
-	r := newResponse(h.Op)
-	r.meta = resp.AppendTo(r.meta)
-	r.finish(h, 0, 0)
-	c.send(r)
+	c.reply(h, &resp)
 	return nil
 }
 
@@ -273,10 +267,7 @@ func (c *conn) handleDelete(h wire.Header, body []byte) error {
 			resp.Statuses[i] = wire.StatusMiss
 		}
 	}
-	r := newResponse(h.Op)
-	r.meta = resp.AppendTo(r.meta)
-	r.finish(h, 0, 0)
-	c.send(r)
+	c.reply(h, &resp)
 	return nil
 }
 
@@ -285,10 +276,7 @@ func (c *conn) handleStat(h wire.Header, body []byte) error {
 		return wire.Errorf(wire.CodeMalformed, "STAT takes no body")
 	}
 	resp := wire.StatResponse{Entries: c.s.Stats()}
-	r := newResponse(h.Op)
-	r.meta = resp.AppendTo(r.meta)
-	r.finish(h, 0, 0)
-	c.send(r)
+	c.reply(h, &resp)
 	return nil
 }
 
