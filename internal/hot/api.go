@@ -62,6 +62,13 @@ type Config struct {
 	EvictScan int
 	// Now is the clock. Default time.Now. Tests inject one.
 	Now func() time.Time
+	// OnEvict, if set, is called for every block evicted for space, with the
+	// store's lock held, just before its slot is freed. payload aliases slab
+	// memory and is valid only during the call: copy what you keep. It must
+	// be fast and must not call back into the Store (the cold tier's
+	// write-behind copies into a bounded buffer or drops the block).
+	// Blocks removed by Delete or Close are not reported.
+	OnEvict func(ns Namespace, key, parent Key, tokens uint32, payload []byte)
 }
 
 // LeaseID names a lease. Zero means "no lease".

@@ -180,6 +180,10 @@ func (s *Store) candidateLocked(k int) (uint32, bool) {
 
 // evictLocked evicts the candidate idx for space.
 func (s *Store) evictLocked(idx uint32) {
+	if s.cfg.OnEvict != nil {
+		e := &s.mu.entries[idx]
+		s.cfg.OnEvict(e.ns, e.key, e.parent, e.tokens, s.bytesLocked(e))
+	}
 	s.removeLocked(idx)
 	s.mu.st.Evictions++
 }
