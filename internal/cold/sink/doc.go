@@ -1,0 +1,115 @@
+// Package sink publishes packs to the cold tier asynchronously: the hot path
+// enqueues a Job (pack objects, manifests, pointers as plain bytes) and a
+// drain loop writes it to a cold.Store. A store that denies one job, or is
+// down for a while, must neither block healthy jobs nor grow the queue
+// without bound, and a lost acknowledgement must never make the sink delete
+// something a reader may already see.
+//
+// # Admission
+//
+// Enqueue checks a job before it is queued, so a forged or inconsistent job
+// is refused with ErrInvalidJob and nothing is written:
+//
+//   - 1 to MaxJobObjects objects, kinds in the order pack, manifest,
+//     pointer, with at least one pack and one manifest;
+//   - every key valid by cold.ValidKey and unique in the job, so a key some
+//     backend would refuse fails at admission, not halfway through a job;
+//   - Digest == SHA-256(Body) for every object;
+//   - every pack and manifest key contains the lower-case hex of that digest
+//     (pointer keys are the names readers look up, so they cannot);
+//   - Bytes == the sum of the body lengths, and at most MaxBytes;
+//   - then Config.Verify, the pack-aware check (manifest/object pairing,
+//     ranges, identities, checksums) supplied by the daemon.
+//
+// The sink keeps its own copy of the Job and Objects slice. Bodies are
+// shared with the caller, who must not change them; each body is hashed again
+// just before its PUT, and a changed one fails the job with cold.ErrCorrupt
+// instead of publishing bytes its key does not name.
+//
+// # Queue states
+//
+//	Enqueue ──▶ pending ── selected by a drain ──▶ writing
+//	writing ── all objects written ─────────────▶ gone (completed)
+//	writing ── transient error, attempts < 3 ────▶ pending (back of its namespace)
+//	writing ── transient error, 3rd attempt ─────▶ failed (ErrRetriesExhausted)
+//	writing ── permanent error (IsPermanent) ────▶ failed
+//	writing ── ctx ended or Close ───────────────▶ pending (attempt not charged)
+//	pending, failed ── Cancel ───────────────────▶ gone
+//	failed ── TakeFailed ────────────────────────▶ gone (returned to the caller)
+//
+// A job is attempted at most MaxWriteAttempts (3) times over its whole life.
+// Failed jobs are never retried automatically; TakeFailed hands them back,
+// isolated from each other and from the pending queue, and the caller may
+// enqueue one again as a new job. A writing job cannot be cancelled: its
+// current store call decides its fate.
+//
+// # Accounting
+//
+// Every held job, pending, writing or failed, holds one job credit and
+// Job.Bytes byte credits. Enqueue refuses with ErrFull when the new job would
+// take the totals over Config.MaxJobs or Config.MaxBytes, so a failed queue
+// nobody empties turns into backpressure rather than memory growth. Credits
+// are returned exactly once, when a job leaves the sink: on completion,
+// Cancel or TakeFailed. MaxJobs is clamped to MaxSinkJobs (4096) whatever the
+// configuration, and MaxJobObjects bounds the metadata of each job.
+//
+// # Rounds and fairness
+//
+// Drain works in rounds. A round snapshots the pending jobs when it starts,
+// so jobs enqueued during it wait for the next one and a drain always ends.
+// The snapshot is ordered round-robin across namespaces: the first job of
+// every namespace, then the second of every namespace, and so on, starting
+// one namespace further on each round, and cut at Config.MaxRound when that
+// is set. One namespace's backlog therefore delays another namespace's next
+// job by at most one job per namespace, and a job that failed transiently
+// goes to the back of its namespace. Every selected job is attempted once;
+// an error does not end the round, and completed jobs stay completed. Drain
+// returns the first error of the round, DrainReport counts everything.
+// Drains are serialized by a one-slot semaphore: a second Drain waits for the
+// first (or for its own ctx, or Close). Within a round jobs are written one at
+// a time.
+//
+// # Ordering within a job
+//
+// A job's objects are written strictly in order, each only after the previous
+// one is confirmed: pack objects, then manifests, then pointers. A manifest is
+// thus never visible before the objects it references, and a pointer never
+// before its manifest. A retry resumes at the first unconfirmed object.
+//
+// # No speculative delete
+//
+// A PUT that returns an error may still have taken effect: the
+// acknowledgement can be lost after the store committed. Deleting the object
+// "to clean up" could remove a manifest a reader already sees, or the pack
+// such a manifest references. So the sink never calls Delete. On retry it
+// writes the same content-addressed key again with IfNoneMatch: the key names
+// the content, so cold.ErrExists means the bytes are already there and counts
+// as success (after a Head confirms the size; a different size is
+// cold.ErrCorrupt). A job that fails for good may leave objects nothing
+// references (FailedJob.Written says how many are confirmed); they go only by
+// a later explicit, reference-safe reclaim, which is not this package's job.
+//
+// # Pointer order
+//
+// Different packs have different content-addressed keys, so retries in one
+// namespace can never overwrite another pack's objects or manifest. Pointers
+// are the exception: two jobs may name the same pointer key, and an older
+// job's late retry must not move the pointer back. Job IDs grow with Enqueue
+// order, and for every pointer key named by a pending job the sink remembers
+// the largest job that has claimed it. A job claims the pointer just before
+// its PUT (before, because an ambiguous PUT may have landed) and skips the
+// write, counting it in Stats.PointersSuperseded, when a later job has
+// claimed it already. Pointer writes to one key are therefore issued in
+// increasing job order. A skipped pointer stays at the later job's value, or,
+// if that job failed before its write landed, at an older value: a stale
+// pointer is a cache miss, never a regression. The claim is local to one
+// Sink; two sinks must not publish the same pointer keys.
+//
+// # Lifecycle
+//
+// Close interrupts a running drain (the job being written goes back to
+// pending without being charged), waits for it to return, and makes Enqueue
+// and Drain return ErrClosed. Run drains on a ticker until its ctx ends or
+// the sink closes. Each store call gets Config.PutTimeout; a timeout is a
+// transient failure.
+package sink
