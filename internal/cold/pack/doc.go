@@ -1,0 +1,157 @@
+// Package pack defines how blocks of KV cache are laid out in the cold tier
+// (G4): the pack object, manifest v3, the per-block pointer, and the object
+// keys, with Build to make them and Verify to admit them before any write.
+//
+// A pack holds many blocks of one namespace, and so of one tenant. Each
+// publication writes three kinds of object:
+//
+//	packs/<ns>/<sha256(pack)>.pack          the payloads
+//	manifests/<ns>/<sha256(manifest)>.m3    what the payloads are
+//	index/<ns>/<block key>                  one pointer per block
+//
+// <ns> is the lower-case hex namespace digest (identity.Namespace.Digest),
+// <block key> the lower-case hex identity.BlockKey; the other two are the
+// lower-case hex SHA-256 of the object's own bytes. The parsers accept only
+// these exact forms.
+//
+// # Why the keys carry content digests
+//
+// The pack and manifest keys name their content, so an object is never
+// overwritten by different bytes: two distinct packs of one namespace always
+// have distinct keys, and a delayed retry of an older pack writes its own
+// key, not over a later pack. Rewriting the same key writes the same bytes,
+// so a retry after a lost acknowledgement is harmless, and a PUT error never
+// calls for a speculative DELETE (the manifest may already be visible).
+// Objects no manifest references are reclaimed only by an explicit,
+// reference-safe pass, not by this package.
+//
+// A reader knows only the identity it expects, and from it the block key. A
+// manifest key cannot be derived from that: it names the manifest's bytes,
+// which depend on every other block of the pack. The pointer bridges the
+// two: its key is derived from the block key, and its body names the
+// manifest key and digest. Pointers are the only objects whose key does not
+// name their content; a later pack of the same block overwrites the pointer,
+// and an older retry may overwrite it back. Either way it names a manifest
+// that binds that exact key to the full identity and a checksummed range,
+// so a reader gets a correct block or a miss, never another block's bytes.
+// The <ns> path component lets a tenant's objects be listed or removed by
+// prefix (NamespacePrefixes).
+//
+// Publication order: pack object, then manifest, then pointers (a pointer
+// never names a manifest that is not yet written, and a manifest never a
+// missing pack). Pack and manifest may be written with IfNoneMatch;
+// cold.ErrExists there means the same bytes are already stored.
+//
+// All integers below are little-endian. Reserved flags must be zero.
+//
+// # Pack object
+//
+//	off  size  field
+//	0    4     magic "GCPK"
+//	4    2     u16 version = 1
+//	6    2     u16 flags = 0
+//	8    32    namespace digest
+//	40   4     u32 block count, 1..MaxRanges (4096)
+//	44   8     u64 payload length (object size - 52)
+//	52   ...   payloads, concatenated in manifest order, no padding
+//
+// HeaderLen is 52. The pack object holds no per-block metadata: offsets,
+// lengths and SHA-256 checksums live in the manifest. A pack is at most
+// MaxPackSize (64 GiB) bytes.
+//
+// # Manifest v3
+//
+//	size  field
+//	4     magic "GCMF"
+//	2     u16 version = 3
+//	2     u16 flags = 0
+//	4     u32 namespace length N, 1..4096
+//	N     canonical namespace encoding ("GCNS", identity/doc.go)
+//	2     u16 pack key length K
+//	K     pack key, packs/<ns>/<pack digest>.pack
+//	32    pack digest: SHA-256 of the whole pack object
+//	8     u64 pack size in bytes, 53..MaxPackSize
+//	4     u32 range count C, 1..4096
+//	C ×   range record:
+//	        4    u32 identity length L, at most maxIdentityLen
+//	        L    full canonical CacheIdentity ("GCID", identity/doc.go)
+//	        32   block key = identity.KeyFor(namespace digest, parent, tokens, valid length)
+//	        8    u64 offset in the pack object
+//	        8    u64 length, >= 1
+//	        32   SHA-256 of the payload
+//	1     seal kind (0 = none)
+//	1     u8 key id length I (0 when kind is 0), at most 64
+//	I     key id
+//	1     u8 MAC length M (0 when kind is 0), at most 64
+//	M     MAC
+//
+// Nothing may follow the seal slot. The manifest is at most MaxManifestLen
+// (64 MiB) bytes, and its key names SHA-256 of all of its bytes, seal
+// included.
+//
+// A decoder accepts a v3 manifest only if: the namespace decodes and
+// validates; the pack key is the exact key of the namespace and pack digest;
+// the count is in range and the bytes present could hold that many records
+// (checked before allocating); every identity decodes, validates, re-encodes
+// to exactly its bytes and belongs to the manifest's namespace; every key is
+// KeyFor of its identity and no key repeats; the ranges tile the payload
+// area exactly, in order (the first starts at 52, each starts where the last
+// ended, the last ends at the pack size), which rules out overlap and out of
+// bounds; the seal is empty; no bytes trail. Anything else is an error
+// wrapping cold.ErrCorrupt: malformed v3 fails closed.
+//
+// Seal slot: reserved for the issue that seals manifests. Kind 1 is to be
+// HMAC-SHA256, keyed by the named key id, over every manifest byte before the
+// seal slot, compared with hmac.Equal. Until that issue lands, writers
+// leave the slot empty (three zero bytes) and decoders reject any other
+// content as corrupt, so a sealed manifest is never read unchecked.
+//
+// # Legacy manifests (v1, v2)
+//
+// A legacy header is the magic "GCMF" followed by u16 version 1 or 2; the
+// bytes after it are not interpreted. DecodeManifest and OpenManifest return
+// ErrLegacyManifest for it. That is a clean miss: the caller reads no
+// payload, does not rewrite or delete the entry, and recomputes and repacks
+// the block under v3. Editing a version header migrates nothing: a v3 body
+// labelled v2 is a legacy miss, and a v1/v2 body labelled v3 is malformed v3.
+// Any other version (0, or above 3) is ErrManifestVersion, which wraps
+// cold.ErrCorrupt.
+//
+// # Pointer
+//
+//	size  field
+//	4     magic "GCPT"
+//	2     u16 version = 1
+//	2     u16 flags = 0
+//	32    namespace digest
+//	32    block key
+//	2     u16 manifest key length = 142
+//	142   manifest key, manifests/<ns>/<manifest digest>.m3
+//	32    manifest digest
+//	8     u64 manifest size, 1..MaxManifestLen
+//
+// Every pointer is exactly PointerLen (256) bytes. The manifest key's
+// namespace must be the pointer's and its digest the pointer's digest. The
+// size lets a reader refuse an over-budget manifest before downloading it,
+// and read the pointer and then the manifest with one ranged read each: a
+// size that lies gives bytes whose SHA-256 is not the key's digest.
+//
+// # Admission (Verify)
+//
+// A sink calls Verify before its first store write. Verify trusts only the
+// bytes and the namespace the pack was built for; see its doc comment for
+// the list. A rejected pack wraps ErrRejected and cold.ErrCorrupt, and
+// nothing of it is written.
+//
+// # Ownership
+//
+// Build copies payloads; the caller keeps its blocks. A Pack owns its byte
+// slices and must not be modified after Build. DecodeManifest does not alias
+// its input. Encode returns a fresh slice.
+//
+// # Errors
+//
+// ErrLegacyManifest (a clean miss, not corruption), ErrManifestVersion and
+// every decode failure (wrap cold.ErrCorrupt), ErrRejected (Verify; also
+// wraps cold.ErrCorrupt), ErrInvalid (bad input to Build or Encode).
+package pack

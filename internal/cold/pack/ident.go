@@ -1,0 +1,119 @@
+package pack
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/gpucache/gpucache/internal/cold"
+	"github.com/gpucache/gpucache/internal/identity"
+)
+
+// The identity package decodes namespaces but not full identities, so the
+// manifest decoder parses the "GCID" encoding here, reusing
+// identity.DecodeNamespace for the namespace fields, and then accepts the
+// bytes only if re-encoding the result reproduces them exactly. That last
+// check makes this decoder exactly as strict as identity's encoder: if the
+// identity encoding ever changes, every old record fails closed.
+
+const (
+	// idHeader is "GCID" | version 1 | 19 fields (identity/doc.go).
+	idHeader = "GCID\x01\x13"
+	// nsHeader is "GCNS" | version 1 | 15 fields.
+	nsHeader = "GCNS\x01\x0f"
+	// nsFields is the number of namespace fields inside an identity.
+	nsFields = 15
+	// maxIdentityLen bounds one canonical identity: a whole namespace
+	// encoding plus parent, position, valid length and MaxBlockTokens tokens,
+	// each field with its 5-byte tag and length.
+	maxIdentityLen = identity.MaxCanonicalLen + 4*5 + 32 + 8 + 4 + 4*identity.MaxBlockTokens
+)
+
+// decodeIdentity parses a canonical CacheIdentity encoding. Errors wrap
+// cold.ErrCorrupt.
+func decodeIdentity(b []byte) (identity.CacheIdentity, error) {
+	var id identity.CacheIdentity
+	if len(b) > maxIdentityLen {
+		return id, fmt.Errorf("%w: identity is %d bytes, limit %d", cold.ErrCorrupt, len(b), maxIdentityLen)
+	}
+	if len(b) < len(idHeader) || string(b[:len(idHeader)]) != idHeader {
+		return id, fmt.Errorf("%w: identity: bad header", cold.ErrCorrupt)
+	}
+	// Walk the 15 namespace fields to find where they end.
+	end := len(idHeader)
+	for tag := 1; tag <= nsFields; tag++ {
+		_, next, err := tlv(b, end, byte(tag))
+		if err != nil {
+			return id, err
+		}
+		end = next
+	}
+	nsb := make([]byte, 0, len(nsHeader)+end-len(idHeader))
+	nsb = append(nsb, nsHeader...)
+	nsb = append(nsb, b[len(idHeader):end]...)
+	ns, err := identity.DecodeNamespace(nsb)
+	if err != nil {
+		return id, fmt.Errorf("%w: identity namespace: %w", cold.ErrCorrupt, err)
+	}
+	id.Namespace = ns
+
+	v, end, err := tlv(b, end, 16)
+	if err != nil {
+		return id, err
+	}
+	if len(v) != 32 {
+		return id, fmt.Errorf("%w: identity: parent is %d bytes", cold.ErrCorrupt, len(v))
+	}
+	copy(id.Parent[:], v)
+	if v, end, err = tlv(b, end, 17); err != nil {
+		return id, err
+	}
+	if len(v) != 8 {
+		return id, fmt.Errorf("%w: identity: position is %d bytes", cold.ErrCorrupt, len(v))
+	}
+	id.Position = binary.LittleEndian.Uint64(v)
+	if v, end, err = tlv(b, end, 18); err != nil {
+		return id, err
+	}
+	if len(v) != 4 {
+		return id, fmt.Errorf("%w: identity: valid_length is %d bytes", cold.ErrCorrupt, len(v))
+	}
+	id.ValidLength = binary.LittleEndian.Uint32(v)
+	if v, end, err = tlv(b, end, 19); err != nil {
+		return id, err
+	}
+	if len(v)%4 != 0 || len(v)/4 > identity.MaxBlockTokens {
+		return id, fmt.Errorf("%w: identity: tokens field is %d bytes", cold.ErrCorrupt, len(v))
+	}
+	if end != len(b) {
+		return id, fmt.Errorf("%w: identity: %d trailing bytes", cold.ErrCorrupt, len(b)-end)
+	}
+	id.Tokens = make([]uint32, len(v)/4)
+	for i := range id.Tokens {
+		id.Tokens[i] = binary.LittleEndian.Uint32(v[4*i:])
+	}
+	again, err := id.Canonical()
+	if err != nil {
+		return id, fmt.Errorf("%w: identity: %w", cold.ErrCorrupt, err)
+	}
+	if !bytes.Equal(again, b) {
+		return id, fmt.Errorf("%w: identity: not a canonical encoding", cold.ErrCorrupt)
+	}
+	return id, nil
+}
+
+// tlv reads the field at b[off:]: tag (u8) | length (u32 LE) | value.
+func tlv(b []byte, off int, tag byte) (val []byte, next int, err error) {
+	if len(b)-off < 5 {
+		return nil, 0, fmt.Errorf("%w: identity: truncated at field %d", cold.ErrCorrupt, tag)
+	}
+	if b[off] != tag {
+		return nil, 0, fmt.Errorf("%w: identity: tag %d, want %d", cold.ErrCorrupt, b[off], tag)
+	}
+	n := binary.LittleEndian.Uint32(b[off+1:])
+	if uint64(n) > uint64(len(b)-off-5) {
+		return nil, 0, fmt.Errorf("%w: identity: field %d length %d past end", cold.ErrCorrupt, tag, n)
+	}
+	start := off + 5
+	return b[start : start+int(n)], start + int(n), nil
+}

@@ -1,0 +1,181 @@
+package refill
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/gpucache/gpucache/internal/cold"
+	"github.com/gpucache/gpucache/internal/cold/pack"
+)
+
+// call is one admitted refill call: its deadline, what is left of its
+// budget, the manifests it has already read, and what it learnt about the
+// store's health. Used by one goroutine.
+type call struct {
+	r         *Refiller
+	parent    context.Context // the caller's context
+	ctx       context.Context // parent with Config.Timeout
+	cancel    context.CancelFunc
+	ticket    ticket
+	budget    int64                     // payload bytes left
+	manifests map[string]*pack.Manifest // verified manifests by key, for chains
+	health    outcome                   // worst store outcome seen
+}
+
+// begin admits a call through the breaker. It returns a nil call, and the
+// miss to return, when the store must not be called.
+func (r *Refiller) begin(ctx context.Context, budget int64) (*call, Result, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, Missing(Unavailable), fmt.Errorf("gpucache/cold/refill: %w", err)
+	}
+	t, ok := r.br.admit()
+	if !ok {
+		return nil, Missing(BreakerOpen), nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	return &call{r: r, parent: ctx, ctx: cctx, cancel: cancel, ticket: t, budget: budget, health: succeeded}, Result{}, nil
+}
+
+// end reports the call's outcome to the breaker.
+func (c *call) end() {
+	c.cancel()
+	c.r.br.done(c.ticket, c.health)
+}
+
+// storeMiss classifies a failed store operation and records what it says
+// about the store's health.
+func (c *call) storeMiss(op, key string, err error) (Result, error) {
+	err = fmt.Errorf("gpucache/cold/refill: %s %s: %w", op, key, err)
+	switch {
+	case errors.Is(err, cold.ErrNotFound):
+		return Missing(NotFound), nil
+	case errors.Is(err, cold.ErrRange), errors.Is(err, cold.ErrCorrupt), errors.Is(err, cold.ErrInvalidKey):
+		// The store answered: the object is not what its reference said.
+		if !errors.Is(err, cold.ErrCorrupt) {
+			err = fmt.Errorf("%w: %w", cold.ErrCorrupt, err)
+		}
+		return Missing(Corrupt), err
+	case c.parent.Err() != nil:
+		// The caller gave up; that says nothing about the store.
+		if c.health != failed {
+			c.health = neutral
+		}
+		return Missing(Unavailable), err
+	default:
+		// Unavailable, our own timeout, or anything unexpected.
+		c.health = failed
+		return Missing(Unavailable), err
+	}
+}
+
+// get reads the whole object key of size bytes into a new buffer.
+func (c *call) get(op, key string, size int) ([]byte, Result, error) {
+	b := make([]byte, size)
+	if err := c.r.store.RangeGet(c.ctx, key, 0, b); err != nil {
+		res, err := c.storeMiss(op, key, err)
+		return nil, res, err
+	}
+	return b, Hit, nil
+}
+
+// block runs the refill of one block. The order of checks is the contract
+// (doc.go): pointer, manifest (size-bounded), decode and verify, the full
+// identity byte for byte, budget, then and only then the payload read, and
+// its checksum.
+func (c *call) block(w want, dst []byte) (int, Result, error) {
+	// 1. Pointer: a fixed-size object under a key derived from the
+	// expected identity.
+	ptrKey := pack.PointerKey(w.nsd, w.key)
+	pb, res, err := c.get("pointer", ptrKey, pack.PointerLen)
+	if !res.Hit {
+		return 0, res, err
+	}
+	ptr, err := pack.DecodePointer(pb)
+	if err != nil {
+		return 0, Missing(Corrupt), fmt.Errorf("gpucache/cold/refill: pointer %s: %w", ptrKey, err)
+	}
+	if ptr.Namespace != w.nsd || ptr.Block != w.key {
+		return 0, Missing(Corrupt), fmt.Errorf("gpucache/cold/refill: %w: pointer %s names block %s of namespace %s", cold.ErrCorrupt, ptrKey, ptr.Block, ptr.Namespace)
+	}
+
+	// 2-3. Manifest: bounded download, then key digest, v3 decode, verify.
+	m, res, err := c.manifest(ptr)
+	if !res.Hit {
+		return 0, res, err
+	}
+	return c.payload(w, m, dst)
+}
+
+// manifest returns the verified manifest ptr names, downloading it at most
+// once per call.
+func (c *call) manifest(ptr pack.Pointer) (*pack.Manifest, Result, error) {
+	if m, ok := c.manifests[ptr.ManifestKey]; ok {
+		return m, Hit, nil
+	}
+	if ptr.ManifestSize > uint64(c.r.cfg.ManifestMax) {
+		return nil, Missing(OverBudget), nil
+	}
+	mb, res, err := c.get("manifest", ptr.ManifestKey, int(ptr.ManifestSize))
+	if !res.Hit {
+		return nil, res, err
+	}
+	m, err := pack.OpenManifest(ptr.ManifestKey, mb)
+	switch {
+	case errors.Is(err, pack.ErrLegacyManifest):
+		return nil, Missing(Legacy), nil
+	case err != nil:
+		return nil, Missing(Corrupt), fmt.Errorf("gpucache/cold/refill: %w", err)
+	}
+	if c.manifests == nil {
+		c.manifests = make(map[string]*pack.Manifest, 1)
+	}
+	c.manifests[ptr.ManifestKey] = m
+	return m, Hit, nil
+}
+
+// payload finds w's range in m, checks identity, budget and dst, reads the
+// payload into dst and checks its SHA-256.
+func (c *call) payload(w want, m *pack.Manifest, dst []byte) (int, Result, error) {
+	// 4. The manifest's namespace and the block's full canonical identity
+	// must equal the expected ones byte for byte. The pointer and manifest
+	// keys already commit to the namespace digest and the block key; this
+	// compares what they do not cover (position) and everything again.
+	if m.Namespace != w.id.Namespace {
+		return 0, Missing(IdentityMismatch), nil
+	}
+	rg, ok := m.Find(w.key)
+	if !ok {
+		return 0, Missing(Corrupt), fmt.Errorf("gpucache/cold/refill: %w: manifest of pointer %s lacks block %s", cold.ErrCorrupt, pack.PointerKey(w.nsd, w.key), w.key)
+	}
+	if !bytes.Equal(rg.Canonical, w.canon) {
+		return 0, Missing(IdentityMismatch), nil
+	}
+
+	// 5. Budget, then the destination.
+	if rg.Length > uint64(max(c.budget, 0)) {
+		return 0, Missing(OverBudget), nil
+	}
+	if rg.Length > uint64(len(dst)) {
+		return 0, Missing(ShortBuffer), fmt.Errorf("%w: payload %d bytes, dst %d", ErrShortBuffer, rg.Length, len(dst))
+	}
+
+	// 6. The payload read, into the caller's buffer.
+	n := int(rg.Length)
+	out := dst[:n]
+	c.budget -= int64(n)
+	if err := c.r.store.RangeGet(c.ctx, m.PackKey, int64(rg.Offset), out); err != nil {
+		clear(out)
+		res, err := c.storeMiss("payload", m.PackKey, err)
+		return 0, res, err
+	}
+
+	// 7. Checksum: a corrupt payload or another object under the pack key
+	// returns no bytes.
+	if pack.Sum(out) != rg.Sum {
+		clear(out)
+		return 0, Missing(Corrupt), fmt.Errorf("gpucache/cold/refill: %w: payload of block %s in %s fails its checksum", cold.ErrCorrupt, w.key, m.PackKey)
+	}
+	return n, Hit, nil
+}

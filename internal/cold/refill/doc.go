@@ -1,0 +1,84 @@
+// Package refill reads blocks of KV cache back from the cold tier (G4),
+// safely: a refill returns exactly the block the authenticated request
+// expects, or a miss with no payload bytes.
+//
+// # Entry points
+//
+// Every public entry point takes the expected identity from the
+// authenticated request; there is no tenant-free or key-only path:
+//
+//	RefillBlock      one block by its full identity (the seed's refill_generation)
+//	RefillMatching   the leading run of a chain of full identities
+//	RefillDegraded   RefillBlock with the smaller DegradedBudget, for a hot tier under pressure
+//	RefillForTenant  RefillBlock that first asserts the session's tenant is expected.Tenant
+//
+// Identity matching does not authenticate the caller or prove how the bytes
+// were computed; upstream authentication and authorization remain required.
+// Raw cold.Store access remains a trusted internal capability.
+//
+// # Order of checks
+//
+// Each block goes through these steps, and a miss at any step ends it
+// before the next; the payload range is read only at step 6:
+//
+//  0. (no store call) RefillForTenant: session tenant = expected tenant.
+//     The expected identity validates; a chain links parent to key. The
+//     breaker admits the call.
+//  1. Pointer: one ranged read of PointerLen bytes at
+//     index/<ns digest>/<block key>, both derived from the expected
+//     identity; it must decode and name that namespace and block.
+//  2. Manifest: if the pointer's manifest size exceeds Config.ManifestMax,
+//     OverBudget without downloading; else one ranged read of that size.
+//  3. pack.OpenManifest: a v1/v2 header is Legacy; the key's digest must be
+//     SHA-256 of the bytes; then the full v3 decode (pack/doc.go). Any
+//     failure is Corrupt.
+//  4. The manifest's namespace must equal the expected namespace, and the
+//     block's range must carry the expected full canonical identity byte for
+//     byte: any single differing field is IdentityMismatch.
+//  5. The payload length must fit what is left of the call's budget
+//     (OverBudget) and dst (ShortBuffer).
+//  6. One ranged read of the payload, straight into dst.
+//  7. SHA-256 of dst[:length] must equal the manifest's checksum; a corrupt
+//     payload or another object substituted under the pack key is Corrupt,
+//     and dst[:length] is zeroed.
+//
+// A refill never writes or deletes: a legacy or corrupt entry is left as it
+// is for the repack and reclaim paths.
+//
+// # Budgets
+//
+// Config.Budget bounds the payload bytes one call requests (a chain shares
+// it); RefillDegraded uses Config.DegradedBudget. Config.ManifestMax bounds a
+// manifest download. Pointers are fixed-size. These bound the bodies a
+// refill asks the store for, not the store backend's own wire or memory use.
+//
+// # Breaker
+//
+// A slow or unavailable store gives Missing without calling the store. Each
+// call runs under Config.Timeout. A call that hits ErrUnavailable, an
+// unexpected store error or its own timeout is a failure; any answer from
+// the store (a hit, not found, a legacy or corrupt object) is a success; a
+// call whose caller's context ended first is neither. After
+// Config.BreakerFailures consecutive failures the breaker opens: for
+// Config.BreakerCooldown every refill returns Missing(BreakerOpen) with no
+// store call. Then it is half-open: one probe call reaches the store while
+// the others still get BreakerOpen; a successful probe closes it, a failed
+// one reopens it. The clock is Config.Now.
+//
+// # Buffers
+//
+// The caller owns dst before, during and after the call. A hit writes
+// exactly dst[:n]. A miss leaves no payload byte in dst: a failed or
+// mismatching payload read zeroes dst[:length]; nothing past the payload's
+// length is touched. A Refiller keeps no payload memory; manifests and
+// pointers are read into buffers it allocates per call and drops.
+//
+// # Results and errors
+//
+// The Result decides hit or miss; callers fall back to recompute on any
+// miss. The error only explains a miss, for logs and metrics: it wraps
+// cold.ErrCorrupt for Corrupt, the store's or context's error for
+// Unavailable, ErrInvalidRequest, or ErrShortBuffer, and is nil for the
+// clean misses (NotFound, Legacy, IdentityMismatch, OverBudget, BreakerOpen,
+// TenantMismatch) and for hits.
+package refill

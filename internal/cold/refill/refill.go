@@ -1,0 +1,310 @@
+package refill
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gpucache/gpucache/internal/cold"
+	"github.com/gpucache/gpucache/internal/cold/pack"
+	"github.com/gpucache/gpucache/internal/identity"
+)
+
+// Sentinel errors. A refill's error explains a miss; it is never needed to
+// decide hit or miss (Result does that).
+var (
+	// ErrInvalidRequest: the expected identity does not validate, a chain is
+	// not a chain, or the destinations do not match the identities. No store
+	// call was made.
+	ErrInvalidRequest = errors.New("gpucache/cold/refill: invalid refill request")
+	// ErrShortBuffer: dst is shorter than the block's payload. No payload
+	// was read.
+	ErrShortBuffer = errors.New("gpucache/cold/refill: destination shorter than the payload")
+	// ErrInvalidConfig: New was given a Config that fails Validate.
+	ErrInvalidConfig = errors.New("gpucache/cold/refill: invalid config")
+)
+
+// Reason says why a refill missed. The zero value, None, means a hit.
+type Reason uint8
+
+const (
+	// None: not a miss.
+	None Reason = iota
+	// NotFound: no pointer for the block, or the pack it names is gone.
+	NotFound
+	// Legacy: the manifest is v1 or v2. Recompute and repack; the entry is
+	// neither rewritten nor deleted.
+	Legacy
+	// Corrupt: a pointer, manifest or payload failed a format, key or
+	// checksum check. The error wraps cold.ErrCorrupt.
+	Corrupt
+	// IdentityMismatch: the manifest's namespace or the block's full
+	// canonical identity differs from the expected one.
+	IdentityMismatch
+	// OverBudget: the manifest exceeds Config.ManifestMax, or the payload
+	// exceeds what is left of the call's byte budget. Not downloaded.
+	OverBudget
+	// Unavailable: the store failed, or the call ran past Config.Timeout or
+	// its context. The error wraps the cause.
+	Unavailable
+	// BreakerOpen: the breaker is open; the store was not called.
+	BreakerOpen
+	// TenantMismatch: RefillForTenant's session tenant is not the expected
+	// identity's tenant. The store was not called.
+	TenantMismatch
+	// InvalidRequest: see ErrInvalidRequest. The store was not called.
+	InvalidRequest
+	// ShortBuffer: see ErrShortBuffer.
+	ShortBuffer
+)
+
+var reasonNames = [...]string{
+	None: "none", NotFound: "not_found", Legacy: "legacy", Corrupt: "corrupt",
+	IdentityMismatch: "identity_mismatch", OverBudget: "over_budget",
+	Unavailable: "unavailable", BreakerOpen: "breaker_open",
+	TenantMismatch: "tenant_mismatch", InvalidRequest: "invalid_request",
+	ShortBuffer: "short_buffer",
+}
+
+// String returns a metric-label-friendly name.
+func (r Reason) String() string {
+	if int(r) < len(reasonNames) {
+		return reasonNames[r]
+	}
+	return fmt.Sprintf("reason(%d)", uint8(r))
+}
+
+// Result is Hit, or Missing with a Reason.
+type Result struct {
+	Hit    bool
+	Reason Reason // None on a hit
+}
+
+// Hit is the result of a refill that filled dst.
+var Hit = Result{Hit: true}
+
+// Missing returns the result of a refill that missed for reason r.
+func Missing(r Reason) Result { return Result{Reason: r} }
+
+func (r Result) String() string {
+	if r.Hit {
+		return "hit"
+	}
+	return "missing(" + r.Reason.String() + ")"
+}
+
+// Config configures a Refiller. A zero field takes its default.
+type Config struct {
+	// Budget bounds the payload bytes one RefillBlock, RefillForTenant or
+	// RefillMatching call may download; a block that does not fit is
+	// Missing(OverBudget) and is not downloaded. Default 64 MiB.
+	Budget int64
+	// DegradedBudget is RefillDegraded's budget, for when the hot tier is
+	// under pressure. Default Budget/4.
+	DegradedBudget int64
+	// ManifestMax bounds the bytes of one manifest download; a bigger
+	// manifest is Missing(OverBudget) and is not downloaded. Default 4 MiB;
+	// at most pack.MaxManifestLen.
+	ManifestMax int64
+	// Timeout bounds one refill call, every store operation included. A
+	// call that runs out is Missing(Unavailable) and counts as a breaker
+	// failure. Default 2s.
+	Timeout time.Duration
+	// BreakerFailures is the number of consecutive failed calls that opens
+	// the breaker. Default 5.
+	BreakerFailures int
+	// BreakerCooldown is how long the breaker stays open before it lets
+	// one probe through. Default 10s.
+	BreakerCooldown time.Duration
+	// Now is the breaker's clock. Default time.Now; tests inject one.
+	Now func() time.Time
+}
+
+// Default returns the default configuration.
+func Default() Config {
+	return Config{
+		Budget:          64 << 20,
+		DegradedBudget:  16 << 20,
+		ManifestMax:     4 << 20,
+		Timeout:         2 * time.Second,
+		BreakerFailures: 5,
+		BreakerCooldown: 10 * time.Second,
+		Now:             time.Now,
+	}
+}
+
+// withDefaults fills zero fields.
+func (c Config) withDefaults() Config {
+	d := Default()
+	if c.Budget == 0 {
+		c.Budget = d.Budget
+	}
+	if c.DegradedBudget == 0 {
+		c.DegradedBudget = c.Budget / 4
+	}
+	if c.ManifestMax == 0 {
+		c.ManifestMax = d.ManifestMax
+	}
+	if c.Timeout == 0 {
+		c.Timeout = d.Timeout
+	}
+	if c.BreakerFailures == 0 {
+		c.BreakerFailures = d.BreakerFailures
+	}
+	if c.BreakerCooldown == 0 {
+		c.BreakerCooldown = d.BreakerCooldown
+	}
+	if c.Now == nil {
+		c.Now = d.Now
+	}
+	return c
+}
+
+// Validate names the first field out of range.
+func (c Config) Validate() error {
+	switch {
+	case c.Budget < 0:
+		return fmt.Errorf("%w: budget %d < 0", ErrInvalidConfig, c.Budget)
+	case c.DegradedBudget < 0:
+		return fmt.Errorf("%w: degraded_budget %d < 0", ErrInvalidConfig, c.DegradedBudget)
+	case c.ManifestMax < 0 || c.ManifestMax > pack.MaxManifestLen:
+		return fmt.Errorf("%w: manifest_max %d not in 0..%d", ErrInvalidConfig, c.ManifestMax, pack.MaxManifestLen)
+	case c.Timeout < 0:
+		return fmt.Errorf("%w: timeout %v < 0", ErrInvalidConfig, c.Timeout)
+	case c.BreakerFailures < 0:
+		return fmt.Errorf("%w: breaker_failures %d < 0", ErrInvalidConfig, c.BreakerFailures)
+	case c.BreakerCooldown < 0:
+		return fmt.Errorf("%w: breaker_cooldown %v < 0", ErrInvalidConfig, c.BreakerCooldown)
+	}
+	return nil
+}
+
+// Refiller reads blocks back from the cold tier. It is safe for concurrent
+// use; it holds no payload memory of its own.
+type Refiller struct {
+	store cold.Store
+	cfg   Config // with defaults filled; read-only
+	br    *breaker
+}
+
+// New returns a Refiller reading from store.
+func New(store cold.Store, cfg Config) (*Refiller, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if store == nil {
+		return nil, fmt.Errorf("%w: nil store", ErrInvalidConfig)
+	}
+	cfg = cfg.withDefaults()
+	return &Refiller{store: store, cfg: cfg, br: newBreaker(cfg.BreakerFailures, cfg.BreakerCooldown, cfg.Now)}, nil
+}
+
+// Config returns the configuration in use, defaults filled.
+func (r *Refiller) Config() Config { return r.cfg }
+
+// Breaker returns the breaker's state.
+func (r *Refiller) Breaker() BreakerState { return r.br.state() }
+
+// RefillBlock reads the block whose full identity is expected into
+// dst[:n]. expected comes from the authenticated request; the block is
+// returned only if its manifest binds exactly that canonical identity, byte
+// for byte. dst must be at least the payload's length.
+//
+// On a hit it returns the payload length and Hit. On a miss it returns 0 and
+// Missing(reason), and dst holds no payload byte: if a payload read started
+// and failed (or failed its checksum), dst[:length] is zeroed. The caller
+// owns dst throughout; bytes past the payload's length are never touched.
+func (r *Refiller) RefillBlock(ctx context.Context, expected identity.CacheIdentity, dst []byte) (int, Result, error) {
+	return r.one(ctx, r.cfg.Budget, expected, dst)
+}
+
+// RefillDegraded is RefillBlock with Config.DegradedBudget, for when the hot
+// tier is under pressure.
+func (r *Refiller) RefillDegraded(ctx context.Context, expected identity.CacheIdentity, dst []byte) (int, Result, error) {
+	return r.one(ctx, r.cfg.DegradedBudget, expected, dst)
+}
+
+// RefillForTenant is RefillBlock for a session authenticated as tenant:
+// unless tenant equals expected.Tenant (and is not empty) it returns
+// Missing(TenantMismatch) without calling the store.
+func (r *Refiller) RefillForTenant(ctx context.Context, tenant string, expected identity.CacheIdentity, dst []byte) (int, Result, error) {
+	if tenant == "" || tenant != expected.Tenant {
+		return 0, Missing(TenantMismatch), nil
+	}
+	return r.one(ctx, r.cfg.Budget, expected, dst)
+}
+
+// RefillMatching reads the longest leading run of a chain of blocks:
+// expected[i] into dst[i], in order, stopping at the first miss. expected
+// must be a chain of one namespace (each block's parent is the key of the
+// one before it). The budget covers the whole call.
+//
+// It returns the payload length of each block read (len(n) is the number of
+// leading hits) and Hit if every block was read, else the first miss's
+// Result and error. The blocks before the miss are good; the missed block's
+// dst holds no payload byte, and later dsts are untouched.
+func (r *Refiller) RefillMatching(ctx context.Context, expected []identity.CacheIdentity, dst [][]byte) ([]int, Result, error) {
+	if len(expected) == 0 || len(dst) != len(expected) {
+		return nil, Missing(InvalidRequest), fmt.Errorf("%w: %d identities, %d destinations", ErrInvalidRequest, len(expected), len(dst))
+	}
+	wants := make([]want, len(expected))
+	for i, id := range expected {
+		w, err := prepare(id)
+		if err != nil {
+			return nil, Missing(InvalidRequest), fmt.Errorf("block %d: %w", i, err)
+		}
+		if i > 0 && (id.Namespace != expected[0].Namespace || id.Parent != wants[i-1].key) {
+			return nil, Missing(InvalidRequest), fmt.Errorf("%w: block %d does not extend block %d", ErrInvalidRequest, i, i-1)
+		}
+		wants[i] = w
+	}
+	c, res, err := r.begin(ctx, r.cfg.Budget)
+	if c == nil {
+		return nil, res, err
+	}
+	defer c.end()
+	ns := make([]int, 0, len(wants))
+	for i, w := range wants {
+		n, res, err := c.block(w, dst[i])
+		if !res.Hit {
+			return ns, res, err
+		}
+		ns = append(ns, n)
+	}
+	return ns, Hit, nil
+}
+
+// one runs a single-block refill with the given budget.
+func (r *Refiller) one(ctx context.Context, budget int64, expected identity.CacheIdentity, dst []byte) (int, Result, error) {
+	w, err := prepare(expected)
+	if err != nil {
+		return 0, Missing(InvalidRequest), err
+	}
+	c, res, err := r.begin(ctx, budget)
+	if c == nil {
+		return 0, res, err
+	}
+	defer c.end()
+	return c.block(w, dst)
+}
+
+// want is an expected identity with everything derived from it.
+type want struct {
+	id    identity.CacheIdentity
+	canon []byte                   // id.Canonical()
+	nsd   identity.NamespaceDigest // id.Namespace.Digest()
+	key   identity.BlockKey        // KeyFor of id
+}
+
+func prepare(id identity.CacheIdentity) (want, error) {
+	c, err := id.Canonical()
+	if err != nil {
+		return want{}, fmt.Errorf("%w: expected identity: %w", ErrInvalidRequest, err)
+	}
+	d, err := id.Namespace.Digest()
+	if err != nil {
+		return want{}, fmt.Errorf("%w: expected identity: %w", ErrInvalidRequest, err)
+	}
+	return want{id: id, canon: c, nsd: d, key: identity.KeyFor(d, id.Parent, id.Tokens, id.ValidLength)}, nil
+}
