@@ -1,7 +1,6 @@
 package pack
 
 import (
-	"fmt"
 	"testing"
 
 	"github.com/gpucache/gpucache/internal/identity"
@@ -124,5 +123,3 @@ func clonePack(p *Pack) *Pack {
 	q.Pointers = append([]Object(nil), p.Pointers...)
 	return &q
 }
-
-func hexs(b []byte) string { return fmt.Sprintf("%x", b) }
