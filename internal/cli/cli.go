@@ -43,6 +43,7 @@ Commands:
   ping     measure the round trip to the server
   bench    run a load benchmark against a running server
   shard-demo  run two shards on loopback: single-flight fills and the transport fallback
+  cold-demo   publish a pack to a local cold tier and refill it, checking the cold contracts
   version  print the client and protocol versions
 
 Common flags (every command but version):
@@ -86,6 +87,8 @@ func Main(ctx context.Context, args []string, std Stdio) int {
 		err = runBench(ctx, rest, std)
 	case "shard-demo":
 		err = runShardDemo(ctx, rest, std)
+	case "cold-demo":
+		err = runColdDemo(ctx, rest, std)
 	case "version", "--version":
 		fmt.Fprintln(std.Out, versionLine())
 		return exitOK

@@ -200,3 +200,16 @@ func TestShardDemo(t *testing.T) {
 		}
 	}
 }
+
+func TestColdDemo(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := Main(context.Background(), []string{"cold-demo", "--dir", t.TempDir()}, Stdio{Out: &out, Err: &errb})
+	if code != 0 {
+		t.Fatalf("exit %d\n%s%s", code, out.String(), errb.String())
+	}
+	for _, want := range []string{"COLD_CONTRACT_OK", "gds=NOT_RUN_HARDWARE", "8/8 blocks byte-identical", "0 payload reads", "0 bytes returned", "0 store writes"} {
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
