@@ -118,21 +118,21 @@ func coldDemo(ctx context.Context, out io.Writer, root string, n int) error {
 	ns := identity.Namespace{Tenant: "demo", TrustDomain: "local", ModelID: "cold-demo", ConfigRevision: "r1",
 		TokenizerRevision: "t1", RoPE: "rope:theta=500000", DType: "fp16", Quantization: "none",
 		Layout: identity.Layout{Format: "vllm-nhd", TPSize: 1, PPSize: 1, LayerCount: 1, KVHeads: 1, HeadDim: 1, BlockTokens: 16}}
-	ids := make([]identity.CacheIdentity, n)
+	tokens := make([]uint32, n*16)
+	for i := range tokens {
+		tokens[i] = uint32(i)
+	}
+	ids, err := identity.Identities(ns, tokens)
+	if err != nil {
+		return err
+	}
 	blocks := make([]pack.Block, n)
-	var parent identity.BlockKey
-	for i := range n {
-		toks := make([]uint32, 16)
-		for j := range toks {
-			toks[j] = uint32(i*16 + j)
-		}
-		ids[i] = identity.CacheIdentity{Namespace: ns, Parent: parent, Position: uint64(i * 16), Tokens: toks, ValidLength: 16}
-		k, err := ids[i].Key()
+	for i, id := range ids {
+		k, err := id.Key()
 		if err != nil {
 			return err
 		}
-		blocks[i] = pack.Block{Identity: ids[i], Payload: demoPayload(k, 32<<10)}
-		parent = k
+		blocks[i] = pack.Block{Identity: id, Payload: demoPayload(k, 32<<10)}
 	}
 	p, err := pack.Build(ns, blocks)
 	if err != nil {

@@ -415,3 +415,23 @@ func Chain(ns Namespace, tokens []uint32) ([]BlockKey, error) {
 	}
 	return keys, nil
 }
+
+// Identities splits tokens into blocks like Chain and returns each block's
+// full identity (namespace, parent, position, tokens, valid length); the
+// key of identity i is Chain's key i.
+func Identities(ns Namespace, tokens []uint32) ([]CacheIdentity, error) {
+	keys, err := Chain(ns, tokens)
+	if err != nil {
+		return nil, err
+	}
+	bt := int(ns.Layout.BlockTokens)
+	ids := make([]CacheIdentity, len(keys))
+	var parent BlockKey
+	for i := range ids {
+		off := i * bt
+		blk := tokens[off:min(off+bt, len(tokens))]
+		ids[i] = CacheIdentity{Namespace: ns, Parent: parent, Position: uint64(off), Tokens: blk, ValidLength: uint32(len(blk))}
+		parent = keys[i]
+	}
+	return ids, nil
+}

@@ -452,3 +452,28 @@ func BenchmarkChain(b *testing.B) {
 		})
 	}
 }
+
+func TestIdentitiesMatchChain(t *testing.T) {
+	ns := testNamespace()
+	tokens := make([]uint32, 3*int(ns.Layout.BlockTokens)+5)
+	for i := range tokens {
+		tokens[i] = uint32(i * 3)
+	}
+	keys, err := Chain(ns, tokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := Identities(ns, tokens)
+	if err != nil || len(ids) != len(keys) {
+		t.Fatalf("Identities: %d, %v; Chain: %d", len(ids), err, len(keys))
+	}
+	for i, id := range ids {
+		k, err := id.Key()
+		if err != nil || k != keys[i] {
+			t.Fatalf("identity %d: key %v, %v; want Chain's", i, k, err)
+		}
+	}
+	if ids[len(ids)-1].ValidLength != 5 {
+		t.Fatalf("short last block: valid length %d", ids[len(ids)-1].ValidLength)
+	}
+}

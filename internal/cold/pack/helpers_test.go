@@ -27,23 +27,13 @@ func testNamespace(tenant string) identity.Namespace {
 // chain returns n identities of one token chain starting at token seed.
 func chain(t testing.TB, ns identity.Namespace, n int, seed uint32) []identity.CacheIdentity {
 	t.Helper()
-	d, err := ns.Digest()
+	tokens := make([]uint32, n*int(ns.Layout.BlockTokens))
+	for i := range tokens {
+		tokens[i] = seed + uint32(i)
+	}
+	ids, err := identity.Identities(ns, tokens)
 	if err != nil {
 		t.Fatal(err)
-	}
-	bt := int(ns.Layout.BlockTokens)
-	ids := make([]identity.CacheIdentity, n)
-	var parent identity.BlockKey
-	for i := range ids {
-		toks := make([]uint32, bt)
-		for j := range toks {
-			toks[j] = seed + uint32(i*bt+j)
-		}
-		ids[i] = identity.CacheIdentity{
-			Namespace: ns, Parent: parent, Position: uint64(i * bt),
-			Tokens: toks, ValidLength: uint32(bt),
-		}
-		parent = identity.KeyFor(d, parent, toks, uint32(bt))
 	}
 	return ids
 }
