@@ -149,7 +149,7 @@ func (c *call) payload(w want, m *pack.Manifest, dst []byte) (int, Result, error
 	if !ok {
 		return 0, Missing(Corrupt), fmt.Errorf("gpucache/cold/refill: %w: manifest of pointer %s lacks block %s", cold.ErrCorrupt, pack.PointerKey(w.nsd, w.key), w.key)
 	}
-	if !bytes.Equal(rg.Canonical, w.canon) {
+	if w.canon != nil && !bytes.Equal(rg.Canonical, w.canon) {
 		return 0, Missing(IdentityMismatch), nil
 	}
 

@@ -235,6 +235,33 @@ func (r *Refiller) RefillForTenant(ctx context.Context, tenant string, expected 
 	return r.one(ctx, r.cfg.Budget, expected, dst)
 }
 
+// RefillKey reads the block of namespace ns with the given key into dst:
+// the entry point for a server, which knows the session's namespace and the
+// requested block key but not the block's token ids (a GET carries keys
+// only). The expected identity is (ns, key), both from the authenticated
+// request. It is as strong as the full identity: the key is SHA-256 over
+// the namespace digest, the parent key, the valid length and the token ids,
+// and the manifest decoder checks every range's key against its full
+// identity, so a range with this key and this namespace (compared byte for
+// byte) binds the same tokens and chain. Position is implied by the chain
+// (a chain starts at position 0 with a zero parent); RefillKey does not
+// compare it separately. A zero key is refused without a store call.
+func (r *Refiller) RefillKey(ctx context.Context, ns identity.Namespace, key identity.BlockKey, dst []byte) (int, Result, error) {
+	d, err := ns.Digest()
+	if err != nil {
+		return 0, Missing(InvalidRequest), fmt.Errorf("%w: expected namespace: %w", ErrInvalidRequest, err)
+	}
+	if key.IsZero() {
+		return 0, Missing(InvalidRequest), fmt.Errorf("%w: zero block key", ErrInvalidRequest)
+	}
+	c, res, err := r.begin(ctx, r.cfg.Budget)
+	if c == nil {
+		return 0, res, err
+	}
+	defer c.end()
+	return c.block(want{id: identity.CacheIdentity{Namespace: ns}, nsd: d, key: key}, dst)
+}
+
 // RefillMatching reads the longest leading run of a chain of blocks:
 // expected[i] into dst[i], in order, stopping at the first miss. expected
 // must be a chain of one namespace (each block's parent is the key of the
@@ -292,7 +319,7 @@ func (r *Refiller) one(ctx context.Context, budget int64, expected identity.Cach
 // want is an expected identity with everything derived from it.
 type want struct {
 	id    identity.CacheIdentity
-	canon []byte                   // id.Canonical()
+	canon []byte                   // id.Canonical(); nil for RefillKey (namespace and key only)
 	nsd   identity.NamespaceDigest // id.Namespace.Digest()
 	key   identity.BlockKey        // KeyFor of id
 }

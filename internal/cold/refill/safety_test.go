@@ -166,6 +166,10 @@ func entryPoints() map[string]entryPoint {
 		"RefillForTenant": func(r *Refiller, ctx context.Context, expected identity.CacheIdentity, dst []byte) (int, Result, error) {
 			return r.RefillForTenant(ctx, "acme", expected, dst)
 		},
+		"RefillKey": func(r *Refiller, ctx context.Context, expected identity.CacheIdentity, dst []byte) (int, Result, error) {
+			k, _ := expected.Key() // an invalid identity gives the zero key, which RefillKey refuses
+			return r.RefillKey(ctx, expected.Namespace, k, dst)
+		},
 		"RefillMatching": func(r *Refiller, ctx context.Context, expected identity.CacheIdentity, dst []byte) (int, Result, error) {
 			ns, res, err := r.RefillMatching(ctx, []identity.CacheIdentity{expected}, [][]byte{dst})
 			if len(ns) == 1 {
@@ -185,6 +189,7 @@ func TestEveryRefillEntryRequiresAndChecksExpectedIdentity(t *testing.T) {
 	// test does not exercise.
 	entries := entryPoints()
 	idType := reflect.TypeFor[identity.CacheIdentity]()
+	nsType, keyType := reflect.TypeFor[identity.Namespace](), reflect.TypeFor[identity.BlockKey]()
 	rt := reflect.TypeFor[*Refiller]()
 	var seen []string
 	for i := range rt.NumMethod() {
@@ -193,13 +198,16 @@ func TestEveryRefillEntryRequiresAndChecksExpectedIdentity(t *testing.T) {
 			continue
 		}
 		seen = append(seen, mt.Name)
-		takesID := false
+		takesID, takesNS, takesKey := false, false, false
 		for j := range mt.Type.NumIn() {
 			in := mt.Type.In(j)
 			if in == idType || (in.Kind() == reflect.Slice && in.Elem() == idType) {
 				takesID = true
 			}
+			takesNS = takesNS || in == nsType
+			takesKey = takesKey || in == keyType
 		}
+		takesID = takesID || (takesNS && takesKey) // RefillKey: namespace and key
 		if !takesID {
 			t.Errorf("%s takes no expected identity", mt.Name)
 		}
@@ -267,10 +275,19 @@ func TestEveryRefillEntryRequiresAndChecksExpectedIdentity(t *testing.T) {
 				t.Fatalf("globex identity: %v", res)
 			}
 
-			// The right block key, the wrong position.
+			// The right block key, the wrong position. RefillKey is given
+			// no position (a GET carries none; the chain implies it), so it
+			// reads the block the key names; the others compare the full
+			// identity and miss.
 			e.reset()
 			dst = filled(512)
 			n, res, _ = refill(e.r, ctx, moved, dst)
+			if name == "RefillKey" {
+				if !res.Hit || !bytes.Equal(dst, payloads[1]) {
+					t.Fatalf("RefillKey of the stored key: %v", res)
+				}
+				return
+			}
 			expectMiss(t, n, res, IdentityMismatch, dst)
 			if e.payloadReads() != 0 || e.writes() != 0 || !allAA(dst) {
 				t.Fatalf("mismatch: %d payload reads, %d writes", e.payloadReads(), e.writes())
