@@ -1,0 +1,397 @@
+// Package coldtier connects the hot tier to the cold tier (G4): blocks
+// evicted from DRAM are written behind into packs, and a hot miss is
+// refilled from the packs.
+//
+// Write-behind. The hot tier knows a block's namespace digest, key, parent
+// and bytes, but a manifest v3 binds each range to the block's full
+// identity, token ids included (ADR 0005). So the server tells the tier each
+// block's identity when it stores it (Remember), the tier keeps the identity
+// tail in a pointer-free table, and when the hot tier evicts the block
+// (Evicted, called under the hot tier's lock) the tier copies its bytes
+// into a bounded pending batch. Flush turns batches into packs, queues them
+// on the sink (which verifies each pack before any write and publishes
+// pack, manifest, then pointers) and drains it. When the pending budget is
+// full an evicted block is dropped and counted: the cold tier is a cache
+// too, and eviction must never wait for storage.
+//
+// Refill. Refill asks refill.RefillKey for (namespace, key), both from the
+// authenticated request; a corrupt, foreign or legacy object is a miss.
+package coldtier
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gpucache/gpucache/internal/cold"
+	"github.com/gpucache/gpucache/internal/cold/pack"
+	"github.com/gpucache/gpucache/internal/cold/refill"
+	"github.com/gpucache/gpucache/internal/cold/sink"
+	"github.com/gpucache/gpucache/internal/identity"
+)
+
+// Config configures a Tier.
+type Config struct {
+	// Store is the cold object store (required).
+	Store cold.Store
+	// PackBlocks is the most blocks in one pack. Default 64; at most 1000,
+	// so a pack's objects (pack, manifest, one pointer per block) fit one
+	// sink job.
+	PackBlocks int
+	// PackBytes is the payload size at which a batch becomes a pack.
+	// Default 64 MiB.
+	PackBytes int64
+	// PendingBytes bounds payload copied but not yet queued on the sink;
+	// evicted blocks beyond it are dropped. These copies live on the Go
+	// heap until their pack is written, so this is also the write-behind's
+	// heap budget. Default 64 MiB.
+	PendingBytes int64
+	// RememberBlocks bounds the identities kept for blocks in the hot tier.
+	// Default 1<<20.
+	RememberBlocks int
+	// Sink configures the write queue; its Verify is set by the tier.
+	Sink sink.Config
+	// Refill configures reads.
+	Refill refill.Config
+	// Logger receives write-behind events. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Stats counts the tier's work.
+type Stats struct {
+	Remembered      uint64 // identities recorded
+	Forgotten       uint64 // identities dropped (table full)
+	Offered         uint64 // evicted blocks copied for write-behind
+	DroppedFull     uint64 // evicted blocks dropped: pending budget full
+	DroppedUnknown  uint64 // evicted blocks dropped: identity not remembered
+	PacksBuilt      uint64
+	PacksQueued     uint64
+	PackErrors      uint64
+	RefillHits      uint64
+	RefillMisses    uint64
+	PendingBytes    int64
+	SinkCompleted   uint64
+	SinkFailed      uint64
+	RememberedBytes int64
+}
+
+// tail is a remembered block identity, pointer-free: its tokens live in
+// the tokens arena.
+type tail struct {
+	ns       uint32 // index into namespaces
+	parent   identity.BlockKey
+	position uint64
+	valid    uint32
+	tokOff   uint32
+	tokLen   uint32
+}
+
+type batch struct {
+	ns     identity.Namespace
+	blocks []pack.Block
+	bytes  int64
+}
+
+// Tier is the write-behind and refill path to one cold store.
+type Tier struct {
+	cfg  Config
+	log  *slog.Logger
+	sk   *sink.Sink
+	rf   *refill.Refiller
+	stop chan struct{}
+
+	mu struct {
+		sync.Mutex
+		nsIndex    map[identity.NamespaceDigest]uint32 // guarded by mu
+		namespaces []identity.Namespace                // guarded by mu
+		tails      map[identity.BlockKey]tail          // guarded by mu; pointer-free
+		tokens     []uint32                            // guarded by mu; arena for tails
+		dead       int                                 // guarded by mu; arena words no tail uses
+		batches    map[identity.NamespaceDigest]*batch // guarded by mu
+		pending    int64                               // guarded by mu; payload bytes in batches
+	}
+	flushMu sync.Mutex // serialises Flush
+	st      struct {
+		remembered, forgotten, offered, droppedFull, droppedUnknown atomic.Uint64
+		packsBuilt, packsQueued, packErrors, refillHits, refillMisses atomic.Uint64
+	}
+}
+
+// New returns a Tier; call Close when done.
+func New(cfg Config) (*Tier, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("gpucache/coldtier: no store")
+	}
+	if cfg.PackBlocks <= 0 {
+		cfg.PackBlocks = 64
+	}
+	cfg.PackBlocks = min(cfg.PackBlocks, 1000)
+	if cfg.PackBytes <= 0 {
+		cfg.PackBytes = 64 << 20
+	}
+	if cfg.PendingBytes <= 0 {
+		cfg.PendingBytes = 64 << 20
+	}
+	if cfg.RememberBlocks <= 0 {
+		cfg.RememberBlocks = 1 << 20
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	t := &Tier{cfg: cfg, log: cfg.Logger, stop: make(chan struct{})}
+	sc := cfg.Sink
+	sc.Verify = t.verify
+	sk, err := sink.New(cfg.Store, sc)
+	if err != nil {
+		return nil, err
+	}
+	rf, err := refill.New(cfg.Store, cfg.Refill)
+	if err != nil {
+		sk.Close()
+		return nil, err
+	}
+	t.sk, t.rf = sk, rf
+	t.mu.nsIndex = make(map[identity.NamespaceDigest]uint32)
+	t.mu.tails = make(map[identity.BlockKey]tail)
+	t.mu.batches = make(map[identity.NamespaceDigest]*batch)
+	return t, nil
+}
+
+// Remember records the identity of a block just stored in the hot tier, so
+// that its eviction can be written behind. id must be valid; tokens are
+// copied.
+func (t *Tier) Remember(id identity.CacheIdentity) {
+	d, err := id.Namespace.Digest()
+	if err != nil {
+		return
+	}
+	key := identity.KeyFor(d, id.Parent, id.Tokens, id.ValidLength)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if old, ok := t.mu.tails[key]; ok {
+		t.mu.dead += int(old.tokLen)
+	} else if len(t.mu.tails) >= t.cfg.RememberBlocks {
+		t.st.forgotten.Add(1)
+		return
+	}
+	ni, ok := t.mu.nsIndex[d]
+	if !ok {
+		ni = uint32(len(t.mu.namespaces))
+		t.mu.namespaces = append(t.mu.namespaces, id.Namespace)
+		t.mu.nsIndex[d] = ni
+	}
+	t.compactLocked()
+	off := uint32(len(t.mu.tokens))
+	t.mu.tokens = append(t.mu.tokens, id.Tokens...)
+	t.mu.tails[key] = tail{ns: ni, parent: id.Parent, position: id.Position, valid: id.ValidLength, tokOff: off, tokLen: uint32(len(id.Tokens))}
+	t.st.remembered.Add(1)
+}
+
+// compactLocked rebuilds the token arena when most of it is dead.
+func (t *Tier) compactLocked() {
+	if t.mu.dead < 1<<16 || t.mu.dead < len(t.mu.tokens)/2 {
+		return
+	}
+	fresh := make([]uint32, 0, len(t.mu.tokens)-t.mu.dead)
+	for k, tl := range t.mu.tails {
+		off := uint32(len(fresh))
+		fresh = append(fresh, t.mu.tokens[tl.tokOff:tl.tokOff+tl.tokLen]...)
+		tl.tokOff = off
+		t.mu.tails[k] = tl
+	}
+	t.mu.tokens, t.mu.dead = fresh, 0
+}
+
+// Forget drops a remembered identity (the block was deleted).
+func (t *Tier) Forget(key identity.BlockKey) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if tl, ok := t.mu.tails[key]; ok {
+		t.mu.dead += int(tl.tokLen)
+		delete(t.mu.tails, key)
+	}
+}
+
+// Evicted is the hot tier's OnEvict hook: it copies the block into a
+// pending batch if its identity is known and the pending budget allows,
+// else drops it. It runs under the hot tier's lock: it never blocks on
+// storage.
+func (t *Tier) Evicted(ns identity.NamespaceDigest, key, parent identity.BlockKey, _ uint32, payload []byte) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	tl, ok := t.mu.tails[key]
+	if !ok || t.mu.namespaces[tl.ns].Tenant == "" {
+		t.st.droppedUnknown.Add(1)
+		return
+	}
+	t.mu.dead += int(tl.tokLen)
+	delete(t.mu.tails, key)
+	if tl.parent != parent {
+		t.st.droppedUnknown.Add(1)
+		return
+	}
+	if t.mu.pending+int64(len(payload)) > t.cfg.PendingBytes || len(payload) == 0 {
+		t.st.droppedFull.Add(1)
+		return
+	}
+	nsv := t.mu.namespaces[tl.ns]
+	id := identity.CacheIdentity{Namespace: nsv, Parent: tl.parent, Position: tl.position,
+		Tokens: append([]uint32(nil), t.mu.tokens[tl.tokOff:tl.tokOff+tl.tokLen]...), ValidLength: tl.valid}
+	b := t.mu.batches[ns]
+	if b == nil {
+		b = &batch{ns: nsv}
+		t.mu.batches[ns] = b
+	}
+	b.blocks = append(b.blocks, pack.Block{Identity: id, Payload: append([]byte(nil), payload...)})
+	b.bytes += int64(len(payload))
+	t.mu.pending += int64(len(payload))
+	t.st.offered.Add(1)
+}
+
+// verify is the sink's admission check: the job must be a pack that
+// verifies under a namespace this tier batched (never one read from the
+// job itself).
+func (t *Tier) verify(j *sink.Job) error {
+	var d identity.NamespaceDigest
+	b, err := hex.DecodeString(j.Namespace)
+	if err != nil || len(b) != len(d) {
+		return fmt.Errorf("job namespace %q is not a namespace digest", j.Namespace)
+	}
+	copy(d[:], b)
+	t.mu.Lock()
+	ni, ok := t.mu.nsIndex[d]
+	var ns identity.Namespace
+	if ok {
+		ns = t.mu.namespaces[ni]
+	}
+	t.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("job for a namespace this tier never saw")
+	}
+	p := &pack.Pack{Namespace: ns}
+	for _, o := range j.Objects {
+		po := pack.Object{Key: o.Key, Body: o.Body}
+		switch o.Kind {
+		case sink.KindPack:
+			p.Object = po
+		case sink.KindManifest:
+			p.Manifest = po
+		default:
+			p.Pointers = append(p.Pointers, po)
+		}
+	}
+	return pack.Verify(p)
+}
+
+// Flush turns every pending batch (all of them when force, else only full
+// ones) into packs, queues them and drains the sink once. It returns the
+// sink's drain report.
+func (t *Tier) Flush(ctx context.Context, force bool) sink.Report {
+	t.flushMu.Lock()
+	defer t.flushMu.Unlock()
+	var ready []*batch
+	t.mu.Lock()
+	for d, b := range t.mu.batches {
+		if force || len(b.blocks) >= t.cfg.PackBlocks || b.bytes >= t.cfg.PackBytes {
+			ready = append(ready, b)
+			delete(t.mu.batches, d)
+		}
+	}
+	t.mu.Unlock()
+	for _, b := range ready {
+		for off := 0; off < len(b.blocks); off += t.cfg.PackBlocks {
+			t.queue(b.ns, b.blocks[off:min(off+t.cfg.PackBlocks, len(b.blocks))])
+		}
+		t.mu.Lock()
+		t.mu.pending -= b.bytes
+		t.mu.Unlock()
+	}
+	return t.sk.DrainReport(ctx)
+}
+
+func (t *Tier) queue(ns identity.Namespace, blocks []pack.Block) {
+	p, err := pack.Build(ns, blocks)
+	if err != nil {
+		t.st.packErrors.Add(1)
+		t.log.Warn("cold write-behind: pack not built; blocks dropped", "blocks", len(blocks), "err", err)
+		return
+	}
+	t.st.packsBuilt.Add(1)
+	d, _ := ns.Digest()
+	j := &sink.Job{Namespace: d.String()}
+	add := func(k sink.ObjectKind, o pack.Object) {
+		j.Objects = append(j.Objects, sink.Object{Kind: k, Key: o.Key, Body: o.Body, Digest: pack.Sum(o.Body)})
+		j.Bytes += int64(len(o.Body))
+	}
+	add(sink.KindPack, p.Object)
+	add(sink.KindManifest, p.Manifest)
+	for _, o := range p.Pointers {
+		add(sink.KindPointer, o)
+	}
+	if _, err := t.sk.Enqueue(j); err != nil {
+		t.st.packErrors.Add(1)
+		t.log.Warn("cold write-behind: pack not queued; blocks dropped", "blocks", len(blocks), "err", err)
+		return
+	}
+	t.st.packsQueued.Add(1)
+}
+
+// Run flushes full batches every interval, and everything on the way out,
+// until ctx ends or Close.
+func (t *Tier) Run(ctx context.Context, interval time.Duration) {
+	tk := time.NewTicker(interval)
+	defer tk.Stop()
+	for {
+		select {
+		case <-tk.C:
+			t.Flush(ctx, true)
+		case <-ctx.Done():
+			t.Flush(context.Background(), true)
+			return
+		case <-t.stop:
+			return
+		}
+	}
+}
+
+// Refill reads the block (ns, key) from the cold tier into dst.
+func (t *Tier) Refill(ctx context.Context, ns identity.Namespace, key identity.BlockKey, dst []byte) (int, refill.Result, error) {
+	n, res, err := t.rf.RefillKey(ctx, ns, key, dst)
+	if res.Hit {
+		t.st.refillHits.Add(1)
+	} else {
+		t.st.refillMisses.Add(1)
+	}
+	return n, res, err
+}
+
+// Stats returns the tier's counters.
+func (t *Tier) Stats() Stats {
+	t.mu.Lock()
+	pending, remembered := t.mu.pending, int64(len(t.mu.tokens)*4)
+	t.mu.Unlock()
+	ss := t.sk.Stats()
+	return Stats{
+		Remembered: t.st.remembered.Load(), Forgotten: t.st.forgotten.Load(), Offered: t.st.offered.Load(),
+		DroppedFull: t.st.droppedFull.Load(), DroppedUnknown: t.st.droppedUnknown.Load(),
+		PacksBuilt: t.st.packsBuilt.Load(), PacksQueued: t.st.packsQueued.Load(), PackErrors: t.st.packErrors.Load(),
+		RefillHits: t.st.refillHits.Load(), RefillMisses: t.st.refillMisses.Load(),
+		PendingBytes: pending, SinkCompleted: ss.Completed, SinkFailed: ss.FailedTotal, RememberedBytes: remembered,
+	}
+}
+
+// Close stops Run and closes the sink. Pending batches are not flushed;
+// call Flush(ctx, true) first to keep them.
+func (t *Tier) Close() error {
+	select {
+	case <-t.stop:
+	default:
+		close(t.stop)
+	}
+	return t.sk.Close()
+}
