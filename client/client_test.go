@@ -134,13 +134,14 @@ func TestServerErrorsAreMisses(t *testing.T) {
 
 	// The namespace's tenant is not the session's: TENANT_MISMATCH.
 	ns := testNS("someone-else")
-	key := testBlocks(t, ns, 1, 10, 0)[0].Key
+	blk := testBlocks(t, ns, 1, 10, 0)[0]
+	key := blk.Key
 	r := c.Get(ctx, ns, []BlockKey{key})[0]
 	var we *wire.Error
 	if r.Hit || !errors.Is(r.Reason, ErrServer) || !errors.As(r.Reason, &we) || we.Code != wire.CodeTenantMismatch {
 		t.Fatalf("tenant mismatch: %+v", r)
 	}
-	if _, err := c.Put(ctx, ns, []PutBlock{{Key: key, Tokens: 1, Data: []byte("x")}}); !errors.Is(err, ErrServer) {
+	if _, err := c.Put(ctx, ns, []PutBlock{{Key: key, TokenIDs: blk.TokenIDs, Data: []byte("x")}}); !errors.Is(err, ErrServer) {
 		t.Fatalf("put with foreign tenant: %v", err)
 	}
 	// An invalid namespace never reaches the wire.
@@ -152,9 +153,14 @@ func TestServerErrorsAreMisses(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A block larger than the server's MaxPayload is refused locally.
-	st, err := c.Put(ctx, testNS("acme"), []PutBlock{{Key: key, Tokens: 1, Data: make([]byte, 2<<20)}})
+	st, err := c.Put(ctx, testNS("acme"), []PutBlock{{Key: key, TokenIDs: blk.TokenIDs, Data: make([]byte, 2<<20)}})
 	if err != nil || st[0] != StatusTooLarge {
 		t.Fatalf("too large: %v %v", st, err)
+	}
+	// A block without token ids has no identity: refused locally.
+	st, err = c.Put(ctx, testNS("acme"), []PutBlock{{Key: key, Data: []byte("x")}})
+	if err != nil || st[0] != StatusKeyMismatch {
+		t.Fatalf("no token ids: %v %v", st, err)
 	}
 }
 

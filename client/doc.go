@@ -26,10 +26,14 @@
 //		load(i, r.Data)
 //	}
 //
-//	// Store freshly computed blocks.
-//	statuses, err := c.Put(ctx, ns, []client.PutBlock{
-//		{Key: keys[5], Parent: keys[4], Tokens: 16, Data: kv5},
-//	})
+//	// Store freshly computed blocks with their identities: the server
+//	// derives each key from them and refuses a mismatch (KEY_MISMATCH).
+//	ids, err := client.Identities(ns, promptTokens)
+//	statuses, err := c.Put(ctx, ns, client.BlocksOf(ids[5:6], [][]byte{kv5}))
+//
+//	// Or let single-flight fills do it: read what is cached, compute (once
+//	// across callers) what is not.
+//	blocks, report, err := c.GetOrFill(ctx, ns, promptTokens, computeBlocks)
 //
 // GetInto reads into caller-provided buffers (for example pinned staging
 // memory) and allocates no payload memory.
@@ -66,6 +70,7 @@
 // GetInto the buffer's capacity). A lease belongs to the connection that
 // took it, so GetLeased is sent on the connection Lookup used.
 //
-// The package re-exports the identity types (Namespace, BlockKey, Chain,
-// KeyFor) so that users need import only this package.
+// The package re-exports the identity types and helpers (Namespace,
+// BlockKey, CacheIdentity, Chain, Identities, KeyFor) so that users need
+// import only this package.
 package client

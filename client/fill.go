@@ -39,18 +39,50 @@ const waitSlice = 5 * time.Second
 // and the others wait for a notice and read it. If the leader fails or
 // disconnects, a waiter takes over its turn.
 //
-// keys is a chain from Chain (block i's parent is block i-1); each block's
-// valid length is ns.Layout.BlockTokens. Any failure of the cache degrades
-// to computing the affected blocks locally: GetOrFill returns an error only
-// if fill does, or if ctx ends.
-func (c *Client) GetOrFill(ctx context.Context, ns Namespace, keys []BlockKey, fill FillFunc) ([][]byte, FillReport, error) {
-	out := make([][]byte, len(keys))
+// tokens is the token chain: it is split into blocks of
+// ns.Layout.BlockTokens (the last may be shorter) as Identities does, and
+// block i of the result (and index i passed to fill) is that chain's block
+// i. Blocks are published with their full identity, so the server can
+// verify each key. Any failure of the cache degrades to computing the
+// affected blocks locally: GetOrFill returns an error only if fill does, if
+// ctx ends, or if ns or tokens are invalid (ErrInvalid).
+func (c *Client) GetOrFill(ctx context.Context, ns Namespace, tokens []uint32, fill FillFunc) ([][]byte, FillReport, error) {
+	if _, err := c.nsBlob(ns); err != nil {
+		return nil, FillReport{}, err
+	}
+	ids, err := Identities(ns, tokens)
+	if err != nil {
+		return nil, FillReport{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return c.GetOrFillIdentities(ctx, ns, ids, fill)
+}
+
+// GetOrFillIdentities is GetOrFill over a list of block identities of ns
+// that need not form one chain (the blocks of a chain that one shard owns,
+// say): block i of the result, and index i passed to fill, is ids[i]. Every
+// identity must be valid and have namespace ns (ErrInvalid otherwise).
+func (c *Client) GetOrFillIdentities(ctx context.Context, ns Namespace, ids []CacheIdentity, fill FillFunc) ([][]byte, FillReport, error) {
 	var rep FillReport
 	blob, err := c.nsBlob(ns)
 	if err != nil {
 		return nil, rep, err
 	}
-	f := &filler{c: c, ns: ns, blob: blob, keys: keys, fill: fill, out: out, rep: &rep}
+	dig, err := ns.Digest()
+	if err != nil {
+		return nil, rep, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	keys := make([]BlockKey, len(ids))
+	for i := range ids {
+		if ids[i].Namespace != ns {
+			return nil, rep, fmt.Errorf("%w: identity %d is of another namespace", ErrInvalid, i)
+		}
+		if err := ids[i].Validate(); err != nil {
+			return nil, rep, fmt.Errorf("%w: identity %d: %w", ErrInvalid, i, err)
+		}
+		keys[i] = KeyFor(dig, ids[i].Parent, ids[i].Tokens, ids[i].ValidLength)
+	}
+	out := make([][]byte, len(keys))
+	f := &filler{c: c, ns: ns, blob: blob, ids: ids, keys: keys, fill: fill, out: out, rep: &rep}
 	todo := make([]int, len(keys))
 	for i := range todo {
 		todo[i] = i
@@ -78,7 +110,8 @@ type filler struct {
 	c    *Client
 	ns   Namespace
 	blob []byte
-	keys []BlockKey
+	ids  []CacheIdentity
+	keys []BlockKey // keys[i] is ids[i]'s key
 	fill FillFunc
 	out  [][]byte
 	rep  *FillReport
@@ -212,10 +245,16 @@ func (f *filler) lead(ctx context.Context, cn *conn, leads []lead, count *int) e
 	// the others will compute too, so its errors are not returned.
 	lim := cn.limits
 	for off := 0; off < len(leads); {
-		end, bytes := off, 0
-		for end < len(leads) && end-off < int(lim.MaxBatch) &&
-			uint64(bytes+len(data[end])+4096+(end-off+1)*(20+2*wire.KeySize+8)) <= uint64(lim.MaxFrame) {
-			bytes += len(data[end])
+		end, bytes, tokens := off, 0, 0
+		for end < len(leads) && end-off < int(lim.MaxBatch) {
+			ids := len(f.ids[leads[end].i].Tokens)
+			entry := wire.FillBlockSize(ids)
+			if tokens+ids > wire.MaxRequestTokens ||
+				uint64(bytes+entry+len(data[end])+4096+len(f.blob)) > uint64(lim.MaxFrame) {
+				break
+			}
+			bytes += entry + len(data[end])
+			tokens += ids
 			end++
 		}
 		if end == off { // a block too large for any frame: leave it to others
@@ -236,17 +275,14 @@ func (f *filler) commit(ctx context.Context, cn *conn, leads []lead, data [][]by
 	for _, d := range data {
 		r.payloadLen += len(d)
 	}
-	bt := f.ns.Layout.BlockTokens
 	r.enc = func(b []byte) []byte {
 		var req wire.FillCommitRequest
 		req.Namespace = f.blob
 		req.Blocks = make([]wire.FillBlock, len(leads))
 		for k, l := range leads {
-			fb := &req.Blocks[k]
-			fb.Token, fb.Key, fb.Tokens, fb.Len = l.tok, wire.Key(f.keys[l.i]), bt, uint32(len(data[k]))
-			if l.i > 0 {
-				fb.Parent = wire.Key(f.keys[l.i-1])
-			}
+			id := &f.ids[l.i]
+			req.Blocks[k] = wire.FillBlock{Token: l.tok, Key: wire.Key(f.keys[l.i]), Parent: wire.Key(id.Parent),
+				Tokens: id.ValidLength, Len: uint32(len(data[k])), Position: id.Position, TokenIDs: id.Tokens}
 		}
 		return wire.AppendMeta(b, req.AppendTo(nil))
 	}
@@ -326,10 +362,9 @@ func (f *filler) local(ctx context.Context, idx []int) error {
 	f.rep.Local += len(idx)
 	blocks := make([]PutBlock, len(idx))
 	for k, i := range idx {
-		blocks[k] = PutBlock{Key: f.keys[i], Tokens: f.ns.Layout.BlockTokens, Data: data[k]}
-		if i > 0 {
-			blocks[k].Parent = f.keys[i-1]
-		}
+		id := &f.ids[i]
+		blocks[k] = PutBlock{Key: f.keys[i], Parent: id.Parent, Tokens: id.ValidLength, Position: id.Position,
+			TokenIDs: id.Tokens, Data: data[k]}
 	}
 	f.c.Put(ctx, f.ns, blocks) // best effort
 	return nil

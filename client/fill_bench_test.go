@@ -44,6 +44,7 @@ func BenchmarkStampede(b *testing.B) {
 					tokens[i] = uint32(i)
 				}
 				keys, _ := Chain(ns, tokens)
+				ids, _ := Identities(ns, tokens)
 				fill := func(_ context.Context, idx []int) ([][]byte, error) {
 					out := make([][]byte, len(idx))
 					for k, i := range idx {
@@ -58,7 +59,7 @@ func BenchmarkStampede(b *testing.B) {
 					wg.Go(func() {
 						ctx := context.Background()
 						if mode == "coordinated" {
-							if _, _, err := c.GetOrFill(ctx, ns, keys, fill); err != nil {
+							if _, _, err := c.GetOrFill(ctx, ns, tokens, fill); err != nil {
 								b.Error(err)
 							}
 							return
@@ -68,14 +69,7 @@ func BenchmarkStampede(b *testing.B) {
 							idx[i] = i
 						}
 						data, _ := fill(ctx, idx)
-						pbs := make([]PutBlock, blocks)
-						for i := range pbs {
-							pbs[i] = PutBlock{Key: keys[i], Tokens: ns.Layout.BlockTokens, Data: data[i]}
-							if i > 0 {
-								pbs[i].Parent = keys[i-1]
-							}
-						}
-						c.Put(ctx, ns, pbs)
+						c.Put(ctx, ns, BlocksOf(ids, data))
 					})
 				}
 				wg.Wait()

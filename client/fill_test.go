@@ -49,7 +49,9 @@ func (cf *countingFill) fill(_ context.Context, idx []int) ([][]byte, error) {
 	return out, nil
 }
 
-func chainOf(t *testing.T, ns Namespace, blocks int) []BlockKey {
+// chainOf returns a token chain of the given number of full blocks and its
+// keys.
+func chainOf(t *testing.T, ns Namespace, blocks int) ([]uint32, []BlockKey) {
 	t.Helper()
 	tokens := make([]uint32, blocks*int(ns.Layout.BlockTokens))
 	for i := range tokens {
@@ -59,12 +61,12 @@ func chainOf(t *testing.T, ns Namespace, blocks int) []BlockKey {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return keys
+	return tokens, keys
 }
 
 // stampede runs n clients' GetOrFill on the same chain at once and returns
 // their results and reports.
-func stampede(t *testing.T, addr string, ns Namespace, keys []BlockKey, n int, fill FillFunc) ([][][]byte, []FillReport) {
+func stampede(t *testing.T, addr string, ns Namespace, tokens []uint32, n int, fill FillFunc) ([][][]byte, []FillReport) {
 	t.Helper()
 	clients := make([]*Client, n)
 	for i := range clients {
@@ -78,7 +80,7 @@ func stampede(t *testing.T, addr string, ns Namespace, keys []BlockKey, n int, f
 	for i, c := range clients {
 		wg.Go(func() {
 			<-start
-			results[i], reports[i], errs[i] = c.GetOrFill(testCtx(t), ns, keys, fill)
+			results[i], reports[i], errs[i] = c.GetOrFill(testCtx(t), ns, tokens, fill)
 		})
 	}
 	close(start)
@@ -103,9 +105,9 @@ func TestStampedeOneFillPerBlock(t *testing.T) {
 	for round := range 20 {
 		ns := testNS("acme")
 		ns.ModelID = fmt.Sprintf("stampede-%d", round)
-		keys := chainOf(t, ns, blocks)
+		tokens, keys := chainOf(t, ns, blocks)
 		cf := newCountingFill(keys, size)
-		results, reports := stampede(t, rs.Addr, ns, keys, clients, cf.fill)
+		results, reports := stampede(t, rs.Addr, ns, tokens, clients, cf.fill)
 		for i := range keys {
 			if n := cf.calls[i].Load(); n != 1 {
 				t.Fatalf("round %d: block %d computed %d times, want 1", round, i, n)
@@ -136,9 +138,9 @@ func TestTenantsNeverShareAFill(t *testing.T) {
 	const blocks, size = 8, 4 << 10
 	// Reuse within tenant A.
 	nsA := testNS("tenant-a")
-	keysA := chainOf(t, nsA, blocks)
+	tokensA, keysA := chainOf(t, nsA, blocks)
 	cfA := newCountingFill(keysA, size)
-	stampede(t, rs.Addr, nsA, keysA, 8, cfA.fill)
+	stampede(t, rs.Addr, nsA, tokensA, 8, cfA.fill)
 	for i := range keysA {
 		if n := cfA.calls[i].Load(); n != 1 {
 			t.Fatalf("tenant A block %d computed %d times, want 1 (reuse within a tenant)", i, n)
@@ -146,7 +148,7 @@ func TestTenantsNeverShareAFill(t *testing.T) {
 	}
 	// Tenant B, same tokens: its own fills, its own bytes.
 	nsB := testNS("tenant-b")
-	keysB := chainOf(t, nsB, blocks)
+	tokensB, _ := chainOf(t, nsB, blocks)
 	var callsB atomic.Int32
 	fillB := func(_ context.Context, idx []int) ([][]byte, error) {
 		out := make([][]byte, len(idx))
@@ -157,7 +159,7 @@ func TestTenantsNeverShareAFill(t *testing.T) {
 		}
 		return out, nil
 	}
-	res, rep := stampede(t, rs.Addr, nsB, keysB, 1, fillB)
+	res, rep := stampede(t, rs.Addr, nsB, tokensB, 1, fillB)
 	if callsB.Load() != blocks || rep[0].Hits != 0 || rep[0].Joined != 0 {
 		t.Fatalf("tenant B computed %d of %d blocks, hits %d, joined %d: it must fill its own", callsB.Load(), blocks, rep[0].Hits, rep[0].Joined)
 	}
@@ -178,7 +180,7 @@ func TestLeaderCrashPromotesWaiter(t *testing.T) {
 		c.Hooks = &server.Hooks{Joined: func() { joined <- struct{}{} }}
 	})
 	ns := testNS("acme")
-	keys := chainOf(t, ns, blocks)
+	tokens, keys := chainOf(t, ns, blocks)
 	cf := newCountingFill(keys, size)
 
 	// The leader acquires every block, then hangs in its fill until killed.
@@ -186,7 +188,7 @@ func TestLeaderCrashPromotesWaiter(t *testing.T) {
 	inFill, crash := make(chan struct{}), make(chan struct{})
 	leaderDone := make(chan error, 1)
 	go func() {
-		_, _, err := leader.GetOrFill(testCtx(t), ns, keys, func(ctx context.Context, idx []int) ([][]byte, error) {
+		_, _, err := leader.GetOrFill(testCtx(t), ns, tokens, func(ctx context.Context, idx []int) ([][]byte, error) {
 			close(inFill)
 			<-crash
 			return nil, errors.New("engine crashed")
@@ -202,7 +204,7 @@ func TestLeaderCrashPromotesWaiter(t *testing.T) {
 		c := dialTest(t, rs.Addr, func(c *Config) { c.Conns = 1 })
 		wg.Go(func() {
 			var err error
-			results[i], reports[i], err = c.GetOrFill(testCtx(t), ns, keys, cf.fill)
+			results[i], reports[i], err = c.GetOrFill(testCtx(t), ns, tokens, cf.fill)
 			if err != nil {
 				t.Errorf("waiter %d: %v", i, err)
 			}

@@ -47,22 +47,19 @@ func testBlocks(t testing.TB, ns Namespace, n, size int, seed byte) []PutBlock {
 	for i := range tokens {
 		tokens[i] = uint32(i) + uint32(seed)<<24
 	}
-	keys, err := Chain(ns, tokens)
+	ids, err := Identities(ns, tokens)
 	if err != nil {
 		t.Fatal(err)
 	}
-	blocks := make([]PutBlock, n)
-	for i := range blocks {
+	payloads := make([][]byte, n)
+	for i := range payloads {
 		data := make([]byte, size)
 		for j := range data {
 			data[j] = byte(j*7+i) ^ seed
 		}
-		blocks[i] = PutBlock{Key: keys[i], Tokens: 4, Data: data}
-		if i > 0 {
-			blocks[i].Parent = keys[i-1]
-		}
+		payloads[i] = data
 	}
-	return blocks
+	return BlocksOf(ids, payloads)
 }
 
 func keysOf(blocks []PutBlock) []BlockKey {

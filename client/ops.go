@@ -132,8 +132,11 @@ func getBatchEnd(lim Limits, keys []BlockKey, dst [][]byte, off int) int {
 
 // Put stores blocks and returns one status per block: StatusStored,
 // StatusExists (an equal key is cached; the payload was discarded),
-// StatusTooLarge or StatusNoSpace. Blocks beyond the server's MaxBatch or
-// MaxFrame are split over several pipelined requests.
+// StatusTooLarge, StatusNoSpace or StatusKeyMismatch (the key does not
+// derive from the block's identity: ns, Parent, Position, TokenIDs and the
+// valid length; nothing stored). Blocks beyond the server's MaxBatch or
+// MaxFrame, or beyond wire.MaxRequestTokens token ids, are split over
+// several pipelined requests. Build blocks from identities with BlocksOf.
 //
 // On error (a timeout, a lost connection, an error answer) the blocks whose
 // request got no answer report StatusMiss, meaning "not known to be
@@ -153,25 +156,38 @@ func (c *Client) Put(ctx context.Context, ns Namespace, blocks []PutBlock) ([]St
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
 	lim := c.Limits()
-	tableLen := func(n int) int { return 4 + len(blob) + 4 + n*(2*wire.KeySize+8) }
+	head := 4 + len(blob) + 4 // table: namespace blob, block count
 
-	type chunk struct{ idx []int }
+	type chunk struct {
+		idx   []int
+		table int // table bytes
+	}
 	var chunks []chunk
 	var cur chunk
-	var curBytes int
+	var curBytes, curTokens int
 	for i := range blocks {
 		n := len(blocks[i].Data)
-		if uint64(n) > uint64(lim.MaxPayload) || uint64(4+tableLen(1)+n) > uint64(lim.MaxFrame) {
+		ids := len(blocks[i].TokenIDs)
+		entry := wire.PutBlockSize(ids)
+		if ids == 0 || ids > wire.MaxBlockTokens || int(blocks[i].validLength()) > ids {
+			// The server could not even decode it: its identity is not one.
+			statuses[i] = wire.StatusKeyMismatch
+			continue
+		}
+		if uint64(n) > uint64(lim.MaxPayload) || uint64(4+head+entry+n) > uint64(lim.MaxFrame) {
 			statuses[i] = wire.StatusTooLarge
 			continue
 		}
 		k := len(cur.idx)
-		if k > 0 && (k == int(lim.MaxBatch) || uint64(4+tableLen(k+1)+curBytes+n) > uint64(lim.MaxFrame)) {
+		if k > 0 && (k == int(lim.MaxBatch) || curTokens+ids > wire.MaxRequestTokens ||
+			uint64(4+head+cur.table+entry+curBytes+n) > uint64(lim.MaxFrame)) {
 			chunks = append(chunks, cur)
-			cur, curBytes = chunk{}, 0
+			cur, curBytes, curTokens = chunk{}, 0, 0
 		}
 		cur.idx = append(cur.idx, i)
+		cur.table += entry
 		curBytes += n
+		curTokens += ids
 	}
 	if len(cur.idx) > 0 {
 		chunks = append(chunks, cur)
@@ -185,17 +201,22 @@ func (c *Client) Put(ctx context.Context, ns Namespace, blocks []PutBlock) ([]St
 			r.payload = append(r.payload, blocks[i].Data)
 			r.payloadLen += len(blocks[i].Data)
 		}
-		idx := ch.idx
+		idx, tableLen := ch.idx, head+ch.table
 		r.enc = func(b []byte) []byte {
-			b = binary.LittleEndian.AppendUint32(b, uint32(tableLen(len(idx))))
+			b = binary.LittleEndian.AppendUint32(b, uint32(tableLen))
 			b = appendBlob(b, blob)
 			b = binary.LittleEndian.AppendUint32(b, uint32(len(idx)))
 			for _, i := range idx {
 				pb := &blocks[i]
 				b = append(b, pb.Key[:]...)
 				b = append(b, pb.Parent[:]...)
-				b = binary.LittleEndian.AppendUint32(b, pb.Tokens)
+				b = binary.LittleEndian.AppendUint32(b, pb.validLength())
 				b = binary.LittleEndian.AppendUint32(b, uint32(len(pb.Data)))
+				b = binary.LittleEndian.AppendUint64(b, pb.Position)
+				b = binary.LittleEndian.AppendUint32(b, uint32(len(pb.TokenIDs)))
+				for _, t := range pb.TokenIDs {
+					b = binary.LittleEndian.AppendUint32(b, t)
+				}
 			}
 			return b
 		}

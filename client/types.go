@@ -40,11 +40,21 @@ const (
 	StatusNoSpace  = wire.StatusNoSpace
 	StatusDeleted  = wire.StatusDeleted
 	StatusBusy     = wire.StatusBusy
+	// StatusKeyMismatch: a PUT block's key does not derive from its
+	// identity; nothing was stored.
+	StatusKeyMismatch = wire.StatusKeyMismatch
 )
 
 // Chain splits tokens into blocks of ns.Layout.BlockTokens (the last block
 // may be shorter) and returns each block's key, chained to the one before.
 func Chain(ns Namespace, tokens []uint32) ([]BlockKey, error) { return identity.Chain(ns, tokens) }
+
+// Identities splits tokens into blocks like Chain and returns each block's
+// full identity (namespace, parent, position, tokens, valid length); the
+// key of identity i is Chain's key i. Tokens alias the tokens argument.
+func Identities(ns Namespace, tokens []uint32) ([]CacheIdentity, error) {
+	return identity.Identities(ns, tokens)
+}
 
 // KeyFor computes one block key from a namespace digest, the parent key
 // (zero for the first block), the block's tokens and its valid length.
@@ -58,16 +68,60 @@ func DecodeNamespace(b []byte) (Namespace, error) { return identity.DecodeNamesp
 // LeaseID names a lease taken by Lookup. Zero means no lease.
 type LeaseID uint64
 
-// PutBlock is one block to store.
+// PutBlock is one block to store: its key, the identity the server derives
+// the key from (with the namespace of the Put: Parent, Position, TokenIDs
+// and the valid length), and its payload. The server refuses, with
+// StatusKeyMismatch, a key that does not derive from that identity; build
+// blocks with BlocksOf to get it right.
 //
 // Ownership: Put reads Data straight from the caller's slice onto the socket
 // (a vectored write, no copy); the caller must not modify Data until Put
-// returns. Put never retains Data after it returns.
+// returns. Put never retains Data or TokenIDs after it returns.
 type PutBlock struct {
-	Key    BlockKey
-	Parent BlockKey // key of the previous block in the chain; zero for the first
-	Tokens uint32   // valid length in tokens
-	Data   []byte
+	Key      BlockKey
+	Parent   BlockKey // key of the previous block in the chain; zero for the first
+	Tokens   uint32   // valid length in tokens; 0 means len(TokenIDs)
+	Position uint64   // token offset of the block's first token
+	TokenIDs []uint32 // the block's token ids, 1..Layout.BlockTokens of them
+	Data     []byte
+}
+
+// validLength is the valid length Put sends.
+func (b *PutBlock) validLength() uint32 {
+	if b.Tokens == 0 {
+		return uint32(len(b.TokenIDs))
+	}
+	return b.Tokens
+}
+
+// BlocksOf pairs identities (from Identities) with their payloads into
+// PutBlocks, computing each key. It panics if the lengths differ; an
+// invalid identity gets a zero key, which the server refuses
+// (StatusKeyMismatch). TokenIDs alias ids[i].Tokens and Data aliases
+// payloads[i].
+func BlocksOf(ids []CacheIdentity, payloads [][]byte) []PutBlock {
+	if len(ids) != len(payloads) {
+		panic(fmt.Sprintf("client.BlocksOf: %d identities, %d payloads", len(ids), len(payloads)))
+	}
+	blocks := make([]PutBlock, len(ids))
+	var dig NamespaceDigest
+	var digOf *Namespace
+	for i := range ids {
+		id := &ids[i]
+		b := PutBlock{Parent: id.Parent, Tokens: id.ValidLength, Position: id.Position, TokenIDs: id.Tokens, Data: payloads[i]}
+		if digOf == nil || *digOf != id.Namespace {
+			if d, err := id.Namespace.Digest(); err == nil {
+				dig, digOf = d, &id.Namespace
+			} else {
+				digOf = nil
+			}
+		}
+		if digOf != nil && id.Validate() == nil {
+			b.Key = identity.KeyFor(dig, id.Parent, id.Tokens, id.ValidLength)
+		}
+		blocks[i] = b
+	}
+	return blocks
 }
 
 // GetResult is the outcome of reading one block. Exactly one of Hit and

@@ -228,12 +228,19 @@
 //
 //	blob namespace
 //	u32  count            <= max_batch
-//	count × {
+//	count × {             variable length: 92 + 4 × n bytes
 //	  key  key            the block's key (identity.KeyFor)
 //	  key  parent         the previous block's key; zero for the first block
-//	  u32  tokens         the block's valid length in tokens
+//	  u32  valid_length   the block's valid length in tokens, <= n
 //	  u32  length         payload bytes
+//	  u64  position       token offset of the block's first token
+//	  u32  n              token ids that follow, 1..65536 (MaxBlockTokens)
+//	  n × u32 token_id    the block's token ids
 //	}
+//
+// The token ids of all entries add up to at most 1 << 20 (MaxRequestTokens);
+// more is BATCH_TOO_LARGE. An n of 0 or over 65536, or a valid_length over
+// n, is MALFORMED.
 //
 // The payloads follow one after another, with nothing between them. Their
 // lengths must add up to body_length − 4 − table_length, otherwise the PUT is
@@ -243,11 +250,16 @@
 // Response, StatusResponse:
 //
 //	u32  count            = the request's entry count
-//	count × u8 status     STORED, EXISTS, TOO_LARGE or NO_SPACE
+//	count × u8 status     STORED, EXISTS, TOO_LARGE, NO_SPACE or KEY_MISMATCH
 //
-// The server does not recompute keys: it never sees the tokens. A key is
-// stored under the request's namespace digest, so a reader with a different
-// namespace misses it. A block becomes visible to readers only after its
+// The server verifies every key: with the request's namespace, each entry
+// is a full block identity (identity.CacheIdentity). The identity must be
+// valid (n <= layout.block_tokens, valid_length in 1..n, position a
+// multiple of layout.block_tokens, parent zero exactly when position is 0)
+// and KeyFor(namespace digest, parent, token ids, valid_length) must equal
+// key; otherwise the block is answered KEY_MISMATCH, its bytes are skipped
+// and nothing is stored. A key is stored under the request's namespace
+// digest, so a reader with a different namespace misses it. A block becomes visible to readers only after its
 // whole payload has been received and stored.
 //
 // DELETE (5). Request, DeleteRequest:
@@ -305,15 +317,18 @@
 //
 //	blob namespace
 //	u32  count            <= max_batch
-//	count × {
+//	count × {             variable length: 112 + 4 × n bytes
 //	  u64 fill | u64 epoch | u32 turn   the leader's token
-//	  key  key | key parent | u32 tokens | u32 length
+//	  key  key | key parent | u32 valid_length | u32 length |
+//	  u64  position | u32 n | n × u32 token_id   as in PUT
 //	}
 //
-// Response, StatusResponse: STORED or EXISTS (published; the waiters are told
+// The token id limits and the key check are those of PUT. Response,
+// StatusResponse: STORED or EXISTS (published; the waiters are told
 // FINISHED), FENCED (the epoch moved on; nothing stored; the waiters were told
 // FENCED), NOT_LEADER (the token is not the fill's current turn; nothing
-// stored), or TOO_LARGE / NO_SPACE (not stored; the turn passes on). A block
+// stored), or TOO_LARGE / NO_SPACE / KEY_MISMATCH (not stored; the turn
+// passes on). A block
 // is stored in the hot tier before its waiters are told, so a FINISHED notice
 // always finds it unless it is evicted in between.
 //
@@ -357,8 +372,10 @@
 //	8     FENCED     FILL_*    the token's epoch is stale; nothing stored
 //	9     NOT_LEADER FILL_*    the token is not the fill's current turn
 //	10    ABORTED    FILL_ABORT the turn passed on
+//	11    KEY_MISMATCH PUT, FILL_COMMIT  the key does not derive from the
+//	                 block's identity, or the identity is invalid; discarded
 //
-// In version 1, a status greater than 10 is MALFORMED, and a GET answer
+// In version 1, a status greater than 11 is MALFORMED, and a GET answer
 // carries only HIT and MISS.
 //
 // # Errors
@@ -438,7 +455,7 @@
 // # Limits
 //
 // There are two kinds of limit. The server announces the first four in HELLO
-// and enforces them. The other four are fixed by the protocol, and every
+// and enforces them. The others are fixed by the protocol, and every
 // decoder enforces them.
 //
 //	MaxFrame         announced  largest body, either direction. Default 65 MiB
@@ -454,12 +471,15 @@
 //	                            (identity.MaxCanonicalLen)
 //	MaxPingLen       fixed      1024 bytes of PING body
 //	MaxStatEntries   fixed      256 STAT entries
+//	MaxBlockTokens   fixed      65536 token ids per PUT or FILL_COMMIT entry
+//	MaxRequestTokens fixed      1 << 20 token ids per PUT or FILL_COMMIT table
 //
 // The server also bounds each request body by the largest valid body of its
 // opcode, so that it never buffers more than a request can need. It skips a
 // longer body without storing it and answers MALFORMED. For PUT, the bound
-// applies to the table (4 + 4096 + 4 + 72 × MaxBatch bytes), and a longer
-// table is answered BATCH_TOO_LARGE.
+// applies to the table (4 + 4096 + 4 + 88 × MaxBatch + 4 × MaxRequestTokens
+// bytes; FILL_COMMIT: 108 × MaxBatch in place of 88 × MaxBatch), and a
+// longer table is answered BATCH_TOO_LARGE.
 //
 // A request is in flight from the moment the server has read its header until
 // its response has been written. When a connection has MaxInFlight requests
@@ -530,7 +550,8 @@
 //	        u32 valid_length | u32 token count | u32 token id ...)
 //
 // with the all-zero key as the parent of a chain's first block. Clients
-// compute keys, servers only compare them. internal/identity/testdata/
+// compute keys; the server recomputes the key of every block written (PUT,
+// FILL_COMMIT) and compares it, and only compares keys on reads. internal/identity/testdata/
 // golden.json gives vectors for the namespace encoding, the digest and the
 // keys, and its README.md describes them for other languages.
 //

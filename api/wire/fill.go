@@ -73,17 +73,20 @@ type AcquireResponse struct {
 	Entries []AcquireEntry
 }
 
-// FillBlock is one block of a FILL_COMMIT.
+// FillBlock is one block of a FILL_COMMIT: a leader token and the fields of
+// a PutBlock.
 type FillBlock struct {
-	Token  FillToken
-	Key    Key
-	Parent Key
-	Tokens uint32
-	Len    uint32
+	Token    FillToken
+	Key      Key
+	Parent   Key
+	Tokens   uint32   // valid length in tokens, at most len(TokenIDs)
+	Len      uint32   // payload bytes
+	Position uint64   // token offset of the block's first token
+	TokenIDs []uint32 // the block's token ids, 1..MaxBlockTokens of them
 }
 
-// fillBlockSize is the encoded size of a FillBlock.
-const fillBlockSize = fillTokenSize + 2*KeySize + 8
+// FillBlockSize is the encoded size of one FillBlock with n token ids.
+func FillBlockSize(n int) int { return fillTokenSize + 2*KeySize + tailSize(n) }
 
 // FillCommitRequest is the table of a FILL_COMMIT; payloads follow it in
 // order, exactly as in PUT. The answer is a StatusResponse: STORED, FENCED,
@@ -198,29 +201,32 @@ func (m *FillCommitRequest) AppendTo(b []byte) []byte {
 		b = appendToken(b, fb.Token)
 		b = append(b, fb.Key[:]...)
 		b = append(b, fb.Parent[:]...)
-		b = binary.LittleEndian.AppendUint32(b, fb.Tokens)
-		b = binary.LittleEndian.AppendUint32(b, fb.Len)
+		b = appendTail(b, fb.Tokens, fb.Len, fb.Position, fb.TokenIDs)
 	}
 	return b
 }
 
 // Decode parses the table of a FILL_COMMIT and returns the payload total,
-// which must equal the bytes that follow the table. m.Namespace aliases b.
+// which must equal the bytes that follow the table. Aliasing and reuse are
+// as in PutRequest.Decode: m.Namespace aliases b; Blocks and TokenIDs reuse
+// m's backing arrays.
 func (m *FillCommitRequest) Decode(b []byte, maxBatch uint32) (payload uint64, err error) {
 	r := reader{b: b}
 	m.Namespace = r.blob(MaxNamespaceLen)
-	n := r.count(maxBatch, fillBlockSize)
+	n := r.count(maxBatch, fillTokenSize+2*KeySize+minTail)
 	if cap(m.Blocks) < n {
-		m.Blocks = make([]FillBlock, n)
+		nb := make([]FillBlock, n)
+		copy(nb, m.Blocks[:cap(m.Blocks)]) // keep their TokenIDs arrays for reuse
+		m.Blocks = nb
 	}
 	m.Blocks = m.Blocks[:n]
+	total := 0
 	for i := range m.Blocks {
 		fb := &m.Blocks[i]
 		fb.Token = r.token()
 		copy(fb.Key[:], r.take(KeySize))
 		copy(fb.Parent[:], r.take(KeySize))
-		fb.Tokens = r.u32()
-		fb.Len = r.u32()
+		fb.Tokens, fb.Len, fb.Position, fb.TokenIDs = r.tail(fb.TokenIDs, &total)
 		payload += uint64(fb.Len)
 	}
 	return payload, r.done()

@@ -110,6 +110,21 @@ func dirtyKeys() []wire.Key {
 	return full[:3]
 }
 
+// dirtyTokens returns a token id slice of its own, full of junk, with spare
+// capacity on every other block (the reuse path) and none on the others
+// (the grow path).
+func dirtyTokens(i int) []uint32 {
+	n := 7
+	if i%2 == 0 {
+		n = dirtyCap
+	}
+	ids := make([]uint32, n)
+	for j := range ids {
+		ids[j] = 0xaaaaaaaa
+	}
+	return ids[:3]
+}
+
 // sameDecode fails unless decoding into a dirty message gave the same
 // outcome as decoding into a fresh one.
 func sameDecode(t *testing.T, fresh, dirty []byte, errFresh, errDirty error) {
@@ -183,8 +198,11 @@ func FuzzPutRequest(f *testing.F) {
 	fuzzBody(f, "PutRequest", func(t *testing.T, b []byte) ([]byte, error) {
 		var m wire.PutRequest
 		total, err := m.Decode(b, maxBatch)
-		junk := wire.PutBlock{Key: wire.Key{0xaa}, Parent: wire.Key{0xbb}, Tokens: 7, Len: 9}
-		d := wire.PutRequest{Namespace: []byte("junk"), Blocks: slices.Repeat([]wire.PutBlock{junk}, dirtyCap)[:2]}
+		d := wire.PutRequest{Namespace: []byte("junk"), Blocks: make([]wire.PutBlock, dirtyCap)[:2]}
+		for i := range d.Blocks[:dirtyCap] {
+			d.Blocks[:dirtyCap][i] = wire.PutBlock{Key: wire.Key{0xaa}, Parent: wire.Key{0xbb}, Tokens: 7, Len: 9,
+				Position: 5, TokenIDs: dirtyTokens(i)}
+		}
 		dtotal, derr := d.Decode(b, maxBatch)
 		sameDecode(t, m.AppendTo(nil), d.AppendTo(nil), err, derr)
 		if err == nil && dtotal != total {
@@ -258,7 +276,22 @@ func FuzzAcquireResponse(f *testing.F) {
 func FuzzFillCommitRequest(f *testing.F) {
 	fuzzBody(f, "FillCommitRequest", func(t *testing.T, b []byte) ([]byte, error) {
 		var m wire.FillCommitRequest
-		_, err := m.Decode(b, maxBatch)
+		total, err := m.Decode(b, maxBatch)
+		d := wire.FillCommitRequest{Namespace: []byte("junk"), Blocks: make([]wire.FillBlock, dirtyCap)[:2]}
+		for i := range d.Blocks[:dirtyCap] {
+			d.Blocks[:dirtyCap][i] = wire.FillBlock{Token: wire.FillToken{Fill: 1}, Key: wire.Key{0xaa}, Tokens: 7, Len: 9,
+				Position: 5, TokenIDs: dirtyTokens(i)}
+		}
+		dtotal, derr := d.Decode(b, maxBatch)
+		sameDecode(t, m.AppendTo(nil), d.AppendTo(nil), err, derr)
+		if err == nil && dtotal != total {
+			t.Fatalf("payload total %d fresh, %d dirty", total, dtotal)
+		}
+		if err == nil {
+			if want := sumLens(m.Blocks, func(fb wire.FillBlock) uint32 { return fb.Len }); total != want {
+				t.Fatalf("payload total %d, lengths sum to %d", total, want)
+			}
+		}
 		return m.AppendTo(nil), err
 	})
 }

@@ -26,10 +26,14 @@ const (
 	StatusFenced    Status = 8  // the token's epoch is stale: the fill was fenced; nothing stored
 	StatusNotLeader Status = 9  // the token does not name the fill's current leader; nothing stored
 	StatusAborted   Status = 10 // FILL_ABORT: the turn passed to the next waiter (or the fill ended)
-	statusMax              = StatusAborted
+	// PUT and FILL_COMMIT: the key does not derive from the block's identity
+	// (namespace, parent, position, token ids, valid length), or that
+	// identity is invalid; payload discarded, nothing stored.
+	StatusKeyMismatch Status = 11
+	statusMax                = StatusKeyMismatch
 )
 
-var statusNames = [...]string{"HIT", "MISS", "STORED", "EXISTS", "TOO_LARGE", "NO_SPACE", "DELETED", "BUSY", "FENCED", "NOT_LEADER", "ABORTED"}
+var statusNames = [...]string{"HIT", "MISS", "STORED", "EXISTS", "TOO_LARGE", "NO_SPACE", "DELETED", "BUSY", "FENCED", "NOT_LEADER", "ABORTED", "KEY_MISMATCH"}
 
 func (s Status) String() string {
 	if s <= statusMax {
@@ -88,12 +92,15 @@ type GetResponse struct {
 	Blocks []BlockMeta
 }
 
-// PutBlock describes one block of a PUT request.
+// PutBlock describes one block of a PUT request: its key and the identity
+// tail the server derives the key from (with the request's namespace).
 type PutBlock struct {
-	Key    Key
-	Parent Key    // key of the previous block in the chain; zero for the first
-	Tokens uint32 // valid length in tokens
-	Len    uint32 // payload bytes
+	Key      Key
+	Parent   Key      // key of the previous block in the chain; zero for the first
+	Tokens   uint32   // valid length in tokens, at most len(TokenIDs)
+	Len      uint32   // payload bytes
+	Position uint64   // token offset of the block's first token
+	TokenIDs []uint32 // the block's token ids, 1..MaxBlockTokens of them
 }
 
 // PutRequest is the table of a PUT request; the payloads follow it in order.
@@ -392,32 +399,95 @@ func (m *PutRequest) AppendTo(b []byte) []byte {
 		pb := &m.Blocks[i]
 		b = append(b, pb.Key[:]...)
 		b = append(b, pb.Parent[:]...)
-		b = binary.LittleEndian.AppendUint32(b, pb.Tokens)
-		b = binary.LittleEndian.AppendUint32(b, pb.Len)
+		b = appendTail(b, pb.Tokens, pb.Len, pb.Position, pb.TokenIDs)
 	}
 	return b
 }
 
-// putBlockSize is the encoded size of one PutBlock.
-const putBlockSize = 2*KeySize + 8
+// PutBlockSize is the encoded size of one PutBlock with n token ids.
+func PutBlockSize(n int) int { return 2*KeySize + tailSize(n) }
+
+// appendTail encodes the part of a PUT or FILL_COMMIT entry after the keys:
+// u32 valid length | u32 payload length | u64 position | u32 n | n × u32.
+func appendTail(b []byte, valid, payload uint32, pos uint64, ids []uint32) []byte {
+	b = binary.LittleEndian.AppendUint32(b, valid)
+	b = binary.LittleEndian.AppendUint32(b, payload)
+	b = binary.LittleEndian.AppendUint64(b, pos)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(ids)))
+	for _, t := range ids {
+		b = binary.LittleEndian.AppendUint32(b, t)
+	}
+	return b
+}
+
+// tailSize is the encoded size of an entry tail with n token ids.
+func tailSize(n int) int { return 20 + 4*n }
+
+// minTail is the smallest valid tail: one token id.
+const minTail = 24
+
+// tail decodes an entry tail. The token ids go into dst's backing array
+// when it is large enough (a message decoded into again and again does not
+// allocate); otherwise into a new one. *total counts the token ids of the
+// request; past MaxRequestTokens the table is BATCH_TOO_LARGE.
+func (r *reader) tail(dst []uint32, total *int) (valid, payload uint32, pos uint64, ids []uint32) {
+	valid, payload, pos = r.u32(), r.u32(), r.u64()
+	n := r.u32()
+	if r.err != nil {
+		return 0, 0, 0, nil
+	}
+	switch {
+	case n == 0 || n > MaxBlockTokens:
+		r.fail("%d token ids not in 1..%d", n, MaxBlockTokens)
+		return 0, 0, 0, nil
+	case *total+int(n) > MaxRequestTokens:
+		r.err = Errorf(CodeBatchTooLarge, "more than %d token ids in one request", MaxRequestTokens)
+		r.b = nil
+		return 0, 0, 0, nil
+	case uint64(n)*4 > uint64(len(r.b)):
+		r.fail("%d token ids do not fit in %d bytes", n, len(r.b))
+		return 0, 0, 0, nil
+	case valid > n:
+		r.fail("valid length %d exceeds %d token ids", valid, n)
+		return 0, 0, 0, nil
+	}
+	*total += int(n)
+	ids = dst[:0]
+	if cap(ids) < int(n) {
+		ids = make([]uint32, n)
+	}
+	ids = ids[:n]
+	raw := r.take(4 * int(n))
+	for i := range ids {
+		ids[i] = binary.LittleEndian.Uint32(raw[4*i:])
+	}
+	return valid, payload, pos, ids
+}
 
 // Decode parses the table of a PUT request and returns the payload total,
 // which must equal the bytes that follow the table (see CheckPayload).
-// m.Namespace aliases b; copy it to keep it after b is reused.
+//
+// Aliasing: m.Namespace aliases b; copy it to keep it after b is reused.
+// Blocks and each block's TokenIDs reuse m's backing arrays when they are
+// large enough, so the next Decode into m overwrites them: copy what you
+// keep. (Blocks whose TokenIDs share one backing array must not be decoded
+// into.)
 func (m *PutRequest) Decode(b []byte, maxBatch uint32) (payload uint64, err error) {
 	r := reader{b: b}
 	m.Namespace = r.blob(MaxNamespaceLen)
-	n := r.count(maxBatch, putBlockSize)
+	n := r.count(maxBatch, 2*KeySize+minTail)
 	if cap(m.Blocks) < n {
-		m.Blocks = make([]PutBlock, n)
+		nb := make([]PutBlock, n)
+		copy(nb, m.Blocks[:cap(m.Blocks)]) // keep their TokenIDs arrays for reuse
+		m.Blocks = nb
 	}
 	m.Blocks = m.Blocks[:n] // reuses the caller's backing array
+	total := 0
 	for i := range m.Blocks {
 		pb := &m.Blocks[i]
 		copy(pb.Key[:], r.take(KeySize))
 		copy(pb.Parent[:], r.take(KeySize))
-		pb.Tokens = r.u32()
-		pb.Len = r.u32()
+		pb.Tokens, pb.Len, pb.Position, pb.TokenIDs = r.tail(pb.TokenIDs, &total)
 		payload += uint64(pb.Len)
 	}
 	return payload, r.done()

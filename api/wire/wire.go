@@ -33,6 +33,12 @@ const (
 	MaxPingLen = 1024
 	// MaxStatEntries bounds a STAT response.
 	MaxStatEntries = 256
+	// MaxBlockTokens bounds the token ids of one PUT or FILL_COMMIT block
+	// (identity.MaxBlockTokens).
+	MaxBlockTokens = 1 << 16
+	// MaxRequestTokens bounds the token ids of all blocks of one PUT or
+	// FILL_COMMIT table; more is BATCH_TOO_LARGE.
+	MaxRequestTokens = 1 << 20
 )
 
 // Opcode names an operation. Requests and their responses share the opcode.

@@ -234,8 +234,9 @@ func TestCodes(t *testing.T) {
 	if wire.OpPing.String() != "PING" || wire.Opcode(99).String() != "OP(99)" {
 		t.Errorf("Opcode strings: %s %s", wire.OpPing, wire.Opcode(99))
 	}
-	if wire.StatusBusy.String() != "BUSY" || wire.StatusAborted.String() != "ABORTED" || wire.Status(11).String() != "STATUS(11)" {
-		t.Errorf("Status strings: %s %s", wire.StatusBusy, wire.Status(11))
+	if wire.StatusBusy.String() != "BUSY" || wire.StatusAborted.String() != "ABORTED" ||
+		wire.StatusKeyMismatch.String() != "KEY_MISMATCH" || wire.Status(12).String() != "STATUS(12)" {
+		t.Errorf("Status strings: %s %s %s", wire.StatusBusy, wire.StatusKeyMismatch, wire.Status(12))
 	}
 }
 

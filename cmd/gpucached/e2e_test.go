@@ -31,7 +31,8 @@ func TestBinariesEndToEnd(t *testing.T) {
 			t.Fatalf("build %s: %v\n%s", cmd, err, out)
 		}
 	}
-	d := exec.Command(filepath.Join(dir, "gpucached"), "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--hot-capacity", "256MiB")
+	d := exec.Command(filepath.Join(dir, "gpucached"), "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--hot-capacity", "256MiB",
+		"--cold-dir", filepath.Join(dir, "cold"))
 	stderr, err := d.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -121,14 +121,20 @@ func (r *runner) notef(format string, args ...any) {
 	r.prog.note("note: %s", msg)
 }
 
-// workingSet returns the Keys keys of the working set of one size.
+// workingTokens is the token chain of working-set block i of one size: a
+// single block at position 0.
+func workingTokens(size, i int) []uint32 { return []uint32{uint32(size), uint32(i)} }
+
+// workingSet returns the Keys keys of the working set of one size. Key i
+// is the first block (position 0, no parent) of the token chain
+// workingTokens(size, i), so the server's key check accepts its PUT.
 func (r *runner) workingSet(size int) []client.BlockKey {
 	if ks, ok := r.working[size]; ok {
 		return ks
 	}
 	ks := make([]client.BlockKey, r.cfg.Keys)
 	for i := range ks {
-		ks[i] = client.KeyFor(r.digest, client.BlockKey{}, []uint32{uint32(size), uint32(i)}, 2)
+		ks[i] = client.KeyFor(r.digest, client.BlockKey{}, workingTokens(size, i), 2)
 	}
 	if r.working == nil {
 		r.working = make(map[int][]client.BlockKey)
@@ -163,7 +169,7 @@ func (r *runner) populate(ctx context.Context, c *client.Client, size int) {
 					k := keys[i]
 					b := bufs[i-lo]
 					stamp(b, seedOf(k))
-					blocks = append(blocks, client.PutBlock{Key: k, Tokens: 2, Data: b})
+					blocks = append(blocks, client.PutBlock{Key: k, TokenIDs: workingTokens(size, i), Data: b})
 				}
 				st, err := c.Put(ctx, r.cfg.Namespace, blocks)
 				if err != nil {
@@ -213,8 +219,9 @@ func (r *runner) hold(ctx context.Context, c *client.Client, size int) *HoldResu
 				}
 				blocks = blocks[:0]
 				for i := lo; i < min(lo+batch, nBlocks); i++ {
-					k := client.KeyFor(dig, client.BlockKey{}, []uint32{uint32(i), uint32(i >> 32)}, 2)
-					blocks = append(blocks, client.PutBlock{Key: k, Tokens: 2, Data: data})
+					toks := []uint32{uint32(i), uint32(i >> 32)}
+					k := client.KeyFor(dig, client.BlockKey{}, toks, 2)
+					blocks = append(blocks, client.PutBlock{Key: k, TokenIDs: toks, Data: data})
 				}
 				st, err := c.Put(ctx, ns, blocks)
 				if err != nil {
@@ -365,7 +372,7 @@ func newWorker(r *runner, cs *caseState, c *client.Client, id uint64) *worker {
 		for i := range w.puts {
 			w.puts[i].Data = make([]byte, cs.size)
 			fill(w.puts[i].Data, byte(id))
-			w.puts[i].Tokens = 3
+			w.puts[i].TokenIDs = make([]uint32, 3) // set per PUT; the key derives from them
 		}
 	}
 	return w
@@ -432,7 +439,9 @@ func (w *worker) put(ctx context.Context) (blocks, bytes, errs uint64) {
 	size := uint32(w.cs.size)
 	for i := range w.puts {
 		seq := w.cs.putSeq.Add(1)
-		k := client.KeyFor(w.r.digest, client.BlockKey{}, []uint32{size, uint32(seq), uint32(seq>>32) | 1<<31}, 3)
+		toks := w.puts[i].TokenIDs
+		toks[0], toks[1], toks[2] = size, uint32(seq), uint32(seq>>32)|1<<31
+		k := client.KeyFor(w.r.digest, client.BlockKey{}, toks, 3)
 		w.puts[i].Key = k
 		stamp(w.puts[i].Data, seedOf(k))
 	}

@@ -42,7 +42,9 @@ func runPut(ctx context.Context, args []string, std Stdio) error {
 		return err
 	}
 	defer c.Close()
-	st, err := c.Put(ctx, ns, []client.PutBlock{{Key: key, Tokens: tokens, Data: data}})
+	// The block's full identity (position 0, no parent, its token ids): the
+	// server derives the key from it and refuses a mismatch.
+	st, err := c.Put(ctx, ns, []client.PutBlock{{Key: key, TokenIDs: tokens, Data: data}})
 	if err != nil {
 		return err
 	}
@@ -51,6 +53,8 @@ func runPut(ctx context.Context, args []string, std Stdio) error {
 		fmt.Fprintf(std.Out, "stored %s as %s\n", fmtBytes(len(data)), key)
 	case client.StatusExists:
 		fmt.Fprintf(std.Out, "exists: %s is already cached (payload not replaced)\n", key)
+	case client.StatusKeyMismatch:
+		return fmt.Errorf("not stored: the server derives another key from the block's tokens (%s)", st[0])
 	case client.StatusTooLarge:
 		return fmt.Errorf("not stored: %s exceed the server's largest block (%d bytes)", fmtBytes(len(data)), c.Limits().MaxPayload)
 	default:

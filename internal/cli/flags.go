@@ -121,21 +121,22 @@ func (k *keyFlags) parseTokens() ([]uint32, error) {
 	return nil, usageErr("give the block's tokens with --key-text TEXT or --tokens 1,2,3")
 }
 
-// block returns the key of the single block the flags select: the first
-// block of its chain (no parent), holding all the tokens.
-func (k *keyFlags) block(ns client.Namespace) (client.BlockKey, uint32, error) {
+// block returns the key and the token ids of the single block the flags
+// select: the first block of its chain (position 0, no parent), holding all
+// the tokens.
+func (k *keyFlags) block(ns client.Namespace) (client.BlockKey, []uint32, error) {
 	toks, err := k.parseTokens()
 	if err != nil {
-		return client.BlockKey{}, 0, err
+		return client.BlockKey{}, nil, err
 	}
 	if len(toks) > int(ns.Layout.BlockTokens) {
-		return client.BlockKey{}, 0, usageErr("%d tokens do not fit one block of %d (raise --block-tokens)", len(toks), ns.Layout.BlockTokens)
+		return client.BlockKey{}, nil, usageErr("%d tokens do not fit one block of %d (raise --block-tokens)", len(toks), ns.Layout.BlockTokens)
 	}
 	keys, err := client.Chain(ns, toks)
 	if err != nil {
-		return client.BlockKey{}, 0, usageErr("%v", err)
+		return client.BlockKey{}, nil, usageErr("%v", err)
 	}
-	return keys[0], uint32(len(toks)), nil
+	return keys[0], toks, nil
 }
 
 // blockCmd holds what put, get and delete share.
@@ -151,11 +152,11 @@ func (b *blockCmd) register(fs *flag.FlagSet) {
 	b.key.register(fs)
 }
 
-// resolve returns the namespace and the block key.
-func (b *blockCmd) resolve() (client.Namespace, client.BlockKey, uint32, error) {
+// resolve returns the namespace, the block key and the block's token ids.
+func (b *blockCmd) resolve() (client.Namespace, client.BlockKey, []uint32, error) {
 	ns, err := b.ns.namespace(b.common.tenant)
 	if err != nil {
-		return ns, client.BlockKey{}, 0, err
+		return ns, client.BlockKey{}, nil, err
 	}
 	key, n, err := b.key.block(ns)
 	return ns, key, n, err

@@ -146,10 +146,16 @@ func shardDemo(ctx context.Context, out io.Writer, clients, blocks, size int) er
 	if err != nil {
 		return err
 	}
+	ids, err := client.Identities(ns, tokens)
+	if err != nil {
+		return err
+	}
 	perShard := make([][]client.BlockKey, len(nodes))
-	for _, k := range chain {
+	idsPerShard := make([][]client.CacheIdentity, len(nodes))
+	for i, k := range chain {
 		s := owner(k, len(nodes))
 		perShard[s] = append(perShard[s], k)
+		idsPerShard[s] = append(idsPerShard[s], ids[i])
 	}
 	calls := make(map[client.BlockKey]*atomic.Int32, len(chain))
 	for _, k := range chain {
@@ -169,7 +175,7 @@ func shardDemo(ctx context.Context, out io.Writer, clients, blocks, size int) er
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	for s, n := range nodes {
-		keys := perShard[s]
+		keys, shardIDs := perShard[s], idsPerShard[s]
 		if len(keys) == 0 {
 			continue
 		}
@@ -181,7 +187,7 @@ func shardDemo(ctx context.Context, out io.Writer, clients, blocks, size int) er
 			defer c.Close()
 			wg.Go(func() {
 				<-start
-				data, rep, err := c.GetOrFill(ctx, ns, keys, func(_ context.Context, idx []int) ([][]byte, error) {
+				data, rep, err := c.GetOrFillIdentities(ctx, ns, shardIDs, func(_ context.Context, idx []int) ([][]byte, error) {
 					p := make([][]byte, len(idx))
 					for j, i := range idx {
 						calls[keys[i]].Add(1)

@@ -67,6 +67,31 @@ type Config struct {
 	// DrainTimeout bounds graceful shutdown. Default 15s.
 	DrainTimeout time.Duration `yaml:"drain_timeout"`
 
+	// ColdStore selects the cold tier: fs (a local directory, the embedded
+	// default), s3 (any S3-compatible server) or off. Default fs.
+	ColdStore string `yaml:"cold_store"`
+	// ColdDir is the fs cold tier's directory. Default ./gpucache-data.
+	ColdDir string `yaml:"cold_dir"`
+	// ColdWriteBehind writes blocks evicted from the hot tier to the cold
+	// tier. Default true.
+	ColdWriteBehind bool `yaml:"cold_write_behind"`
+	// ColdFlushInterval is how often pending evicted blocks are packed and
+	// written. Default 1s.
+	ColdFlushInterval time.Duration `yaml:"cold_flush_interval"`
+	// ColdPending bounds evicted bytes waiting to be packed (they are on the
+	// Go heap); more are dropped. Default 64MiB.
+	ColdPending ByteSize `yaml:"cold_pending"`
+	// S3Endpoint, S3Region, S3Bucket, S3Prefix, S3AccessKey, S3SecretKey
+	// and S3PathStyle configure cold_store: s3. The keys default to the
+	// AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY environment variables.
+	S3Endpoint  string `yaml:"s3_endpoint"`
+	S3Region    string `yaml:"s3_region"`
+	S3Bucket    string `yaml:"s3_bucket"`
+	S3Prefix    string `yaml:"s3_prefix"`
+	S3AccessKey string `yaml:"s3_access_key"`
+	S3SecretKey string `yaml:"s3_secret_key"`
+	S3PathStyle bool   `yaml:"s3_path_style"`
+
 	// LogLevel is debug, info, warn or error. Default info.
 	LogLevel string `yaml:"log_level"`
 	// LogFormat is text or json. Default text.
@@ -95,6 +120,14 @@ func Default() Config {
 		DrainTimeout: 15 * time.Second,
 		LogLevel:     "info",
 		LogFormat:    "text",
+
+		ColdStore:         "fs",
+		ColdDir:           "./gpucache-data",
+		ColdWriteBehind:   true,
+		ColdFlushInterval: time.Second,
+		ColdPending:       64 << 20,
+		S3Region:          "us-east-1",
+		S3PathStyle:       true,
 	}
 }
 
@@ -125,6 +158,18 @@ func (c *Config) fields() []field {
 		{"write_timeout", "deadline for writing responses", (*durVal)(&c.WriteTimeout)},
 		{"idle_timeout", "close connections idle this long", (*durVal)(&c.IdleTimeout)},
 		{"drain_timeout", "graceful shutdown deadline", (*durVal)(&c.DrainTimeout)},
+		{"cold_store", "cold tier: fs, s3 or off", (*strVal)(&c.ColdStore)},
+		{"cold_dir", "fs cold tier directory", (*strVal)(&c.ColdDir)},
+		{"cold_write_behind", "write blocks evicted from DRAM to the cold tier", (*boolVal)(&c.ColdWriteBehind)},
+		{"cold_flush_interval", "how often evicted blocks are packed and written", (*durVal)(&c.ColdFlushInterval)},
+		{"cold_pending", "evicted bytes waiting to be packed (more are dropped)", &c.ColdPending},
+		{"s3_endpoint", "S3 endpoint URL, e.g. http://127.0.0.1:7070", (*strVal)(&c.S3Endpoint)},
+		{"s3_region", "S3 region", (*strVal)(&c.S3Region)},
+		{"s3_bucket", "S3 bucket", (*strVal)(&c.S3Bucket)},
+		{"s3_prefix", "S3 key prefix (ends in /)", (*strVal)(&c.S3Prefix)},
+		{"s3_access_key", "S3 access key (default $AWS_ACCESS_KEY_ID)", (*strVal)(&c.S3AccessKey)},
+		{"s3_secret_key", "S3 secret key (default $AWS_SECRET_ACCESS_KEY)", (*strVal)(&c.S3SecretKey)},
+		{"s3_path_style", "S3 path-style addressing", (*boolVal)(&c.S3PathStyle)},
 		{"log_level", "debug, info, warn or error", (*strVal)(&c.LogLevel)},
 		{"log_format", "text or json", (*strVal)(&c.LogFormat)},
 	}
@@ -253,6 +298,25 @@ func (c Config) Validate() error {
 	}
 	if c.LeaseTTL > c.MaxLeaseTTL {
 		return bad("lease_ttl %s exceeds max_lease_ttl %s", c.LeaseTTL, c.MaxLeaseTTL)
+	}
+	switch c.ColdStore {
+	case "off":
+	case "fs":
+		if c.ColdDir == "" {
+			return bad("cold_dir is empty; set it or cold_store: off")
+		}
+	case "s3":
+		if c.S3Endpoint == "" || c.S3Bucket == "" {
+			return bad("cold_store s3 needs s3_endpoint and s3_bucket")
+		}
+	default:
+		return bad("cold_store %q is not fs, s3 or off", c.ColdStore)
+	}
+	if c.ColdFlushInterval <= 0 {
+		return bad("cold_flush_interval must be positive, got %s", c.ColdFlushInterval)
+	}
+	if c.ColdPending < 0 {
+		return bad("cold_pending must not be negative")
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

@@ -45,7 +45,17 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(Ad
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	tier, releaseCold, err := openCold(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer releaseCold()
+	var onEvict func(hot.Namespace, hot.Key, hot.Key, uint32, []byte)
+	if tier != nil && cfg.ColdWriteBehind {
+		onEvict = tier.Evicted
+	}
 	store, err := hot.New(hot.Config{
+		OnEvict:         onEvict,
 		CapacityBytes:   int64(cfg.HotCapacity),
 		MinClass:        int(cfg.HotMinClass),
 		MaxClass:        int(cfg.HotMaxClass),
@@ -55,9 +65,29 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(Ad
 		MaxLeaseTTL:     cfg.MaxLeaseTTL,
 	})
 	if err != nil {
+		if tier != nil {
+			tier.Close()
+		}
 		return fmt.Errorf("hot tier: %w", err)
 	}
 	defer store.Close()
+	coldDone := make(chan struct{})
+	coldCtx, stopCold := context.WithCancel(context.Background())
+	if tier != nil {
+		go func() {
+			defer close(coldDone)
+			tier.Run(coldCtx, cfg.ColdFlushInterval) // flushes what is pending when stopped
+		}()
+	} else {
+		close(coldDone)
+	}
+	defer func() {
+		stopCold()
+		<-coldDone
+		if tier != nil {
+			tier.Close()
+		}
+	}()
 
 	srv, err := server.New(server.Config{
 		Store:        store,
@@ -95,7 +125,14 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(Ad
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	adm.SetReady(true)
-	log.Info("gpucached serving", "data", addrs.Data, "admin", addrs.Admin, "hot_capacity", cfg.HotCapacity.String(),
+	coldDesc := cfg.ColdStore
+	switch cfg.ColdStore {
+	case "fs":
+		coldDesc = "fs:" + cfg.ColdDir
+	case "s3":
+		coldDesc = "s3:" + cfg.S3Endpoint + "/" + cfg.S3Bucket
+	}
+	log.Info("gpucached serving", "data", addrs.Data, "admin", addrs.Admin, "cold", coldDesc, "hot_capacity", cfg.HotCapacity.String(),
 		"classes", cfg.HotMinClass.String()+".."+cfg.HotMaxClass.String(), "prefault", cfg.HotPrefault, "version", Version)
 	if ready != nil {
 		ready(addrs)

@@ -20,6 +20,7 @@ func testConfig() config.Config {
 	c := config.Default()
 	c.Listen, c.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
 	c.HotCapacity, c.HotSlab = 64<<20, 4<<20
+	c.ColdStore = "off"
 	return c
 }
 
@@ -108,5 +109,23 @@ func TestMainExitCodes(t *testing.T) {
 	sb.Reset()
 	if code := Main([]string{"--listen", "0.0.0.0:9400"}, &sb); code != 2 || !strings.Contains(sb.String(), "loopback") {
 		t.Fatalf("remote bind: exit %d, %q", code, sb.String())
+	}
+}
+
+func TestRunWithFSColdTier(t *testing.T) {
+	c := testConfig()
+	c.ColdStore, c.ColdDir = "fs", t.TempDir()+"/cold"
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan Addrs, 1)
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, c, quiet(), func(a Addrs) { ready <- a }) }()
+	<-ready
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	c.ColdDir = "/proc/no-such/cold" // cannot be created
+	if err := Run(context.Background(), c, quiet(), nil); err == nil || !strings.Contains(err.Error(), "cold_dir") {
+		t.Fatalf("unusable cold_dir: %v", err)
 	}
 }

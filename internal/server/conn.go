@@ -62,11 +62,13 @@ type conn struct {
 	hello  bool
 	nsBlob []byte // last namespace blob seen, and what it decoded to
 	nsDig  identity.NamespaceDigest
-	body   []byte // scratch for request bodies
+	ns     identity.Namespace // nsBlob decoded, for key verification and OnStored
+	body   []byte             // scratch for request bodies
 	// Reused request messages; their slices alias body.
 	getReq    wire.GetRequest
 	lookupReq wire.LookupRequest
 	putReq    wire.PutRequest
+	fillReq   wire.FillCommitRequest
 	statuses  []wire.Status
 	discard   int64 // bytes skipped, for stats
 
@@ -232,7 +234,7 @@ func (c *conn) namespace(blob []byte) (identity.NamespaceDigest, error) {
 		return identity.NamespaceDigest{}, wire.Errorf(wire.CodeInvalidIdentity, "%v", err)
 	}
 	c.nsBlob = append(c.nsBlob[:0], blob...)
-	c.nsDig = d
+	c.nsDig, c.ns = d, ns
 	return d, nil
 }
 

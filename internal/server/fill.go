@@ -128,7 +128,7 @@ func (c *conn) handleFillCommit(h wire.Header) error {
 	if !ok {
 		return err
 	}
-	var req wire.FillCommitRequest
+	req := &c.fillReq // reused, like putReq
 	total, derr := req.Decode(table, c.s.cfg.Limits.MaxBatch)
 	if derr == nil {
 		derr = wire.CheckPayload(total, h.BodyLen, uint32(len(table)))
@@ -153,7 +153,8 @@ func (c *conn) handleFillCommit(h wire.Header) error {
 			}
 			continue
 		}
-		st, err := c.putOne(ns, &wire.PutBlock{Key: fb.Key, Parent: fb.Parent, Tokens: fb.Tokens, Len: fb.Len})
+		st, err := c.putOne(ns, &wire.PutBlock{Key: fb.Key, Parent: fb.Parent, Tokens: fb.Tokens, Len: fb.Len,
+			Position: fb.Position, TokenIDs: fb.TokenIDs})
 		if err != nil {
 			// The stream broke mid-payload: the turn passes on.
 			c.dropLead(fb.Token)
@@ -169,7 +170,7 @@ func (c *conn) handleFillCommit(h wire.Header) error {
 			} else if st == wire.StatusStored {
 				stored += uint64(fb.Len)
 			}
-		default: // no space, too large: the next waiter tries
+		default: // no space, too large, key mismatch: the next waiter tries
 			c.dropLead(fb.Token)
 			c.s.dir.Fail(tok)
 		}
@@ -181,7 +182,7 @@ func (c *conn) handleFillCommit(h wire.Header) error {
 }
 
 func (c *conn) fillTableMax() uint32 {
-	return 4 + wire.MaxNamespaceLen + 4 + c.s.cfg.Limits.MaxBatch*(20+2*wire.KeySize+8)
+	return 4 + wire.MaxNamespaceLen + 4 + c.s.cfg.Limits.MaxBatch*uint32(wire.FillBlockSize(0)) + 4*wire.MaxRequestTokens
 }
 
 // readTable reads the u32 table length and the table of a body that

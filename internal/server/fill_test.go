@@ -26,9 +26,16 @@ func (c *rawConn) acquire(blob []byte, keys ...identity.BlockKey) []wire.Acquire
 	return resp.Entries
 }
 
-func (c *rawConn) commit(blob []byte, tok wire.FillToken, key identity.BlockKey, payload []byte) wire.Status {
+func (c *rawConn) commit(blob []byte, tok wire.FillToken, id identity.CacheIdentity, payload []byte) wire.Status {
 	c.t.Helper()
-	req := wire.FillCommitRequest{Namespace: blob, Blocks: []wire.FillBlock{{Token: tok, Key: wire.Key(key), Tokens: 16, Len: uint32(len(payload))}}}
+	return c.commitAs(blob, tok, mustKey(c.t, id), id, payload)
+}
+
+// commitAs commits one block under key, claiming identity id.
+func (c *rawConn) commitAs(blob []byte, tok wire.FillToken, key identity.BlockKey, id identity.CacheIdentity, payload []byte) wire.Status {
+	c.t.Helper()
+	req := wire.FillCommitRequest{Namespace: blob, Blocks: []wire.FillBlock{{Token: tok, Key: wire.Key(key), Parent: wire.Key(id.Parent),
+		Tokens: id.ValidLength, Len: uint32(len(payload)), Position: id.Position, TokenIDs: id.Tokens}}}
 	body := append(wire.AppendMeta(nil, req.AppendTo(nil)), payload...)
 	h, resp := c.roundTrip(wire.OpFillCommit, body)
 	if h.Flags&wire.FlagError != 0 {
@@ -60,14 +67,15 @@ func (c *rawConn) wait(blob []byte, timeout time.Duration, fills ...uint64) []wi
 func TestFillLeadJoinFinish(t *testing.T) {
 	ts := startServer(t, nil)
 	blob := mustCanonical(t, testNamespace("acme"))
-	key := identity.BlockKey{9}
+	id := testID(9)
+	key := mustKey(t, id)
 	a, b := helloConn(t, ts.addr, "acme"), helloConn(t, ts.addr, "acme")
 	la := a.acquire(blob, key)[0]
 	jb := b.acquire(blob, key)[0]
 	if la.Outcome != wire.AcquireLead || jb.Outcome != wire.AcquireJoined || jb.Token.Fill != la.Token.Fill {
 		t.Fatalf("acquire: %+v / %+v", la, jb)
 	}
-	if st := a.commit(blob, la.Token, key, randomPayload(20<<10, 3)); st != wire.StatusStored {
+	if st := a.commit(blob, la.Token, id, randomPayload(20<<10, 3)); st != wire.StatusStored {
 		t.Fatalf("commit: %s", st)
 	}
 	n := b.wait(blob, 5*time.Second, jb.Token.Fill)[0]
@@ -89,10 +97,11 @@ func TestFillLeadJoinFinish(t *testing.T) {
 func TestFillTokensBelongToTheirSession(t *testing.T) {
 	ts := startServer(t, nil)
 	blob := mustCanonical(t, testNamespace("acme"))
-	key := identity.BlockKey{10}
+	id := testID(10)
+	key := mustKey(t, id)
 	a, b := helloConn(t, ts.addr, "acme"), helloConn(t, ts.addr, "acme")
 	la := a.acquire(blob, key)[0]
-	if st := b.commit(blob, la.Token, key, []byte("forged")); st != wire.StatusNotLeader {
+	if st := b.commit(blob, la.Token, id, []byte("forged")); st != wire.StatusNotLeader {
 		t.Fatalf("forged commit: %s, want NOT_LEADER", st)
 	}
 	ab := wire.FillAbortRequest{Namespace: blob, Tokens: []wire.FillToken{la.Token}}
@@ -104,7 +113,7 @@ func TestFillTokensBelongToTheirSession(t *testing.T) {
 	if resp, _, _ := b.get(blob, 0, key); resp.Blocks[0].Status != wire.StatusMiss {
 		t.Fatal("a forged commit stored bytes")
 	}
-	if st := a.commit(blob, la.Token, key, []byte("real")); st != wire.StatusStored {
+	if st := a.commit(blob, la.Token, id, []byte("real")); st != wire.StatusStored {
 		t.Fatalf("owner's commit: %s", st)
 	}
 }
@@ -114,7 +123,8 @@ func TestFillTokensBelongToTheirSession(t *testing.T) {
 func TestFillAbortPromotesWaiter(t *testing.T) {
 	ts := startServer(t, nil)
 	blob := mustCanonical(t, testNamespace("acme"))
-	key := identity.BlockKey{11}
+	id := testID(11)
+	key := mustKey(t, id)
 	a, b := helloConn(t, ts.addr, "acme"), helloConn(t, ts.addr, "acme")
 	la := a.acquire(blob, key)[0]
 	jb := b.acquire(blob, key)[0]
@@ -128,10 +138,10 @@ func TestFillAbortPromotesWaiter(t *testing.T) {
 	if n.Kind != wire.NoticePromoted || n.Token.Turn != 2 {
 		t.Fatalf("notice %+v, want PROMOTED turn 2", n)
 	}
-	if st := a.commit(blob, la.Token, key, []byte("late")); st != wire.StatusNotLeader {
+	if st := a.commit(blob, la.Token, id, []byte("late")); st != wire.StatusNotLeader {
 		t.Fatalf("old leader's commit: %s", st)
 	}
-	if st := b.commit(blob, n.Token, key, []byte("new leader")); st != wire.StatusStored {
+	if st := b.commit(blob, n.Token, id, []byte("new leader")); st != wire.StatusStored {
 		t.Fatalf("promoted commit: %s", st)
 	}
 }
@@ -165,7 +175,8 @@ func TestFillFencedByEpoch(t *testing.T) {
 	defer dir.Close()
 	ts := startServer(t, func(c *Config) { c.Directory = dir })
 	blob := mustCanonical(t, testNamespace("acme"))
-	key := identity.BlockKey{13}
+	id := testID(13)
+	key := mustKey(t, id)
 	a, b := helloConn(t, ts.addr, "acme"), helloConn(t, ts.addr, "acme")
 	la := a.acquire(blob, key)[0]
 	jb := b.acquire(blob, key)[0]
@@ -175,7 +186,7 @@ func TestFillFencedByEpoch(t *testing.T) {
 	if n := b.wait(blob, 5*time.Second, jb.Token.Fill)[0]; n.Kind != wire.NoticeFenced {
 		t.Fatalf("notice %+v, want FENCED", n)
 	}
-	if st := a.commit(blob, la.Token, key, []byte("stale")); st != wire.StatusFenced {
+	if st := a.commit(blob, la.Token, id, []byte("stale")); st != wire.StatusFenced {
 		t.Fatalf("stale commit: %s, want FENCED", st)
 	}
 	if resp, _, _ := a.get(blob, 0, key); resp.Blocks[0].Status != wire.StatusMiss {

@@ -207,8 +207,29 @@ func (c *conn) handlePut(h wire.Header) error {
 	return nil
 }
 
-// putOne stores one block whose payload is next on the stream.
+// identityOf returns the full identity a PUT or FILL_COMMIT block claims,
+// and whether its key derives from it: the identity must be valid (token
+// count within block_tokens, valid length in 1..len(tokens), position a
+// multiple of block_tokens, parent zero exactly at position 0) and
+// KeyFor(namespace digest, parent, tokens, valid length) must equal the key.
+// id.Tokens aliases pb.TokenIDs.
+func (c *conn) identityOf(ns identity.NamespaceDigest, pb *wire.PutBlock) (id identity.CacheIdentity, ok bool) {
+	id = identity.CacheIdentity{Namespace: c.ns, Parent: identity.BlockKey(pb.Parent), Position: pb.Position,
+		Tokens: pb.TokenIDs, ValidLength: pb.Tokens}
+	if id.Validate() != nil {
+		return id, false
+	}
+	return id, identity.KeyFor(ns, id.Parent, id.Tokens, id.ValidLength) == identity.BlockKey(pb.Key)
+}
+
+// putOne stores one block whose payload is next on the stream, once its key
+// is verified against its identity.
 func (c *conn) putOne(ns identity.NamespaceDigest, pb *wire.PutBlock) (wire.Status, error) {
+	id, ok := c.identityOf(ns, pb)
+	if !ok {
+		c.s.stats.keyMismatch.Add(1)
+		return wire.StatusKeyMismatch, c.skip(int64(pb.Len))
+	}
 	if pb.Len > c.s.cfg.Limits.MaxPayload {
 		return wire.StatusTooLarge, c.skip(int64(pb.Len))
 	}
@@ -230,11 +251,16 @@ func (c *conn) putOne(ns identity.NamespaceDigest, pb *wire.PutBlock) (wire.Stat
 		return 0, err
 	}
 	c.s.store.Commit(res)
+	if h := c.s.cfg.OnStored; h != nil {
+		h(id, c.nsBlob)
+	}
 	return wire.StatusStored, nil
 }
 
+// putTableMax bounds a PUT table: MaxBatch entries of one token id each,
+// plus the request's token ids (at most wire.MaxRequestTokens).
 func (c *conn) putTableMax() uint32 {
-	return 4 + wire.MaxNamespaceLen + 4 + c.s.cfg.Limits.MaxBatch*(2*wire.KeySize+8)
+	return 4 + wire.MaxNamespaceLen + 4 + c.s.cfg.Limits.MaxBatch*uint32(wire.PutBlockSize(0)) + 4*wire.MaxRequestTokens
 }
 
 func (c *conn) skipThenError(h wire.Header, n int64, err error) error {

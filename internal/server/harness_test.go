@@ -196,9 +196,42 @@ func putBody(nsBlob []byte, blocks []wire.PutBlock, payloads [][]byte) []byte {
 	return b
 }
 
-func (c *rawConn) put(nsBlob []byte, key, parent identity.BlockKey, payload []byte) wire.Status {
+// testID returns the identity of a first block (position 0, no parent) of
+// testNamespace("acme") whose 16 tokens derive from seed.
+func testID(seed uint32) identity.CacheIdentity {
+	toks := make([]uint32, 16)
+	for i := range toks {
+		toks[i] = seed*100 + uint32(i)
+	}
+	return identity.CacheIdentity{Namespace: testNamespace("acme"), Tokens: toks, ValidLength: 16}
+}
+
+func mustKey(t *testing.T, id identity.CacheIdentity) identity.BlockKey {
+	t.Helper()
+	k, err := id.Key()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// putBlock is the PUT entry of a block with identity id stored under key.
+func putBlock(key identity.BlockKey, id identity.CacheIdentity, n int) wire.PutBlock {
+	return wire.PutBlock{Key: wire.Key(key), Parent: wire.Key(id.Parent), Tokens: id.ValidLength, Len: uint32(n),
+		Position: id.Position, TokenIDs: id.Tokens}
+}
+
+// put stores one block under its identity's key.
+func (c *rawConn) put(nsBlob []byte, id identity.CacheIdentity, payload []byte) wire.Status {
 	c.t.Helper()
-	blocks := []wire.PutBlock{{Key: wire.Key(key), Parent: wire.Key(parent), Tokens: 16, Len: uint32(len(payload))}}
+	return c.putAs(nsBlob, mustKey(c.t, id), id, payload)
+}
+
+// putAs stores one block under key, claiming identity id (which need not
+// derive key).
+func (c *rawConn) putAs(nsBlob []byte, key identity.BlockKey, id identity.CacheIdentity, payload []byte) wire.Status {
+	c.t.Helper()
+	blocks := []wire.PutBlock{putBlock(key, id, len(payload))}
 	h, body := c.roundTrip(wire.OpPut, putBody(nsBlob, blocks, [][]byte{payload}))
 	if h.Flags&wire.FlagError != 0 {
 		c.t.Fatalf("put: %v", decodeErr(c.t, body))

@@ -13,6 +13,7 @@ import (
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/directory"
 	"github.com/gpucache/gpucache/internal/hot"
+	"github.com/gpucache/gpucache/internal/identity"
 )
 
 // Sentinel errors.
@@ -51,6 +52,14 @@ type Config struct {
 	// FillDeadline bounds one fill leader's turn when the server creates the
 	// directory. Default 10s.
 	FillDeadline time.Duration
+	// OnStored, when set, is called on the connection's reader goroutine
+	// after each PUT or FILL_COMMIT block is committed to the hot tier, with
+	// the block's full verified identity (its key is id's key) and the
+	// namespace's canonical encoding; the cold tier's write-behind uses it.
+	// Both alias connection buffers that the next request reuses
+	// (id.Tokens, nsCanonical): the hook must copy what it keeps, and must
+	// not block for long. Nil by default.
+	OnStored func(id identity.CacheIdentity, nsCanonical []byte)
 	// Hooks are test hooks; nil in production.
 	Hooks *Hooks
 }
@@ -304,4 +313,5 @@ type counters struct {
 	bytesOut      atomic.Uint64 // payload bytes served by GET
 	blocksHit     atomic.Uint64
 	blocksMiss    atomic.Uint64
+	keyMismatch   atomic.Uint64 // PUT and FILL_COMMIT blocks refused KEY_MISMATCH
 }

@@ -1,10 +1,13 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"net"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,15 +25,17 @@ func TestPutGetRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ids, err := identity.Identities(ns, make([]uint32, 48))
+	if err != nil {
+		t.Fatal(err)
+	}
 	payloads := [][]byte{randomPayload(1<<20, 1), randomPayload(64<<10, 2), randomPayload(100, 3)}
-	var parent identity.BlockKey
-	for i, k := range keys {
-		if st := c.put(blob, k, parent, payloads[i]); st != wire.StatusStored {
+	for i := range keys {
+		if st := c.put(blob, ids[i], payloads[i]); st != wire.StatusStored {
 			t.Fatalf("put %d: %s", i, st)
 		}
-		parent = k
 	}
-	if st := c.put(blob, keys[0], identity.BlockKey{}, payloads[0]); st != wire.StatusExists {
+	if st := c.put(blob, ids[0], payloads[0]); st != wire.StatusExists {
 		t.Fatalf("second put: %s, want EXISTS", st)
 	}
 	resp, payload, _ := c.get(blob, 0, keys...)
@@ -77,7 +82,7 @@ func TestIdentityMismatchEveryField(t *testing.T) {
 		t.Fatal(err)
 	}
 	writer := helloConn(t, ts.addr, "acme")
-	if st := writer.put(mustCanonical(t, base.Namespace), baseKey, identity.BlockKey{}, randomPayload(32<<10, 9)); st != wire.StatusStored {
+	if st := writer.put(mustCanonical(t, base.Namespace), base, randomPayload(32<<10, 9)); st != wire.StatusStored {
 		t.Fatalf("put: %s", st)
 	}
 	type mut struct {
@@ -182,10 +187,9 @@ func TestLookupLeaseReleasedByGet(t *testing.T) {
 	ns := testNamespace("acme")
 	blob := mustCanonical(t, ns)
 	keys, _ := identity.Chain(ns, make([]uint32, 64))
-	var parent identity.BlockKey
-	for i, k := range keys[:3] {
-		c.put(blob, k, parent, randomPayload(20<<10, byte(i)))
-		parent = k
+	ids, _ := identity.Identities(ns, make([]uint32, 64))
+	for i, id := range ids[:3] {
+		c.put(blob, id, randomPayload(20<<10, byte(i)))
 	}
 	wk := make([]wire.Key, len(keys))
 	for i, k := range keys {
@@ -230,8 +234,8 @@ func TestBadInput(t *testing.T) {
 	ts := startServer(t, nil)
 	healthy := helloConn(t, ts.addr, "acme")
 	blob := mustCanonical(t, testNamespace("acme"))
-	key := identity.BlockKey{7}
-	healthy.put(blob, key, identity.BlockKey{}, randomPayload(16<<10, 7))
+	key := mustKey(t, testID(7))
+	healthy.put(blob, testID(7), randomPayload(16<<10, 7))
 	checkHealthy := func() {
 		t.Helper()
 		resp, payload, _ := healthy.get(blob, 0, key)
@@ -290,7 +294,7 @@ func TestBadInput(t *testing.T) {
 		c.send(wire.OpGet, g.AppendTo(nil))
 		c.expectError(wire.CodeInvalidIdentity)
 		// A PUT whose table announces more payload than the body has.
-		req := wire.PutRequest{Namespace: blob, Blocks: []wire.PutBlock{{Key: wire.Key{3}, Len: 100}}}
+		req := wire.PutRequest{Namespace: blob, Blocks: []wire.PutBlock{putBlock(mustKey(t, testID(3)), testID(3), 100)}}
 		c.send(wire.OpPut, append(wire.AppendMeta(nil, req.AppendTo(nil)), make([]byte, 10)...))
 		c.expectError(wire.CodeMalformed)
 		c.roundTrip(wire.OpPing, nil)
@@ -308,7 +312,7 @@ func TestBadInput(t *testing.T) {
 	t.Run("payload larger than the largest class", func(t *testing.T) {
 		c := helloConn(t, ts.addr, "acme")
 		big := randomPayload(2<<20, 1)
-		req := wire.PutRequest{Namespace: blob, Blocks: []wire.PutBlock{{Key: wire.Key{4}, Len: uint32(len(big))}}}
+		req := wire.PutRequest{Namespace: blob, Blocks: []wire.PutBlock{putBlock(mustKey(t, testID(4)), testID(4), len(big))}}
 		_, body := c.roundTrip(wire.OpPut, append(wire.AppendMeta(nil, req.AppendTo(nil)), big...))
 		var sr wire.StatusResponse
 		if err := sr.Decode(body, 1); err != nil || sr.Statuses[0] != wire.StatusTooLarge {
@@ -402,8 +406,8 @@ func TestSlowReaderDoesNotBlockOthers(t *testing.T) {
 	})
 	blob := mustCanonical(t, testNamespace("acme"))
 	w := helloConn(t, ts.addr, "acme")
-	key := identity.BlockKey{42}
-	w.put(blob, key, identity.BlockKey{}, randomPayload(1<<20, 4))
+	key := mustKey(t, testID(42))
+	w.put(blob, testID(42), randomPayload(1<<20, 4))
 
 	slow := helloConn(t, ts.addr, "acme")
 	g := wire.GetRequest{Namespace: blob, Keys: []wire.Key{wire.Key(key)}}
@@ -449,8 +453,8 @@ func TestShutdownDrainsInFlight(t *testing.T) {
 	})
 	c := helloConn(t, ts.addr, "acme")
 	blob := mustCanonical(t, testNamespace("acme"))
-	key := identity.BlockKey{5}
-	c.put(blob, key, identity.BlockKey{}, randomPayload(64<<10, 5))
+	key := mustKey(t, testID(5))
+	c.put(blob, testID(5), randomPayload(64<<10, 5))
 	lk := wire.LookupRequest{Namespace: blob, LeaseTTLMillis: 30000, Keys: []wire.Key{wire.Key(key)}}
 	_, body := c.roundTrip(wire.OpLookup, lk.AppendTo(nil))
 	var lr wire.LookupResponse
@@ -493,9 +497,9 @@ func TestGetNeverExceedsMaxFrame(t *testing.T) {
 	ts := startServer(t, func(c *Config) { c.Limits.MaxFrame = 1<<20 + 4096 })
 	c := helloConn(t, ts.addr, "acme")
 	blob := mustCanonical(t, testNamespace("acme"))
-	k1, k2 := identity.BlockKey{1}, identity.BlockKey{2}
-	c.put(blob, k1, identity.BlockKey{}, randomPayload(1<<20, 1))
-	c.put(blob, k2, identity.BlockKey{}, randomPayload(1<<20, 2))
+	k1, k2 := mustKey(t, testID(1)), mustKey(t, testID(2))
+	c.put(blob, testID(1), randomPayload(1<<20, 1))
+	c.put(blob, testID(2), randomPayload(1<<20, 2))
 	resp, payload, h := c.get(blob, 0, k1, k2)
 	if resp.Blocks[0].Status != wire.StatusHit || resp.Blocks[1].Status != wire.StatusMiss {
 		t.Fatalf("statuses %v, want HIT then MISS", resp.Blocks)
@@ -510,4 +514,147 @@ func TestGetNeverExceedsMaxFrame(t *testing.T) {
 			t.Fatalf("%d blocks left pinned", st.Pinned)
 		}
 	}
+}
+
+// TestPutKeyMustDeriveFromIdentity: the server recomputes every PUT and
+// FILL_COMMIT block's key from its identity (namespace, parent, position,
+// token ids, valid length) and refuses, KEY_MISMATCH with nothing stored,
+// a key that does not derive from it or an identity that is invalid.
+func TestPutKeyMustDeriveFromIdentity(t *testing.T) {
+	type stored struct {
+		id  identity.CacheIdentity
+		ns  []byte
+		key identity.BlockKey
+	}
+	var mu sync.Mutex // OnStored runs on the connection's reader goroutine
+	var seen []stored
+	seenNow := func() []stored {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(seen)
+	}
+	ts := startServer(t, func(c *Config) {
+		c.OnStored = func(id identity.CacheIdentity, ns []byte) {
+			// Copy: id.Tokens and ns alias connection buffers.
+			id.Tokens = append([]uint32(nil), id.Tokens...)
+			k, _ := id.Key()
+			mu.Lock()
+			seen = append(seen, stored{id: id, ns: append([]byte(nil), ns...), key: k})
+			mu.Unlock()
+		}
+	})
+	c := helloConn(t, ts.addr, "acme")
+	ns := testNamespace("acme")
+	blob := mustCanonical(t, ns)
+	ids, err := identity.Identities(ns, seqTokens(40))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k0, k1 := mustKey(t, ids[0]), mustKey(t, ids[1])
+	payload := randomPayload(20<<10, 1)
+	miss := func(k identity.BlockKey) {
+		t.Helper()
+		if resp, _, _ := c.get(blob, 0, k); resp.Blocks[0].Status != wire.StatusMiss {
+			t.Fatalf("key %s: %s, want MISS: a refused block was stored", k, resp.Blocks[0].Status)
+		}
+	}
+	with := func(f func(*identity.CacheIdentity)) identity.CacheIdentity {
+		id := ids[1]
+		id.Tokens = append([]uint32(nil), id.Tokens...)
+		f(&id)
+		return id
+	}
+	dig, err := ns.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rawKey := func(id identity.CacheIdentity) identity.BlockKey {
+		return identity.KeyFor(dig, id.Parent, id.Tokens, id.ValidLength)
+	}
+	noParent := with(func(id *identity.CacheIdentity) { id.Parent = identity.BlockKey{} })
+	long := with(func(id *identity.CacheIdentity) { id.Tokens = append(id.Tokens, seqTokens(17)...); id.ValidLength = 33 })
+	cases := []struct {
+		name string
+		key  identity.BlockKey
+		id   identity.CacheIdentity
+	}{
+		{"another block's key", k0, ids[1]},
+		{"a token changed", k1, with(func(id *identity.CacheIdentity) { id.Tokens[3]++ })},
+		{"valid length changed", k1, with(func(id *identity.CacheIdentity) { id.ValidLength-- })},
+		{"valid length zero", k1, with(func(id *identity.CacheIdentity) { id.ValidLength = 0 })},
+		{"wrong parent", k1, with(func(id *identity.CacheIdentity) { id.Parent = identity.BlockKey{7} })},
+		{"parent at position 0", k1, with(func(id *identity.CacheIdentity) { id.Position = 0 })},
+		// Keys that do derive from the claimed tokens, but the identity is
+		// invalid.
+		{"no parent past position 0", rawKey(noParent), noParent},
+		{"position not a block multiple", k1, with(func(id *identity.CacheIdentity) { id.Position = 17 })},
+		{"more tokens than block_tokens", rawKey(long), long},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if st := c.putAs(blob, tc.key, tc.id, payload); st != wire.StatusKeyMismatch {
+				t.Fatalf("PUT: %s, want KEY_MISMATCH", st)
+			}
+			miss(tc.key)
+		})
+	}
+	if n := len(seenNow()); n != 0 {
+		t.Fatalf("OnStored called for %d refused blocks", n)
+	}
+	// The stream stayed in sync; the correct identities are stored, and
+	// OnStored sees each one with its namespace.
+	for i, id := range ids {
+		if st := c.put(blob, id, payload); st != wire.StatusStored {
+			t.Fatalf("block %d: %s, want STORED", i, st)
+		}
+	}
+	got := seenNow()
+	if len(got) != len(ids) {
+		t.Fatalf("OnStored called %d times for %d blocks", len(got), len(ids))
+	}
+	for i, s := range got {
+		if s.key != mustKey(t, ids[i]) || s.id.Position != ids[i].Position || !bytes.Equal(s.ns, blob) {
+			t.Fatalf("OnStored %d: %+v", i, s)
+		}
+	}
+	_, body := c.roundTrip(wire.OpStat, nil)
+	var st wire.StatResponse
+	if err := st.Decode(body); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range st.Entries {
+		if e.Name == "key_mismatches" && e.Value != uint64(len(cases)) {
+			t.Fatalf("key_mismatches = %d, want %d", e.Value, len(cases))
+		}
+	}
+
+	// FILL_COMMIT verifies too: a mismatched commit stores nothing and the
+	// turn passes on.
+	a, b := helloConn(t, ts.addr, "acme"), helloConn(t, ts.addr, "acme")
+	id := testID(77)
+	key := mustKey(t, id)
+	la := a.acquire(blob, key)[0]
+	jb := b.acquire(blob, key)[0]
+	if st := a.commitAs(blob, la.Token, key, testID(78), payload); st != wire.StatusKeyMismatch {
+		t.Fatalf("commit: %s, want KEY_MISMATCH", st)
+	}
+	if resp, _, _ := a.get(blob, 0, key); resp.Blocks[0].Status != wire.StatusMiss {
+		t.Fatal("a mismatched commit stored bytes")
+	}
+	n := b.wait(blob, 5*time.Second, jb.Token.Fill)[0]
+	if n.Kind != wire.NoticePromoted {
+		t.Fatalf("notice %+v, want PROMOTED", n)
+	}
+	if st := b.commit(blob, n.Token, id, payload); st != wire.StatusStored {
+		t.Fatalf("promoted commit: %s", st)
+	}
+}
+
+// seqTokens returns n distinct token ids.
+func seqTokens(n int) []uint32 {
+	ids := make([]uint32, n)
+	for i := range ids {
+		ids[i] = uint32(1000 + i)
+	}
+	return ids
 }

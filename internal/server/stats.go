@@ -83,6 +83,7 @@ func (s *Server) Stats() []wire.StatEntry {
 		{Name: "bytes_out", Value: s.stats.bytesOut.Load()},
 		{Name: "blocks_hit", Value: s.stats.blocksHit.Load()},
 		{Name: "blocks_miss", Value: s.stats.blocksMiss.Load()},
+		{Name: "key_mismatches", Value: s.stats.keyMismatch.Load()},
 		{Name: "hot_hits", Value: st.Hits},
 		{Name: "hot_misses", Value: st.Misses},
 		{Name: "hot_identity_mismatches", Value: st.IdentityMismatches},

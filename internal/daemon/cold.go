@@ -1,0 +1,48 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/gpucache/gpucache/internal/cold"
+	"github.com/gpucache/gpucache/internal/cold/s3store"
+	"github.com/gpucache/gpucache/internal/coldtier"
+	"github.com/gpucache/gpucache/internal/config"
+)
+
+// openCold builds the cold tier the config asks for, or nil for "off". The
+// returned close function releases the store.
+func openCold(ctx context.Context, cfg config.Config, log *slog.Logger) (*coldtier.Tier, func(), error) {
+	var store cold.Store
+	release := func() {}
+	switch cfg.ColdStore {
+	case "off":
+		return nil, release, nil
+	case "fs":
+		fs, err := cold.NewFS(cfg.ColdDir)
+		if err != nil {
+			return nil, nil, fmt.Errorf("cold tier: cold_dir %s: %w", cfg.ColdDir, err)
+		}
+		store = fs
+	case "s3":
+		s3, err := s3store.New(ctx, s3store.Config{Endpoint: cfg.S3Endpoint, Region: cfg.S3Region, Bucket: cfg.S3Bucket,
+			Prefix: cfg.S3Prefix, PathStyle: cfg.S3PathStyle, AccessKey: cfg.S3AccessKey, SecretKey: cfg.S3SecretKey})
+		if err != nil {
+			return nil, nil, fmt.Errorf("cold tier: s3: %w", err)
+		}
+		if err := s3.Check(ctx); err != nil {
+			s3.Close()
+			return nil, nil, fmt.Errorf("cold tier: s3 %s bucket %s: %w", cfg.S3Endpoint, cfg.S3Bucket, err)
+		}
+		store, release = s3, s3.Close
+	default:
+		return nil, nil, fmt.Errorf("cold tier: unknown cold_store %q", cfg.ColdStore)
+	}
+	tier, err := coldtier.New(coldtier.Config{Store: store, PendingBytes: int64(cfg.ColdPending), Logger: log})
+	if err != nil {
+		release()
+		return nil, nil, fmt.Errorf("cold tier: %w", err)
+	}
+	return tier, release, nil
+}
