@@ -117,7 +117,7 @@ type Tier struct {
 	}
 	flushMu sync.Mutex // serialises Flush
 	st      struct {
-		remembered, forgotten, offered, droppedFull, droppedUnknown atomic.Uint64
+		remembered, forgotten, offered, droppedFull, droppedUnknown   atomic.Uint64
 		packsBuilt, packsQueued, packErrors, refillHits, refillMisses atomic.Uint64
 	}
 }
