@@ -15,6 +15,7 @@ import (
 	"github.com/gpucache/gpucache/internal/admin"
 	"github.com/gpucache/gpucache/internal/config"
 	"github.com/gpucache/gpucache/internal/hot"
+	"github.com/gpucache/gpucache/internal/identity"
 	"github.com/gpucache/gpucache/internal/server"
 )
 
@@ -89,7 +90,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(Ad
 		}
 	}()
 
-	srv, err := server.New(server.Config{
+	scfg := server.Config{
 		Store:        store,
 		Limits:       wire.Limits{MaxFrame: uint32(cfg.MaxFrame), MaxBatch: uint32(cfg.MaxBatch), MaxInFlight: uint32(cfg.MaxInFlight)},
 		Name:         "gpucached/" + Version,
@@ -98,7 +99,17 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(Ad
 		WriteTimeout: cfg.WriteTimeout,
 		IdleTimeout:  cfg.IdleTimeout,
 		MaxConns:     cfg.MaxConns,
-	})
+	}
+	if tier != nil {
+		if cfg.ColdWriteBehind {
+			scfg.OnStored = func(id identity.CacheIdentity, _ []byte) { tier.Remember(id) }
+		}
+		scfg.ColdRefill = func(ctx context.Context, ns identity.Namespace, key identity.BlockKey, dst []byte) (int, bool) {
+			n, res, _ := tier.Refill(ctx, ns, key, dst)
+			return n, res.Hit
+		}
+	}
+	srv, err := server.New(scfg)
 	if err != nil {
 		return err
 	}

@@ -135,6 +135,9 @@ func (c *conn) handleGet(h wire.Header, body []byte) error {
 	var payload, hits uint64
 	for i := range req.Keys {
 		v, ok := c.s.store.Acquire(ns, identity.BlockKey(req.Keys[i]))
+		if !ok && c.s.cfg.ColdRefill != nil {
+			v, ok = c.refillMiss(ns, identity.BlockKey(req.Keys[i]))
+		}
 		if ok && payload+uint64(len(v.Bytes)) > budget {
 			c.s.store.Release(v)
 			ok = false

@@ -60,6 +60,11 @@ type Config struct {
 	// (id.Tokens, nsCanonical): the hook must copy what it keeps, and must
 	// not block for long. Nil by default.
 	OnStored func(id identity.CacheIdentity, nsCanonical []byte)
+	// ColdRefill, when set, is asked for a block the hot tier misses on
+	// GET: it reads the block (ns, key) from the cold tier into dst and
+	// reports its length, or false for a miss. Concurrent misses on one
+	// block share one refill through the directory.
+	ColdRefill func(ctx context.Context, ns identity.Namespace, key identity.BlockKey, dst []byte) (int, bool)
 	// Hooks are test hooks; nil in production.
 	Hooks *Hooks
 }
@@ -313,5 +318,7 @@ type counters struct {
 	bytesOut      atomic.Uint64 // payload bytes served by GET
 	blocksHit     atomic.Uint64
 	blocksMiss    atomic.Uint64
+	coldHits      atomic.Uint64 // hot misses refilled from the cold tier
+	coldMisses    atomic.Uint64 // hot misses the cold tier did not have
 	keyMismatch   atomic.Uint64 // PUT and FILL_COMMIT blocks refused KEY_MISMATCH
 }

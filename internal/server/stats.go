@@ -83,6 +83,8 @@ func (s *Server) Stats() []wire.StatEntry {
 		{Name: "bytes_out", Value: s.stats.bytesOut.Load()},
 		{Name: "blocks_hit", Value: s.stats.blocksHit.Load()},
 		{Name: "blocks_miss", Value: s.stats.blocksMiss.Load()},
+		{Name: "cold_refill_hits", Value: s.stats.coldHits.Load()},
+		{Name: "cold_refill_misses", Value: s.stats.coldMisses.Load()},
 		{Name: "key_mismatches", Value: s.stats.keyMismatch.Load()},
 		{Name: "hot_hits", Value: st.Hits},
 		{Name: "hot_misses", Value: st.Misses},
