@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/gpucache/gpucache/client"
+	"github.com/gpucache/gpucache/internal/cold/s3store/s3test"
+	"github.com/gpucache/gpucache/internal/config"
 )
 
 func coldPayload(k client.BlockKey, n int) []byte {
@@ -25,8 +27,23 @@ func coldPayload(k client.BlockKey, n int) []byte {
 // a block of another tenant with the same tokens is still a miss.
 func TestColdTierSurvivesRestart(t *testing.T) {
 	c := testConfig()
+	c.ColdStore, c.ColdDir = "fs", t.TempDir()
+	coldRestart(t, c)
+}
+
+// TestS3ColdTierSurvivesRestart is the same through cold_store: s3, against
+// a real S3 server (versitygw) the test starts on 127.0.0.1.
+func TestS3ColdTierSurvivesRestart(t *testing.T) {
+	endpoint, ak, sk := s3test.Start(t)
+	c := testConfig()
+	c.ColdStore, c.S3Endpoint, c.S3Bucket, c.S3Prefix = "s3", endpoint, s3test.Bucket, "daemon/"
+	c.S3AccessKey, c.S3SecretKey = ak, sk
+	coldRestart(t, c)
+}
+
+func coldRestart(t *testing.T, c config.Config) {
 	c.HotCapacity, c.HotSlab, c.HotMaxClass = 4<<20, 1<<20, 1<<20
-	c.ColdStore, c.ColdDir, c.ColdFlushInterval = "fs", t.TempDir(), time.Hour // flushed at shutdown
+	c.ColdFlushInterval = time.Hour // flushed at shutdown
 	ns := client.Namespace{Tenant: "default", TrustDomain: "t", ModelID: "m", ConfigRevision: "c", TokenizerRevision: "k",
 		RoPE: "rope", DType: "fp16", Quantization: "none",
 		Layout: client.Layout{Format: "raw", TPSize: 1, PPSize: 1, LayerCount: 1, KVHeads: 1, HeadDim: 1, BlockTokens: 16}}
