@@ -56,7 +56,8 @@ type Config struct {
 	RememberBlocks int
 	// Sink configures the write queue; its Verify is set by the tier.
 	Sink sink.Config
-	// Refill configures reads.
+	// Refill configures reads. Unset, it caches up to 4096 verified
+	// manifests and keeps pointers for 5s.
 	Refill refill.Config
 	// Logger receives write-behind events. Default slog.Default().
 	Logger *slog.Logger
@@ -150,7 +151,14 @@ func New(cfg Config) (*Tier, error) {
 	if err != nil {
 		return nil, err
 	}
-	rf, err := refill.New(cfg.Store, cfg.Refill)
+	rc := cfg.Refill
+	if rc.ManifestCache == 0 {
+		rc.ManifestCache = 4096 // verified manifests never change
+	}
+	if rc.PointerTTL == 0 {
+		rc.PointerTTL = 5 * time.Second
+	}
+	rf, err := refill.New(cfg.Store, rc)
 	if err != nil {
 		sk.Close()
 		return nil, err

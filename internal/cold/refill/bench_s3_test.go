@@ -3,6 +3,7 @@ package refill
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/gpucache/gpucache/internal/cold"
 	"github.com/gpucache/gpucache/internal/cold/pack"
@@ -37,6 +38,18 @@ func BenchmarkS3RefillVsRaw(b *testing.B) {
 			for b.Loop() {
 				if err := store.RangeGet(ctx, p.Object.Key, int64(rng.Offset), dst); err != nil {
 					b.Fatal(err)
+				}
+			}
+		})
+		b.Run("refill-cached/"+sizeName(size), func(b *testing.B) {
+			r, err := New(store, Config{ManifestCache: 64, PointerTTL: time.Minute})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(size))
+			for b.Loop() {
+				if n, res, err := r.RefillBlock(ctx, ids[3], dst); !res.Hit || n != size {
+					b.Fatal(res, err)
 				}
 			}
 		})

@@ -88,30 +88,44 @@ func (c *call) block(w want, dst []byte) (int, Result, error) {
 	// 1. Pointer: a fixed-size object under a key derived from the
 	// expected identity.
 	ptrKey := pack.PointerKey(w.nsd, w.key)
-	pb, res, err := c.get("pointer", ptrKey, pack.PointerLen)
-	if !res.Hit {
-		return 0, res, err
-	}
-	ptr, err := pack.DecodePointer(pb)
-	if err != nil {
-		return 0, Missing(Corrupt), fmt.Errorf("gpucache/cold/refill: pointer %s: %w", ptrKey, err)
-	}
-	if ptr.Namespace != w.nsd || ptr.Block != w.key {
-		return 0, Missing(Corrupt), fmt.Errorf("gpucache/cold/refill: %w: pointer %s names block %s of namespace %s", cold.ErrCorrupt, ptrKey, ptr.Block, ptr.Namespace)
+	ptr, cached := c.r.cache.pointer(ptrKey)
+	if !cached {
+		pb, res, err := c.get("pointer", ptrKey, pack.PointerLen)
+		if !res.Hit {
+			return 0, res, err
+		}
+		if ptr, err = pack.DecodePointer(pb); err != nil {
+			return 0, Missing(Corrupt), fmt.Errorf("gpucache/cold/refill: pointer %s: %w", ptrKey, err)
+		}
+		if ptr.Namespace != w.nsd || ptr.Block != w.key {
+			return 0, Missing(Corrupt), fmt.Errorf("gpucache/cold/refill: %w: pointer %s names block %s of namespace %s", cold.ErrCorrupt, ptrKey, ptr.Block, ptr.Namespace)
+		}
 	}
 
 	// 2-3. Manifest: bounded download, then key digest, v3 decode, verify.
 	m, res, err := c.manifest(ptr)
 	if !res.Hit {
+		c.r.cache.forget(ptrKey, ptr.ManifestKey)
 		return 0, res, err
 	}
-	return c.payload(w, m, dst)
+	n, res, err := c.payload(w, m, dst)
+	if res.Hit {
+		if !cached {
+			c.r.cache.putPointer(ptrKey, ptr)
+		}
+	} else {
+		c.r.cache.forget(ptrKey, ptr.ManifestKey)
+	}
+	return n, res, err
 }
 
 // manifest returns the verified manifest ptr names, downloading it at most
 // once per call.
 func (c *call) manifest(ptr pack.Pointer) (*pack.Manifest, Result, error) {
 	if m, ok := c.manifests[ptr.ManifestKey]; ok {
+		return m, Hit, nil
+	}
+	if m, ok := c.r.cache.manifest(ptr.ManifestKey); ok {
 		return m, Hit, nil
 	}
 	if ptr.ManifestSize > uint64(c.r.cfg.ManifestMax) {
@@ -132,6 +146,7 @@ func (c *call) manifest(ptr pack.Pointer) (*pack.Manifest, Result, error) {
 		c.manifests = make(map[string]*pack.Manifest, 1)
 	}
 	c.manifests[ptr.ManifestKey] = m
+	c.r.cache.putManifest(ptr.ManifestKey, m)
 	return m, Hit, nil
 }
 

@@ -118,7 +118,13 @@ type Config struct {
 	// one probe through. Default 10s.
 	BreakerCooldown time.Duration
 	// Now is the breaker's clock. Default time.Now; tests inject one.
-	Now func() time.Time
+	// ManifestCache keeps up to this many verified manifests across calls
+	// (they are content-addressed, so they never change). 0 disables it.
+	ManifestCache int
+	// PointerTTL keeps pointers across calls for this long. A stale pointer
+	// can only cause a miss. 0 disables it.
+	PointerTTL time.Duration
+	Now        func() time.Time
 }
 
 // Default returns the default configuration.
@@ -186,6 +192,7 @@ type Refiller struct {
 	store cold.Store
 	cfg   Config // with defaults filled; read-only
 	br    *breaker
+	cache *caches // nil unless ManifestCache or PointerTTL is set
 }
 
 // New returns a Refiller reading from store.
@@ -197,7 +204,7 @@ func New(store cold.Store, cfg Config) (*Refiller, error) {
 		return nil, fmt.Errorf("%w: nil store", ErrInvalidConfig)
 	}
 	cfg = cfg.withDefaults()
-	return &Refiller{store: store, cfg: cfg, br: newBreaker(cfg.BreakerFailures, cfg.BreakerCooldown, cfg.Now)}, nil
+	return &Refiller{store: store, cfg: cfg, br: newBreaker(cfg.BreakerFailures, cfg.BreakerCooldown, cfg.Now), cache: newCaches(cfg)}, nil
 }
 
 // Config returns the configuration in use, defaults filled.

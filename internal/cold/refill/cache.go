@@ -1,0 +1,104 @@
+package refill
+
+import (
+	"sync"
+	"time"
+
+	"github.com/gpucache/gpucache/internal/cold/pack"
+)
+
+// caches hold what refill may safely reuse across calls. A manifest is
+// content-addressed: once its key's digest and its decoding have been
+// checked it can never change, so it is kept until evicted. A pointer can
+// be rewritten (a later pack of the same block), so it is kept only for
+// PointerTTL; a stale pointer leads at worst to a reclaimed manifest or
+// pack, which is a miss and drops the entries, never to other bytes,
+// because every range and payload is still checked against the expected
+// identity and its checksum.
+type caches struct {
+	mu        sync.Mutex
+	manifests map[string]*pack.Manifest // guarded by mu
+	pointers  map[string]ptrEntry       // guarded by mu
+	maxM      int
+	ttl       time.Duration
+	now       func() time.Time
+}
+
+type ptrEntry struct {
+	ptr     pack.Pointer
+	expires time.Time
+}
+
+// maxPointers bounds the pointer cache.
+const maxPointers = 1 << 16
+
+func newCaches(cfg Config) *caches {
+	if cfg.ManifestCache <= 0 && cfg.PointerTTL <= 0 {
+		return nil
+	}
+	return &caches{manifests: make(map[string]*pack.Manifest), pointers: make(map[string]ptrEntry),
+		maxM: cfg.ManifestCache, ttl: cfg.PointerTTL, now: cfg.Now}
+}
+
+func (c *caches) manifest(key string) (*pack.Manifest, bool) {
+	if c == nil || c.maxM <= 0 {
+		return nil, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m, ok := c.manifests[key]
+	return m, ok
+}
+
+func (c *caches) putManifest(key string, m *pack.Manifest) {
+	if c == nil || c.maxM <= 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.manifests) >= c.maxM {
+		for k := range c.manifests { // drop an arbitrary entry
+			delete(c.manifests, k)
+			break
+		}
+	}
+	c.manifests[key] = m
+}
+
+func (c *caches) pointer(key string) (pack.Pointer, bool) {
+	if c == nil || c.ttl <= 0 {
+		return pack.Pointer{}, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.pointers[key]
+	if !ok || !c.now().Before(e.expires) {
+		delete(c.pointers, key)
+		return pack.Pointer{}, false
+	}
+	return e.ptr, true
+}
+
+func (c *caches) putPointer(key string, p pack.Pointer) {
+	if c == nil || c.ttl <= 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.pointers) >= maxPointers {
+		clear(c.pointers)
+	}
+	c.pointers[key] = ptrEntry{ptr: p, expires: c.now().Add(c.ttl)}
+}
+
+// forget drops a pointer and the manifest it named after a miss that may
+// come from stale entries.
+func (c *caches) forget(ptrKey, manifestKey string) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.pointers, ptrKey)
+	delete(c.manifests, manifestKey)
+}
