@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/gpucache/gpucache/internal/cold"
+	"github.com/gpucache/gpucache/internal/cold/lifecycle"
 	"github.com/gpucache/gpucache/internal/cold/pack"
 	"github.com/gpucache/gpucache/internal/cold/refill"
 	"github.com/gpucache/gpucache/internal/cold/sink"
@@ -59,6 +60,13 @@ type Config struct {
 	// Refill configures reads. Unset, it caches up to 4096 verified
 	// manifests and keeps pointers for 5s.
 	Refill refill.Config
+	// ReclaimInterval is how often Run reclaims unreferenced objects of the
+	// namespaces this tier wrote (lifecycle.Reclaim: reference-safe,
+	// verified deletes, after ReclaimGrace). Default 1h; negative disables.
+	ReclaimInterval time.Duration
+	// ReclaimGrace is the minimum age of an object before reclaim may
+	// delete it. Default 24h.
+	ReclaimGrace time.Duration
 	// Logger receives write-behind events. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -143,6 +151,12 @@ func New(cfg Config) (*Tier, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.ReclaimInterval == 0 {
+		cfg.ReclaimInterval = time.Hour
+	}
+	if cfg.ReclaimGrace <= 0 {
+		cfg.ReclaimGrace = 24 * time.Hour
 	}
 	t := &Tier{cfg: cfg, log: cfg.Logger, stop: make(chan struct{})}
 	sc := cfg.Sink
@@ -349,13 +363,48 @@ func (t *Tier) queue(ns identity.Namespace, blocks []pack.Block) {
 	t.st.packsQueued.Add(1)
 }
 
-// Run flushes full batches every interval, and everything on the way out,
-// until ctx ends or Close.
+// Reclaim runs lifecycle.Reclaim over every namespace this tier has seen
+// and returns the summed report.
+func (t *Tier) Reclaim(ctx context.Context) lifecycle.Report {
+	t.mu.Lock()
+	nss := make([]identity.NamespaceDigest, 0, len(t.mu.nsIndex))
+	for d := range t.mu.nsIndex {
+		nss = append(nss, d)
+	}
+	t.mu.Unlock()
+	var sum lifecycle.Report
+	for _, d := range nss {
+		rep, err := lifecycle.Reclaim(ctx, t.cfg.Store, d, lifecycle.Options{Grace: t.cfg.ReclaimGrace})
+		if err != nil {
+			t.log.Warn("cold reclaim failed; nothing deleted for this namespace", "namespace", d.String(), "err", err)
+			continue
+		}
+		sum.Scanned += rep.Scanned
+		sum.Deleted += rep.Deleted
+		sum.DeleteUnverified += rep.DeleteUnverified
+		sum.Errors += rep.Errors
+	}
+	if sum.DeleteUnverified > 0 {
+		t.log.Warn("cold reclaim: deletes not verified", "objects", sum.DeleteUnverified)
+	}
+	return sum
+}
+
+// Run flushes batches every interval, reclaims every ReclaimInterval, and
+// flushes everything on the way out, until ctx ends or Close.
 func (t *Tier) Run(ctx context.Context, interval time.Duration) {
 	tk := time.NewTicker(interval)
 	defer tk.Stop()
+	var reclaim <-chan time.Time
+	if t.cfg.ReclaimInterval > 0 {
+		rt := time.NewTicker(t.cfg.ReclaimInterval)
+		defer rt.Stop()
+		reclaim = rt.C
+	}
 	for {
 		select {
+		case <-reclaim:
+			t.Reclaim(ctx)
 		case <-tk.C:
 			t.Flush(ctx, true)
 		case <-ctx.Done():

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -122,5 +123,34 @@ func TestUnknownOrOverBudgetEvictionsAreDropped(t *testing.T) {
 	tr.Evicted(d, k0, ids[0].Parent, 16, make([]byte, 200)) // over the pending budget
 	if st := tr.Stats(); st.DroppedUnknown != 1 || st.DroppedFull != 1 || st.Offered != 0 {
 		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestReclaimKeepsPublishedPacks: the tier's periodic reclaim deletes
+// nothing a visible manifest references.
+func TestReclaimKeepsPublishedPacks(t *testing.T) {
+	store := cold.NewMem()
+	tr := newTier(t, store, func(c *Config) { c.ReclaimGrace = time.Nanosecond })
+	ns := testNS("acme")
+	d, _ := ns.Digest()
+	ids, _ := identity.Identities(ns, make([]uint32, 4*16))
+	for _, id := range ids {
+		k, _ := id.Key()
+		tr.Remember(id)
+		tr.Evicted(d, k, id.Parent, id.ValidLength, payloadOf(k, 1024))
+	}
+	if rep := tr.Flush(context.Background(), true); rep.Completed != 1 {
+		t.Fatalf("flush: %+v", rep)
+	}
+	rep := tr.Reclaim(context.Background())
+	if rep.Deleted != 0 || rep.Errors != 0 || rep.Scanned == 0 {
+		t.Fatalf("reclaim of published packs: %+v", rep)
+	}
+	dst := make([]byte, 1024)
+	for _, id := range ids {
+		k, _ := id.Key()
+		if _, res, _ := tr.Refill(context.Background(), ns, k, dst); !res.Hit {
+			t.Fatalf("block lost after reclaim: %v", res)
+		}
 	}
 }
