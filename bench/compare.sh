@@ -342,7 +342,7 @@ start_gpucached() { # start_gpucached CAPACITY LOGNAME: sets GPC_PORT and GPC_PI
 	local cap=$1 lname=$2 admin
 	free_port GPC_PORT
 	free_port admin
-	"$BIN/gpucached" --listen "127.0.0.1:$GPC_PORT" --admin-listen "127.0.0.1:$admin" \
+	"$BIN/gpucached" --listen "127.0.0.1:$GPC_PORT" --admin-listen "127.0.0.1:$admin" --cold-store off \
 		--hot-capacity "$cap" --drain-timeout 2s >"$RAW/logs/$lname.log" 2>&1 3>&- &
 	GPC_PID=$!
 	PIDS+=("$GPC_PID")
