@@ -1,0 +1,29 @@
+// Package audit writes security audit events (authentication failures, ACL
+// denials, rate limiting, key rotations, admin actions) as structured slog
+// JSON lines to a dedicated sink, separate from the operational log.
+//
+// Design notes:
+//
+//   - One event = one JSON line produced by slog.JSONHandler. Every event has
+//     "audit":true and an "event" field naming its kind ("auth_failure",
+//     "denied", "rate_limited", "rotation", "admin_action"), plus
+//     kind-specific fields.
+//   - Audit events never contain a secret or its fingerprint. Three layers
+//     enforce this:
+//     1. The typed helpers take only non-secret identifiers (tenant, model,
+//     key ID, reason). Callers must pass a key *ID*, never key material or
+//     a hash of it.
+//     2. Secret is a byte-slice type whose LogValue, String, GoString, Format
+//     and MarshalJSON/MarshalText all yield "[REDACTED]", so it cannot leak
+//     through slog, fmt (%v %+v %#v %s %q %x ...) or encoding/json.
+//     3. A ReplaceAttr hook applied to every attribute (including nested
+//     groups and free-form AdminAction attrs) redacts any attr whose key
+//     looks secret-bearing (secret, token, password, passwd, credential,
+//     bearer, authorization, private key, key material, fingerprint, hash,
+//     digest, ...), and any value of type Secret wherever it appears.
+//     Redaction keeps the key and replaces the value with "[REDACTED]" so the
+//     event still shows that something was withheld.
+//   - The logger is safe for concurrent use (slog handlers serialize writes).
+//     Write errors to the sink are not reported to callers; wrap the writer if
+//     audit delivery must be confirmed.
+package audit
