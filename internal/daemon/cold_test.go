@@ -103,17 +103,24 @@ func coldRestart(t *testing.T, c config.Config) {
 	}
 
 	run(func(addr string) {
-		cl, err := client.Dial(context.Background(), client.Config{Addr: addr})
+		// One connection and small batches: refilled blocks stay pinned
+		// until their response is written, and many large pipelined GETs
+		// could pin the whole 4 MiB hot tier (a refill then misses with
+		// no space, which is the intended degradation, not what this test
+		// checks).
+		cl, err := client.Dial(context.Background(), client.Config{Addr: addr, Conns: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer cl.Close()
 		hits := 0
-		for i, r := range cl.Get(context.Background(), ns, keys) {
-			if r.Hit {
-				hits++
-				if !bytes.Equal(r.Data, payloads[i]) {
-					t.Fatalf("block %d came back from the cold tier with other bytes", i)
+		for off := 0; off < len(keys); off += 8 {
+			for j, r := range cl.Get(context.Background(), ns, keys[off:off+8]) {
+				if r.Hit {
+					hits++
+					if !bytes.Equal(r.Data, payloads[off+j]) {
+						t.Fatalf("block %d came back from the cold tier with other bytes", off+j)
+					}
 				}
 			}
 		}

@@ -49,3 +49,30 @@ func TestOnEvictReportsEvictedBlocks(t *testing.T) {
 		}
 	}
 }
+
+// TestCommitAcquirePinsAtOnce: the block is published and pinned in one
+// step; a capacity storm right after cannot evict it before Release.
+func TestCommitAcquirePinsAtOnce(t *testing.T) {
+	clk := newFakeClock()
+	s := newTestStore(t, testConfig(clk, 2*mib))
+	ns := nsOf(1)
+	r, err := s.Reserve(ns, key(1), Key{}, 16, 64*kib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fillPayload(r.Buf, 1)
+	v, ok := s.CommitAcquire(r)
+	if !ok {
+		t.Fatal("CommitAcquire failed")
+	}
+	for id := uint64(2); id < 100; id++ {
+		_ = tryPut(s, ns, id, 0, 64*kib)
+	}
+	if !bytes.Equal(v.Bytes, payload(1, 64*kib)) {
+		t.Fatal("pinned block changed under a storm")
+	}
+	s.Release(v)
+	if _, ok := s.CommitAcquire(r); ok {
+		t.Fatal("a stale reservation committed twice")
+	}
+}

@@ -353,6 +353,34 @@ func (s *Store) Abort(r Reservation) {
 	s.freeEntryLocked(idx)
 }
 
+// CommitAcquire publishes a reserved block and pins it in one step, so no
+// eviction can come between the two (a refill that must serve what it just
+// stored). It reports false if r is stale or the block was dropped.
+func (s *Store) CommitAcquire(r Reservation) (View, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	idx, ok := s.lookupRefLocked(r.ref, stateReserved)
+	if !ok {
+		return View{}, false
+	}
+	s.mu.st.InFlight--
+	if s.closesCycleLocked(idx) {
+		e := &s.mu.entries[idx]
+		delete(s.mu.index, e.key)
+		s.mu.st.PutRejects++
+		s.freeEntryLocked(idx)
+		return View{}, false
+	}
+	s.publishLocked(idx)
+	e := &s.mu.entries[idx]
+	if !e.pinned() {
+		s.mu.st.Pinned++
+	}
+	e.pins++
+	s.mu.st.Hits++
+	return View{Bytes: s.bytesLocked(e), ref: ref{idx: idx, gen: e.gen}}, true
+}
+
 // Acquire pins the published block key and returns its bytes. It misses
 // (false, no bytes) when the key is absent, in flight, or was written under
 // another namespace digest (also counted in IdentityMismatches). A hit

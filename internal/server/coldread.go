@@ -74,8 +74,12 @@ func (c *conn) refillMiss(d identity.NamespaceDigest, key identity.BlockKey) (ho
 		return hot.View{}, false
 	}
 	copy(r.Buf, (*bp)[:n])
-	c.s.store.Commit(r)
+	// Publish and pin at once: a concurrent refill on another connection
+	// must not evict the block before this GET serves it.
+	v, ok := c.s.store.CommitAcquire(r)
 	c.s.dir.Finish(tok)
-	c.s.stats.coldHits.Add(1)
-	return c.s.store.Acquire(d, key)
+	if ok {
+		c.s.stats.coldHits.Add(1)
+	}
+	return v, ok
 }
