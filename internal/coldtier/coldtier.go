@@ -192,7 +192,13 @@ func (t *Tier) Remember(id identity.CacheIdentity) {
 	if err != nil {
 		return
 	}
-	key := identity.KeyFor(d, id.Parent, id.Tokens, id.ValidLength)
+	t.RememberKeyed(id, d, identity.KeyFor(d, id.Parent, id.Tokens, id.ValidLength))
+}
+
+// RememberKeyed is Remember for a caller that already holds the block's
+// namespace digest and key (the server verified them on PUT), so the
+// store path hashes nothing twice.
+func (t *Tier) RememberKeyed(id identity.CacheIdentity, d identity.NamespaceDigest, key identity.BlockKey) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if old, ok := t.mu.tails[key]; ok {

@@ -102,7 +102,9 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(Ad
 	}
 	if tier != nil {
 		if cfg.ColdWriteBehind {
-			scfg.OnStored = func(id identity.CacheIdentity, _ []byte) { tier.Remember(id) }
+			scfg.OnStored = func(id identity.CacheIdentity, d identity.NamespaceDigest, key identity.BlockKey, _ []byte) {
+				tier.RememberKeyed(id, d, key)
+			}
 		}
 		scfg.ColdRefill = func(ctx context.Context, ns identity.Namespace, key identity.BlockKey, dst []byte) (int, bool) {
 			n, res, _ := tier.Refill(ctx, ns, key, dst)

@@ -255,7 +255,7 @@ func (c *conn) putOne(ns identity.NamespaceDigest, pb *wire.PutBlock) (wire.Stat
 	}
 	c.s.store.Commit(res)
 	if h := c.s.cfg.OnStored; h != nil {
-		h(id, c.nsBlob)
+		h(id, ns, identity.BlockKey(pb.Key), c.nsBlob)
 	}
 	return wire.StatusStored, nil
 }

@@ -54,12 +54,13 @@ type Config struct {
 	FillDeadline time.Duration
 	// OnStored, when set, is called on the connection's reader goroutine
 	// after each PUT or FILL_COMMIT block is committed to the hot tier, with
-	// the block's full verified identity (its key is id's key) and the
-	// namespace's canonical encoding; the cold tier's write-behind uses it.
-	// Both alias connection buffers that the next request reuses
-	// (id.Tokens, nsCanonical): the hook must copy what it keeps, and must
-	// not block for long. Nil by default.
-	OnStored func(id identity.CacheIdentity, nsCanonical []byte)
+	// the block's full verified identity, its namespace digest and key
+	// (already computed and checked, so the hook need not hash again), and
+	// the namespace's canonical encoding; the cold tier's write-behind uses
+	// it. id.Tokens and nsCanonical alias connection buffers that the next
+	// request reuses: the hook must copy what it keeps, and must not block
+	// for long. Nil by default.
+	OnStored func(id identity.CacheIdentity, ns identity.NamespaceDigest, key identity.BlockKey, nsCanonical []byte)
 	// ColdRefill, when set, is asked for a block the hot tier misses on
 	// GET: it reads the block (ns, key) from the cold tier into dst and
 	// reports its length, or false for a miss. Concurrent misses on one

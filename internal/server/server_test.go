@@ -534,7 +534,7 @@ func TestPutKeyMustDeriveFromIdentity(t *testing.T) {
 		return slices.Clone(seen)
 	}
 	ts := startServer(t, func(c *Config) {
-		c.OnStored = func(id identity.CacheIdentity, ns []byte) {
+		c.OnStored = func(id identity.CacheIdentity, _ identity.NamespaceDigest, _ identity.BlockKey, ns []byte) {
 			// Copy: id.Tokens and ns alias connection buffers.
 			id.Tokens = append([]uint32(nil), id.Tokens...)
 			k, _ := id.Key()
