@@ -28,11 +28,8 @@ func runBench(ctx context.Context, args []string, std Stdio) error {
 	warmup := fs.Duration("warmup", 0, "unmeasured warm-up per case")
 	hold := fs.String("hold-bytes", "0", "fill the server with this many bytes of blocks first (e.g. 4GiB)")
 	holdBlock := fs.String("hold-block", "1MiB", "block size for --hold-bytes")
-	pos, err := parse(fs, args)
+	err := parseNoArgs(fs, args)
 	if err != nil {
-		return err
-	}
-	if err := noArgs(pos); err != nil {
 		return err
 	}
 	cfg := bench.Config{Addr: common.addr, Tenant: common.tenant, Batch: *batch, Pipeline: *pipeline,

@@ -29,11 +29,8 @@ func runColdDemo(ctx context.Context, args []string, std Stdio) error {
 	fs := newFlagSet("cold-demo", "cold-demo [--dir DIR] [--blocks N]", std.Err)
 	dir := fs.String("dir", "", "directory for the fs store (default: a temporary directory, removed afterwards)")
 	blocks := fs.Int("blocks", 8, "blocks in the pack")
-	pos, err := parse(fs, args)
+	err := parseNoArgs(fs, args)
 	if err != nil {
-		return err
-	}
-	if err := noArgs(pos); err != nil {
 		return err
 	}
 	if *blocks < 2 || *blocks > 1000 {

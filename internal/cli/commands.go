@@ -68,11 +68,7 @@ func runGet(ctx context.Context, args []string, std Stdio) error {
 	fs := newFlagSet("get", "get [flags] (--key-text TEXT | --tokens IDS) [-o FILE]", std.Err)
 	b.register(fs)
 	out := fs.String("o", "-", "write the block to `file` (- for stdout)")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := noArgs(pos); err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return err
 	}
 	ns, key, _, err := b.resolve()
@@ -103,11 +99,7 @@ func runDelete(ctx context.Context, args []string, std Stdio) error {
 	var b blockCmd
 	fs := newFlagSet("delete", "delete [flags] (--key-text TEXT | --tokens IDS)", std.Err)
 	b.register(fs)
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := noArgs(pos); err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return err
 	}
 	ns, key, _, err := b.resolve()
@@ -142,11 +134,7 @@ func runLookup(ctx context.Context, args []string, std Stdio) error {
 	nsf.register(fs, "cli")
 	kf.register(fs)
 	ttl := fs.Duration("lease-ttl", 0, "lease the cached run for this long (0: no lease)")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := noArgs(pos); err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return err
 	}
 	ns, err := nsf.namespace(common.tenant)
@@ -182,11 +170,7 @@ func runStat(ctx context.Context, args []string, std Stdio) error {
 	fs := newFlagSet("stat", "stat [flags]", std.Err)
 	common.register(fs)
 	asJSON := fs.Bool("json", false, "print a JSON object")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := noArgs(pos); err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return err
 	}
 	c, err := common.dial(ctx)
@@ -220,11 +204,7 @@ func runPing(ctx context.Context, args []string, std Stdio) error {
 	fs := newFlagSet("ping", "ping [flags]", std.Err)
 	common.register(fs)
 	count := fs.Int("count", 1, "number of pings")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := noArgs(pos); err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return err
 	}
 	if *count < 1 {

@@ -171,3 +171,13 @@ func noArgs(pos []string) error {
 }
 
 func fmtBytes(n int) string { return fmt.Sprintf("%d bytes", n) }
+
+// parseNoArgs parses flags for a command that takes no positional
+// arguments.
+func parseNoArgs(fs *flag.FlagSet, args []string) error {
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	return noArgs(pos)
+}

@@ -33,11 +33,8 @@ func runShardDemo(ctx context.Context, args []string, std Stdio) error {
 	clients := fs.Int("clients", 8, "concurrent clients per shard")
 	blocks := fs.Int("blocks", 32, "blocks in the chain")
 	size := fs.Int("block-size", 16<<10, "bytes per block")
-	pos, err := parse(fs, args)
+	err := parseNoArgs(fs, args)
 	if err != nil {
-		return err
-	}
-	if err := noArgs(pos); err != nil {
 		return err
 	}
 	if *clients < 1 || *blocks < 2 || *size < 16 || *size > 1<<20 {
