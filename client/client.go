@@ -140,8 +140,16 @@ func (c *Client) ServerName() string {
 	return ""
 }
 
-// Tenant returns the session tenant.
-func (c *Client) Tenant() string { return c.cfg.Tenant }
+// Tenant returns the session tenant: the one the server derived from the
+// credentials, or Config.Tenant.
+func (c *Client) Tenant() string {
+	for _, s := range c.slots {
+		if cn := s.conn.Load(); cn != nil && cn.tenant != "" {
+			return cn.tenant
+		}
+	}
+	return c.cfg.Tenant
+}
 
 // pick returns the least-loaded live connection, starting the scan at a
 // round-robin offset. A slot with no live connection is dialed when every

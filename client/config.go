@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -25,9 +26,19 @@ const (
 type Config struct {
 	// Addr is the server's host:port. Default DefaultAddr (127.0.0.1:9400).
 	Addr string
-	// Tenant is the session tenant sent in HELLO; every namespace used on
-	// this client must carry the same tenant. Default "default".
+	// Tenant is the session tenant; every namespace used on this client
+	// must carry the same tenant. Without credentials (Secret, TLS) it is
+	// sent in HELLO and defaults to "default". With credentials the server
+	// derives the tenant from them: leave Tenant empty to accept it, or set
+	// it to have HELLO refused when the credential belongs to another
+	// tenant. Client.Tenant reports the session tenant.
 	Tenant string
+	// Secret is the tenant's bearer secret, sent in HELLO. It is never
+	// logged. Nil: none.
+	Secret []byte
+	// TLS, when set, wraps every connection in TLS with this config (add a
+	// client certificate for mTLS). ServerName defaults to Addr's host.
+	TLS *tls.Config
 	// Conns is the number of pooled connections. Default 4.
 	Conns int
 	// DialTimeout bounds connecting plus the HELLO exchange. Default 2s.
@@ -73,7 +84,7 @@ func (c *Config) applyDefaults() {
 	if c.Addr == "" {
 		c.Addr = DefaultAddr
 	}
-	if c.Tenant == "" {
+	if c.Tenant == "" && c.Secret == nil && c.TLS == nil {
 		c.Tenant = DefaultTenant
 	}
 	if c.Conns == 0 {
@@ -111,6 +122,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: RequestTimeout %v is negative", ErrInvalid, c.RequestTimeout)
 	case c.MaxInFlight < 1 || c.MaxInFlight > 1<<16:
 		return fmt.Errorf("%w: MaxInFlight %d not in 1..65536", ErrInvalid, c.MaxInFlight)
+	case c.Secret != nil && (len(c.Secret) == 0 || len(c.Secret) > wire.MaxCredentialLen):
+		return fmt.Errorf("%w: Secret is %d bytes, want 1..%d", ErrInvalid, len(c.Secret), wire.MaxCredentialLen)
 	case len(c.Tenant) > wire.MaxStringLen:
 		return fmt.Errorf("%w: Tenant is %d bytes, limit %d", ErrInvalid, len(c.Tenant), wire.MaxStringLen)
 	case len(c.ClientName) > wire.MaxStringLen:

@@ -3,6 +3,9 @@ package client
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gpucache/gpucache/api/wire"
+	"github.com/gpucache/gpucache/internal/security/replay"
 )
 
 const (
@@ -32,11 +36,18 @@ const (
 // conn is one pooled connection: callers write frames under a write lock,
 // and one reader goroutine matches answers to calls by request id.
 type conn struct {
-	nc      net.Conn
-	cfg     *Config
-	limits  wire.Limits // server's HELLO limits, MaxInFlight lowered to ours
-	server  string      // server name from HELLO
-	ctrlMax uint32      // largest answer body accepted, but GET's
+	nc     net.Conn
+	cfg    *Config
+	limits wire.Limits // server's HELLO limits, MaxInFlight lowered to ours
+	server string      // server name from HELLO
+	tenant string      // session tenant
+	// stamp: mutating requests carry a replay stamp (the server asked for
+	// it in HELLO). Nonces are noncePrefix then a counter, unique per
+	// connection; the prefix is random, so connections do not collide.
+	stamp       bool
+	noncePrefix [8]byte
+	nonceSeq    uint64 // guarded by wlock
+	ctrlMax     uint32 // largest answer body accepted, but GET's
 
 	// sem bounds requests in flight: a caller takes a slot before it
 	// registers a call; the reader returns it when it takes the call out of
@@ -80,6 +91,23 @@ func dial(parent context.Context, cfg *Config) (*conn, error) {
 		}
 		return nil, fmt.Errorf("%w: dial %s: %w", ErrUnavailable, cfg.Addr, err)
 	}
+	if cfg.TLS != nil {
+		tc := cfg.TLS.Clone()
+		if tc.ServerName == "" {
+			if host, _, err := net.SplitHostPort(cfg.Addr); err == nil {
+				tc.ServerName = host
+			}
+		}
+		tlsConn := tls.Client(nc, tc)
+		if err := tlsConn.HandshakeContext(ctx); err != nil {
+			nc.Close()
+			if parent.Err() != nil {
+				return nil, ctxError(parent)
+			}
+			return nil, fmt.Errorf("%w: TLS handshake with %s: %w", ErrUnavailable, cfg.Addr, err)
+		}
+		nc = tlsConn
+	}
 	c := &conn{nc: nc, cfg: cfg, br: bufio.NewReaderSize(nc, readBufSize), readerDone: make(chan struct{}),
 		wbuf: make([]byte, 0, 4096)}
 	if err := c.hello(ctx); err != nil {
@@ -106,7 +134,15 @@ func (c *conn) hello(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, func() { c.nc.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	req := wire.HelloRequest{MinVersion: wire.Version1, MaxVersion: wire.Version1, Tenant: c.cfg.Tenant, Client: c.cfg.ClientName}
-	b := make([]byte, wire.HeaderSize, 128)
+	// The auth section goes only with credentials, so a client without
+	// them speaks the HELLO of before to any server.
+	if c.cfg.Secret != nil || c.cfg.TLS != nil {
+		req.HasAuth = true
+		if c.cfg.Secret != nil {
+			req.Auth, req.Credential = wire.AuthBearer, c.cfg.Secret
+		}
+	}
+	b := make([]byte, wire.HeaderSize, 128+len(c.cfg.Secret))
 	b = req.AppendTo(b)
 	wire.Header{Version: wire.Version1, Op: wire.OpHello, RequestID: 1, BodyLen: uint32(len(b) - wire.HeaderSize)}.Encode(b)
 	ioErr := func(err error) error {
@@ -142,7 +178,16 @@ func (c *conn) hello(ctx context.Context) error {
 	if resp.Version != wire.Version1 {
 		return fmt.Errorf("%w: server chose version %d", ErrProtocol, resp.Version)
 	}
-	c.server, c.limits = resp.Server, resp.Limits
+	c.server, c.limits, c.tenant = resp.Server, resp.Limits, c.cfg.Tenant
+	if resp.HasSession {
+		c.tenant, c.stamp = resp.Tenant, resp.Session&wire.SessionStampRequired != 0
+		if c.cfg.Tenant != "" && resp.Tenant != c.cfg.Tenant {
+			return fmt.Errorf("%w: server opened a session for tenant %q, not %q", ErrProtocol, resp.Tenant, c.cfg.Tenant)
+		}
+		if _, err := rand.Read(c.noncePrefix[:]); err != nil {
+			return fmt.Errorf("gpucache/client: nonce: %w", err)
+		}
+	}
 	c.ctrlMax = max(controlBodyMax, 4+c.limits.MaxBatch)
 	def := wire.DefaultLimits()
 	if c.limits.MaxFrame == 0 {
@@ -252,9 +297,19 @@ func (c *conn) start(ctx context.Context, cl *call, f *frame) (inFlight bool, er
 		}
 		return true, nil
 	}
-	b := f.enc(c.wbuf[:wire.HeaderSize])
+	b := c.wbuf[:wire.HeaderSize]
+	var flags wire.Flags
+	if c.stamp && f.op.Mutating() {
+		flags = wire.FlagStamped
+		c.nonceSeq++
+		var nonce [16]byte
+		copy(nonce[:8], c.noncePrefix[:])
+		binary.LittleEndian.PutUint64(nonce[8:], c.nonceSeq)
+		b = replay.NewStamp(time.Now(), nonce).Append(b)
+	}
+	b = f.enc(b)
 	bodyLen := len(b) - wire.HeaderSize + f.payloadLen
-	wire.Header{Version: wire.Version1, Op: f.op, RequestID: id, BodyLen: uint32(bodyLen)}.Encode(b)
+	wire.Header{Version: wire.Version1, Op: f.op, Flags: flags, RequestID: id, BodyLen: uint32(bodyLen)}.Encode(b)
 	deadline, _ := ctx.Deadline()
 	c.nc.SetWriteDeadline(deadline)
 	var n int64

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/identity"
@@ -162,6 +163,16 @@ var (
 	// validate, an empty key list, a bad config.
 	ErrInvalid = errors.New("gpucache/client: invalid argument")
 )
+
+// RetryAfter reports how long the server asked to wait before retrying, for
+// an error that wraps a RATE_LIMITED answer.
+func RetryAfter(err error) (time.Duration, bool) {
+	var we *wire.Error
+	if errors.As(err, &we) && we.Code == wire.CodeRateLimited {
+		return we.RetryAfter, true
+	}
+	return 0, false
+}
 
 // serverError wraps a wire error response.
 func serverError(we *wire.Error) error { return fmt.Errorf("%w: %w", ErrServer, we) }

@@ -42,12 +42,41 @@ func (s Status) String() string {
 	return fmt.Sprintf("STATUS(%d)", uint8(s))
 }
 
+// AuthKind says how a HELLO authenticates.
+type AuthKind uint8
+
+// Authentication kinds.
+const (
+	// AuthNone presents no credential. Servers without authentication (bound
+	// to loopback) accept it; under mTLS the certificate is the credential.
+	AuthNone AuthKind = 0
+	// AuthBearer presents a tenant's bearer secret.
+	AuthBearer AuthKind = 1
+	authMax             = AuthBearer
+)
+
+// MaxCredentialLen bounds a HELLO credential.
+const MaxCredentialLen = 512
+
 // HelloRequest opens a session. It must be the first request.
+//
+// The auth section (Auth, Credential) is an optional trailing extension
+// (ADR 0006): a request without it is a version-1 HELLO of before, and the
+// server answers it without the response extension. A client that sends the
+// section, even AuthNone, gets the extended response.
 type HelloRequest struct {
 	MinVersion uint8
 	MaxVersion uint8
-	Tenant     string
-	Client     string // free-form client name, for logs
+	// Tenant is the tenant the client expects. With authentication the
+	// server derives the tenant from the credential and refuses a HELLO
+	// whose non-empty Tenant differs; without, it is the session tenant
+	// (empty means "default").
+	Tenant string
+	Client string // free-form client name, for logs
+	// HasAuth reports whether the auth section is present.
+	HasAuth    bool
+	Auth       AuthKind
+	Credential []byte // aliases the decoded body; never logged
 }
 
 // HelloResponse carries the negotiated version and the server's limits.
@@ -55,7 +84,21 @@ type HelloResponse struct {
 	Version uint8
 	Server  string
 	Limits  Limits
+	// The extension, sent only in answer to a HELLO with an auth section.
+	HasSession bool
+	Tenant     string       // the session tenant, derived by the server
+	Session    SessionFlags // what the session requires
 }
+
+// SessionFlags tell the client what the session requires.
+type SessionFlags uint8
+
+// Session flags.
+const (
+	// SessionStampRequired: mutating requests must carry FlagStamped.
+	SessionStampRequired SessionFlags = 1 << 0
+	sessionKnown                      = SessionStampRequired
+)
 
 // LookupRequest asks for the leading run of cached keys of a chain.
 type LookupRequest struct {
@@ -280,15 +323,40 @@ func (r *reader) done() error {
 func (m *HelloRequest) AppendTo(b []byte) []byte {
 	b = append(b, m.MinVersion, m.MaxVersion)
 	b = appendString(b, m.Tenant)
-	return appendString(b, m.Client)
+	b = appendString(b, m.Client)
+	if m.HasAuth {
+		b = append(b, byte(m.Auth))
+		b = binary.LittleEndian.AppendUint16(b, uint16(len(m.Credential)))
+		b = append(b, m.Credential...)
+	}
+	return b
 }
 
-// Decode parses m from b.
+// Decode parses m from b. m.Credential aliases b.
 func (m *HelloRequest) Decode(b []byte) error {
 	r := reader{b: b}
 	m.MinVersion, m.MaxVersion = r.u8(), r.u8()
 	m.Tenant = r.str(MaxStringLen)
 	m.Client = r.str(MaxStringLen)
+	m.HasAuth, m.Auth, m.Credential = false, AuthNone, nil
+	if r.err == nil && len(r.b) > 0 {
+		m.HasAuth = true
+		m.Auth = AuthKind(r.u8())
+		n := int(r.u16())
+		if r.err == nil && n > MaxCredentialLen {
+			r.fail("credential of %d bytes exceeds %d", n, MaxCredentialLen)
+		}
+		m.Credential = r.take(n)
+		switch {
+		case r.err != nil:
+		case m.Auth > authMax:
+			r.fail("unknown auth kind %d", m.Auth)
+		case m.Auth == AuthNone && n != 0:
+			r.fail("auth kind NONE with a %d-byte credential", n)
+		case m.Auth == AuthBearer && n == 0:
+			r.fail("auth kind BEARER with an empty credential")
+		}
+	}
 	if r.err == nil && m.MinVersion > m.MaxVersion {
 		r.fail("min version %d > max version %d", m.MinVersion, m.MaxVersion)
 	}
@@ -302,7 +370,12 @@ func (m *HelloResponse) AppendTo(b []byte) []byte {
 	b = binary.LittleEndian.AppendUint32(b, m.Limits.MaxFrame)
 	b = binary.LittleEndian.AppendUint32(b, m.Limits.MaxBatch)
 	b = binary.LittleEndian.AppendUint32(b, m.Limits.MaxInFlight)
-	return binary.LittleEndian.AppendUint32(b, m.Limits.MaxPayload)
+	b = binary.LittleEndian.AppendUint32(b, m.Limits.MaxPayload)
+	if m.HasSession {
+		b = appendString(b, m.Tenant)
+		b = append(b, byte(m.Session))
+	}
+	return b
 }
 
 // Decode parses m from b.
@@ -311,6 +384,18 @@ func (m *HelloResponse) Decode(b []byte) error {
 	m.Version = r.u8()
 	m.Server = r.str(MaxStringLen)
 	m.Limits = Limits{MaxFrame: r.u32(), MaxBatch: r.u32(), MaxInFlight: r.u32(), MaxPayload: r.u32()}
+	m.HasSession, m.Tenant, m.Session = false, "", 0
+	if r.err == nil && len(r.b) > 0 {
+		m.HasSession = true
+		m.Tenant = r.str(MaxStringLen)
+		m.Session = SessionFlags(r.u8())
+		if r.err == nil && m.Tenant == "" {
+			r.fail("session extension without a tenant")
+		}
+		if r.err == nil && m.Session&^sessionKnown != 0 {
+			r.fail("unknown session flags %#x", uint8(m.Session&^sessionKnown))
+		}
+	}
 	return r.done()
 }
 

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/identity"
@@ -110,7 +111,12 @@ func sampleMessages(t testing.TB) []roundTripCase {
 			{Kind: wire.NoticeFailed}, {Kind: wire.NoticeFenced}, {Kind: wire.NoticePending}}}, decWaitResp},
 		{"HelloRequest", &wire.HelloRequest{MinVersion: 1, MaxVersion: 1, Tenant: "acme", Client: "vllm-connector/0.1"}, decHelloReq},
 		{"HelloRequest/range", &wire.HelloRequest{MinVersion: 1, MaxVersion: 3, Tenant: "t", Client: strings.Repeat("c", wire.MaxStringLen)}, decHelloReq},
+		{"HelloRequest", &wire.HelloRequest{MinVersion: 1, MaxVersion: 1, Client: "c", HasAuth: true, Auth: wire.AuthBearer,
+			Credential: []byte("gpc_0123456789abcdef0123456789abcdef")}, decHelloReq},
+		{"HelloRequest", &wire.HelloRequest{MinVersion: 1, MaxVersion: 1, Tenant: "acme", HasAuth: true, Auth: wire.AuthNone, Credential: []byte{}}, decHelloReq},
 		{"HelloResponse", &wire.HelloResponse{Version: 1, Server: "gpucached", Limits: wire.DefaultLimits()}, decHelloResp},
+		{"HelloResponse", &wire.HelloResponse{Version: 1, Server: "gpucached", Limits: wire.DefaultLimits(),
+			HasSession: true, Tenant: "acme", Session: wire.SessionStampRequired}, decHelloResp},
 		{"LookupRequest", &wire.LookupRequest{Namespace: ns, LeaseTTLMillis: 5000, Keys: keys}, decLookupReq},
 		{"LookupResponse", &wire.LookupResponse{Hits: 2, LeaseID: 0xdeadbeef01, LeaseTTLMillis: 5000}, decLookupResp},
 		{"GetRequest", &wire.GetRequest{Namespace: ns, LeaseID: 0xdeadbeef01, Keys: keys}, decGetReq},
@@ -125,6 +131,7 @@ func sampleMessages(t testing.TB) []roundTripCase {
 		{"DeleteRequest", &wire.DeleteRequest{Namespace: ns, Keys: keys}, decDelete},
 		{"StatResponse", &wire.StatResponse{Entries: []wire.StatEntry{{Name: "hits", Value: 1}, {Name: "bytes_cached", Value: math.MaxUint64}}}, decStat},
 		{"Error", &wire.Error{Code: wire.CodeTenantMismatch, Message: "tenant mismatch"}, decError},
+		{"Error", &wire.Error{Code: wire.CodeRateLimited, Message: "over quota", RetryAfter: 250 * time.Millisecond}, decError},
 	}
 }
 
@@ -146,9 +153,14 @@ func TestRoundTrip(t *testing.T) {
 			if pre := tc.msg.AppendTo([]byte("ab")); !bytes.Equal(pre, append([]byte("ab"), b...)) {
 				t.Fatalf("AppendTo does not append")
 			}
-			// Every strict prefix and one trailing byte are rejected.
+			// Every strict prefix and one trailing byte are rejected, except
+			// that a message with an optional trailing extension (HELLO,
+			// error bodies; ADR 0006) decodes without it: such a prefix must
+			// then be the canonical encoding of the shorter message.
 			for n := range len(b) {
-				if _, err := tc.decode(b[:n]); err == nil {
+				if m, err := tc.decode(b[:n]); err == nil && optionalTail[tc.name] && bytes.Equal(m.AppendTo(nil), b[:n]) {
+					continue
+				} else if err == nil {
 					t.Fatalf("prefix of %d/%d bytes decoded", n, len(b))
 				} else {
 					wantCode(t, err, wire.CodeMalformed)
@@ -159,6 +171,9 @@ func TestRoundTrip(t *testing.T) {
 		})
 	}
 }
+
+// optionalTail names the messages with an optional trailing extension.
+var optionalTail = map[string]bool{"HelloRequest": true, "HelloResponse": true, "Error": true}
 
 // TestEmptyMessages round-trips messages with empty lists and strings; they
 // decode to nil or empty slices, so compare re-encoded bytes.

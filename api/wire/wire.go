@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
+	"time"
 )
 
 // Magic is the first four bytes of every frame: "GPUC".
@@ -93,6 +95,17 @@ func (o Opcode) String() string {
 // Known reports whether o is an operation of version 1.
 func (o Opcode) Known() bool { return o >= OpHello && o <= OpMax }
 
+// Mutating reports whether o changes server state: PUT, DELETE, ACQUIRE,
+// FILL_COMMIT and FILL_ABORT. A server with authentication requires these
+// to carry a replay stamp (FlagStamped).
+func (o Opcode) Mutating() bool {
+	switch o {
+	case OpPut, OpDelete, OpAcquire, OpFillCommit, OpFillAbort:
+		return true
+	}
+	return false
+}
+
 // Flags is the frame's flag word.
 type Flags uint16
 
@@ -102,9 +115,20 @@ const (
 	FlagResponse Flags = 1 << 0
 	// FlagError marks a response whose body is an ErrorBody.
 	FlagError Flags = 1 << 1
+	// FlagStamped marks a request whose body starts with a replay stamp
+	// (StampSize bytes: i64 unix nanoseconds, 16-byte nonce) before the
+	// operation's own body. Servers with authentication require it on
+	// mutating requests (Opcode.Mutating); see ADR 0006.
+	FlagStamped Flags = 1 << 2
 	// knownFlags is every flag version 1 defines.
-	knownFlags = FlagResponse | FlagError
+	knownFlags = FlagResponse | FlagError | FlagStamped
+	// requestFlags are the flags a request may carry.
+	requestFlags = FlagStamped
 )
+
+// StampSize is the size of the replay stamp a FlagStamped request body
+// starts with.
+const StampSize = 24
 
 // Header is the fixed 24-byte frame header:
 //
@@ -185,9 +209,9 @@ func DefaultLimits() Limits {
 // Code.Fatal reports whether the connection must close (the body cannot be
 // skipped) or may carry on after skipping the body.
 //
-// Version 1 defines no request flags: FlagResponse and FlagError are set only
-// by the server, and any other bit is unknown, so a request with any flag set
-// is MALFORMED.
+// Version 1 defines one request flag, FlagStamped, whose body must hold at
+// least the stamp. FlagResponse and FlagError are set only by the server, and
+// any other bit is unknown, so a request with another flag set is MALFORMED.
 func (l Limits) CheckRequest(h Header) error {
 	switch {
 	case h.BodyLen > l.MaxFrame:
@@ -196,8 +220,10 @@ func (l Limits) CheckRequest(h Header) error {
 		return Errorf(CodeUnsupportedVersion, "version %d unsupported, this server speaks %d", h.Version, Version1)
 	case h.Flags&^knownFlags != 0:
 		return Errorf(CodeMalformed, "unknown flags %#x", uint16(h.Flags&^knownFlags))
-	case h.Flags != 0:
-		return Errorf(CodeMalformed, "request flags %#x are reserved for responses", uint16(h.Flags))
+	case h.Flags&^requestFlags != 0:
+		return Errorf(CodeMalformed, "request flags %#x are reserved for responses", uint16(h.Flags&^requestFlags))
+	case h.Flags&FlagStamped != 0 && h.BodyLen < StampSize:
+		return Errorf(CodeMalformed, "stamped request body of %d bytes cannot hold the %d-byte stamp", h.BodyLen, StampSize)
 	case !h.Op.Known():
 		return Errorf(CodeUnknownOpcode, "unknown opcode %d", uint8(h.Op))
 	}
@@ -224,6 +250,11 @@ const (
 	CodeShuttingDown       Code = 12 // server is draining
 	CodeInternal           Code = 13 // server bug; connection stays
 	CodeTimeout            Code = 14 // a deadline passed
+	CodeUnauthenticated    Code = 15 // HELLO credential missing, unknown, expired or revoked
+	CodeDenied             Code = 16 // the session tenant lacks the right this operation needs
+	CodeRateLimited        Code = 17 // tenant over its quota; retry after Error.RetryAfter
+	CodeReplay             Code = 18 // stamp missing, outside the window, or nonce reused
+	codeMax                     = CodeReplay
 )
 
 var codeNames = map[Code]string{
@@ -233,7 +264,12 @@ var codeNames = map[Code]string{
 	CodeInvalidIdentity: "INVALID_IDENTITY", CodeTenantMismatch: "TENANT_MISMATCH",
 	CodeHelloRequired: "HELLO_REQUIRED", CodePayloadTooLarge: "PAYLOAD_TOO_LARGE",
 	CodeShuttingDown: "SHUTTING_DOWN", CodeInternal: "INTERNAL", CodeTimeout: "TIMEOUT",
+	CodeUnauthenticated: "UNAUTHENTICATED", CodeDenied: "DENIED", CodeRateLimited: "RATE_LIMITED",
+	CodeReplay: "REPLAY",
 }
+
+// CodeMax is the highest code this version defines.
+const CodeMax = codeMax
 
 func (c Code) String() string {
 	if s, ok := codeNames[c]; ok {
@@ -251,6 +287,9 @@ func (c Code) Fatal() bool { return c == CodeBadMagic || c == CodeFrameTooLarge 
 type Error struct {
 	Code    Code
 	Message string
+	// RetryAfter is how long to wait before retrying; set on RATE_LIMITED.
+	// It travels as an optional trailing u32 of milliseconds (rounded up).
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string { return "gpucache/wire: " + e.Code.String() + ": " + e.Message }
@@ -288,15 +327,28 @@ func (e *Error) AppendTo(b []byte) []byte {
 	if len(msg) > MaxStringLen {
 		msg = msg[:MaxStringLen]
 	}
-	return appendString(b, msg)
+	b = appendString(b, msg)
+	if e.RetryAfter > 0 {
+		ms := (e.RetryAfter + time.Millisecond - 1) / time.Millisecond
+		b = binary.LittleEndian.AppendUint32(b, uint32(min(ms, math.MaxUint32)))
+	}
+	return b
 }
 
-// DecodeError parses an error body. It accepts any code, including codes this
-// version does not define (a newer peer may send them); callers treat an
-// unknown code as non-fatal.
+// DecodeError parses an error body: u16 code, str message, and an optional
+// trailing u32 retry-after in milliseconds. It accepts any code, including
+// codes this version does not define (a newer peer may send them); callers
+// treat an unknown code as non-fatal.
 func DecodeError(b []byte) (*Error, error) {
 	r := reader{b: b}
 	e := &Error{Code: Code(r.u16())}
 	e.Message = r.str(MaxStringLen)
+	if r.err == nil && len(r.b) == 4 {
+		ms := r.u32()
+		if ms == 0 {
+			r.fail("a zero retry-after must be omitted")
+		}
+		e.RetryAfter = time.Duration(ms) * time.Millisecond
+	}
 	return e, r.done()
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/identity"
@@ -137,7 +138,8 @@ func TestCheckRequest(t *testing.T) {
 		{"opcode 255", with(func(h *wire.Header) { h.Op = 255 }), wire.CodeUnknownOpcode, false},
 		{"response flag", with(func(h *wire.Header) { h.Flags = wire.FlagResponse }), wire.CodeMalformed, false},
 		{"error flag", with(func(h *wire.Header) { h.Flags = wire.FlagError }), wire.CodeMalformed, false},
-		{"unknown flag", with(func(h *wire.Header) { h.Flags = 1 << 2 }), wire.CodeMalformed, false},
+		{"unknown flag", with(func(h *wire.Header) { h.Flags = 1 << 3 }), wire.CodeMalformed, false},
+		{"stamped short body", with(func(h *wire.Header) { h.Flags = wire.FlagStamped; h.BodyLen = wire.StampSize - 1 }), wire.CodeMalformed, false},
 		{"high flag", with(func(h *wire.Header) { h.Flags = 1 << 15 }), wire.CodeMalformed, false},
 	}
 	for _, tc := range cases {
@@ -210,6 +212,8 @@ func TestCodes(t *testing.T) {
 		wire.CodeTenantMismatch: "TENANT_MISMATCH", wire.CodeHelloRequired: "HELLO_REQUIRED",
 		wire.CodePayloadTooLarge: "PAYLOAD_TOO_LARGE", wire.CodeShuttingDown: "SHUTTING_DOWN",
 		wire.CodeInternal: "INTERNAL", wire.CodeTimeout: "TIMEOUT",
+		wire.CodeUnauthenticated: "UNAUTHENTICATED", wire.CodeDenied: "DENIED",
+		wire.CodeRateLimited: "RATE_LIMITED", wire.CodeReplay: "REPLAY",
 	}
 	for c := wire.Code(0); c <= 20; c++ {
 		want, known := names[c]
@@ -223,7 +227,7 @@ func TestCodes(t *testing.T) {
 			t.Errorf("%s.Fatal() = %v", c, c.Fatal())
 		}
 	}
-	if len(names) != int(wire.CodeTimeout)+1 {
+	if len(names) != int(wire.CodeMax)+1 {
 		t.Errorf("table covers %d codes", len(names))
 	}
 	for op := wire.Opcode(0); op < 14; op++ {
@@ -265,5 +269,68 @@ func TestErrorBody(t *testing.T) {
 		{5, 0, 0x01, 0x01}} { // 257-byte message
 		_, err := wire.DecodeError(bad)
 		wantCode(t, err, wire.CodeMalformed)
+	}
+}
+
+func TestHelloAuthSection(t *testing.T) {
+	base := (&wire.HelloRequest{MinVersion: 1, MaxVersion: 1, Tenant: "a"}).AppendTo(nil)
+	withAuth := func(kind byte, cred []byte) []byte {
+		b := append(bytes.Clone(base), kind, byte(len(cred)), byte(len(cred)>>8))
+		return append(b, cred...)
+	}
+	for _, tc := range []struct {
+		name string
+		b    []byte
+		ok   bool
+	}{
+		{"none", withAuth(0, nil), true},
+		{"bearer", withAuth(1, []byte("secret")), true},
+		{"bearer at max", withAuth(1, bytes.Repeat([]byte{'s'}, wire.MaxCredentialLen)), true},
+		{"bearer over max", withAuth(1, bytes.Repeat([]byte{'s'}, wire.MaxCredentialLen+1)), false},
+		{"bearer empty", withAuth(1, nil), false},
+		{"none with credential", withAuth(0, []byte("x")), false},
+		{"unknown kind", withAuth(2, []byte("x")), false},
+		{"kind without length", append(bytes.Clone(base), 1), false},
+		{"short credential", withAuth(1, []byte("secret"))[:len(base)+5], false},
+	} {
+		var m wire.HelloRequest
+		err := m.Decode(tc.b)
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: err = %v, want ok=%v", tc.name, err, tc.ok)
+			continue
+		}
+		if err != nil {
+			wantCode(t, err, wire.CodeMalformed)
+			if strings.Contains(err.Error(), "secret") {
+				t.Errorf("%s: error echoes the credential: %v", tc.name, err)
+			}
+		} else if !m.HasAuth {
+			t.Errorf("%s: HasAuth false", tc.name)
+		}
+	}
+	var m wire.HelloRequest
+	if err := m.Decode(base); err != nil || m.HasAuth {
+		t.Fatalf("legacy HELLO: HasAuth=%v err=%v", m.HasAuth, err)
+	}
+}
+
+func TestMutatingOps(t *testing.T) {
+	want := map[wire.Opcode]bool{wire.OpPut: true, wire.OpDelete: true, wire.OpAcquire: true, wire.OpFillCommit: true, wire.OpFillAbort: true}
+	for op := wire.Opcode(0); op <= wire.OpMax+1; op++ {
+		if op.Mutating() != want[op] {
+			t.Errorf("%s.Mutating() = %v", op, op.Mutating())
+		}
+	}
+}
+
+func TestErrorRetryAfter(t *testing.T) {
+	e := &wire.Error{Code: wire.CodeRateLimited, Message: "m", RetryAfter: 1500 * time.Microsecond}
+	got, err := wire.DecodeError(e.AppendTo(nil))
+	if err != nil || got.RetryAfter != 2*time.Millisecond {
+		t.Fatalf("retry-after rounds up to whole ms: got %v err %v", got, err)
+	}
+	zero := append((&wire.Error{Code: wire.CodeRateLimited, Message: "m"}).AppendTo(nil), 0, 0, 0, 0)
+	if _, err := wire.DecodeError(zero); err == nil {
+		t.Fatal("zero trailing retry-after accepted")
 	}
 }

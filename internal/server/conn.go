@@ -15,6 +15,7 @@ import (
 	"github.com/gpucache/gpucache/internal/directory"
 	"github.com/gpucache/gpucache/internal/hot"
 	"github.com/gpucache/gpucache/internal/identity"
+	"github.com/gpucache/gpucache/internal/security/acl"
 )
 
 // readBufSize is the connection's read buffer. It is small because PUT
@@ -60,10 +61,14 @@ type conn struct {
 	// Reader-owned session state.
 	tenant string
 	hello  bool
+	sess   session
 	nsBlob []byte // last namespace blob seen, and what it decoded to
 	nsDig  identity.NamespaceDigest
 	ns     identity.Namespace // nsBlob decoded, for key verification and OnStored
-	body   []byte             // scratch for request bodies
+	// nsRights are the session's rights on ns's model, under the policy of
+	// sess.epoch.
+	nsRights acl.Right
+	body     []byte // scratch for request bodies
 	// Reused request messages; their slices alias body.
 	getReq    wire.GetRequest
 	lookupReq wire.LookupRequest
@@ -216,10 +221,14 @@ func (c *conn) readBody(n uint32) ([]byte, error) {
 	return b, err
 }
 
-// namespace decodes and checks a namespace blob against the session tenant,
-// caching the last one (engines send the same namespace on every request).
-func (c *conn) namespace(blob []byte) (identity.NamespaceDigest, error) {
+// namespace decodes and checks a namespace blob against the session tenant
+// and the rights op needs on its model, caching the last one (engines send
+// the same namespace on every request; a policy reload clears the cache).
+func (c *conn) namespace(op wire.Opcode, blob []byte) (identity.NamespaceDigest, error) {
 	if c.nsBlob != nil && bytes.Equal(blob, c.nsBlob) {
+		if !c.nsRights.Has(need(op)) {
+			return identity.NamespaceDigest{}, c.authorize(op, c.ns.ModelID, need(op))
+		}
 		return c.nsDig, nil
 	}
 	ns, err := identity.DecodeNamespace(blob)
@@ -227,7 +236,15 @@ func (c *conn) namespace(blob []byte) (identity.NamespaceDigest, error) {
 		return identity.NamespaceDigest{}, wire.Errorf(wire.CodeInvalidIdentity, "%v", err)
 	}
 	if ns.Tenant != c.tenant {
+		if !c.s.guard.Policy().Open() {
+			c.sess.counters.denied.Add(1)
+			c.s.stats.denied.Add(1)
+			c.s.guard.Audit().Denied(c.tenant, ns.ModelID, "tenant:"+ns.Tenant, op.String())
+		}
 		return identity.NamespaceDigest{}, wire.Errorf(wire.CodeTenantMismatch, "namespace tenant %q is not the session tenant %q", ns.Tenant, c.tenant)
+	}
+	if err := c.authorize(op, ns.ModelID, need(op)); err != nil {
+		return identity.NamespaceDigest{}, err
 	}
 	d, err := ns.Digest()
 	if err != nil {
@@ -235,6 +252,7 @@ func (c *conn) namespace(blob []byte) (identity.NamespaceDigest, error) {
 	}
 	c.nsBlob = append(c.nsBlob[:0], blob...)
 	c.nsDig, c.ns = d, ns
+	c.nsRights = c.s.guard.Policy().Rights(c.tenant, ns.ModelID)
 	return d, nil
 }
 

@@ -40,7 +40,7 @@ func (c *conn) handleAcquire(h wire.Header, body []byte) error {
 	if err := req.Decode(body, c.s.cfg.Limits.MaxBatch); err != nil {
 		return err
 	}
-	ns, err := c.namespace(req.Namespace)
+	ns, err := c.namespace(h.Op, req.Namespace)
 	if err != nil {
 		return err
 	}
@@ -135,7 +135,10 @@ func (c *conn) handleFillCommit(h wire.Header) error {
 	}
 	var ns identity.NamespaceDigest
 	if derr == nil {
-		ns, derr = c.namespace(req.Namespace)
+		ns, derr = c.namespace(h.Op, req.Namespace)
+	}
+	if derr == nil {
+		derr = c.allowBytes(total)
 	}
 	if derr != nil {
 		return c.skipThenError(h, rest, derr)
@@ -220,7 +223,7 @@ func (c *conn) handleFillAbort(h wire.Header, body []byte) error {
 	if err := req.Decode(body, c.s.cfg.Limits.MaxBatch); err != nil {
 		return err
 	}
-	if _, err := c.namespace(req.Namespace); err != nil {
+	if _, err := c.namespace(h.Op, req.Namespace); err != nil {
 		return err
 	}
 	resp := wire.StatusResponse{Statuses: make([]wire.Status, len(req.Tokens))}
@@ -247,7 +250,7 @@ func (c *conn) handleWait(h wire.Header, body []byte) error {
 	if err := req.Decode(body, c.s.cfg.Limits.MaxBatch); err != nil {
 		return err
 	}
-	if _, err := c.namespace(req.Namespace); err != nil {
+	if _, err := c.namespace(h.Op, req.Namespace); err != nil {
 		return err
 	}
 	timeout := min(time.Duration(req.TimeoutMillis)*time.Millisecond, maxWait)

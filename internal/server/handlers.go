@@ -3,12 +3,14 @@ package server
 import (
 	"encoding/binary"
 	"errors"
+	"io"
 	"time"
 	"unsafe"
 
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/hot"
 	"github.com/gpucache/gpucache/internal/identity"
+	"github.com/gpucache/gpucache/internal/security/replay"
 )
 
 // controlBodyMax bounds the body of every request but PUT.
@@ -20,13 +22,33 @@ func (c *conn) controlBodyMax() uint32 {
 // in-flight slot is taken. It returns an error only when the stream broke.
 func (c *conn) handle(h wire.Header) error {
 	c.s.stats.requests[h.Op].Add(1)
+	var stamp *replay.Stamp
+	if h.Flags&wire.FlagStamped != 0 {
+		// CheckRequest made sure the body holds the stamp.
+		var sb [wire.StampSize]byte
+		if _, err := io.ReadFull(c.br, sb[:]); err != nil {
+			c.release()
+			return err
+		}
+		h.BodyLen -= wire.StampSize
+		st, err := replay.ParseStamp(sb[:])
+		if err != nil {
+			return c.skipThenError(h, int64(h.BodyLen), wire.Errorf(wire.CodeMalformed, "%v", err))
+		}
+		stamp = &st
+	}
+	if h.Op != wire.OpHello && h.Op != wire.OpPing {
+		if !c.hello {
+			return c.skipThenError(h, int64(h.BodyLen), wire.Errorf(wire.CodeHelloRequired, "%s before HELLO", h.Op))
+		}
+		if err := c.admit(h.Op, stamp); err != nil {
+			return c.skipThenError(h, int64(h.BodyLen), err)
+		}
+	}
 	switch h.Op {
 	case wire.OpPut:
 		return c.handlePut(h)
 	case wire.OpFillCommit:
-		if !c.hello {
-			return c.skipThenError(h, int64(h.BodyLen), wire.Errorf(wire.CodeHelloRequired, "%s before HELLO", h.Op))
-		}
 		return c.handleFillCommit(h)
 	}
 	if h.BodyLen > c.controlBodyMax() {
@@ -42,13 +64,13 @@ func (c *conn) handle(h wire.Header) error {
 		c.release()
 		return err
 	}
-	if !c.hello && h.Op != wire.OpHello && h.Op != wire.OpPing {
-		c.sendError(h, wire.Errorf(wire.CodeHelloRequired, "%s before HELLO", h.Op))
-		return nil
-	}
 	switch h.Op {
 	case wire.OpHello:
-		err = c.handleHello(h, body)
+		var closeConn bool
+		if closeConn, err = c.handleHello(h, body); closeConn {
+			c.sendError(h, err)
+			return errTooManyAuthFailures
+		}
 	case wire.OpLookup:
 		err = c.handleLookup(h, body)
 	case wire.OpGet:
@@ -72,24 +94,45 @@ func (c *conn) handle(h wire.Header) error {
 	return nil
 }
 
-func (c *conn) handleHello(h wire.Header, body []byte) error {
+// errTooManyAuthFailures closes a connection after maxAuthFailures failed
+// HELLOs.
+var errTooManyAuthFailures = errors.New("gpucache/server: too many failed HELLOs; connection closed")
+
+// handleHello authenticates the session. The tenant comes from the
+// credential (or, in open mode, from HELLO); a connection cannot change
+// tenant. It reports whether the connection must close.
+func (c *conn) handleHello(h wire.Header, body []byte) (closeConn bool, err error) {
 	var req wire.HelloRequest
 	if err := req.Decode(body); err != nil {
-		return err
+		return false, err
 	}
 	if req.MinVersion > wire.Version1 || req.MaxVersion < wire.Version1 {
-		return wire.Errorf(wire.CodeUnsupportedVersion, "client speaks versions %d..%d, server speaks %d", req.MinVersion, req.MaxVersion, wire.Version1)
+		return false, wire.Errorf(wire.CodeUnsupportedVersion, "client speaks versions %d..%d, server speaks %d", req.MinVersion, req.MaxVersion, wire.Version1)
 	}
-	if req.Tenant == "" {
-		return wire.Errorf(wire.CodeMalformed, "HELLO without a tenant")
+	if !req.HasAuth && req.Tenant == "" {
+		return false, wire.Errorf(wire.CodeMalformed, "HELLO without a tenant")
 	}
-	if c.hello && req.Tenant != c.tenant {
-		return wire.Errorf(wire.CodeTenantMismatch, "session tenant is %q; a connection cannot change tenant", c.tenant)
+	s, err := c.helloSession(&req)
+	if err != nil {
+		we, closeConn := c.authFailed(&req, err)
+		return closeConn, we
 	}
-	c.hello, c.tenant = true, req.Tenant
+	if c.hello && s.Tenant != c.tenant {
+		return false, wire.Errorf(wire.CodeTenantMismatch, "session tenant is %q; a connection cannot change tenant", c.tenant)
+	}
+	c.hello, c.tenant = true, s.Tenant
+	c.sess.Session, c.sess.epoch, c.sess.authFails = s, c.s.guard.Epoch(), 0
+	c.sess.counters = c.s.tenants.get(s.Tenant)
+	c.nsBlob = nil
 	resp := wire.HelloResponse{Version: wire.Version1, Server: c.s.cfg.Name, Limits: c.s.cfg.Limits}
+	if req.HasAuth {
+		resp.HasSession, resp.Tenant = true, s.Tenant
+		if !c.s.guard.Policy().Open() {
+			resp.Session |= wire.SessionStampRequired
+		}
+	}
 	c.reply(h, &resp)
-	return nil
+	return false, nil
 }
 
 func (c *conn) handleLookup(h wire.Header, body []byte) error {
@@ -97,7 +140,7 @@ func (c *conn) handleLookup(h wire.Header, body []byte) error {
 	if err := req.Decode(body, c.s.cfg.Limits.MaxBatch); err != nil {
 		return err
 	}
-	ns, err := c.namespace(req.Namespace)
+	ns, err := c.namespace(h.Op, req.Namespace)
 	if err != nil {
 		return err
 	}
@@ -117,7 +160,7 @@ func (c *conn) handleGet(h wire.Header, body []byte) error {
 	if err := req.Decode(body, c.s.cfg.Limits.MaxBatch); err != nil {
 		return err
 	}
-	ns, err := c.namespace(req.Namespace)
+	ns, err := c.namespace(h.Op, req.Namespace)
 	if err != nil {
 		return err
 	}
@@ -154,6 +197,10 @@ func (c *conn) handleGet(h wire.Header, body []byte) error {
 	}
 	c.s.stats.blocksHit.Add(hits)
 	c.s.stats.blocksMiss.Add(uint64(len(req.Keys)) - hits)
+	c.sess.counters.blocksHit.Add(hits)
+	c.sess.counters.blocksMiss.Add(uint64(len(req.Keys)) - hits)
+	c.sess.counters.bytesOut.Add(payload)
+	c.chargeBytes(payload)
 	r.finish(h, 0, payload)
 	for _, v := range r.views {
 		r.bufs = append(r.bufs, v.Bytes)
@@ -175,12 +222,12 @@ func (c *conn) handlePut(h wire.Header) error {
 	if err == nil {
 		err = wire.CheckPayload(total, h.BodyLen, uint32(len(table)))
 	}
-	if err == nil && !c.hello {
-		err = wire.Errorf(wire.CodeHelloRequired, "PUT before HELLO")
-	}
 	var ns identity.NamespaceDigest
 	if err == nil {
-		ns, err = c.namespace(req.Namespace)
+		ns, err = c.namespace(h.Op, req.Namespace)
+	}
+	if err == nil {
+		err = c.allowBytes(total)
 	}
 	if err != nil {
 		return c.skipThenError(h, rest, err)
@@ -204,6 +251,7 @@ func (c *conn) handlePut(h wire.Header) error {
 		}
 	}
 	c.s.stats.bytesIn.Add(stored)
+	c.sess.counters.bytesIn.Add(stored)
 	r.meta = resp.AppendTo(r.meta)
 	r.finish(h, 0, 0)
 	c.send(r)
@@ -280,7 +328,7 @@ func (c *conn) handleDelete(h wire.Header, body []byte) error {
 	if err := req.Decode(body, c.s.cfg.Limits.MaxBatch); err != nil {
 		return err
 	}
-	ns, err := c.namespace(req.Namespace)
+	ns, err := c.namespace(h.Op, req.Namespace)
 	if err != nil {
 		return err
 	}
@@ -304,7 +352,12 @@ func (c *conn) handleStat(h wire.Header, body []byte) error {
 	if len(body) != 0 {
 		return wire.Errorf(wire.CodeMalformed, "STAT takes no body")
 	}
-	resp := wire.StatResponse{Entries: c.s.Stats()}
+	// Server-wide counters reveal other tenants' traffic: only an admin
+	// (or open mode) sees them; anyone else sees their own tenant's.
+	resp := wire.StatResponse{Entries: c.sess.counters.entries()}
+	if c.s.guard.Policy().IsAdmin(c.tenant) {
+		resp.Entries = c.s.Stats()
+	}
 	c.reply(h, &resp)
 	return nil
 }

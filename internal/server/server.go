@@ -14,6 +14,7 @@ import (
 	"github.com/gpucache/gpucache/internal/directory"
 	"github.com/gpucache/gpucache/internal/hot"
 	"github.com/gpucache/gpucache/internal/identity"
+	"github.com/gpucache/gpucache/internal/security"
 )
 
 // Sentinel errors.
@@ -66,6 +67,11 @@ type Config struct {
 	// reports its length, or false for a miss. Concurrent misses on one
 	// block share one refill through the directory.
 	ColdRefill func(ctx context.Context, ns identity.Namespace, key identity.BlockKey, dst []byte) (int, bool)
+	// Guard authenticates sessions and authorises every request: ACL,
+	// rate limits and replay stamps. Nil is open mode: the tenant is what
+	// HELLO names, everything is allowed, nothing is limited (loopback
+	// deployments only; the daemon enforces that).
+	Guard *security.Guard
 	// Hooks are test hooks; nil in production.
 	Hooks *Hooks
 }
@@ -122,16 +128,21 @@ func (c Config) withDefaults() (Config, error) {
 	if c.FillDeadline <= 0 {
 		c.FillDeadline = 10 * time.Second
 	}
+	if c.Guard == nil {
+		c.Guard = openGuard
+	}
 	return c, nil
 }
 
 // Server serves the wire protocol from a hot store. Create it with New, run
 // it with Serve, stop it with Shutdown.
 type Server struct {
-	cfg   Config
-	store *hot.Store
-	log   *slog.Logger
-	stats counters
+	cfg     Config
+	store   *hot.Store
+	guard   *security.Guard
+	tenants tenantTable
+	log     *slog.Logger
+	stats   counters
 
 	mu struct {
 		sync.Mutex
@@ -157,7 +168,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, store: cfg.Store, log: cfg.Logger, done: make(chan struct{}), dir: cfg.Directory,
+	s := &Server{cfg: cfg, store: cfg.Store, guard: cfg.Guard, log: cfg.Logger, done: make(chan struct{}), dir: cfg.Directory,
 		expireKick: make(chan struct{}, 1)}
 	if s.dir == nil {
 		d, err := directory.New(directory.Config{Shard: cfg.Shard, FillDeadline: cfg.FillDeadline})
@@ -314,7 +325,7 @@ type counters struct {
 	connsRejected atomic.Uint64
 	connsOpen     atomic.Int64
 	requests      [wire.OpMax + 1]atomic.Uint64
-	errors        [wire.CodeTimeout + 1]atomic.Uint64
+	errors        [wire.CodeMax + 1]atomic.Uint64
 	bytesIn       atomic.Uint64 // payload bytes stored by PUT
 	bytesOut      atomic.Uint64 // payload bytes served by GET
 	blocksHit     atomic.Uint64
@@ -322,4 +333,8 @@ type counters struct {
 	coldHits      atomic.Uint64 // hot misses refilled from the cold tier
 	coldMisses    atomic.Uint64 // hot misses the cold tier did not have
 	keyMismatch   atomic.Uint64 // PUT and FILL_COMMIT blocks refused KEY_MISMATCH
+	authFailures  atomic.Uint64 // failed HELLOs
+	denied        atomic.Uint64 // requests the ACL refused
+	rateLimited   atomic.Uint64 // requests refused RATE_LIMITED
+	replays       atomic.Uint64 // stamps refused by the replay window
 }

@@ -86,6 +86,10 @@ func (s *Server) Stats() []wire.StatEntry {
 		{Name: "cold_refill_hits", Value: s.stats.coldHits.Load()},
 		{Name: "cold_refill_misses", Value: s.stats.coldMisses.Load()},
 		{Name: "key_mismatches", Value: s.stats.keyMismatch.Load()},
+		{Name: "auth_failures", Value: s.stats.authFailures.Load()},
+		{Name: "acl_denied", Value: s.stats.denied.Load()},
+		{Name: "rate_limited", Value: s.stats.rateLimited.Load()},
+		{Name: "replays_rejected", Value: s.stats.replays.Load()},
 		{Name: "hot_hits", Value: st.Hits},
 		{Name: "hot_misses", Value: st.Misses},
 		{Name: "hot_identity_mismatches", Value: st.IdentityMismatches},
@@ -121,7 +125,7 @@ func (s *Server) Stats() []wire.StatEntry {
 	for op := wire.OpHello; op <= wire.OpMax; op++ {
 		e = append(e, wire.StatEntry{Name: "requests_" + lower(op.String()), Value: s.stats.requests[op].Load()})
 	}
-	for code := wire.CodeBadMagic; code <= wire.CodeTimeout; code++ {
+	for code := wire.CodeBadMagic; code <= wire.CodeMax; code++ {
 		e = append(e, wire.StatEntry{Name: "errors_" + lower(code.String()), Value: s.stats.errors[code].Load()})
 	}
 	rt := ReadRuntime()

@@ -168,6 +168,27 @@ func (l *Limiter) Allow(tenant string, ops int, bytes int64) (ok bool, retryAfte
 	return true, 0
 }
 
+// Charge takes ops and bytes from tenant's buckets unconditionally, going
+// into debt if need be: for costs known only after a request is admitted,
+// such as the bytes a GET served. A bucket in debt refuses every request
+// that costs anything in that dimension until it has refilled.
+func (l *Limiter) Charge(tenant string, ops int, bytes int64) {
+	if ops <= 0 && bytes <= 0 {
+		return
+	}
+	b := l.bucketFor(tenant)
+	now := l.now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if el := now.Sub(b.last); el > 0 {
+		b.ops.refill(el)
+		b.bytes.refill(el)
+		b.last = now
+	}
+	b.ops.take(float64(max(ops, 0)))
+	b.bytes.take(float64(max(bytes, 0)))
+}
+
 // Take is Allow returning nil or a *LimitedError.
 func (l *Limiter) Take(tenant string, ops int, bytes int64) error {
 	if ok, d := l.Allow(tenant, ops, bytes); !ok {

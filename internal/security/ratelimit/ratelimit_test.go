@@ -350,3 +350,26 @@ func BenchmarkAllowParallelDynamic(b *testing.B) {
 		}
 	})
 }
+
+func TestChargeGoesIntoDebt(t *testing.T) {
+	now := time.Unix(1000, 0)
+	l, err := New(Config{Default: Limit{BytesPerSec: 100, BytesBurst: 100}, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := l.Allow("a", 1, 1); !ok {
+		t.Fatal("first request refused")
+	}
+	l.Charge("a", 0, 299) // served 300 bytes in all: 200 in debt
+	ok, wait := l.Allow("a", 1, 1)
+	if ok || wait < 2010*time.Millisecond || wait > 2011*time.Millisecond {
+		t.Fatalf("in debt: ok=%v wait=%v, want refused for 2.01s", ok, wait)
+	}
+	now = now.Add(wait)
+	if ok, _ := l.Allow("a", 1, 1); !ok {
+		t.Fatal("refused after the debt was repaid")
+	}
+	if ok, _ := l.Allow("b", 1, 1); !ok {
+		t.Fatal("another tenant is charged for a's debt")
+	}
+}

@@ -1,0 +1,199 @@
+package auth
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Errors. ErrUnauthenticated wraps every authentication failure; its
+// reasons are the other sentinels.
+var (
+	ErrUnauthenticated = errors.New("gpucache/auth: unauthenticated")
+	ErrUnknown         = errors.New("unknown credential")
+	ErrExpired         = errors.New("credential expired")
+	ErrNoCredential    = errors.New("no credential presented")
+	ErrConfig          = errors.New("gpucache/auth: invalid tenant config")
+)
+
+// MinSecretLen is the shortest bearer secret accepted, in bytes.
+const MinSecretLen = 16
+
+// Method says how a session authenticated.
+type Method string
+
+// Methods.
+const (
+	MethodNone   Method = "none" // open mode (loopback only)
+	MethodBearer Method = "bearer"
+	MethodMTLS   Method = "mtls"
+)
+
+// Credential is one bearer secret of a tenant.
+type Credential struct {
+	// ID names the secret in audit events and logs; it is not secret.
+	ID string
+	// Secret is the bearer secret itself, at least MinSecretLen bytes.
+	Secret []byte
+	// NotAfter, when set, is when the secret stops authenticating (and
+	// sessions opened with it end).
+	NotAfter time.Time
+}
+
+// Tenant is one tenant's credentials.
+type Tenant struct {
+	Name    string
+	Secrets []Credential
+	// CertNames are client-certificate names (subject CN, DNS or URI SAN)
+	// that authenticate as this tenant under mTLS.
+	CertNames []string
+}
+
+// Session is what authentication established.
+type Session struct {
+	Tenant   string
+	Method   Method
+	CredID   string    // the secret's id, or the certificate name that matched
+	NotAfter time.Time // zero: no expiry
+}
+
+type secretEntry struct {
+	digest   [sha256.Size]byte
+	tenant   string
+	id       string
+	notAfter time.Time
+}
+
+// Table is an immutable set of tenants and their credentials.
+type Table struct {
+	secrets map[[sha256.Size]byte]secretEntry
+	certs   map[string]string // certificate name -> tenant
+	tenants []string
+}
+
+// NewTable validates tenants and builds a Table. Tenant names must be
+// unique, non-empty, at most 256 bytes and free of ':', '=' and whitespace
+// (they appear in ACL rules); secret ids must be unique per tenant; a secret
+// or certificate name may belong to one tenant only.
+func NewTable(tenants []Tenant) (*Table, error) {
+	t := &Table{secrets: make(map[[sha256.Size]byte]secretEntry), certs: make(map[string]string)}
+	seen := make(map[string]bool)
+	for i, tn := range tenants {
+		switch {
+		case tn.Name == "":
+			return nil, fmt.Errorf("%w: tenant %d has no name", ErrConfig, i)
+		case len(tn.Name) > 256:
+			return nil, fmt.Errorf("%w: tenant name %.32q… longer than 256 bytes", ErrConfig, tn.Name)
+		case strings.ContainsAny(tn.Name, ":= \t\r\n"):
+			return nil, fmt.Errorf("%w: tenant name %q contains ':', '=' or whitespace", ErrConfig, tn.Name)
+		case seen[tn.Name]:
+			return nil, fmt.Errorf("%w: tenant %q defined twice", ErrConfig, tn.Name)
+		case len(tn.Secrets) == 0 && len(tn.CertNames) == 0:
+			return nil, fmt.Errorf("%w: tenant %q has neither secrets nor cert_names, so nothing can authenticate as it", ErrConfig, tn.Name)
+		}
+		seen[tn.Name] = true
+		t.tenants = append(t.tenants, tn.Name)
+		ids := make(map[string]bool)
+		for j, c := range tn.Secrets {
+			switch {
+			case c.ID == "":
+				return nil, fmt.Errorf("%w: tenant %q secret %d has no id", ErrConfig, tn.Name, j)
+			case ids[c.ID]:
+				return nil, fmt.Errorf("%w: tenant %q has two secrets with id %q", ErrConfig, tn.Name, c.ID)
+			case len(c.Secret) < MinSecretLen:
+				return nil, fmt.Errorf("%w: tenant %q secret %q is %d bytes; use at least %d random bytes (e.g. openssl rand -hex 32)",
+					ErrConfig, tn.Name, c.ID, len(c.Secret), MinSecretLen)
+			}
+			ids[c.ID] = true
+			d := sha256.Sum256(c.Secret)
+			if _, dup := t.secrets[d]; dup {
+				return nil, fmt.Errorf("%w: tenant %q secret %q is also another credential's secret", ErrConfig, tn.Name, c.ID)
+			}
+			t.secrets[d] = secretEntry{digest: d, tenant: tn.Name, id: c.ID, notAfter: c.NotAfter}
+		}
+		for _, n := range tn.CertNames {
+			if n == "" {
+				return nil, fmt.Errorf("%w: tenant %q has an empty cert name", ErrConfig, tn.Name)
+			}
+			if o, dup := t.certs[n]; dup {
+				return nil, fmt.Errorf("%w: cert name %q belongs to tenants %q and %q", ErrConfig, n, o, tn.Name)
+			}
+			t.certs[n] = tn.Name
+		}
+	}
+	return t, nil
+}
+
+// Tenants returns the tenant names in config order.
+func (t *Table) Tenants() []string { return append([]string(nil), t.tenants...) }
+
+// Bearer authenticates a bearer secret at now.
+func (t *Table) Bearer(secret []byte, now time.Time) (Session, error) {
+	if len(secret) == 0 {
+		return Session{}, fmt.Errorf("%w: %w", ErrUnauthenticated, ErrNoCredential)
+	}
+	d := sha256.Sum256(secret)
+	e, ok := t.secrets[d]
+	// The map is keyed by a digest the caller cannot steer; compare the
+	// stored digest in constant time all the same.
+	if !ok || subtle.ConstantTimeCompare(e.digest[:], d[:]) != 1 {
+		return Session{}, fmt.Errorf("%w: %w", ErrUnauthenticated, ErrUnknown)
+	}
+	if !e.notAfter.IsZero() && !now.Before(e.notAfter) {
+		return Session{}, fmt.Errorf("%w: %w (secret %q of tenant %q)", ErrUnauthenticated, ErrExpired, e.id, e.tenant)
+	}
+	return Session{Tenant: e.tenant, Method: MethodBearer, CredID: e.id, NotAfter: e.notAfter}, nil
+}
+
+// Cert authenticates the names of a verified client certificate: the first
+// name that belongs to a tenant decides.
+func (t *Table) Cert(names []string) (Session, error) {
+	if len(names) == 0 {
+		return Session{}, fmt.Errorf("%w: %w", ErrUnauthenticated, ErrNoCredential)
+	}
+	for _, n := range names {
+		if tn, ok := t.certs[n]; ok {
+			return Session{Tenant: tn, Method: MethodMTLS, CredID: n}, nil
+		}
+	}
+	return Session{}, fmt.Errorf("%w: %w (certificate names match no tenant)", ErrUnauthenticated, ErrUnknown)
+}
+
+// Still reports whether s remains valid under t at now: its credential is
+// still configured for the same tenant and has not expired. Sessions are
+// re-checked this way after every reload, so revoking a secret ends the
+// sessions opened with it.
+func (t *Table) Still(s Session, now time.Time) error {
+	switch s.Method {
+	case MethodBearer:
+		for _, e := range t.secrets {
+			if e.tenant == s.Tenant && e.id == s.CredID {
+				if !e.notAfter.IsZero() && !now.Before(e.notAfter) {
+					return fmt.Errorf("%w: %w (secret %q of tenant %q)", ErrUnauthenticated, ErrExpired, e.id, e.tenant)
+				}
+				return nil
+			}
+		}
+	case MethodMTLS:
+		if t.certs[s.CredID] == s.Tenant {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: credential %q of tenant %q was revoked", ErrUnauthenticated, s.CredID, s.Tenant)
+}
+
+// Reason returns a short audit code for an authentication error.
+func Reason(err error) string {
+	switch {
+	case errors.Is(err, ErrExpired):
+		return "expired_credential"
+	case errors.Is(err, ErrNoCredential):
+		return "no_credential"
+	case errors.Is(err, ErrUnknown):
+		return "unknown_credential"
+	}
+	return "revoked_credential"
+}
