@@ -142,7 +142,8 @@ func (c *conn) admit(op wire.Opcode, stamp *replay.Stamp) error {
 		}
 		c.sess.epoch = ep
 		c.nsBlob = nil // rights may have changed: check the namespace again
-	} else if !c.sess.NotAfter.IsZero() && !g.Now().Before(c.sess.NotAfter) {
+	}
+	if !c.sess.NotAfter.IsZero() && !g.Now().Before(c.sess.NotAfter) {
 		return c.endSession(fmt.Errorf("%w: %w", auth.ErrUnauthenticated, auth.ErrExpired))
 	}
 	c.sess.counters.requests.Add(1)
@@ -176,9 +177,11 @@ func (c *conn) recheck(p *security.Policy) error {
 	case c.sess.Method == auth.MethodNone:
 		return c.endSession(fmt.Errorf("%w: the server now requires authentication", auth.ErrUnauthenticated))
 	}
-	if err := p.Auth.Still(c.sess.Session, c.s.guard.Now()); err != nil {
+	notAfter, err := p.Auth.Still(c.sess.Session, c.s.guard.Now())
+	if err != nil {
 		return c.endSession(err)
 	}
+	c.sess.NotAfter = notAfter
 	return nil
 }
 

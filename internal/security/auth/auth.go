@@ -165,24 +165,25 @@ func (t *Table) Cert(names []string) (Session, error) {
 // Still reports whether s remains valid under t at now: its credential is
 // still configured for the same tenant and has not expired. Sessions are
 // re-checked this way after every reload, so revoking a secret ends the
-// sessions opened with it.
-func (t *Table) Still(s Session, now time.Time) error {
+// sessions opened with it. It returns the credential's current expiry,
+// which a reload may have set or moved.
+func (t *Table) Still(s Session, now time.Time) (notAfter time.Time, err error) {
 	switch s.Method {
 	case MethodBearer:
 		for _, e := range t.secrets {
 			if e.tenant == s.Tenant && e.id == s.CredID {
 				if !e.notAfter.IsZero() && !now.Before(e.notAfter) {
-					return fmt.Errorf("%w: %w (secret %q of tenant %q)", ErrUnauthenticated, ErrExpired, e.id, e.tenant)
+					return e.notAfter, fmt.Errorf("%w: %w (secret %q of tenant %q)", ErrUnauthenticated, ErrExpired, e.id, e.tenant)
 				}
-				return nil
+				return e.notAfter, nil
 			}
 		}
 	case MethodMTLS:
 		if t.certs[s.CredID] == s.Tenant {
-			return nil
+			return time.Time{}, nil
 		}
 	}
-	return fmt.Errorf("%w: credential %q of tenant %q was revoked", ErrUnauthenticated, s.CredID, s.Tenant)
+	return time.Time{}, fmt.Errorf("%w: credential %q of tenant %q was revoked", ErrUnauthenticated, s.CredID, s.Tenant)
 }
 
 // Reason returns a short audit code for an authentication error.
