@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"errors"
 	"net/http"
 	"net/http/pprof"
 	"strings"
@@ -49,7 +50,17 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 type Handler struct {
 	mux   *http.ServeMux
 	ready atomic.Bool
+	authz atomic.Pointer[Authorizer]
 }
+
+// Authorizer decides whether a request to a protected endpoint (pprof and
+// everything under /admin/) comes from an admin. It returns who the actor
+// is, or an error that is answered 401 (no or bad credential) or 403 (not
+// an admin). Without one, protected endpoints answer 403.
+type Authorizer func(r *http.Request) (actor string, err error)
+
+// ErrForbidden marks an Authorizer error as "authenticated, not an admin".
+var ErrForbidden = errors.New("admin role required")
 
 // New builds the admin handler. Readiness starts false; call SetReady.
 func New(stats StatsFunc) *Handler {
@@ -71,12 +82,53 @@ func New(stats StatsFunc) *Handler {
 		}
 		w.Write([]byte("ready\n"))
 	})
-	h.mux.HandleFunc("/debug/pprof/", pprof.Index)
-	h.mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	h.mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	h.mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	h.mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	h.mux.Handle("/debug/pprof/", h.protect(http.HandlerFunc(pprof.Index)))
+	h.mux.Handle("/debug/pprof/cmdline", h.protect(http.HandlerFunc(pprof.Cmdline)))
+	h.mux.Handle("/debug/pprof/profile", h.protect(http.HandlerFunc(pprof.Profile)))
+	h.mux.Handle("/debug/pprof/symbol", h.protect(http.HandlerFunc(pprof.Symbol)))
+	h.mux.Handle("/debug/pprof/trace", h.protect(http.HandlerFunc(pprof.Trace)))
 	return h
+}
+
+// SetAuthorizer installs the check protected endpoints run.
+func (h *Handler) SetAuthorizer(a Authorizer) { h.authz.Store(&a) }
+
+// HandleAdmin registers a state-changing endpoint under /admin/ that only
+// answers POST from an admin; fn gets the actor's name.
+func (h *Handler) HandleAdmin(path string, fn func(w http.ResponseWriter, r *http.Request, actor string)) {
+	h.mux.Handle("/admin/"+path, h.protectActor(func(w http.ResponseWriter, r *http.Request, actor string) {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			http.Error(w, "use POST\n", http.StatusMethodNotAllowed)
+			return
+		}
+		fn(w, r, actor)
+	}))
+}
+
+func (h *Handler) protect(next http.Handler) http.Handler {
+	return h.protectActor(func(w http.ResponseWriter, r *http.Request, _ string) { next.ServeHTTP(w, r) })
+}
+
+func (h *Handler) protectActor(fn func(w http.ResponseWriter, r *http.Request, actor string)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a := h.authz.Load()
+		if a == nil {
+			http.Error(w, "admin endpoints are not configured\n", http.StatusForbidden)
+			return
+		}
+		actor, err := (*a)(r)
+		switch {
+		case errors.Is(err, ErrForbidden):
+			http.Error(w, err.Error()+"\n", http.StatusForbidden)
+			return
+		case err != nil:
+			w.Header().Set("WWW-Authenticate", `Bearer realm="gpucached"`)
+			http.Error(w, err.Error()+"\n", http.StatusUnauthorized)
+			return
+		}
+		fn(w, r, actor)
+	})
 }
 
 // SetReady sets what /readyz answers.

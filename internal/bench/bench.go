@@ -111,7 +111,7 @@ type runner struct {
 }
 
 func (r *runner) dial(ctx context.Context, conns, inflight int) (*client.Client, error) {
-	return client.Dial(ctx, client.Config{Addr: r.cfg.Addr, Tenant: r.cfg.Tenant, Conns: conns,
+	return client.Dial(ctx, client.Config{Addr: r.cfg.Addr, Tenant: r.cfg.Tenant, Secret: r.cfg.Secret, TLS: r.cfg.TLS, Conns: conns,
 		MaxInFlight: inflight, RequestTimeout: r.cfg.RequestTimeout, ClientName: "gpucache-bench"})
 }
 

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math"
@@ -27,6 +28,9 @@ type Config struct {
 	// client's (127.0.0.1:9400, "default").
 	Addr   string
 	Tenant string
+	// Secret and TLS are the session's credentials (client.Config).
+	Secret []byte
+	TLS    *tls.Config
 	// Namespace is the identity of the benchmark blocks; its Tenant is set
 	// to Tenant. Default: model "bench".
 	Namespace client.Namespace

@@ -34,6 +34,9 @@ func runBench(ctx context.Context, args []string, std Stdio) error {
 	}
 	cfg := bench.Config{Addr: common.addr, Tenant: common.tenant, Batch: *batch, Pipeline: *pipeline,
 		Duration: *duration, Requests: *requests, Keys: *keys, Warmup: *warmup, RequestTimeout: common.timeout}
+	if cfg.Secret, cfg.TLS, err = common.credentials(); err != nil {
+		return err
+	}
 	if cfg.Namespace, err = nsf.namespace(common.tenant); err != nil {
 		return err
 	}

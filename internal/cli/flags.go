@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"flag"
 	"fmt"
 	"os"
@@ -10,19 +11,53 @@ import (
 	"time"
 
 	"github.com/gpucache/gpucache/client"
+	"github.com/gpucache/gpucache/internal/security/tlsconf"
 )
 
 // commonFlags are the flags every networked command takes.
 type commonFlags struct {
-	addr    string
-	tenant  string
-	timeout time.Duration
+	addr                   string
+	tenant                 string
+	timeout                time.Duration
+	secretFile             string
+	tlsCA, tlsCert, tlsKey string
+	tlsServerName          string
 }
 
 func (c *commonFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.addr, "addr", envOr("GPUCACHE_ADDR", client.DefaultAddr), "`host:port` of the server (env GPUCACHE_ADDR)")
 	fs.StringVar(&c.tenant, "tenant", envOr("GPUCACHE_TENANT", client.DefaultTenant), "session tenant (env GPUCACHE_TENANT)")
 	fs.DurationVar(&c.timeout, "timeout", client.DefaultRequestTimeout, "per-request timeout")
+	fs.StringVar(&c.secretFile, "secret-file", os.Getenv("GPUCACHE_SECRET_FILE"), "`file` holding the tenant's bearer secret (env GPUCACHE_SECRET_FILE); --tenant must name that tenant")
+	fs.StringVar(&c.tlsCA, "tls-ca", os.Getenv("GPUCACHE_TLS_CA"), "CA bundle `file` that verifies the server; turns TLS on (env GPUCACHE_TLS_CA)")
+	fs.StringVar(&c.tlsCert, "tls-cert", os.Getenv("GPUCACHE_TLS_CERT"), "client certificate `file` for mTLS (env GPUCACHE_TLS_CERT)")
+	fs.StringVar(&c.tlsKey, "tls-key", os.Getenv("GPUCACHE_TLS_KEY"), "client key `file` for mTLS (env GPUCACHE_TLS_KEY)")
+	fs.StringVar(&c.tlsServerName, "tls-server-name", "", "name to verify in the server certificate (default: the --addr host)")
+}
+
+// credentials returns the bearer secret and TLS config the flags name.
+func (c *commonFlags) credentials() ([]byte, *tls.Config, error) {
+	var secret []byte
+	if c.secretFile != "" {
+		b, err := os.ReadFile(c.secretFile)
+		if err != nil {
+			return nil, nil, usageErr("--secret-file: %v", err)
+		}
+		if secret = []byte(strings.TrimSpace(string(b))); len(secret) == 0 {
+			return nil, nil, usageErr("--secret-file %s is empty", c.secretFile)
+		}
+	}
+	if c.tlsCA == "" {
+		if c.tlsCert != "" || c.tlsKey != "" {
+			return nil, nil, usageErr("--tls-cert and --tls-key need --tls-ca")
+		}
+		return secret, nil, nil
+	}
+	tc, err := tlsconf.NewClient(tlsconf.ClientFiles{CAFile: c.tlsCA, CertFile: c.tlsCert, KeyFile: c.tlsKey, ServerName: c.tlsServerName})
+	if err != nil {
+		return nil, nil, usageErr("%v", err)
+	}
+	return secret, tc, nil
 }
 
 func envOr(name, def string) string {
@@ -37,7 +72,11 @@ func (c *commonFlags) dial(ctx context.Context) (*client.Client, error) {
 	if c.timeout <= 0 {
 		return nil, usageErr("--timeout must be positive")
 	}
-	return client.Dial(ctx, client.Config{Addr: c.addr, Tenant: c.tenant, Conns: 1,
+	secret, tc, err := c.credentials()
+	if err != nil {
+		return nil, err
+	}
+	return client.Dial(ctx, client.Config{Addr: c.addr, Tenant: c.tenant, Secret: secret, TLS: tc, Conns: 1,
 		DialTimeout: c.timeout, RequestTimeout: c.timeout, ClientName: "gpucache-cli"})
 }
 

@@ -28,10 +28,32 @@ type Config struct {
 	// AdminListen serves /metrics, /healthz, /readyz and /debug/pprof.
 	// "off" disables it. Default 127.0.0.1:9401.
 	AdminListen string `yaml:"admin_listen"`
-	// AllowRemote permits a non-loopback Listen or AdminListen. There is no
-	// authentication yet, so a remote bind is refused unless this is set.
-	// Default false.
-	AllowRemote bool `yaml:"allow_remote_unauthenticated"`
+
+	// Tenants turn authentication on (YAML only; see TenantConfig). Without
+	// tenants the node runs in open mode, which is allowed on loopback only:
+	// a non-loopback Listen or AdminListen is refused.
+	Tenants []TenantConfig `yaml:"tenants"`
+	// ReplayWindow is how far a mutating request's timestamp may be from
+	// the server's clock, either way. Default 5m.
+	ReplayWindow time.Duration `yaml:"replay_window"`
+	// ReplayMaxNonces bounds the nonces remembered. Default 1048576.
+	ReplayMaxNonces int `yaml:"replay_max_nonces"`
+	// AuditLog is where audit events go as JSON lines: "stderr", "off" or
+	// a file path (appended). Default stderr.
+	AuditLog string `yaml:"audit_log"`
+	// TLSCert and TLSKey turn on TLS on the data and admin listeners.
+	TLSCert string `yaml:"tls_cert"`
+	TLSKey  string `yaml:"tls_key"`
+	// TLSClientCA turns on mTLS: clients must present a certificate from
+	// this CA bundle.
+	TLSClientCA string `yaml:"tls_client_ca"`
+	// SealKeys are the HMAC keys that seal cold-tier manifests (YAML only);
+	// the last is current, earlier ones still verify. None: manifests are
+	// not sealed.
+	SealKeys []SecretConfig `yaml:"seal_keys"`
+	// SealGrace is how long the previous seal key still verifies after a
+	// reload makes another key current. Default 24h.
+	SealGrace time.Duration `yaml:"seal_grace"`
 
 	// HotCapacity is the DRAM budget for cached payload. Default 1GiB.
 	HotCapacity ByteSize `yaml:"hot_capacity"`
@@ -121,6 +143,11 @@ func Default() Config {
 		LogLevel:     "info",
 		LogFormat:    "text",
 
+		ReplayWindow:    5 * time.Minute,
+		ReplayMaxNonces: 1 << 20,
+		AuditLog:        "stderr",
+		SealGrace:       24 * time.Hour,
+
 		ColdStore:         "fs",
 		ColdDir:           "./gpucache-data",
 		ColdWriteBehind:   true,
@@ -142,7 +169,6 @@ func (c *Config) fields() []field {
 	return []field{
 		{"listen", "data-plane address", (*strVal)(&c.Listen)},
 		{"admin_listen", `admin HTTP address ("off" disables)`, (*strVal)(&c.AdminListen)},
-		{"allow_remote_unauthenticated", "allow a non-loopback bind without auth (unsafe)", (*boolVal)(&c.AllowRemote)},
 		{"hot_capacity", "DRAM budget for cached blocks (e.g. 1GiB)", &c.HotCapacity},
 		{"hot_min_class", "smallest slot size class", &c.HotMinClass},
 		{"hot_max_class", "largest slot size class (largest block)", &c.HotMaxClass},
@@ -172,6 +198,13 @@ func (c *Config) fields() []field {
 		{"s3_path_style", "S3 path-style addressing", (*boolVal)(&c.S3PathStyle)},
 		{"log_level", "debug, info, warn or error", (*strVal)(&c.LogLevel)},
 		{"log_format", "text or json", (*strVal)(&c.LogFormat)},
+		{"replay_window", "accepted clock distance of a mutating request's stamp", (*durVal)(&c.ReplayWindow)},
+		{"replay_max_nonces", "nonces remembered by the replay window", (*intVal)(&c.ReplayMaxNonces)},
+		{"audit_log", `audit events: "stderr", "off" or a file path`, (*strVal)(&c.AuditLog)},
+		{"tls_cert", "TLS certificate chain (PEM) for the data and admin listeners", (*strVal)(&c.TLSCert)},
+		{"tls_key", "TLS private key (PEM)", (*strVal)(&c.TLSKey)},
+		{"tls_client_ca", "CA bundle (PEM) that client certificates must chain to (mTLS)", (*strVal)(&c.TLSClientCA)},
+		{"seal_grace", "how long a replaced seal key still verifies", (*durVal)(&c.SealGrace)},
 	}
 }
 
@@ -247,13 +280,16 @@ func (c Config) Validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
 	}
-	if err := checkAddr("listen", c.Listen, c.AllowRemote); err != nil {
+	if err := checkAddr("listen", c.Listen); err != nil {
 		return err
 	}
 	if c.AdminListen != "off" {
-		if err := checkAddr("admin_listen", c.AdminListen, c.AllowRemote); err != nil {
+		if err := checkAddr("admin_listen", c.AdminListen); err != nil {
 			return err
 		}
+	}
+	if err := c.validateSecurity(); err != nil {
+		return err
 	}
 	if !pow2(c.HotMinClass) || !pow2(c.HotMaxClass) {
 		return bad("hot_min_class (%s) and hot_max_class (%s) must be powers of two", c.HotMinClass, c.HotMaxClass)
@@ -331,7 +367,7 @@ func (c Config) Validate() error {
 
 func pow2(b ByteSize) bool { return b > 0 && b&(b-1) == 0 }
 
-func checkAddr(name, addr string, allowRemote bool) error {
+func checkAddr(name, addr string) error {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return fmt.Errorf("%w: %s %q: %v", ErrInvalid, name, addr, err)
@@ -339,11 +375,7 @@ func checkAddr(name, addr string, allowRemote bool) error {
 	if port == "" {
 		return fmt.Errorf("%w: %s %q has no port", ErrInvalid, name, addr)
 	}
-	if !IsLoopback(host) && !allowRemote {
-		return fmt.Errorf("%w: %s %q is not a loopback address and authentication is not configured; "+
-			"bind to 127.0.0.1, or set allow_remote_unauthenticated (GPUCACHE_ALLOW_REMOTE_UNAUTHENTICATED=true) on a trusted network",
-			ErrInvalid, name, addr)
-	}
+	_ = host
 	return nil
 }
 

@@ -92,9 +92,54 @@ func TestUnknownFileKeyIsAnError(t *testing.T) {
 	}
 }
 
-func TestRemoteBindNeedsExplicitOptIn(t *testing.T) {
-	if _, err := Load([]string{"--listen", "0.0.0.0:9400", "--allow-remote-unauthenticated"}, env(nil), io.Discard); err != nil {
-		t.Fatal(err)
+// TestRemoteBindNeedsAuth: a non-loopback data or admin address without
+// tenants is refused with a message that says what to do; with a tenant it
+// is accepted.
+func TestRemoteBindNeedsAuth(t *testing.T) {
+	for _, args := range [][]string{{"--listen", "0.0.0.0:9400"}, {"--admin-listen", "10.1.2.3:9401"}, {"--listen", "[::]:9400"}} {
+		_, err := Load(args, env(nil), io.Discard)
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "not a loopback address and authentication is not configured") ||
+			!strings.Contains(err.Error(), "define tenants") {
+			t.Fatalf("%v: %v", args, err)
+		}
+	}
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "acme.secret"), []byte("0123456789abcdef0123456789abcdef\n"), 0o600)
+	path := filepath.Join(dir, "c.yaml")
+	os.WriteFile(path, []byte("listen: 0.0.0.0:9400\ntenants:\n  - name: acme\n    secrets: [{id: acme-1, file: "+filepath.Join(dir, "acme.secret")+"}]\n    rights: [\"*=rw\"]\n    ops_per_sec: 1000\n"), 0o600)
+	c, err := Load([]string{"--config", path}, env(nil), io.Discard)
+	if err != nil || !c.AuthEnabled() || c.Tenants[0].OpsPerSec != 1000 {
+		t.Fatalf("remote bind with a tenant: %v %+v", err, c.Tenants)
+	}
+	b, _, err := c.Tenants[0].Secrets[0].Read(nil)
+	if err != nil || string(b) != "0123456789abcdef0123456789abcdef" {
+		t.Fatalf("secret read: %q %v", b, err)
+	}
+}
+
+func TestSecurityValidation(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct{ yaml, want string }{
+		{"tls_cert: a.pem\n", "tls_cert and tls_key go together"},
+		{"tls_client_ca: ca.pem\n", "needs tls_cert"},
+		{"tenants: [{name: a, cert_names: [x]}]\n", "tls_client_ca is not set"},
+		{"tenants: [{name: a, secrets: [{id: s, env: X}], rights: [\"*=rx\"]}]\n", "rights"},
+		{"replay_window: 0s\n", "replay_window"},
+		{"seal_keys: [{id: k, env: A}, {id: k, env: B}]\n", "unique id"},
+	} {
+		path := filepath.Join(dir, "c.yaml")
+		os.WriteFile(path, []byte(tc.yaml), 0o600)
+		_, err := Load([]string{"--config", path}, env(nil), io.Discard)
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want %q", tc.yaml, err, tc.want)
+		}
+	}
+	s := SecretConfig{ID: "s", Env: "GPUCACHE_TEST_SECRET"}
+	if _, _, err := s.Read(env(nil)); err == nil || !strings.Contains(err.Error(), "GPUCACHE_TEST_SECRET is not set") {
+		t.Fatalf("unset env: %v", err)
+	}
+	if _, _, err := (SecretConfig{ID: "s", Env: "X", NotAfter: "tomorrow"}).Read(env(map[string]string{"X": "v"})); err == nil {
+		t.Fatal("bad not_after accepted")
 	}
 }
 

@@ -13,7 +13,7 @@ import (
 
 // openCold builds the cold tier the config asks for, or nil for "off". The
 // returned close function releases the store.
-func openCold(ctx context.Context, cfg config.Config, log *slog.Logger) (*coldtier.Tier, func(), error) {
+func openCold(ctx context.Context, cfg config.Config, log *slog.Logger, sec *secure) (*coldtier.Tier, func(), error) {
 	var store cold.Store
 	release := func() {}
 	switch cfg.ColdStore {

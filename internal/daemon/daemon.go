@@ -2,12 +2,15 @@ package daemon
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
 	"syscall"
 	"time"
 
@@ -43,10 +46,40 @@ func NewLogger(cfg config.Config, w io.Writer) *slog.Logger {
 // ready, if not nil, is called with the bound addresses once the node
 // serves. Startup errors are returned with a message a user can act on.
 func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(Addrs)) error {
+	return RunWith(ctx, cfg, log, Options{Ready: ready})
+}
+
+// Options are Run's optional parts.
+type Options struct {
+	// Ready is called with the bound addresses once the node serves.
+	Ready func(Addrs)
+	// Reload reads the configuration again, for SIGHUP and POST
+	// /admin/reload. Nil: reload is not available.
+	Reload func() (config.Config, error)
+	// Stderr receives audit events when audit_log is "stderr". Default
+	// os.Stderr.
+	Stderr io.Writer
+	// Getenv reads secrets named by env. Default os.LookupEnv.
+	Getenv func(string) (string, bool)
+}
+
+// RunWith is Run with options.
+func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Options) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	tier, releaseCold, err := openCold(ctx, cfg, log)
+	if opts.Stderr == nil {
+		opts.Stderr = os.Stderr
+	}
+	sec, err := newSecure(cfg, log, opts.Stderr, opts.Getenv)
+	if err != nil {
+		return err
+	}
+	defer sec.Close()
+	if cfg.AuthEnabled() && !cfg.TLSEnabled() && !hostLoopback(cfg.Listen) {
+		log.Warn("authentication without TLS on a non-loopback address: bearer secrets and payloads cross the network in plaintext; set tls_cert and tls_key")
+	}
+	tier, releaseCold, err := openCold(ctx, cfg, log, sec)
 	if err != nil {
 		return err
 	}
@@ -99,6 +132,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(Ad
 		WriteTimeout: cfg.WriteTimeout,
 		IdleTimeout:  cfg.IdleTimeout,
 		MaxConns:     cfg.MaxConns,
+		Guard:        sec.guard,
 	}
 	if tier != nil {
 		if cfg.ColdWriteBehind {
@@ -120,8 +154,31 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(Ad
 		return err
 	}
 	addrs := Addrs{Data: ln.Addr().String()}
+	if tc := sec.tlsConfig(); tc != nil {
+		ln = tls.NewListener(ln, tc)
+	}
 
 	adm := admin.New(srv.Stats)
+	adm.SetAuthorizer(sec.authorizeAdmin)
+	reload := func(actor string) error {
+		if opts.Reload == nil {
+			return errors.New("this node was started without a config source to reload")
+		}
+		next, err := opts.Reload()
+		if err != nil {
+			sec.audit.AdminAction(actor, "reload_refused", slog.String("reason", err.Error()))
+			return err
+		}
+		return sec.reload(next, actor)
+	}
+	adm.HandleAdmin("reload", func(w http.ResponseWriter, _ *http.Request, actor string) {
+		if err := reload(actor); err != nil {
+			log.Warn("reload failed; the running configuration is unchanged", "actor", actor, "err", err)
+			http.Error(w, "reload failed: "+err.Error()+"\n", http.StatusUnprocessableEntity)
+			return
+		}
+		w.Write([]byte("reloaded\n"))
+	})
 	var hs *http.Server
 	adminErr := make(chan error, 1)
 	if cfg.AdminListen != "off" {
@@ -131,8 +188,16 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(Ad
 			return err
 		}
 		addrs.Admin = aln.Addr().String()
+		if tc := sec.tlsConfig(); tc != nil {
+			aln = tls.NewListener(aln, tc)
+		}
 		hs = &http.Server{Handler: adm, ReadHeaderTimeout: 10 * time.Second}
 		go func() { adminErr <- hs.Serve(aln) }()
+	}
+	hup := make(chan os.Signal, 1)
+	if opts.Reload != nil {
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
 	}
 
 	serveErr := make(chan error, 1)
@@ -146,19 +211,30 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(Ad
 		coldDesc = "s3:" + cfg.S3Endpoint + "/" + cfg.S3Bucket
 	}
 	log.Info("gpucached serving", "data", addrs.Data, "admin", addrs.Admin, "cold", coldDesc, "hot_capacity", cfg.HotCapacity.String(),
+		"auth", authDesc(cfg), "tls", tlsDesc(cfg), "sealed", len(cfg.SealKeys) > 0,
 		"classes", cfg.HotMinClass.String()+".."+cfg.HotMaxClass.String(), "prefault", cfg.HotPrefault, "version", Version)
-	if ready != nil {
-		ready(addrs)
+	if opts.Ready != nil {
+		opts.Ready(addrs)
 	}
 
 	var runErr error
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down: draining connections", "timeout", cfg.DrainTimeout)
-	case err := <-serveErr:
-		runErr = fmt.Errorf("data listener: %w", err)
-	case err := <-adminErr:
-		runErr = fmt.Errorf("admin listener: %w", err)
+wait:
+	for {
+		select {
+		case <-ctx.Done():
+			log.Info("shutting down: draining connections", "timeout", cfg.DrainTimeout)
+			break wait
+		case <-hup:
+			if err := reload("SIGHUP"); err != nil {
+				log.Warn("reload on SIGHUP failed; the running configuration is unchanged", "err", err)
+			}
+		case err := <-serveErr:
+			runErr = fmt.Errorf("data listener: %w", err)
+			break wait
+		case err := <-adminErr:
+			runErr = fmt.Errorf("admin listener: %w", err)
+			break wait
+		}
 	}
 	adm.SetReady(false)
 	dctx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout)
@@ -171,6 +247,28 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(Ad
 	}
 	log.Info("gpucached stopped")
 	return runErr
+}
+
+func authDesc(cfg config.Config) string {
+	if !cfg.AuthEnabled() {
+		return "off (open mode, loopback only)"
+	}
+	return fmt.Sprintf("%d tenants", len(cfg.Tenants))
+}
+
+func tlsDesc(cfg config.Config) string {
+	switch {
+	case cfg.TLSClientCA != "":
+		return "mtls"
+	case cfg.TLSEnabled():
+		return "tls"
+	}
+	return "off"
+}
+
+func hostLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	return err == nil && config.IsLoopback(host)
 }
 
 func listen(name, addr string) (net.Listener, error) {

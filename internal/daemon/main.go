@@ -32,7 +32,8 @@ func Main(args []string, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := Run(ctx, cfg, NewLogger(cfg, stderr), nil); err != nil {
+	reload := func() (config.Config, error) { return config.Load(args, os.LookupEnv, io.Discard) }
+	if err := RunWith(ctx, cfg, NewLogger(cfg, stderr), Options{Reload: reload, Stderr: stderr}); err != nil {
 		fmt.Fprintln(stderr, "gpucached:", err)
 		return 1
 	}

@@ -1,0 +1,156 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/gpucache/gpucache/internal/security/acl"
+)
+
+// TenantConfig defines one tenant (YAML only, under tenants:). Defining any
+// tenant turns authentication on: every session must then present one of
+// these credentials.
+type TenantConfig struct {
+	// Name is the tenant; it is the namespace tenant of everything the
+	// tenant's sessions store.
+	Name string `yaml:"name"`
+	// Secrets are bearer secrets; several during a rotation.
+	Secrets []SecretConfig `yaml:"secrets"`
+	// CertNames authenticate under mTLS: a client certificate whose subject
+	// CN, DNS or URI SAN is one of these is this tenant.
+	CertNames []string `yaml:"cert_names"`
+	// Rights are "model=rights" entries, rights a combination of r (read:
+	// GET, LOOKUP, WAIT), w (write: PUT, fills) and a (admin: server-wide
+	// STAT, admin endpoints); model "*" means every model. Default ["*=rw"].
+	Rights []string `yaml:"rights"`
+	// Rate limits; 0 means unlimited. Bursts default to one second's worth.
+	OpsPerSec   float64  `yaml:"ops_per_sec"`
+	OpsBurst    int      `yaml:"ops_burst"`
+	BytesPerSec ByteSize `yaml:"bytes_per_sec"`
+	BytesBurst  ByteSize `yaml:"bytes_burst"`
+}
+
+// SecretConfig names where a secret is read from: a file (its content,
+// surrounding whitespace trimmed) or an environment variable. Secrets are
+// never written in the config itself.
+type SecretConfig struct {
+	// ID names the secret in audit events and logs; not secret.
+	ID string `yaml:"id"`
+	// File holds the secret.
+	File string `yaml:"file"`
+	// Env names an environment variable holding the secret.
+	Env string `yaml:"env"`
+	// NotAfter, when set (RFC 3339), ends the secret and its sessions.
+	NotAfter string `yaml:"not_after"`
+}
+
+// Read returns the secret's bytes and its expiry.
+func (s SecretConfig) Read(getenv func(string) (string, bool)) ([]byte, time.Time, error) {
+	var exp time.Time
+	if s.NotAfter != "" {
+		t, err := time.Parse(time.RFC3339, s.NotAfter)
+		if err != nil {
+			return nil, exp, fmt.Errorf("%w: secret %q: not_after %q is not RFC 3339 (e.g. 2027-01-31T00:00:00Z)", ErrInvalid, s.ID, s.NotAfter)
+		}
+		exp = t
+	}
+	switch {
+	case s.File != "" && s.Env != "":
+		return nil, exp, fmt.Errorf("%w: secret %q names both file and env; choose one", ErrInvalid, s.ID)
+	case s.File != "":
+		b, err := os.ReadFile(s.File)
+		if err != nil {
+			return nil, exp, fmt.Errorf("%w: secret %q: %v", ErrInvalid, s.ID, err)
+		}
+		return []byte(strings.TrimSpace(string(b))), exp, nil
+	case s.Env != "":
+		if getenv == nil {
+			getenv = os.LookupEnv
+		}
+		v, ok := getenv(s.Env)
+		if !ok || strings.TrimSpace(v) == "" {
+			return nil, exp, fmt.Errorf("%w: secret %q: environment variable %s is not set", ErrInvalid, s.ID, s.Env)
+		}
+		return []byte(strings.TrimSpace(v)), exp, nil
+	}
+	return nil, exp, fmt.Errorf("%w: secret %q names neither file nor env", ErrInvalid, s.ID)
+}
+
+// AuthEnabled reports whether sessions must authenticate.
+func (c Config) AuthEnabled() bool { return len(c.Tenants) > 0 }
+
+// TLSEnabled reports whether the listeners speak TLS.
+func (c Config) TLSEnabled() bool { return c.TLSCert != "" }
+
+// ACLRules returns the ACL rules the tenants' rights define.
+func (c Config) ACLRules() ([]acl.Rule, error) {
+	var rules []acl.Rule
+	for _, t := range c.Tenants {
+		rights := t.Rights
+		if rights == nil {
+			rights = []string{"*=rw"}
+		}
+		for _, r := range rights {
+			rule, err := acl.ParseRule(t.Name + ":" + r)
+			if err != nil {
+				return nil, fmt.Errorf("%w: tenant %q rights %q: %v (want model=rights, e.g. \"*=rw\" or \"llama-3-8b=r\")", ErrInvalid, t.Name, r, err)
+			}
+			rules = append(rules, rule)
+		}
+	}
+	return rules, nil
+}
+
+// validateSecurity checks the security settings that need no file access.
+func (c Config) validateSecurity() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
+	}
+	remote := !hostIsLoopback(c.Listen) || (c.AdminListen != "off" && !hostIsLoopback(c.AdminListen))
+	if remote && !c.AuthEnabled() {
+		return bad("listen %s / admin_listen %s is not a loopback address and authentication is not configured: "+
+			"define tenants (with secrets, or cert_names and tls_client_ca) in the config file, or bind to 127.0.0.1", c.Listen, c.AdminListen)
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return bad("tls_cert and tls_key go together; set both or neither")
+	}
+	if c.TLSClientCA != "" && c.TLSCert == "" {
+		return bad("tls_client_ca (mTLS) needs tls_cert and tls_key")
+	}
+	if _, err := c.ACLRules(); err != nil {
+		return err
+	}
+	for _, t := range c.Tenants {
+		if len(t.CertNames) > 0 && c.TLSClientCA == "" {
+			return bad("tenant %q has cert_names but tls_client_ca is not set, so no client certificate is verified", t.Name)
+		}
+		if t.OpsPerSec < 0 || t.BytesPerSec < 0 || t.OpsBurst < 0 || t.BytesBurst < 0 {
+			return bad("tenant %q has a negative rate limit", t.Name)
+		}
+	}
+	if c.ReplayWindow <= 0 || c.ReplayWindow > 24*time.Hour {
+		return bad("replay_window %s not in (0, 24h]", c.ReplayWindow)
+	}
+	if c.ReplayMaxNonces < 1024 {
+		return bad("replay_max_nonces %d is below 1024", c.ReplayMaxNonces)
+	}
+	if c.SealGrace < 0 {
+		return bad("seal_grace must not be negative")
+	}
+	ids := map[string]bool{}
+	for _, k := range c.SealKeys {
+		if k.ID == "" || ids[k.ID] {
+			return bad("seal_keys: every key needs a unique id (got %q)", k.ID)
+		}
+		ids[k.ID] = true
+	}
+	return nil
+}
+
+func hostIsLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	return err == nil && IsLoopback(host)
+}

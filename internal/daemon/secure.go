@@ -1,0 +1,303 @@
+package daemon
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"reflect"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpucache/gpucache/internal/admin"
+	"github.com/gpucache/gpucache/internal/config"
+	"github.com/gpucache/gpucache/internal/security"
+	"github.com/gpucache/gpucache/internal/security/acl"
+	"github.com/gpucache/gpucache/internal/security/audit"
+	"github.com/gpucache/gpucache/internal/security/auth"
+	"github.com/gpucache/gpucache/internal/security/ratelimit"
+	"github.com/gpucache/gpucache/internal/security/replay"
+	"github.com/gpucache/gpucache/internal/security/seal"
+	"github.com/gpucache/gpucache/internal/security/tlsconf"
+)
+
+// secure is the node's security state: the guard the server consults, the
+// seal keyring, the TLS material, and the audit sink. reload re-applies a
+// new config to all of them without a restart.
+type secure struct {
+	guard   *security.Guard
+	keyring *seal.Keyring   // nil: cold manifests are not sealed
+	tls     *tlsconf.Server // nil: plain TCP
+	audit   *audit.Logger   // nil: audit off
+	log     *slog.Logger
+	getenv  func(string) (string, bool)
+	closeFn func() error
+
+	mu  sync.Mutex
+	cur config.Config // guarded by mu: the config last applied
+}
+
+// openAudit opens the audit sink the config names.
+func openAudit(cfg config.Config, stderr io.Writer) (*audit.Logger, func() error, error) {
+	switch cfg.AuditLog {
+	case "off":
+		return nil, func() error { return nil }, nil
+	case "", "stderr":
+		return audit.New(stderr), func() error { return nil }, nil
+	}
+	f, err := os.OpenFile(cfg.AuditLog, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		return nil, nil, fmt.Errorf("audit_log %s: %w", cfg.AuditLog, err)
+	}
+	return audit.New(f), f.Close, nil
+}
+
+func newSecure(cfg config.Config, log *slog.Logger, stderr io.Writer, getenv func(string) (string, bool)) (*secure, error) {
+	if getenv == nil {
+		getenv = os.LookupEnv
+	}
+	al, closeFn, err := openAudit(cfg, stderr)
+	if err != nil {
+		return nil, err
+	}
+	s := &secure{audit: al, log: log, getenv: getenv, closeFn: closeFn, cur: cfg}
+	fail := func(err error) (*secure, error) { closeFn(); return nil, err }
+	pol, err := buildPolicy(cfg, getenv, nil)
+	if err != nil {
+		return fail(err)
+	}
+	w, err := replay.New(replay.Config{Window: cfg.ReplayWindow, MaxNonces: cfg.ReplayMaxNonces})
+	if err != nil {
+		return fail(err)
+	}
+	if s.guard, err = security.NewGuard(pol, w, al, nil); err != nil {
+		return fail(err)
+	}
+	if len(cfg.SealKeys) > 0 {
+		if s.keyring, err = keyringOf(cfg, getenv); err != nil {
+			return fail(err)
+		}
+	}
+	if cfg.TLSEnabled() {
+		if s.tls, err = tlsconf.NewServer(tlsconf.Files{CertFile: cfg.TLSCert, KeyFile: cfg.TLSKey, ClientCAFile: cfg.TLSClientCA}); err != nil {
+			return fail(err)
+		}
+	}
+	return s, nil
+}
+
+// keyringOf builds a keyring whose current key is the last one listed; the
+// others still verify (a peer or an older manifest may use them).
+func keyringOf(cfg config.Config, getenv func(string) (string, bool)) (*seal.Keyring, error) {
+	r := seal.New(nil)
+	n := len(cfg.SealKeys)
+	order := append([]config.SecretConfig{cfg.SealKeys[n-1]}, cfg.SealKeys[:n-1]...) // the first Add is current
+	for _, k := range order {
+		b, _, err := k.Read(getenv)
+		if err != nil {
+			return nil, fmt.Errorf("seal_keys: %w", err)
+		}
+		if err := r.Add(seal.KeyID(k.ID), b, time.Time{}); err != nil {
+			return nil, fmt.Errorf("seal_keys: key %q: %w (use at least %d random bytes, e.g. openssl rand -hex 32)", k.ID, err, seal.MinSecretLen)
+		}
+	}
+	return r, nil
+}
+
+func (s *secure) Close() error { return s.closeFn() }
+
+// buildPolicy turns the config's tenants into a policy. old, when set, is
+// the running policy: its limiter (and so the tenants' bucket state) is
+// kept if no limit changed.
+func buildPolicy(cfg config.Config, getenv func(string) (string, bool), old *security.Policy) (*security.Policy, error) {
+	if !cfg.AuthEnabled() {
+		return &security.Policy{}, nil
+	}
+	tenants := make([]auth.Tenant, 0, len(cfg.Tenants))
+	limits := make(map[string]ratelimit.Limit)
+	for _, t := range cfg.Tenants {
+		at := auth.Tenant{Name: t.Name, CertNames: t.CertNames}
+		for _, sc := range t.Secrets {
+			b, exp, err := sc.Read(getenv)
+			if err != nil {
+				return nil, fmt.Errorf("tenant %q: %w", t.Name, err)
+			}
+			at.Secrets = append(at.Secrets, auth.Credential{ID: sc.ID, Secret: b, NotAfter: exp})
+		}
+		tenants = append(tenants, at)
+		if t.OpsPerSec > 0 || t.BytesPerSec > 0 {
+			limits[t.Name] = ratelimit.Limit{OpsPerSec: t.OpsPerSec, OpsBurst: t.OpsBurst,
+				BytesPerSec: float64(t.BytesPerSec), BytesBurst: int64(t.BytesBurst)}
+		}
+	}
+	tab, err := auth.NewTable(tenants)
+	if err != nil {
+		return nil, err
+	}
+	rules, err := cfg.ACLRules()
+	if err != nil {
+		return nil, err
+	}
+	pol, err := acl.NewPolicy(rules...)
+	if err != nil {
+		return nil, err
+	}
+	p := &security.Policy{Auth: tab, ACL: pol}
+	if len(limits) > 0 {
+		if old != nil && old.Limiter != nil && sameLimits(old.Limiter, limits) {
+			p.Limiter = old.Limiter
+		} else if p.Limiter, err = ratelimit.New(ratelimit.Config{Tenants: limits}); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+func sameLimits(l *ratelimit.Limiter, want map[string]ratelimit.Limit) bool {
+	for t, lim := range want {
+		n, err := ratelimit.New(ratelimit.Config{Tenants: map[string]ratelimit.Limit{t: lim}})
+		if err != nil || !reflect.DeepEqual(n.Limit(t), l.Limit(t)) {
+			return false
+		}
+	}
+	return true
+}
+
+// reload applies a new config: tenants, secrets, rights and limits; seal
+// keys; TLS certificates. Settings that need a restart are reported, not
+// applied. Every change is audited; on error nothing changes.
+func (s *secure) reload(next config.Config, actor string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	prev := s.cur
+	if next.AuthEnabled() != prev.AuthEnabled() || next.TLSEnabled() != prev.TLSEnabled() ||
+		(len(next.SealKeys) > 0) != (s.keyring != nil) || next.AuditLog != prev.AuditLog {
+		err := errors.New("turning authentication, TLS, sealing or the audit sink on or off needs a restart")
+		s.audit.AdminAction(actor, "reload_refused", slog.String("reason", err.Error()))
+		return err
+	}
+	pol, err := buildPolicy(next, s.getenv, s.guard.Policy())
+	if err != nil {
+		s.audit.AdminAction(actor, "reload_refused", slog.String("reason", err.Error()))
+		return err
+	}
+	if s.tls != nil {
+		if err := s.tls.Reload(); err != nil {
+			s.audit.AdminAction(actor, "reload_refused", slog.String("reason", err.Error()))
+			return err
+		}
+	}
+	if s.keyring != nil {
+		last := next.SealKeys[len(next.SealKeys)-1]
+		if seal.KeyID(last.ID) != s.keyring.Current() {
+			b, _, err := last.Read(s.getenv)
+			if err != nil {
+				return err
+			}
+			if err := s.keyring.Rotate(seal.KeyID(last.ID), b, next.SealGrace); err != nil {
+				return fmt.Errorf("seal key %q: %w", last.ID, err)
+			}
+			s.audit.Rotation("seal_key", last.ID)
+		}
+	}
+	s.guard.Swap(pol)
+	for _, ch := range secretChanges(prev, next) {
+		s.audit.Rotation(ch[0], ch[1])
+	}
+	if s.tls != nil {
+		s.audit.Rotation("tls_certificate", s.tls.Describe())
+	}
+	if restart := restartOnly(prev, next); len(restart) > 0 {
+		s.log.Warn("reload: these settings changed but apply only after a restart", "settings", strings.Join(restart, ","))
+	}
+	s.cur = next
+	s.audit.AdminAction(actor, "reload", slog.Int("tenants", len(next.Tenants)))
+	s.log.Info("configuration reloaded", "actor", actor, "tenants", len(next.Tenants))
+	return nil
+}
+
+// secretChanges lists (kind, "tenant/id") for every secret added or removed.
+func secretChanges(prev, next config.Config) [][2]string {
+	ids := func(c config.Config) map[string]bool {
+		m := map[string]bool{}
+		for _, t := range c.Tenants {
+			for _, s := range t.Secrets {
+				m[t.Name+"/"+s.ID] = true
+			}
+		}
+		return m
+	}
+	p, n := ids(prev), ids(next)
+	var out [][2]string
+	for id := range n {
+		if !p[id] {
+			out = append(out, [2]string{"tenant_secret_added", id})
+		}
+	}
+	for id := range p {
+		if !n[id] {
+			out = append(out, [2]string{"tenant_secret_removed", id})
+		}
+	}
+	return out
+}
+
+// restartOnly names the settings that differ but cannot change live.
+func restartOnly(prev, next config.Config) []string {
+	var out []string
+	pv, nv := reflect.ValueOf(prev), reflect.ValueOf(next)
+	live := map[string]bool{"Tenants": true, "SealKeys": true, "SealGrace": true, "LogLevel": true}
+	for i := 0; i < pv.NumField(); i++ {
+		f := pv.Type().Field(i)
+		if live[f.Name] {
+			continue
+		}
+		if !reflect.DeepEqual(pv.Field(i).Interface(), nv.Field(i).Interface()) {
+			out = append(out, f.Tag.Get("yaml"))
+		}
+	}
+	return out
+}
+
+// authorizeAdmin is the admin listener's check: an admin tenant's bearer
+// secret (Authorization: Bearer …) or client certificate; in open mode
+// (loopback only) everyone local is an admin.
+func (s *secure) authorizeAdmin(r *http.Request) (string, error) {
+	p := s.guard.Policy()
+	if p.Open() {
+		return "local", nil
+	}
+	var (
+		sess auth.Session
+		err  error
+	)
+	switch {
+	case strings.HasPrefix(r.Header.Get("Authorization"), "Bearer "):
+		sess, err = p.Auth.Bearer([]byte(strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")), time.Now())
+	case r.TLS != nil && len(tlsconf.PeerNames(*r.TLS)) > 0:
+		sess, err = p.Auth.Cert(tlsconf.PeerNames(*r.TLS))
+	default:
+		err = fmt.Errorf("%w: %w", auth.ErrUnauthenticated, auth.ErrNoCredential)
+	}
+	if err != nil {
+		s.audit.AuthFailure("", auth.Reason(err), r.RemoteAddr)
+		return "", errors.New("authentication required: send an admin tenant's secret as Authorization: Bearer, or a client certificate")
+	}
+	if !p.IsAdmin(sess.Tenant) {
+		s.audit.Denied(sess.Tenant, acl.Wildcard, "admin", r.Method+" "+r.URL.Path)
+		return "", fmt.Errorf("%w: tenant %q", admin.ErrForbidden, sess.Tenant)
+	}
+	return sess.Tenant, nil
+}
+
+// tlsConfig returns the listeners' TLS config, or nil.
+func (s *secure) tlsConfig() *tls.Config {
+	if s.tls == nil {
+		return nil
+	}
+	return s.tls.Config()
+}
