@@ -24,7 +24,40 @@ import (
 type daemonProc struct {
 	cmd    *exec.Cmd
 	addr   string
+	admin  string // "off" when the admin listener is off
 	exited chan error
+
+	mu       sync.Mutex
+	watchers []logWatch // guarded by mu
+}
+
+type logWatch struct {
+	substr string
+	hit    chan string
+}
+
+// expect returns a channel that receives the first log line, from now on,
+// containing substr. Register it before causing the line.
+func (d *daemonProc) expect(substr string) <-chan string {
+	w := logWatch{substr: substr, hit: make(chan string, 1)}
+	d.mu.Lock()
+	d.watchers = append(d.watchers, w)
+	d.mu.Unlock()
+	return w.hit
+}
+
+func (d *daemonProc) seeLine(line string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	kept := d.watchers[:0]
+	for _, w := range d.watchers {
+		if strings.Contains(line, w.substr) {
+			w.hit <- line
+			continue
+		}
+		kept = append(kept, w)
+	}
+	d.watchers = kept
 }
 
 func buildDaemon(t *testing.T) string {
@@ -49,16 +82,17 @@ func startDaemon(t *testing.T, bin string, args ...string) *daemonProc {
 		t.Fatal(err)
 	}
 	d := &daemonProc{cmd: cmd, exited: make(chan error, 1)}
-	addr := make(chan string, 1)
-	serving := regexp.MustCompile(`msg="gpucached serving" data=(\S+)`)
+	addr := make(chan [2]string, 1)
+	serving := regexp.MustCompile(`msg="gpucached serving" data=(\S+) admin=(\S*)`)
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		var once sync.Once
 		var tail []string
 		for sc.Scan() {
 			if m := serving.FindStringSubmatch(sc.Text()); m != nil {
-				once.Do(func() { addr <- m[1] })
+				once.Do(func() { addr <- [2]string{m[1], m[2]} })
 			}
+			d.seeLine(sc.Text())
 			tail = append(tail[max(0, len(tail)-20):], sc.Text())
 		}
 		once.Do(func() { close(addr) })
@@ -73,7 +107,7 @@ func startDaemon(t *testing.T, bin string, args ...string) *daemonProc {
 	if !ok {
 		t.Fatalf("daemon exited before serving: %v", <-d.exited)
 	}
-	d.addr = a
+	d.addr, d.admin = a[0], a[1]
 	return d
 }
 
