@@ -16,6 +16,15 @@
 //
 // Refill. Refill asks refill.RefillKey for (namespace, key), both from the
 // authenticated request; a corrupt, foreign or legacy object is a miss.
+//
+// Seals. With Config.Keyring set, every manifest the tier writes carries
+// an HMAC-SHA256 seal made with the keyring's current key (pack.BuildSealed;
+// the sink's admission check verifies it), and every refill requires a
+// manifest seal that verifies now (refill.Config.Keyring), so a bucket
+// rewritten by someone without the secret yields misses, not bytes.
+// Config.OnIntegrity receives each refill miss that points at corruption or
+// tampering (refill.IntegrityEvent). Without a keyring the tier writes and
+// reads unsealed manifests, and a sealed one is a miss.
 package coldtier
 
 import (
@@ -34,6 +43,7 @@ import (
 	"github.com/gpucache/gpucache/internal/cold/refill"
 	"github.com/gpucache/gpucache/internal/cold/sink"
 	"github.com/gpucache/gpucache/internal/identity"
+	"github.com/gpucache/gpucache/internal/security/seal"
 )
 
 // Config configures a Tier.
@@ -69,6 +79,18 @@ type Config struct {
 	ReclaimGrace time.Duration
 	// Logger receives write-behind events. Default slog.Default().
 	Logger *slog.Logger
+	// Keyring, when set, seals every manifest the tier writes with the
+	// keyring's current key and is the refill's Keyring: a refill then
+	// requires a kind-1 seal that verifies now (rotation grace and expiry
+	// included). Nil (the default) writes unsealed manifests, as before,
+	// unless Refill.Keyring is set, which then serves for both.
+	Keyring *seal.Keyring
+	// OnIntegrity, when set, receives every refill miss that points at
+	// corruption or tampering (refill.Config.OnIntegrity: called
+	// synchronously on the refilling goroutine, possibly concurrently; it
+	// must not block). Nil falls back to Refill.OnIntegrity. Such misses
+	// are counted in Stats.RefillIntegrity either way.
+	OnIntegrity func(refill.IntegrityEvent)
 }
 
 // Stats counts the tier's work.
@@ -83,6 +105,7 @@ type Stats struct {
 	PackErrors      uint64
 	RefillHits      uint64
 	RefillMisses    uint64
+	RefillIntegrity uint64 // refill misses reported as integrity events
 	PendingBytes    int64
 	SinkCompleted   uint64
 	SinkFailed      uint64
@@ -108,11 +131,13 @@ type batch struct {
 
 // Tier is the write-behind and refill path to one cold store.
 type Tier struct {
-	cfg  Config
-	log  *slog.Logger
-	sk   *sink.Sink
-	rf   *refill.Refiller
-	stop chan struct{}
+	cfg         Config
+	log         *slog.Logger
+	sk          *sink.Sink
+	rf          *refill.Refiller
+	stop        chan struct{}
+	keyring     *seal.Keyring // seals written manifests; nil: unsealed
+	onIntegrity func(refill.IntegrityEvent)
 
 	mu struct {
 		sync.Mutex
@@ -128,6 +153,7 @@ type Tier struct {
 	st      struct {
 		remembered, forgotten, offered, droppedFull, droppedUnknown   atomic.Uint64
 		packsBuilt, packsQueued, packErrors, refillHits, refillMisses atomic.Uint64
+		refillIntegrity                                               atomic.Uint64
 	}
 }
 
@@ -158,7 +184,13 @@ func New(cfg Config) (*Tier, error) {
 	if cfg.ReclaimGrace <= 0 {
 		cfg.ReclaimGrace = 24 * time.Hour
 	}
-	t := &Tier{cfg: cfg, log: cfg.Logger, stop: make(chan struct{})}
+	if cfg.Keyring == nil {
+		cfg.Keyring = cfg.Refill.Keyring
+	}
+	if cfg.OnIntegrity == nil {
+		cfg.OnIntegrity = cfg.Refill.OnIntegrity
+	}
+	t := &Tier{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), keyring: cfg.Keyring, onIntegrity: cfg.OnIntegrity}
 	sc := cfg.Sink
 	sc.Verify = t.verify
 	sk, err := sink.New(cfg.Store, sc)
@@ -172,6 +204,8 @@ func New(cfg Config) (*Tier, error) {
 	if rc.PointerTTL == 0 {
 		rc.PointerTTL = 5 * time.Second
 	}
+	rc.Keyring = cfg.Keyring
+	rc.OnIntegrity = t.integrity
 	rf, err := refill.New(cfg.Store, rc)
 	if err != nil {
 		sk.Close()
@@ -281,9 +315,17 @@ func (t *Tier) Evicted(ns identity.NamespaceDigest, key, parent identity.BlockKe
 	t.st.offered.Add(1)
 }
 
+// integrity counts a refill integrity event and passes it on.
+func (t *Tier) integrity(ev refill.IntegrityEvent) {
+	t.st.refillIntegrity.Add(1)
+	if t.onIntegrity != nil {
+		t.onIntegrity(ev)
+	}
+}
+
 // verify is the sink's admission check: the job must be a pack that
 // verifies under a namespace this tier batched (never one read from the
-// job itself).
+// job itself), sealed by the keyring when the tier has one.
 func (t *Tier) verify(j *sink.Job) error {
 	var d identity.NamespaceDigest
 	b, err := hex.DecodeString(j.Namespace)
@@ -312,6 +354,9 @@ func (t *Tier) verify(j *sink.Job) error {
 		default:
 			p.Pointers = append(p.Pointers, po)
 		}
+	}
+	if t.keyring != nil {
+		return pack.VerifySealed(p, t.keyring)
 	}
 	return pack.Verify(p)
 }
@@ -343,7 +388,11 @@ func (t *Tier) Flush(ctx context.Context, force bool) sink.Report {
 }
 
 func (t *Tier) queue(ns identity.Namespace, blocks []pack.Block) {
-	p, err := pack.Build(ns, blocks)
+	var sealer pack.Sealer
+	if t.keyring != nil {
+		sealer = t.keyring
+	}
+	p, err := pack.BuildSealed(ns, blocks, sealer)
 	if err != nil {
 		t.st.packErrors.Add(1)
 		t.log.Warn("cold write-behind: pack not built; blocks dropped", "blocks", len(blocks), "err", err)
@@ -443,7 +492,7 @@ func (t *Tier) Stats() Stats {
 		Remembered: t.st.remembered.Load(), Forgotten: t.st.forgotten.Load(), Offered: t.st.offered.Load(),
 		DroppedFull: t.st.droppedFull.Load(), DroppedUnknown: t.st.droppedUnknown.Load(),
 		PacksBuilt: t.st.packsBuilt.Load(), PacksQueued: t.st.packsQueued.Load(), PackErrors: t.st.packErrors.Load(),
-		RefillHits: t.st.refillHits.Load(), RefillMisses: t.st.refillMisses.Load(),
+		RefillHits: t.st.refillHits.Load(), RefillMisses: t.st.refillMisses.Load(), RefillIntegrity: t.st.refillIntegrity.Load(),
 		PendingBytes: pending, SinkCompleted: ss.Completed, SinkFailed: ss.FailedTotal, RememberedBytes: remembered,
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 
 	"github.com/gpucache/gpucache/internal/cold"
+	"github.com/gpucache/gpucache/internal/cold/refill"
 	"github.com/gpucache/gpucache/internal/cold/s3store"
 	"github.com/gpucache/gpucache/internal/coldtier"
 	"github.com/gpucache/gpucache/internal/config"
@@ -39,7 +40,21 @@ func openCold(ctx context.Context, cfg config.Config, log *slog.Logger, sec *sec
 	default:
 		return nil, nil, fmt.Errorf("cold tier: unknown cold_store %q", cfg.ColdStore)
 	}
-	tier, err := coldtier.New(coldtier.Config{Store: store, PendingBytes: int64(cfg.ColdPending), Logger: log})
+	tcfg := coldtier.Config{Store: store, PendingBytes: int64(cfg.ColdPending), Logger: log}
+	if sec != nil {
+		// Manifests are sealed with the current seal key and verified on
+		// every refill; a failed check is a miss and an audit event.
+		tcfg.Keyring = sec.keyring
+		tcfg.OnIntegrity = func(ev refill.IntegrityEvent) {
+			reason := ""
+			if ev.Err != nil {
+				reason = ev.Err.Error()
+			}
+			sec.audit.Integrity(ev.Kind, ev.Namespace, ev.Key, ev.KeyID, reason)
+			log.Warn("cold tier integrity check failed; served as a miss", "kind", ev.Kind, "namespace", ev.Namespace, "block", ev.Key, "key_id", ev.KeyID)
+		}
+	}
+	tier, err := coldtier.New(tcfg)
 	if err != nil {
 		release()
 		return nil, nil, fmt.Errorf("cold tier: %w", err)

@@ -20,8 +20,12 @@ type BackfillReport struct {
 	// Legacy: blocks whose manifest is v1/v2 (clean misses).
 	Legacy int
 	// Corrupt: blocks skipped because a pointer, manifest or payload failed
-	// its checks.
+	// its checks (seal failures included).
 	Corrupt int
+	// SealRejected: of Corrupt, blocks whose manifest's seal was missing
+	// (a verifier was given), did not verify, or could not be checked (no
+	// verifier was given and the manifest is sealed).
+	SealRejected int
 	// Missing: blocks skipped because an object was gone.
 	Missing int
 	// Exhausted: Backfill stopped because the next read did not fit.
@@ -30,9 +34,10 @@ type BackfillReport struct {
 
 // manifestResult caches one manifest download for a Backfill call.
 type manifestResult struct {
-	m      *pack.Manifest
-	legacy bool
-	bad    bool
+	m       *pack.Manifest
+	legacy  bool
+	bad     bool
+	badSeal bool
 }
 
 // Backfill reads the namespace's blocks in pointer-key order (pointer, then
@@ -41,8 +46,21 @@ type manifestResult struct {
 // take BytesRead past budget. fn owns the payload slice. An error from fn,
 // a cancelled context or a store error other than not-found, corrupt or
 // out-of-range stops it and is returned.
+//
+// Backfill has no keyring: it delivers blocks of unsealed manifests and
+// skips (as Corrupt and SealRejected) blocks of sealed ones, which it
+// cannot check. BackfillSealed verifies seals.
 func Backfill(ctx context.Context, st cold.Store, ns identity.NamespaceDigest, budget int64,
 	fn func(pack.Range, []byte) error) (BackfillReport, error) {
+	return BackfillSealed(ctx, st, ns, budget, nil, fn)
+}
+
+// BackfillSealed is Backfill with a seal policy (pack.Manifest.VerifySeal):
+// with v non-nil (a *seal.Keyring) only blocks of manifests whose kind-1
+// seal v verifies are delivered; with v nil it is Backfill. Blocks skipped
+// for their seal count in Corrupt and SealRejected.
+func BackfillSealed(ctx context.Context, st cold.Store, ns identity.NamespaceDigest, budget int64,
+	v pack.SealVerifier, fn func(pack.Range, []byte) error) (BackfillReport, error) {
 	var rep BackfillReport
 	if budget <= 0 {
 		rep.Exhausted = true
@@ -112,6 +130,8 @@ func Backfill(ctx context.Context, st cold.Store, ns identity.NamespaceDigest, b
 					mr.legacy = true
 				case err != nil:
 					mr.bad = true
+				case m.VerifySeal(v) != nil:
+					mr.bad, mr.badSeal = true, true
 				default:
 					mr.m = m
 				}
@@ -132,6 +152,9 @@ func Backfill(ctx context.Context, st cold.Store, ns identity.NamespaceDigest, b
 		}
 		if mr.bad {
 			rep.Corrupt++
+			if mr.badSeal {
+				rep.SealRejected++
+			}
 			continue
 		}
 		rg, found := mr.m.Find(blk)

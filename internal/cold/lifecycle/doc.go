@@ -77,7 +77,12 @@
 // exceed the budget, so it never downloads more than budget bytes. Decoded
 // manifests are cached for the call, so blocks of one pack pay for their
 // manifest once. Legacy, corrupt and missing entries are skipped and
-// counted.
+// counted. A sealed manifest is never read unchecked: Backfill skips blocks
+// of sealed manifests, and BackfillSealed, given a keyring, delivers only
+// blocks of manifests whose seal verifies (pack/doc.go, "Manifest seal").
+//
+// Reclaim and Expire read manifests only to find references; they do not
+// verify seals (a forged manifest can only keep objects alive).
 //
 // # Not here
 //

@@ -1,6 +1,7 @@
 // Package pack defines how blocks of KV cache are laid out in the cold tier
 // (G4): the pack object, manifest v3, the per-block pointer, and the object
-// keys, with Build to make them and Verify to admit them before any write.
+// keys, with Build (or BuildSealed) to make them and Verify (or
+// VerifySealed) to admit them before any write.
 //
 // A pack holds many blocks of one namespace, and so of one tenant. Each
 // publication writes three kinds of object:
@@ -79,10 +80,10 @@
 //	        8    u64 offset in the pack object
 //	        8    u64 length, >= 1
 //	        32   SHA-256 of the payload
-//	1     seal kind (0 = none)
-//	1     u8 key id length I (0 when kind is 0), at most 64
+//	1     seal kind: 0 = none, 1 = HMAC-SHA256
+//	1     u8 key id length I: 0 for kind 0, 1..32 for kind 1
 //	I     key id
-//	1     u8 MAC length M (0 when kind is 0), at most 64
+//	1     u8 MAC length M: 0 for kind 0, 32 for kind 1
 //	M     MAC
 //
 // Nothing may follow the seal slot. The manifest is at most MaxManifestLen
@@ -97,14 +98,47 @@
 // KeyFor of its identity and no key repeats; the ranges tile the payload
 // area exactly, in order (the first starts at 52, each starts where the last
 // ended, the last ends at the pack size), which rules out overlap and out of
-// bounds; the seal is empty; no bytes trail. Anything else is an error
-// wrapping cold.ErrCorrupt: malformed v3 fails closed.
+// bounds; the seal slot is empty (kind 0, both lengths 0) or a well-formed
+// kind 1 seal (key id 1..32 bytes, MAC exactly 32 bytes); no bytes trail.
+// Anything else, an unknown seal kind included, is an error wrapping
+// cold.ErrCorrupt: malformed v3 fails closed.
 //
-// Seal slot: reserved for the issue that seals manifests. Kind 1 is to be
-// HMAC-SHA256, keyed by the named key id, over every manifest byte before the
-// seal slot, compared with hmac.Equal. Until that issue lands, writers
-// leave the slot empty (three zero bytes) and decoders reject any other
-// content as corrupt, so a sealed manifest is never read unchecked.
+// # Manifest seal (kind 1, HMAC-SHA256)
+//
+// The sealed span is every manifest byte before the seal slot: header,
+// namespace, pack key, digest and size, and every range record (identity,
+// key, offset, length, payload checksum). The MAC is made by a seal.Keyring
+// (internal/security/seal) with its current key:
+//
+//	seal = keyring.Seal(canonical namespace encoding, sealed span)
+//	MAC  = HMAC-SHA256(secret[key id], "gpucache/seal/v1\x00" ||
+//	         u32be len(namespace) || namespace || u64be len(span) || span)
+//
+// so a seal is domain-bound to the manifest's namespace as well as covering
+// it. Payloads are covered through their SHA-256 in the sealed range
+// records, which readers check after the read. The key id is stored in the slot; it is not secret. BuildSealed writes
+// it (Manifest.EncodeSealed for a manifest Build did not make); Build
+// writes an empty slot. Manifest.VerifySeal checks it with
+// keyring.Verify over the same inputs (hmac.Equal inside): unknown,
+// expired or not-yet-valid keys and MAC mismatches are ErrSealInvalid.
+//
+// The SHA-256 digests in the keys and the pointer only catch accidental
+// damage: anyone able to write the bucket can rewrite a manifest (another
+// identity, checksum or range), recompute its digest and key, and re-point
+// the pointer, and every digest still matches. The seal is what stops that;
+// it needs a secret the store never sees. It does not stop replay of an
+// older manifest that was validly sealed for the same namespace.
+//
+// Readers apply one policy (Manifest.VerifySeal), on every read, including
+// reads of a manifest decoded earlier and cached, so a key that expires
+// after the manifest was cached stops verifying:
+//
+//   - with a keyring: the manifest must carry a kind-1 seal that verifies;
+//     an unsealed manifest is ErrSealMissing;
+//   - without one: an unsealed manifest is read as before, and a sealed one
+//     is ErrSealUnverifiable, so a sealed manifest is never read unchecked.
+//
+// All three errors wrap cold.ErrCorrupt.
 //
 // # Legacy manifests (v1, v2)
 //
@@ -147,11 +181,15 @@
 //
 // Build copies payloads; the caller keeps its blocks. A Pack owns its byte
 // slices and must not be modified after Build. DecodeManifest does not alias
-// its input. Encode returns a fresh slice.
+// its input; it keeps one private copy of the sealed span, which
+// SealedBytes, NamespaceCanonical and every Range.Canonical share (callers
+// must not modify them). Encode returns a fresh slice.
 //
 // # Errors
 //
 // ErrLegacyManifest (a clean miss, not corruption), ErrManifestVersion and
-// every decode failure (wrap cold.ErrCorrupt), ErrRejected (Verify; also
-// wraps cold.ErrCorrupt), ErrInvalid (bad input to Build or Encode).
+// every decode failure (wrap cold.ErrCorrupt), ErrSealMissing,
+// ErrSealInvalid and ErrSealUnverifiable (VerifySeal; wrap
+// cold.ErrCorrupt), ErrRejected (Verify, VerifySealed; also wraps
+// cold.ErrCorrupt), ErrInvalid (bad input to Build or Encode).
 package pack

@@ -67,6 +67,27 @@ func FuzzDecodeManifest(f *testing.F) {
 		if end != m.PackSize {
 			t.Fatal("ranges do not end at the pack size")
 		}
+		// The sealed span is every byte before the seal slot, and a kind-1
+		// seal has the only accepted shape.
+		slot := 3 + len(m.Seal.KeyID) + len(m.Seal.MAC)
+		if !bytes.Equal(m.SealedBytes(), b[:len(b)-slot]) {
+			t.Fatal("SealedBytes is not every byte before the seal slot")
+		}
+		switch m.Seal.Kind {
+		case SealNone:
+			if len(m.Seal.KeyID)+len(m.Seal.MAC) != 0 {
+				t.Fatal("kind 0 with a key id or MAC accepted")
+			}
+		case SealHMACSHA256:
+			if len(m.Seal.KeyID) == 0 || len(m.Seal.KeyID) > 32 || len(m.Seal.MAC) != 32 {
+				t.Fatal("malformed kind-1 seal accepted")
+			}
+		default:
+			t.Fatalf("seal kind %d accepted", m.Seal.Kind)
+		}
+		if nsb, _ := m.Namespace.Canonical(); !bytes.Equal(m.NamespaceCanonical(), nsb) {
+			t.Fatal("NamespaceCanonical is not the namespace's encoding")
+		}
 	})
 }
 
@@ -155,6 +176,19 @@ func seedCorpora(t testing.TB) map[string]map[string]any {
 		"legacy-v2":          legacyManifest(2, nil),
 		"legacy-v2-v3-body":  setVersion(p.Manifest.Body, 2),
 	}
+	// Sealed manifests (kind 1): a short key id, the longest key id, and a
+	// seal whose MAC does not verify (decodes; VerifySeal rejects it).
+	kr := testKeyring(t, "k1")
+	manifests["valid-sealed-three-blocks"] = mustBuildSealed(t, ns, blocksOf(chain(t, ns, 3, 7), 40), kr).Manifest.Body
+	long := testKeyring(t, strings.Repeat("k", 32))
+	manifests["valid-sealed-max-key-id"] = mustBuildSealed(t, lora, blocksOf(chain(t, lora, 1, 1), 16), long).Manifest.Body
+	forged := mustDecode(t, manifests["valid-sealed-three-blocks"].([]byte))
+	forged.Seal.MAC[0] ^= 1
+	fb, err := forged.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifests["valid-sealed-bad-mac"] = fb
 	for name, b := range malformedManifests(t) {
 		manifests["malformed-"+slug(name)] = b
 	}

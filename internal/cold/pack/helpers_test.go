@@ -1,9 +1,12 @@
 package pack
 
 import (
+	"bytes"
 	"testing"
+	"time"
 
 	"github.com/gpucache/gpucache/internal/identity"
+	"github.com/gpucache/gpucache/internal/security/seal"
 )
 
 func testNamespace(tenant string) identity.Namespace {
@@ -112,4 +115,30 @@ func clonePack(p *Pack) *Pack {
 	q.Manifest.Body = append([]byte(nil), p.Manifest.Body...)
 	q.Pointers = append([]Object(nil), p.Pointers...)
 	return &q
+}
+
+// testEpoch is the fixed time of every test keyring's clock.
+var testEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// testKeyring returns a keyring at a fixed time holding one key, id, whose
+// secret is derived from id (so seals are reproducible).
+func testKeyring(t testing.TB, id string) *seal.Keyring {
+	t.Helper()
+	kr := seal.New(func() time.Time { return testEpoch })
+	if err := kr.Add(seal.KeyID(id), bytes.Repeat([]byte(id+"/secret"), 8)[:32], testEpoch); err != nil {
+		t.Fatal(err)
+	}
+	return kr
+}
+
+func mustBuildSealed(t testing.TB, ns identity.Namespace, blocks []Block, s Sealer) *Pack {
+	t.Helper()
+	p, err := BuildSealed(ns, blocks, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Verify(p); err != nil {
+		t.Fatalf("Verify of a fresh sealed pack: %v", err)
+	}
+	return p
 }

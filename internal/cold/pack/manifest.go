@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpucache/gpucache/internal/cold"
 	"github.com/gpucache/gpucache/internal/identity"
+	"github.com/gpucache/gpucache/internal/security/seal"
 )
 
 // Sentinel errors. Everything else a decoder rejects wraps cold.ErrCorrupt.
@@ -35,7 +36,8 @@ const (
 	MaxManifestLen = 64 << 20
 	// MaxPackSize bounds a pack object, in bytes.
 	MaxPackSize = 1 << 36
-	// MaxSealKeyID and MaxSealMAC bound the seal slot's fields.
+	// MaxSealKeyID and MaxSealMAC bound the seal slot's fields (the
+	// format's widths; a kind-1 seal is tighter, see SealHMACSHA256).
 	MaxSealKeyID = 64
 	MaxSealMAC   = 64
 )
@@ -56,21 +58,24 @@ const (
 type SealKind uint8
 
 const (
-	// SealNone: no seal. Key id and MAC are empty. The only kind written and
-	// accepted today.
+	// SealNone: no seal. Key id and MAC are empty (the slot is three zero
+	// bytes).
 	SealNone SealKind = 0
-	// SealHMACSHA256 is reserved for the issue that adds manifest sealing:
-	// an HMAC-SHA256 with the named key over every manifest byte before the
-	// seal slot, compared with hmac.Equal. Decoders reject it until then.
+	// SealHMACSHA256: an HMAC-SHA256 seal made by a seal.Keyring over every
+	// manifest byte before the seal slot, domain-bound to the manifest's
+	// canonical namespace encoding (Keyring.Seal(namespace, sealed span)).
+	// The key id is 1..seal.MaxKeyIDLen bytes, the MAC exactly
+	// seal.MACSize bytes. See Manifest.VerifySeal.
 	SealHMACSHA256 SealKind = 1
 )
 
-// Seal is the manifest's seal slot, reserved for a later issue. Today it is
-// always empty (Kind SealNone, no KeyID, no MAC).
+// Seal is the manifest's seal slot: empty (Kind SealNone, no KeyID, no MAC)
+// or an HMAC-SHA256 seal (Kind SealHMACSHA256). DecodeManifest rejects any
+// other content as corrupt.
 type Seal struct {
 	Kind  SealKind
-	KeyID []byte // at most MaxSealKeyID bytes
-	MAC   []byte // at most MaxSealMAC bytes
+	KeyID []byte // at most MaxSealKeyID bytes; 1..seal.MaxKeyIDLen for kind 1
+	MAC   []byte // at most MaxSealMAC bytes; seal.MACSize for kind 1
 }
 
 // Range binds one block's full identity to its bytes in the pack.
@@ -102,6 +107,11 @@ type Manifest struct {
 	// Set by DecodeManifest.
 	nsDigest identity.NamespaceDigest
 	index    map[identity.BlockKey]int
+	// sealed is a private copy of every manifest byte before the seal
+	// slot (what a kind-1 seal covers); nsCanon and every range's
+	// Canonical alias it, capacity-capped. Nil unless decoded.
+	sealed  []byte
+	nsCanon []byte
 }
 
 // NamespaceDigest returns the digest of the manifest's namespace.
@@ -133,20 +143,27 @@ func (m *Manifest) Find(k identity.BlockKey) (Range, bool) {
 // width; Build makes consistent manifests, and DecodeManifest and Verify are
 // the consistency checks. (Tests use Encode to write malformed manifests.)
 func (m *Manifest) Encode() ([]byte, error) {
-	nsb, err := m.Namespace.Canonical()
+	b, _, err := m.encodeSealed()
 	if err != nil {
-		return nil, fmt.Errorf("%w: manifest namespace: %w", ErrInvalid, err)
+		return nil, err
+	}
+	return m.appendSealSlot(b)
+}
+
+// encodeSealed returns the manifest bytes before the seal slot (the span a
+// kind-1 seal covers) and the canonical namespace encoding.
+func (m *Manifest) encodeSealed() (b, nsb []byte, err error) {
+	nsb, err = m.Namespace.Canonical()
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: manifest namespace: %w", ErrInvalid, err)
 	}
 	if len(m.PackKey) > 0xffff {
-		return nil, fmt.Errorf("%w: pack key is %d bytes", ErrInvalid, len(m.PackKey))
+		return nil, nil, fmt.Errorf("%w: pack key is %d bytes", ErrInvalid, len(m.PackKey))
 	}
 	if len(m.Ranges) > MaxRanges {
-		return nil, fmt.Errorf("%w: %d ranges, limit %d", ErrInvalid, len(m.Ranges), MaxRanges)
+		return nil, nil, fmt.Errorf("%w: %d ranges, limit %d", ErrInvalid, len(m.Ranges), MaxRanges)
 	}
-	if len(m.Seal.KeyID) > MaxSealKeyID || len(m.Seal.MAC) > MaxSealMAC {
-		return nil, fmt.Errorf("%w: seal fields too long", ErrInvalid)
-	}
-	b := make([]byte, 0, 256+len(nsb)+len(m.PackKey)+len(m.Ranges)*512)
+	b = make([]byte, 0, 256+len(nsb)+len(m.PackKey)+len(m.Ranges)*512)
 	b = append(b, manifestMagic...)
 	b = binary.LittleEndian.AppendUint16(b, ManifestVersion)
 	b = binary.LittleEndian.AppendUint16(b, 0) // flags
@@ -161,7 +178,7 @@ func (m *Manifest) Encode() ([]byte, error) {
 		c := r.Canonical
 		if c == nil {
 			if c, err = r.Identity.Canonical(); err != nil {
-				return nil, fmt.Errorf("%w: range %d: %w", ErrInvalid, i, err)
+				return nil, nil, fmt.Errorf("%w: range %d: %w", ErrInvalid, i, err)
 			}
 		}
 		b = binary.LittleEndian.AppendUint32(b, uint32(len(c)))
@@ -170,6 +187,14 @@ func (m *Manifest) Encode() ([]byte, error) {
 		b = binary.LittleEndian.AppendUint64(b, r.Offset)
 		b = binary.LittleEndian.AppendUint64(b, r.Length)
 		b = append(b, r.Sum[:]...)
+	}
+	return b, nsb, nil
+}
+
+// appendSealSlot appends m.Seal as given and checks the total size.
+func (m *Manifest) appendSealSlot(b []byte) ([]byte, error) {
+	if len(m.Seal.KeyID) > MaxSealKeyID || len(m.Seal.MAC) > MaxSealMAC {
+		return nil, fmt.Errorf("%w: seal fields too long", ErrInvalid)
 	}
 	b = append(b, byte(m.Seal.Kind), byte(len(m.Seal.KeyID)))
 	b = append(b, m.Seal.KeyID...)
@@ -257,7 +282,12 @@ func (r *reader) digest(what string) (d Digest) {
 // that does not decode and validate, an identity of another namespace, a key
 // that is not KeyFor of its identity, a duplicate key, ranges that overlap,
 // leave gaps or fall outside the pack, a pack key that does not carry the
-// pack digest, an unsupported seal, trailing bytes.
+// pack digest, a seal slot that is neither empty nor a well-formed kind-1
+// seal (key id 1..seal.MaxKeyIDLen bytes, MAC exactly seal.MACSize bytes),
+// trailing bytes.
+//
+// Decoding does not verify a seal: it only checks its form. Callers that
+// read payloads call VerifySeal, which uses SealedBytes.
 //
 // The result does not alias b.
 func DecodeManifest(b []byte) (*Manifest, error) {
@@ -282,6 +312,7 @@ func DecodeManifest(b []byte) (*Manifest, error) {
 	if r.err == nil && nsLen > identity.MaxCanonicalLen {
 		r.fail("namespace length %d, limit %d", nsLen, identity.MaxCanonicalLen)
 	}
+	nsOff := r.off
 	nsb := r.take(int(nsLen), "namespace")
 	if r.err != nil {
 		return nil, r.err
@@ -321,12 +352,14 @@ func DecodeManifest(b []byte) (*Manifest, error) {
 
 	m.Ranges = make([]Range, 0, count)
 	m.index = make(map[identity.BlockKey]int, count)
+	idOffs := make([]int, 0, count)
 	next := uint64(HeaderLen) // ranges tile the payload area in order
 	for i := range int(count) {
 		idLen := r.u32("identity length")
 		if r.err == nil && idLen > maxIdentityLen {
 			r.fail("range %d: identity length %d, limit %d", i, idLen, maxIdentityLen)
 		}
+		idOffs = append(idOffs, r.off)
 		idb := r.take(int(idLen), "identity")
 		var rg Range
 		rg.Key = identity.BlockKey(r.digest("block key"))
@@ -341,7 +374,7 @@ func DecodeManifest(b []byte) (*Manifest, error) {
 			return nil, fmt.Errorf("manifest range %d: %w", i, err)
 		}
 		rg.Identity = id
-		rg.Canonical = bytes.Clone(idb)
+		rg.Canonical = idb // aliases b until the end; see below
 		switch {
 		case id.Namespace != ns:
 			r.fail("range %d: identity of namespace %q/%q, manifest namespace %q/%q", i, id.Tenant, id.ModelID, ns.Tenant, ns.ModelID)
@@ -369,20 +402,39 @@ func DecodeManifest(b []byte) (*Manifest, error) {
 	if next != m.PackSize {
 		r.fail("ranges end at %d, pack is %d bytes", next, m.PackSize)
 	}
+	sealOff := r.off
 	m.Seal.Kind = SealKind(r.u8("seal kind"))
 	m.Seal.KeyID = bytes.Clone(r.take(int(r.u8("seal key id length")), "seal key id"))
 	m.Seal.MAC = bytes.Clone(r.take(int(r.u8("seal mac length")), "seal mac"))
 	if r.err != nil {
 		return nil, r.err
 	}
-	if m.Seal.Kind != SealNone || len(m.Seal.KeyID) != 0 || len(m.Seal.MAC) != 0 {
-		r.fail("seal slot (kind %d, %d-byte key id, %d-byte MAC) not supported: only an empty seal", m.Seal.Kind, len(m.Seal.KeyID), len(m.Seal.MAC))
+	switch m.Seal.Kind {
+	case SealNone:
+		if len(m.Seal.KeyID) != 0 || len(m.Seal.MAC) != 0 {
+			r.fail("seal kind 0 with a %d-byte key id and a %d-byte MAC", len(m.Seal.KeyID), len(m.Seal.MAC))
+		}
+	case SealHMACSHA256:
+		if len(m.Seal.KeyID) == 0 || len(m.Seal.KeyID) > seal.MaxKeyIDLen || len(m.Seal.MAC) != seal.MACSize {
+			r.fail("HMAC-SHA256 seal with a %d-byte key id (want 1..%d) and a %d-byte MAC (want %d)",
+				len(m.Seal.KeyID), seal.MaxKeyIDLen, len(m.Seal.MAC), seal.MACSize)
+		}
+	default:
+		r.fail("seal kind %d unknown", m.Seal.Kind)
 	}
 	if r.off != len(b) {
 		r.fail("%d trailing bytes", len(b)-r.off)
 	}
 	if r.err != nil {
 		return nil, r.err
+	}
+	// One private copy of the sealed span; the namespace and every
+	// identity alias it (capacity-capped, so an append by a caller copies).
+	m.sealed = bytes.Clone(b[:sealOff])
+	m.nsCanon = m.sealed[nsOff : nsOff+len(nsb) : nsOff+len(nsb)]
+	for i := range m.Ranges {
+		o, n := idOffs[i], len(m.Ranges[i].Canonical)
+		m.Ranges[i].Canonical = m.sealed[o : o+n : o+n]
 	}
 	return m, nil
 }

@@ -114,8 +114,21 @@ func malformedManifests(t testing.TB) map[string][]byte {
 		"pack key malformed":       edit(func(m *Manifest) { m.PackKey = "packs/x.pack" }),
 		"pack key other ns":        edit(func(m *Manifest) { m.PackKey = PackKey(otherNS, m.PackDigest) }),
 		"pack key digest":          edit(func(m *Manifest) { m.PackDigest[0] ^= 1 }),
-		"seal kind reserved":       edit(func(m *Manifest) { m.Seal = Seal{Kind: SealHMACSHA256, KeyID: []byte("k1"), MAC: make([]byte, 32)} }),
+		"seal kind unknown":        edit(func(m *Manifest) { m.Seal = Seal{Kind: 2, KeyID: []byte("k1"), MAC: make([]byte, 32)} }),
+		"seal kind unknown empty":  edit(func(m *Manifest) { m.Seal = Seal{Kind: 0xff} }),
 		"seal key id without kind": edit(func(m *Manifest) { m.Seal.KeyID = []byte("k1") }),
+		"seal MAC without kind":    edit(func(m *Manifest) { m.Seal.MAC = make([]byte, 32) }),
+		"seal hmac without key id": edit(func(m *Manifest) { m.Seal = Seal{Kind: SealHMACSHA256, MAC: make([]byte, 32)} }),
+		"seal hmac key id too long": edit(func(m *Manifest) {
+			m.Seal = Seal{Kind: SealHMACSHA256, KeyID: bytes.Repeat([]byte("k"), 33), MAC: make([]byte, 32)}
+		}),
+		"seal hmac without MAC": edit(func(m *Manifest) { m.Seal = Seal{Kind: SealHMACSHA256, KeyID: []byte("k1")} }),
+		"seal hmac MAC short": edit(func(m *Manifest) {
+			m.Seal = Seal{Kind: SealHMACSHA256, KeyID: []byte("k1"), MAC: make([]byte, 31)}
+		}),
+		"seal hmac MAC long": edit(func(m *Manifest) {
+			m.Seal = Seal{Kind: SealHMACSHA256, KeyID: []byte("k1"), MAC: make([]byte, 33)}
+		}),
 		"namespace malformed": func() []byte {
 			b := bytes.Clone(good)
 			i := bytes.Index(b, []byte("acme"))

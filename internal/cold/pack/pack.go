@@ -111,8 +111,14 @@ func (p *Pack) Size() int {
 // Build packs blocks of one namespace. Every identity must be valid and of
 // namespace ns, keys must be distinct, payloads non-empty. Blocks keep their
 // order. Build copies the payloads; the caller keeps ownership of blocks.
-// The same input always gives the same bytes and keys.
+// The same input always gives the same bytes and keys. The manifest's seal
+// slot is empty; BuildSealed seals it.
 func Build(ns identity.Namespace, blocks []Block) (*Pack, error) {
+	return build(ns, blocks, nil)
+}
+
+// build is Build, sealing the manifest with s when s is non-nil.
+func build(ns identity.Namespace, blocks []Block, s Sealer) (*Pack, error) {
 	nsd, err := ns.Digest()
 	if err != nil {
 		return nil, fmt.Errorf("%w: namespace: %w", ErrInvalid, err)
@@ -161,7 +167,7 @@ func Build(ns identity.Namespace, blocks []Block) (*Pack, error) {
 	}
 	m.PackDigest = Sum(obj)
 	m.PackKey = PackKey(nsd, m.PackDigest)
-	mb, err := m.Encode()
+	mb, err := sealManifest(m, s)
 	if err != nil {
 		return nil, err
 	}
@@ -211,7 +217,8 @@ func rejectf(format string, args ...any) error {
 //   - there is exactly one pointer per range, in range order, under the
 //     block's pointer key, naming this manifest, its digest and its size.
 //
-// Errors wrap ErrRejected and cold.ErrCorrupt.
+// A seal slot is only checked for form (DecodeManifest); VerifySealed also
+// verifies the seal. Errors wrap ErrRejected and cold.ErrCorrupt.
 func Verify(p *Pack) error {
 	if p == nil {
 		return rejectf("nil pack")

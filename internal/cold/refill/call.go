@@ -80,10 +80,18 @@ func (c *call) get(op, key string, size int) ([]byte, Result, error) {
 	return b, Hit, nil
 }
 
+// integrity reports a miss that points at corruption or tampering to
+// Config.OnIntegrity.
+func (c *call) integrity(kind string, w want, keyID string, err error) {
+	if f := c.r.cfg.OnIntegrity; f != nil {
+		f(IntegrityEvent{Kind: kind, Namespace: w.nsd.String(), Key: w.key.String(), KeyID: keyID, Err: err})
+	}
+}
+
 // block runs the refill of one block. The order of checks is the contract
-// (doc.go): pointer, manifest (size-bounded), decode and verify, the full
-// identity byte for byte, budget, then and only then the payload read, and
-// its checksum.
+// (doc.go): pointer, manifest (size-bounded), decode and verify, seal, the
+// full identity byte for byte, budget, then and only then the payload read,
+// and its checksum.
 func (c *call) block(w want, dst []byte) (int, Result, error) {
 	// 1. Pointer: a fixed-size object under a key derived from the
 	// expected identity.
@@ -92,18 +100,26 @@ func (c *call) block(w want, dst []byte) (int, Result, error) {
 	if !cached {
 		pb, res, err := c.get("pointer", ptrKey, pack.PointerLen)
 		if !res.Hit {
+			if res.Reason == Corrupt {
+				c.integrity(IntegrityPointerCorrupt, w, "", err)
+			}
 			return 0, res, err
 		}
 		if ptr, err = pack.DecodePointer(pb); err != nil {
-			return 0, Missing(Corrupt), fmt.Errorf("gpucache/cold/refill: pointer %s: %w", ptrKey, err)
+			err = fmt.Errorf("gpucache/cold/refill: pointer %s: %w", ptrKey, err)
+			c.integrity(IntegrityPointerCorrupt, w, "", err)
+			return 0, Missing(Corrupt), err
 		}
 		if ptr.Namespace != w.nsd || ptr.Block != w.key {
-			return 0, Missing(Corrupt), fmt.Errorf("gpucache/cold/refill: %w: pointer %s names block %s of namespace %s", cold.ErrCorrupt, ptrKey, ptr.Block, ptr.Namespace)
+			err := fmt.Errorf("gpucache/cold/refill: %w: pointer %s names block %s of namespace %s", cold.ErrCorrupt, ptrKey, ptr.Block, ptr.Namespace)
+			c.integrity(IntegrityPointerCorrupt, w, "", err)
+			return 0, Missing(Corrupt), err
 		}
 	}
 
-	// 2-3. Manifest: bounded download, then key digest, v3 decode, verify.
-	m, res, err := c.manifest(ptr)
+	// 2-3. Manifest: bounded download, then key digest, v3 decode, verify,
+	// seal.
+	m, res, err := c.manifest(w, ptr)
 	if !res.Hit {
 		c.r.cache.forget(ptrKey, ptr.ManifestKey)
 		return 0, res, err
@@ -120,33 +136,53 @@ func (c *call) block(w want, dst []byte) (int, Result, error) {
 }
 
 // manifest returns the verified manifest ptr names, downloading it at most
-// once per call.
-func (c *call) manifest(ptr pack.Pointer) (*pack.Manifest, Result, error) {
+// once per call. Its seal is verified once per call, whether it was
+// downloaded or taken from the cross-call cache, so a key that expired or
+// was dropped since the manifest was cached stops verifying.
+func (c *call) manifest(w want, ptr pack.Pointer) (*pack.Manifest, Result, error) {
 	if m, ok := c.manifests[ptr.ManifestKey]; ok {
-		return m, Hit, nil
+		return m, Hit, nil // verified, seal included, earlier in this call
 	}
-	if m, ok := c.r.cache.manifest(ptr.ManifestKey); ok {
-		return m, Hit, nil
+	m, fromCache := c.r.cache.manifest(ptr.ManifestKey)
+	if !fromCache {
+		if ptr.ManifestSize > uint64(c.r.cfg.ManifestMax) {
+			return nil, Missing(OverBudget), nil
+		}
+		mb, res, err := c.get("manifest", ptr.ManifestKey, int(ptr.ManifestSize))
+		if !res.Hit {
+			if res.Reason == Corrupt {
+				c.integrity(IntegrityManifestCorrupt, w, "", err)
+			}
+			return nil, res, err
+		}
+		m, err = pack.OpenManifest(ptr.ManifestKey, mb)
+		switch {
+		case errors.Is(err, pack.ErrLegacyManifest):
+			return nil, Missing(Legacy), nil
+		case err != nil:
+			err = fmt.Errorf("gpucache/cold/refill: %w", err)
+			c.integrity(IntegrityManifestCorrupt, w, "", err)
+			return nil, Missing(Corrupt), err
+		}
 	}
-	if ptr.ManifestSize > uint64(c.r.cfg.ManifestMax) {
-		return nil, Missing(OverBudget), nil
-	}
-	mb, res, err := c.get("manifest", ptr.ManifestKey, int(ptr.ManifestSize))
-	if !res.Hit {
-		return nil, res, err
-	}
-	m, err := pack.OpenManifest(ptr.ManifestKey, mb)
-	switch {
-	case errors.Is(err, pack.ErrLegacyManifest):
-		return nil, Missing(Legacy), nil
-	case err != nil:
-		return nil, Missing(Corrupt), fmt.Errorf("gpucache/cold/refill: %w", err)
+	// 3b. Seal: with a keyring it must verify now; without one a sealed
+	// manifest is not read.
+	if err := m.VerifySeal(c.r.verifier); err != nil {
+		err = fmt.Errorf("gpucache/cold/refill: manifest %s: %w", ptr.ManifestKey, err)
+		kind := IntegritySealInvalid
+		if errors.Is(err, pack.ErrSealMissing) {
+			kind = IntegritySealMissing
+		}
+		c.integrity(kind, w, m.SealKeyID(), err)
+		return nil, Missing(Corrupt), err
 	}
 	if c.manifests == nil {
 		c.manifests = make(map[string]*pack.Manifest, 1)
 	}
 	c.manifests[ptr.ManifestKey] = m
-	c.r.cache.putManifest(ptr.ManifestKey, m)
+	if !fromCache {
+		c.r.cache.putManifest(ptr.ManifestKey, m)
+	}
 	return m, Hit, nil
 }
 
@@ -158,13 +194,17 @@ func (c *call) payload(w want, m *pack.Manifest, dst []byte) (int, Result, error
 	// keys already commit to the namespace digest and the block key; this
 	// compares what they do not cover (position) and everything again.
 	if m.Namespace != w.id.Namespace {
+		c.integrity(IntegrityIdentityMismatch, w, m.SealKeyID(), errors.New("gpucache/cold/refill: manifest namespace is not the expected namespace"))
 		return 0, Missing(IdentityMismatch), nil
 	}
 	rg, ok := m.Find(w.key)
 	if !ok {
-		return 0, Missing(Corrupt), fmt.Errorf("gpucache/cold/refill: %w: manifest of pointer %s lacks block %s", cold.ErrCorrupt, pack.PointerKey(w.nsd, w.key), w.key)
+		err := fmt.Errorf("gpucache/cold/refill: %w: manifest of pointer %s lacks block %s", cold.ErrCorrupt, pack.PointerKey(w.nsd, w.key), w.key)
+		c.integrity(IntegrityManifestCorrupt, w, m.SealKeyID(), err)
+		return 0, Missing(Corrupt), err
 	}
 	if w.canon != nil && !bytes.Equal(rg.Canonical, w.canon) {
+		c.integrity(IntegrityIdentityMismatch, w, m.SealKeyID(), errors.New("gpucache/cold/refill: manifest binds the block key to another full identity"))
 		return 0, Missing(IdentityMismatch), nil
 	}
 
@@ -183,6 +223,9 @@ func (c *call) payload(w want, m *pack.Manifest, dst []byte) (int, Result, error
 	if err := c.r.store.RangeGet(c.ctx, m.PackKey, int64(rg.Offset), out); err != nil {
 		clear(out)
 		res, err := c.storeMiss("payload", m.PackKey, err)
+		if res.Reason == Corrupt {
+			c.integrity(IntegrityPayloadChecksum, w, m.SealKeyID(), err)
+		}
 		return 0, res, err
 	}
 
@@ -190,7 +233,9 @@ func (c *call) payload(w want, m *pack.Manifest, dst []byte) (int, Result, error
 	// returns no bytes.
 	if pack.Sum(out) != rg.Sum {
 		clear(out)
-		return 0, Missing(Corrupt), fmt.Errorf("gpucache/cold/refill: %w: payload of block %s in %s fails its checksum", cold.ErrCorrupt, w.key, m.PackKey)
+		err := fmt.Errorf("gpucache/cold/refill: %w: payload of block %s in %s fails its checksum", cold.ErrCorrupt, w.key, m.PackKey)
+		c.integrity(IntegrityPayloadChecksum, w, m.SealKeyID(), err)
+		return 0, Missing(Corrupt), err
 	}
 	return n, Hit, nil
 }

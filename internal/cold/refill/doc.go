@@ -31,7 +31,12 @@
 //     OverBudget without downloading; else one ranged read of that size.
 //  3. pack.OpenManifest: a v1/v2 header is Legacy; the key's digest must be
 //     SHA-256 of the bytes; then the full v3 decode (pack/doc.go). Any
-//     failure is Corrupt.
+//     failure is Corrupt. Then the seal (Manifest.VerifySeal): with
+//     Config.Keyring the manifest must carry a kind-1 HMAC-SHA256 seal that
+//     verifies now; without one it must be unsealed (a sealed manifest is
+//     never read unchecked). A failure is Corrupt. The seal is verified on
+//     every refill call, also for a manifest from the manifest cache, so a
+//     key that expires after the manifest was cached stops verifying.
 //  4. The manifest's namespace must equal the expected namespace, and the
 //     block's range must carry the expected full canonical identity byte for
 //     byte: any single differing field is IdentityMismatch.
@@ -44,6 +49,23 @@
 //
 // A refill never writes or deletes: a legacy or corrupt entry is left as it
 // is for the repack and reclaim paths.
+//
+// # Integrity
+//
+// The SHA-256 digests (manifest key, payload checksums) catch accidental
+// damage; they do not stop anyone who can write the bucket from rewriting a
+// manifest consistently (another identity or checksum, a recomputed digest
+// and key, a re-pointed pointer). The manifest seal does: with
+// Config.Keyring set, such a manifest is a miss before any payload read.
+//
+// Every miss that points at corruption or tampering calls
+// Config.OnIntegrity once with an IntegrityEvent (kind, namespace digest,
+// block key, seal key id, error; nothing secret): seal_missing,
+// seal_invalid, manifest_corrupt, pointer_corrupt, payload_checksum,
+// identity_mismatch. Ordinary absence (NotFound), Legacy, budgets, short
+// buffers, the breaker and store outages do not. A miss is a clean miss
+// whatever the kind: n is 0, dst holds no payload byte (a payload that was
+// read and failed its checksum is zeroed), and nothing is cached as good.
 //
 // # Budgets
 //

@@ -9,6 +9,7 @@ import (
 	"github.com/gpucache/gpucache/internal/cold"
 	"github.com/gpucache/gpucache/internal/cold/pack"
 	"github.com/gpucache/gpucache/internal/identity"
+	"github.com/gpucache/gpucache/internal/security/seal"
 )
 
 // Sentinel errors. A refill's error explains a miss; it is never needed to
@@ -36,8 +37,10 @@ const (
 	// Legacy: the manifest is v1 or v2. Recompute and repack; the entry is
 	// neither rewritten nor deleted.
 	Legacy
-	// Corrupt: a pointer, manifest or payload failed a format, key or
-	// checksum check. The error wraps cold.ErrCorrupt.
+	// Corrupt: a pointer, manifest or payload failed a format, key,
+	// checksum or seal check. The error wraps cold.ErrCorrupt (and, for a
+	// seal, pack.ErrSealMissing, pack.ErrSealInvalid or
+	// pack.ErrSealUnverifiable).
 	Corrupt
 	// IdentityMismatch: the manifest's namespace or the block's full
 	// canonical identity differs from the expected one.
@@ -117,14 +120,75 @@ type Config struct {
 	// BreakerCooldown is how long the breaker stays open before it lets
 	// one probe through. Default 10s.
 	BreakerCooldown time.Duration
-	// Now is the breaker's clock. Default time.Now; tests inject one.
 	// ManifestCache keeps up to this many verified manifests across calls
-	// (they are content-addressed, so they never change). 0 disables it.
+	// (they are content-addressed, so they never change; their seals are
+	// still verified again on every refill). 0 disables it.
 	ManifestCache int
 	// PointerTTL keeps pointers across calls for this long. A stale pointer
 	// can only cause a miss. 0 disables it.
 	PointerTTL time.Duration
-	Now        func() time.Time
+	// Now is the breaker's and the pointer cache's clock. Default
+	// time.Now; tests inject one. (The keyring has its own clock.)
+	Now func() time.Time
+	// Keyring, when set, verifies manifest seals (pack/doc.go, "Manifest
+	// seal"): every manifest must carry a kind-1 seal that verifies now,
+	// on every refill, cached manifests included; an unsealed manifest or
+	// a seal that does not verify (unknown, expired or not-yet-valid key,
+	// MAC mismatch) is Missing(Corrupt) before any payload read. When nil,
+	// unsealed manifests are read as before and a sealed manifest is
+	// Missing(Corrupt): it cannot be checked, so it is never read.
+	Keyring *seal.Keyring
+	// OnIntegrity, when set, is called once for each refill miss that
+	// points at corruption or tampering (see IntegrityEvent), never for
+	// ordinary absence, legacy entries, budgets or store outages. It runs
+	// synchronously on the refilling goroutine, possibly concurrently with
+	// itself: it must be quick and must not block or call back into the
+	// Refiller.
+	OnIntegrity func(IntegrityEvent)
+}
+
+// Integrity event kinds (IntegrityEvent.Kind).
+const (
+	// IntegritySealMissing: a Keyring is configured and the manifest is
+	// not sealed.
+	IntegritySealMissing = "seal_missing"
+	// IntegritySealInvalid: the manifest's seal does not verify: unknown,
+	// expired or not-yet-valid key, or MAC mismatch; also a sealed manifest
+	// read without a Keyring (it cannot be checked).
+	IntegritySealInvalid = "seal_invalid"
+	// IntegrityPayloadChecksum: the payload read from the pack does not
+	// match the manifest's SHA-256 (or the pack object is too short for
+	// the range).
+	IntegrityPayloadChecksum = "payload_checksum"
+	// IntegrityManifestCorrupt: the manifest does not match its key's
+	// digest, does not decode as v3, is shorter or longer than its pointer
+	// says, or lacks the block its pointer names.
+	IntegrityManifestCorrupt = "manifest_corrupt"
+	// IntegrityPointerCorrupt: the pointer object does not decode or names
+	// another block or namespace than its key.
+	IntegrityPointerCorrupt = "pointer_corrupt"
+	// IntegrityIdentityMismatch: the manifest binds the block key to
+	// another full identity than the expected one (or another namespace).
+	IntegrityIdentityMismatch = "identity_mismatch"
+)
+
+// IntegrityEvent describes one refill miss caused by corruption or
+// tampering. It carries only non-secret facts, safe to log and audit.
+type IntegrityEvent struct {
+	// Kind is one of the Integrity* constants.
+	Kind string
+	// Namespace is the lower-case hex namespace digest of the expected
+	// block.
+	Namespace string
+	// Key is the lower-case hex block key of the expected block.
+	Key string
+	// KeyID is the seal key id the manifest names ("" when the manifest is
+	// unsealed or was not decoded). Key ids are not secret.
+	KeyID string
+	// Err explains the miss: the error the refill returned, or for an
+	// IdentityMismatch (a clean miss, returned with a nil error) a
+	// description. It holds no secret.
+	Err error
 }
 
 // Default returns the default configuration.
@@ -189,10 +253,11 @@ func (c Config) Validate() error {
 // Refiller reads blocks back from the cold tier. It is safe for concurrent
 // use; it holds no payload memory of its own.
 type Refiller struct {
-	store cold.Store
-	cfg   Config // with defaults filled; read-only
-	br    *breaker
-	cache *caches // nil unless ManifestCache or PointerTTL is set
+	store    cold.Store
+	cfg      Config // with defaults filled; read-only
+	br       *breaker
+	cache    *caches           // nil unless ManifestCache or PointerTTL is set
+	verifier pack.SealVerifier // cfg.Keyring, or nil (an untyped nil)
 }
 
 // New returns a Refiller reading from store.
@@ -204,7 +269,11 @@ func New(store cold.Store, cfg Config) (*Refiller, error) {
 		return nil, fmt.Errorf("%w: nil store", ErrInvalidConfig)
 	}
 	cfg = cfg.withDefaults()
-	return &Refiller{store: store, cfg: cfg, br: newBreaker(cfg.BreakerFailures, cfg.BreakerCooldown, cfg.Now), cache: newCaches(cfg)}, nil
+	r := &Refiller{store: store, cfg: cfg, br: newBreaker(cfg.BreakerFailures, cfg.BreakerCooldown, cfg.Now), cache: newCaches(cfg)}
+	if cfg.Keyring != nil {
+		r.verifier = cfg.Keyring
+	}
+	return r, nil
 }
 
 // Config returns the configuration in use, defaults filled.

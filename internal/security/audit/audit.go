@@ -54,6 +54,7 @@ const (
 	EventRateLimited = "rate_limited"
 	EventRotation    = "rotation"
 	EventAdminAction = "admin_action"
+	EventIntegrity   = "integrity"
 )
 
 // Logger emits audit events. A nil *Logger discards events.
@@ -221,4 +222,19 @@ func (l *Logger) AdminAction(actor, action string, attrs ...slog.Attr) {
 		base = append(base, slog.Attr{Key: "details", Value: slog.GroupValue(attrs...)})
 	}
 	l.emit(EventAdminAction, "admin action", base...)
+}
+
+// Integrity records a cold-tier integrity failure: a refill miss caused by
+// corruption or tampering (a manifest seal missing or not verifying, a
+// payload checksum mismatch, a corrupt manifest or pointer). kind is a
+// short code such as "seal_invalid" (refill.IntegrityEvent.Kind);
+// namespace is the namespace digest in hex, key the block key in hex;
+// keyID is the seal key id the manifest names ("" if none), a public
+// identifier; reason is the error text. None of them is secret, so none is
+// redacted: never pass key material, a MAC or a credential here.
+func (l *Logger) Integrity(kind, namespace, key, keyID, reason string) {
+	l.emit(EventIntegrity, "cold-tier integrity failure",
+		slog.String("kind", kind), slog.String("namespace", namespace),
+		slog.String("block", key), slog.String("key_id", keyID),
+		slog.String("reason", reason))
 }

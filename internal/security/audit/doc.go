@@ -1,12 +1,13 @@
 // Package audit writes security audit events (authentication failures, ACL
-// denials, rate limiting, key rotations, admin actions) as structured slog
+// denials, rate limiting, key rotations, admin actions, cold-tier integrity
+// failures) as structured slog
 // JSON lines to a dedicated sink, separate from the operational log.
 //
 // Design notes:
 //
 //   - One event = one JSON line produced by slog.JSONHandler. Every event has
 //     "audit":true and an "event" field naming its kind ("auth_failure",
-//     "denied", "rate_limited", "rotation", "admin_action"), plus
+//     "denied", "rate_limited", "rotation", "admin_action", "integrity"), plus
 //     kind-specific fields.
 //   - Audit events never contain a secret or its fingerprint. Three layers
 //     enforce this:
