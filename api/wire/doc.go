@@ -65,11 +65,21 @@
 //
 //	bit 0   RESPONSE  set on every frame the server sends
 //	bit 1   ERROR     set on a response whose body is an error body
-//	bits 2-15         reserved, zero
+//	bit 2   STAMPED   request only: the body starts with a 24-byte replay stamp
+//	bits 3-15         reserved, zero
 //
-// Version 1 defines no request flags. A request with any flag set is
-// MALFORMED, whether the flag is RESPONSE, ERROR or a reserved bit. Its body
-// is skipped.
+// Version 1 defines one request flag, STAMPED (ADR 0006). A stamped request's
+// body is i64 unix_nanos | 16-byte nonce followed by the operation's own body;
+// the body length counts both. A stamped body shorter than 24 bytes, a negative
+// timestamp, or any other flag on a request (RESPONSE, ERROR, a reserved bit)
+// is MALFORMED, and the body is skipped.
+//
+// A server with authentication requires the stamp on the mutating operations
+// (PUT, DELETE, ACQUIRE, FILL_COMMIT, FILL_ABORT; Opcode.Mutating) and says so
+// in the HELLO session flags. It answers REPLAY to a missing stamp, a timestamp
+// more than the replay window (default 5 minutes) from its clock either way, or
+// a nonce the tenant already used inside the window. A server in open mode
+// checks a stamp when one is present.
 //
 // # Request ids and pipelining
 //
@@ -97,9 +107,27 @@
 // successful HELLO is answered with HELLO_REQUIRED. Its body is skipped, and
 // the connection stays usable, so the client can still send HELLO.
 //
-// The tenant in HELLO becomes the session tenant. An empty tenant is
-// MALFORMED. A connection cannot change tenant. A later HELLO with the same
-// tenant is answered like the first one. A later HELLO with another tenant is
+// A server runs in one of two modes:
+//
+// - **Open mode** (no tenants configured; loopback only). The tenant in HELLO
+//   becomes the session tenant; an empty tenant is MALFORMED in a HELLO
+//   without an auth section and default in one with it. Every operation is
+//   allowed.
+// - **Authenticated.** HELLO must authenticate: a bearer secret in the auth
+//   section, or a verified client certificate under mTLS. The server derives
+//   the session tenant from the credential; the tenant field cannot choose it:
+//   a non-empty tenant that differs is refused. A failed HELLO is
+//   UNAUTHENTICATED and opens no session; after three on one connection the
+//   server closes it. Each operation then needs a right on the namespace's
+//   model: read for LOOKUP, GET and WAIT; write for PUT, FILL_COMMIT and
+//   FILL_ABORT; read and write for DELETE and ACQUIRE (their answers reveal
+//   whether a block exists). A missing right is DENIED. A tenant over its
+//   rate limit gets RATE_LIMITED with a retry-after; the request is not
+//   executed. When a reload revokes or expires the session's credential, the
+//   next request is UNAUTHENTICATED and the session ends: send HELLO again.
+//
+// A connection cannot change tenant. A later HELLO for the same tenant is
+// answered like the first one. A later HELLO for another tenant is
 // TENANT_MISMATCH, and the session keeps its tenant.
 //
 // LOOKUP, GET, PUT and DELETE each carry a namespace blob. The server checks
@@ -134,8 +162,12 @@
 //
 //	u8   min_version      <= max_version, else MALFORMED
 //	u8   max_version
-//	str  tenant           the session tenant; not empty
+//	str  tenant           see Session; may be empty with an auth section
 //	str  client           free-form client name and version, for logs
+//	optional auth section (ADR 0006):
+//	u8   auth_kind        0 NONE, 1 BEARER; any other value is MALFORMED
+//	u16  credential_len   <= 512; 0 exactly when auth_kind is NONE
+//	     credential       the bearer secret
 //
 // Response, HelloResponse:
 //
@@ -145,8 +177,14 @@
 //	u32  max_batch        Limits.MaxBatch
 //	u32  max_in_flight    Limits.MaxInFlight
 //	u32  max_payload      Limits.MaxPayload
+//	session section, only in answer to a HELLO with an auth section:
+//	str  tenant           the session tenant the server derived; not empty
+//	u8   session_flags    bit 0: mutating requests must be STAMPED; others zero
 //
-// The client keeps to these limits for the rest of the connection.
+// The client keeps to these limits for the rest of the connection. Both
+// sections are optional trailing extensions of the frozen HELLO: a client
+// without credentials sends the HELLO of before and gets the response of
+// before.
 //
 // LOOKUP (2). Request, LookupRequest:
 //
@@ -283,7 +321,9 @@
 //	}
 //
 // Counter names are stable; a client ignores names it does not know. Their
-// order is unspecified.
+// order is unspecified. An authenticated session without the admin right
+// gets only its own tenant's counters (tenant_requests, tenant_blocks_hit,
+// ...): server-wide counters would reveal other tenants' traffic.
 //
 // PING (7). The request body is up to MaxPingLen (1024) arbitrary bytes. A
 // longer body is MALFORMED and skipped. The response body is the request body
@@ -390,6 +430,8 @@
 //
 //	u16  code
 //	str  message          for humans; at most 256 bytes, possibly truncated
+//	optional:
+//	u32  retry_after_ms   RATE_LIMITED only; > 0 (a zero is MALFORMED: omit it)
 //
 // The error codes, and what happens to the connection after each:
 //
@@ -413,6 +455,13 @@
 //	                                      the connection; retry on another node
 //	13   INTERNAL             stays       server bug
 //	14   TIMEOUT              stays       a server-side deadline passed; treat as a miss
+//	15   UNAUTHENTICATED      stays       HELLO credential missing, unknown, expired or of another
+//	                                      tenant; or the session's credential was revoked or
+//	                                      expired (send HELLO again); three failed HELLOs close
+//	16   DENIED               stays       the tenant lacks the right the operation needs
+//	17   RATE_LIMITED         stays       over quota; not executed; retry after retry_after_ms
+//	18   REPLAY               stays       mutating request unstamped, outside the window, or
+//	                                      with a reused nonce
 //
 // BAD_MAGIC and FRAME_TOO_LARGE are fatal (Code.Fatal). The stream cannot be
 // resynchronised safely after them:
