@@ -109,22 +109,22 @@
 //
 // A server runs in one of two modes:
 //
-// - **Open mode** (no tenants configured; loopback only). The tenant in HELLO
-//   becomes the session tenant; an empty tenant is MALFORMED in a HELLO
-//   without an auth section and default in one with it. Every operation is
-//   allowed.
-// - **Authenticated.** HELLO must authenticate: a bearer secret in the auth
-//   section, or a verified client certificate under mTLS. The server derives
-//   the session tenant from the credential; the tenant field cannot choose it:
-//   a non-empty tenant that differs is refused. A failed HELLO is
-//   UNAUTHENTICATED and opens no session; after three on one connection the
-//   server closes it. Each operation then needs a right on the namespace's
-//   model: read for LOOKUP, GET and WAIT; write for PUT, FILL_COMMIT and
-//   FILL_ABORT; read and write for DELETE and ACQUIRE (their answers reveal
-//   whether a block exists). A missing right is DENIED. A tenant over its
-//   rate limit gets RATE_LIMITED with a retry-after; the request is not
-//   executed. When a reload revokes or expires the session's credential, the
-//   next request is UNAUTHENTICATED and the session ends: send HELLO again.
+//   - Open mode (no tenants configured; loopback only). The tenant in HELLO
+//     becomes the session tenant; an empty tenant is MALFORMED in a HELLO
+//     without an auth section and default in one with it. Every operation is
+//     allowed.
+//   - Authenticated. HELLO must authenticate: a bearer secret in the auth
+//     section, or a verified client certificate under mTLS. The server derives
+//     the session tenant from the credential; the tenant field cannot choose it:
+//     a non-empty tenant that differs is refused. A failed HELLO is
+//     UNAUTHENTICATED and opens no session; after three on one connection the
+//     server closes it. Each operation then needs a right on the namespace's
+//     model: read for LOOKUP, GET and WAIT; write for PUT, FILL_COMMIT and
+//     FILL_ABORT; read and write for DELETE and ACQUIRE (their answers reveal
+//     whether a block exists). A missing right is DENIED. A tenant over its
+//     rate limit gets RATE_LIMITED with a retry-after; the request is not
+//     executed. When a reload revokes or expires the session's credential, the
+//     next request is UNAUTHENTICATED and the session ends: send HELLO again.
 //
 // A connection cannot change tenant. A later HELLO for the same tenant is
 // answered like the first one. A later HELLO for another tenant is
