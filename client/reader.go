@@ -111,7 +111,14 @@ func (c *conn) readAnswer(h wire.Header, cl *call) error {
 	}
 	cl.flags, cl.body = h.Flags, body
 	if h.Flags&wire.FlagError != 0 {
-		cl.failFill(decodeServerError(body), 0)
+		serr := decodeServerError(body)
+		cl.failFill(serr, 0)
+		if code := wire.ErrCode(serr); code == wire.CodeUnauthenticated || code == wire.CodeHelloRequired {
+			// The server ended the session (a revoked or expired
+			// credential): drop the connection so the pool dials and
+			// authenticates again.
+			return fmt.Errorf("%w: the server ended the session: %w", ErrUnavailable, serr)
+		}
 		return nil
 	}
 	cl.finish()

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/json"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpucache/gpucache/api/wire"
+	"github.com/gpucache/gpucache/client"
 	"github.com/gpucache/gpucache/internal/identity"
 	"github.com/gpucache/gpucache/internal/security"
 	"github.com/gpucache/gpucache/internal/security/acl"
@@ -35,6 +37,7 @@ type fakeClock struct {
 }
 
 func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeClock) Set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
 func (c *fakeClock) Add(d time.Duration) {
 	c.mu.Lock()
 	c.t = c.t.Add(d)
@@ -725,5 +728,43 @@ func TestSecretRotation(t *testing.T) {
 	}
 	if strings.Contains(f.audit.String(), string(newA)) || strings.Contains(f.audit.String(), string(secretA)) {
 		t.Fatal("audit log contains a secret")
+	}
+}
+
+// TestClientRedialsAfterSessionEnds: when a reload revokes the credential a
+// client's session was opened with, its next call fails (a miss with a
+// reason, never stale bytes) and the pool dials again; once the credential
+// is valid again the client works without being rebuilt.
+func TestClientRedialsAfterSessionEnds(t *testing.T) {
+	f := startSecure(t, nil)
+	f.clock.Set(time.Now()) // the client stamps with the real clock
+	ctx := context.Background()
+	c, err := client.Dial(ctx, client.Config{Addr: f.ts.addr, Secret: secretA, Conns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if c.Tenant() != "acme" {
+		t.Fatalf("tenant %q", c.Tenant())
+	}
+	ns := testNamespace("acme")
+	ids, keys := chainIDs(t, ns, 1, 5)
+	payload := randomPayload(1000, 5)
+	if st, err := c.Put(ctx, ns, client.BlocksOf(ids, [][]byte{payload})); err != nil || st[0] != client.StatusStored {
+		t.Fatalf("put (stamped by the client): %v %v", st, err)
+	}
+	ts := testTenants()
+	ts[0].Secrets = []auth.Credential{{ID: "acme-9", Secret: []byte("acme-other-secret-0123456789")}}
+	f.guard.Swap(testPolicy(t, ts, nil))
+	res := c.Get(ctx, ns, keys)
+	if res[0].Hit || len(res[0].Data) != 0 || res[0].Reason == nil {
+		t.Fatalf("after revocation: %+v", res[0])
+	}
+	if res := c.Get(ctx, ns, keys); res[0].Hit {
+		t.Fatal("a revoked secret still reads")
+	}
+	f.guard.Swap(testPolicy(t, testTenants(), nil))
+	if res := c.Get(ctx, ns, keys); !res[0].Hit || !bytes.Equal(res[0].Data, payload) {
+		t.Fatalf("after the secret is valid again: %+v", res[0])
 	}
 }
