@@ -54,6 +54,10 @@ type Config struct {
 	// SealGrace is how long the previous seal key still verifies after a
 	// reload makes another key current. Default 24h.
 	SealGrace time.Duration `yaml:"seal_grace"`
+	// SealHotReads seals every block entering the hot tier and verifies the
+	// seal on every hot read (one HMAC-SHA256 pass over the payload each
+	// way). Needs seal_keys. Default false.
+	SealHotReads bool `yaml:"seal_hot_reads"`
 
 	// HotCapacity is the DRAM budget for cached payload. Default 1GiB.
 	HotCapacity ByteSize `yaml:"hot_capacity"`
@@ -205,6 +209,7 @@ func (c *Config) fields() []field {
 		{"tls_key", "TLS private key (PEM)", (*strVal)(&c.TLSKey)},
 		{"tls_client_ca", "CA bundle (PEM) that client certificates must chain to (mTLS)", (*strVal)(&c.TLSClientCA)},
 		{"seal_grace", "how long a replaced seal key still verifies", (*durVal)(&c.SealGrace)},
+		{"seal_hot_reads", "seal blocks in DRAM too and verify them on every read (needs seal_keys)", (*boolVal)(&c.SealHotReads)},
 	}
 }
 

@@ -140,6 +140,9 @@ func (c Config) validateSecurity() error {
 	if c.SealGrace < 0 {
 		return bad("seal_grace must not be negative")
 	}
+	if c.SealHotReads && len(c.SealKeys) == 0 {
+		return bad("seal_hot_reads needs seal_keys")
+	}
 	ids := map[string]bool{}
 	for _, k := range c.SealKeys {
 		if k.ID == "" || ids[k.ID] {

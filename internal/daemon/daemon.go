@@ -97,6 +97,7 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 		Prefault:        hot.Prefault(cfg.HotPrefault),
 		DefaultLeaseTTL: cfg.LeaseTTL,
 		MaxLeaseTTL:     cfg.MaxLeaseTTL,
+		TagSize:         hotTagSize(cfg),
 	})
 	if err != nil {
 		if tier != nil {
@@ -133,6 +134,9 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 		IdleTimeout:  cfg.IdleTimeout,
 		MaxConns:     cfg.MaxConns,
 		Guard:        sec.guard,
+	}
+	if cfg.SealHotReads {
+		scfg.HotSeal = sec.keyring
 	}
 	if tier != nil {
 		if cfg.ColdWriteBehind {
@@ -247,6 +251,13 @@ wait:
 	}
 	log.Info("gpucached stopped")
 	return runErr
+}
+
+func hotTagSize(cfg config.Config) int {
+	if cfg.SealHotReads {
+		return server.HotTagSize
+	}
+	return 0
 }
 
 func authDesc(cfg config.Config) string {

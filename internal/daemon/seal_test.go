@@ -65,6 +65,7 @@ func TestSealedColdTierTamperIsAuditedMiss(t *testing.T) {
 	c.ColdFlushInterval = time.Hour // flushed at shutdown
 	c.AuditLog = filepath.Join(t.TempDir(), "audit.log")
 	c.SealKeys = []config.SecretConfig{{ID: "k1", Env: "SEAL_K1"}}
+	c.SealHotReads = true // refilled blocks are sealed in DRAM too and verified on read
 	env := map[string]string{"SEAL_K1": strings.Repeat("1", 64), "SEAL_K2": strings.Repeat("2", 64)}
 	opts := Options{Getenv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }}
 	ns := client.Namespace{Tenant: "default", TrustDomain: "t", ModelID: "m", ConfigRevision: "c", TokenizerRevision: "k",

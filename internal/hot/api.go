@@ -69,6 +69,11 @@ type Config struct {
 	// write-behind copies into a bounded buffer or drops the block).
 	// Blocks removed by Delete or Close are not reported.
 	OnEvict func(ns Namespace, key, parent Key, tokens uint32, payload []byte)
+	// TagSize, when positive, gives every block a tag of this many bytes,
+	// set with SetTag before Commit and read with Tag (the server keeps
+	// each block's integrity seal there). Zero: no tags, no memory for
+	// them. At most 64.
+	TagSize int
 }
 
 // LeaseID names a lease. Zero means "no lease".

@@ -107,6 +107,8 @@ func (c Config) Validate() error {
 		return bad("DefaultLeaseTTL %v > MaxLeaseTTL %v", c.DefaultLeaseTTL, c.MaxLeaseTTL)
 	case c.MaxLeases < 0:
 		return bad("negative MaxLeases %d", c.MaxLeases)
+	case c.TagSize < 0 || c.TagSize > 64:
+		return bad("TagSize %d not in 0..64", c.TagSize)
 	case c.EvictScan < 0:
 		return bad("negative EvictScan %d", c.EvictScan)
 	case c.Now == nil:

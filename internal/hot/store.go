@@ -107,6 +107,9 @@ type Store struct {
 		nextLease LeaseID              // guarded by mu
 
 		st Stats // guarded by mu; counters and gauges
+
+		// tags holds cfg.TagSize bytes per entry index; nil without tags.
+		tags []byte // guarded by mu
 	}
 }
 
@@ -123,6 +126,9 @@ func New(cfg Config) (*Store, error) {
 	s := &Store{cfg: cfg, cl: newClasses(cfg), base: cfg.Now()}
 	n := s.cl.n
 	s.mu.entries = make([]entry, n, n+1024)
+	if cfg.TagSize > 0 {
+		s.mu.tags = make([]byte, n*cfg.TagSize, (n+1024)*cfg.TagSize)
+	}
 	for k := range n {
 		s.mu.entries[k] = entry{state: stateSentinel, prev: uint32(k), next: uint32(k), class: uint8(k)}
 	}
@@ -291,6 +297,9 @@ func (s *Store) newEntryLocked() uint32 {
 		return idx
 	}
 	s.mu.entries = append(s.mu.entries, entry{})
+	if t := s.cfg.TagSize; t > 0 {
+		s.mu.tags = append(s.mu.tags, make([]byte, t)...)
+	}
 	return uint32(len(s.mu.entries) - 1)
 }
 
@@ -302,6 +311,9 @@ func (s *Store) freeEntryLocked(idx uint32) {
 	s.mu.st.BytesReserved -= uint64(s.cl.size(int(e.class)))
 	gen := e.gen + 1
 	*e = entry{gen: gen, state: stateFree}
+	if t := s.cfg.TagSize; t > 0 {
+		clear(s.mu.tags[int(idx)*t : int(idx+1)*t])
+	}
 	s.mu.freeEntries = append(s.mu.freeEntries, idx)
 }
 
@@ -462,3 +474,35 @@ func (s *Store) Stats() Stats {
 	st.LeasesActive = uint64(len(s.mu.leases))
 	return st
 }
+
+// SetTag sets the tag of a reserved block (Config.TagSize bytes; a shorter
+// tag is zero-padded). It reports false for a stale reservation or a store
+// without tags.
+func (s *Store) SetTag(r Reservation, tag []byte) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.cfg.TagSize
+	idx, ok := s.lookupRefLocked(r.ref, stateReserved)
+	if !ok || t == 0 || len(tag) > t {
+		return false
+	}
+	dst := s.mu.tags[int(idx)*t : int(idx+1)*t]
+	clear(dst[copy(dst, tag):])
+	return true
+}
+
+// Tag appends the tag of a pinned block to dst. It returns dst unchanged
+// for a stale view or a store without tags.
+func (s *Store) Tag(v View, dst []byte) []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.cfg.TagSize
+	idx, ok := s.lookupRefLocked(v.ref, statePublished)
+	if !ok || t == 0 {
+		return dst
+	}
+	return append(dst, s.mu.tags[int(idx)*t:int(idx+1)*t]...)
+}
+
+// TagSize returns the configured tag size (0: no tags).
+func (s *Store) TagSize() int { return s.cfg.TagSize }

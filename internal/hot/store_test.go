@@ -1,6 +1,7 @@
 package hot
 
 import (
+	"bytes"
 	"errors"
 	"reflect"
 	"testing"
@@ -386,5 +387,46 @@ func TestEntryHasNoPointers(t *testing.T) {
 		if !hasPointers(typ) {
 			t.Errorf("walker missed the pointers of %v", typ)
 		}
+	}
+}
+
+func TestTags(t *testing.T) {
+	s, err := New(Config{CapacityBytes: 1 << 20, MinClass: 16 << 10, MaxClass: 64 << 10, SlabBytes: 256 << 10, TagSize: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var ns Namespace
+	for i := range 40 { // more blocks than fit: entries are reused, tags must not leak across them
+		key := Key{byte(i), 1}
+		r, err := s.Reserve(ns, key, Key{}, 1, 16<<10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 0 && !s.SetTag(r, []byte{byte(i), 2, 3}) {
+			t.Fatal("SetTag refused")
+		}
+		s.Commit(r)
+		v, ok := s.Acquire(ns, key)
+		if !ok {
+			t.Fatal("miss")
+		}
+		want := make([]byte, 8)
+		if i%2 == 0 {
+			want[0], want[1], want[2] = byte(i), 2, 3
+		}
+		if got := s.Tag(v, nil); !bytes.Equal(got, want) {
+			t.Fatalf("block %d tag %x, want %x", i, got, want)
+		}
+		s.Release(v)
+		if s.SetTag(r, []byte{1}) {
+			t.Fatal("SetTag after Commit accepted")
+		}
+	}
+	plain, _ := New(Config{CapacityBytes: 1 << 20, MinClass: 16 << 10, MaxClass: 64 << 10, SlabBytes: 256 << 10})
+	defer plain.Close()
+	r, _ := plain.Reserve(ns, Key{9}, Key{}, 1, 10)
+	if plain.SetTag(r, []byte{1}) {
+		t.Fatal("a store without tags took one")
 	}
 }

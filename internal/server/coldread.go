@@ -74,6 +74,13 @@ func (c *conn) refillMiss(d identity.NamespaceDigest, key identity.BlockKey) (ho
 		return hot.View{}, false
 	}
 	copy(r.Buf, (*bp)[:n])
+	if c.s.sealer != nil {
+		if err := c.s.sealer.tag(c.s.store, r, d, key); err != nil {
+			c.s.store.Abort(r)
+			c.s.dir.Fail(tok)
+			return hot.View{}, false
+		}
+	}
 	// Publish and pin at once: a concurrent refill on another connection
 	// must not evict the block before this GET serves it.
 	v, ok := c.s.store.CommitAcquire(r)

@@ -181,6 +181,12 @@ func (c *conn) handleGet(h wire.Header, body []byte) error {
 		if !ok && c.s.cfg.ColdRefill != nil {
 			v, ok = c.refillMiss(ns, identity.BlockKey(req.Keys[i]))
 		}
+		if ok && c.s.sealer != nil {
+			if id, err := c.s.sealer.verify(c.s.store, v, ns, identity.BlockKey(req.Keys[i])); err != nil {
+				c.sealFailed(v, ns, identity.BlockKey(req.Keys[i]), id, err)
+				ok = false
+			}
+		}
 		if ok && payload+uint64(len(v.Bytes)) > budget {
 			c.s.store.Release(v)
 			ok = false
@@ -300,6 +306,13 @@ func (c *conn) putOne(ns identity.NamespaceDigest, pb *wire.PutBlock) (wire.Stat
 	if err := c.readInto(res.Buf); err != nil {
 		c.s.store.Abort(res)
 		return 0, err
+	}
+	if c.s.sealer != nil {
+		if err := c.s.sealer.tag(c.s.store, res, ns, identity.BlockKey(pb.Key)); err != nil {
+			c.s.store.Abort(res)
+			c.s.log.Error("cannot seal a block; not stored", "err", err)
+			return wire.StatusNoSpace, nil
+		}
 	}
 	c.s.store.Commit(res)
 	if h := c.s.cfg.OnStored; h != nil {

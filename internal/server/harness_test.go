@@ -30,7 +30,13 @@ type testServer struct {
 // when the test ends.
 func startServer(t *testing.T, mod func(*Config)) *testServer {
 	t.Helper()
-	store, err := hot.New(hot.Config{CapacityBytes: 32 << 20, MinClass: 16 << 10, MaxClass: 1 << 20, SlabBytes: 2 << 20})
+	return startServerStore(t, hot.Config{CapacityBytes: 32 << 20, MinClass: 16 << 10, MaxClass: 1 << 20, SlabBytes: 2 << 20}, mod)
+}
+
+// startServerStore is startServer over a store built from hc.
+func startServerStore(t *testing.T, hc hot.Config, mod func(*Config)) *testServer {
+	t.Helper()
+	store, err := hot.New(hc)
 	if err != nil {
 		t.Fatal(err)
 	}

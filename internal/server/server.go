@@ -15,6 +15,7 @@ import (
 	"github.com/gpucache/gpucache/internal/hot"
 	"github.com/gpucache/gpucache/internal/identity"
 	"github.com/gpucache/gpucache/internal/security"
+	"github.com/gpucache/gpucache/internal/security/seal"
 )
 
 // Sentinel errors.
@@ -72,6 +73,11 @@ type Config struct {
 	// HELLO names, everything is allowed, nothing is limited (loopback
 	// deployments only; the daemon enforces that).
 	Guard *security.Guard
+	// HotSeal, when set, seals every block as it enters the hot tier (PUT,
+	// FILL_COMMIT, cold refill) and verifies the seal on every hot read; a
+	// block that fails is dropped, served as a miss and audited. Store must
+	// have been created with TagSize >= HotTagSize.
+	HotSeal *seal.Keyring
 	// Hooks are test hooks; nil in production.
 	Hooks *Hooks
 }
@@ -131,6 +137,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Guard == nil {
 		c.Guard = openGuard
 	}
+	if c.HotSeal != nil && c.Store.TagSize() < HotTagSize {
+		return c, fmt.Errorf("%w: HotSeal needs a store with TagSize >= %d", ErrConfig, HotTagSize)
+	}
 	return c, nil
 }
 
@@ -141,6 +150,7 @@ type Server struct {
 	store   *hot.Store
 	guard   *security.Guard
 	tenants tenantTable
+	sealer  *hotSealer // nil unless Config.HotSeal
 	log     *slog.Logger
 	stats   counters
 
@@ -168,7 +178,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, store: cfg.Store, guard: cfg.Guard, log: cfg.Logger, done: make(chan struct{}), dir: cfg.Directory,
+	s := &Server{cfg: cfg, store: cfg.Store, guard: cfg.Guard, sealer: newHotSealer(cfg.HotSeal), log: cfg.Logger, done: make(chan struct{}), dir: cfg.Directory,
 		expireKick: make(chan struct{}, 1)}
 	if s.dir == nil {
 		d, err := directory.New(directory.Config{Shard: cfg.Shard, FillDeadline: cfg.FillDeadline})
@@ -321,20 +331,21 @@ func (s *Server) Done() <-chan struct{} { return s.done }
 
 // counters are the server's own statistics; all atomic.
 type counters struct {
-	connsAccepted atomic.Uint64
-	connsRejected atomic.Uint64
-	connsOpen     atomic.Int64
-	requests      [wire.OpMax + 1]atomic.Uint64
-	errors        [wire.CodeMax + 1]atomic.Uint64
-	bytesIn       atomic.Uint64 // payload bytes stored by PUT
-	bytesOut      atomic.Uint64 // payload bytes served by GET
-	blocksHit     atomic.Uint64
-	blocksMiss    atomic.Uint64
-	coldHits      atomic.Uint64 // hot misses refilled from the cold tier
-	coldMisses    atomic.Uint64 // hot misses the cold tier did not have
-	keyMismatch   atomic.Uint64 // PUT and FILL_COMMIT blocks refused KEY_MISMATCH
-	authFailures  atomic.Uint64 // failed HELLOs
-	denied        atomic.Uint64 // requests the ACL refused
-	rateLimited   atomic.Uint64 // requests refused RATE_LIMITED
-	replays       atomic.Uint64 // stamps refused by the replay window
+	connsAccepted   atomic.Uint64
+	connsRejected   atomic.Uint64
+	connsOpen       atomic.Int64
+	requests        [wire.OpMax + 1]atomic.Uint64
+	errors          [wire.CodeMax + 1]atomic.Uint64
+	bytesIn         atomic.Uint64 // payload bytes stored by PUT
+	bytesOut        atomic.Uint64 // payload bytes served by GET
+	blocksHit       atomic.Uint64
+	blocksMiss      atomic.Uint64
+	coldHits        atomic.Uint64 // hot misses refilled from the cold tier
+	coldMisses      atomic.Uint64 // hot misses the cold tier did not have
+	keyMismatch     atomic.Uint64 // PUT and FILL_COMMIT blocks refused KEY_MISMATCH
+	authFailures    atomic.Uint64 // failed HELLOs
+	denied          atomic.Uint64 // requests the ACL refused
+	rateLimited     atomic.Uint64 // requests refused RATE_LIMITED
+	replays         atomic.Uint64 // stamps refused by the replay window
+	hotSealFailures atomic.Uint64 // hot blocks that failed their seal
 }

@@ -90,6 +90,7 @@ func (s *Server) Stats() []wire.StatEntry {
 		{Name: "acl_denied", Value: s.stats.denied.Load()},
 		{Name: "rate_limited", Value: s.stats.rateLimited.Load()},
 		{Name: "replays_rejected", Value: s.stats.replays.Load()},
+		{Name: "hot_seal_failures", Value: s.stats.hotSealFailures.Load()},
 		{Name: "hot_hits", Value: st.Hits},
 		{Name: "hot_misses", Value: st.Misses},
 		{Name: "hot_identity_mismatches", Value: st.IdentityMismatches},
