@@ -41,13 +41,14 @@ func TestS3ColdTierSurvivesRestart(t *testing.T) {
 	coldRestart(t, c)
 }
 
-func coldRestart(t *testing.T, c config.Config) {
-	c.HotCapacity, c.HotSlab, c.HotMaxClass = 4<<20, 1<<20, 1<<20
-	c.ColdFlushInterval = time.Hour // flushed at shutdown
+// coldBlocks is the cold tests' data: 160 blocks of 64 KiB (10 MiB, more
+// than a 4 MiB hot tier holds) of one chain.
+func coldBlocks(t *testing.T) (client.Namespace, []uint32, []client.CacheIdentity, []client.BlockKey, [][]byte) {
+	t.Helper()
 	ns := client.Namespace{Tenant: "default", TrustDomain: "t", ModelID: "m", ConfigRevision: "c", TokenizerRevision: "k",
 		RoPE: "rope", DType: "fp16", Quantization: "none",
 		Layout: client.Layout{Format: "raw", TPSize: 1, PPSize: 1, LayerCount: 1, KVHeads: 1, HeadDim: 1, BlockTokens: 16}}
-	tokens := make([]uint32, 160*16) // 160 blocks of 64 KiB: 10 MiB through a 4 MiB hot tier
+	tokens := make([]uint32, 160*16)
 	for i := range tokens {
 		tokens[i] = uint32(i)
 	}
@@ -61,6 +62,13 @@ func coldRestart(t *testing.T, c config.Config) {
 		keys[i], _ = id.Key()
 		payloads[i] = coldPayload(keys[i], 64<<10)
 	}
+	return ns, tokens, ids, keys, payloads
+}
+
+func coldRestart(t *testing.T, c config.Config) {
+	c.HotCapacity, c.HotSlab, c.HotMaxClass = 4<<20, 1<<20, 1<<20
+	c.ColdFlushInterval = time.Hour // flushed at shutdown
+	ns, tokens, ids, keys, payloads := coldBlocks(t)
 
 	run := func(body func(addr string)) {
 		ctx, cancel := context.WithCancel(context.Background())

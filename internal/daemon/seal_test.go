@@ -68,23 +68,7 @@ func TestSealedColdTierTamperIsAuditedMiss(t *testing.T) {
 	c.SealHotReads = true // refilled blocks are sealed in DRAM too and verified on read
 	env := map[string]string{"SEAL_K1": strings.Repeat("1", 64), "SEAL_K2": strings.Repeat("2", 64)}
 	opts := Options{Getenv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }}
-	ns := client.Namespace{Tenant: "default", TrustDomain: "t", ModelID: "m", ConfigRevision: "c", TokenizerRevision: "k",
-		RoPE: "rope", DType: "fp16", Quantization: "none",
-		Layout: client.Layout{Format: "raw", TPSize: 1, PPSize: 1, LayerCount: 1, KVHeads: 1, HeadDim: 1, BlockTokens: 16}}
-	tokens := make([]uint32, 160*16)
-	for i := range tokens {
-		tokens[i] = uint32(i)
-	}
-	ids, err := client.Identities(ns, tokens)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys := make([]client.BlockKey, len(ids))
-	payloads := make([][]byte, len(ids))
-	for i, id := range ids {
-		keys[i], _ = id.Key()
-		payloads[i] = coldPayload(keys[i], 64<<10)
-	}
+	ns, _, ids, keys, payloads := coldBlocks(t)
 	runNode(t, c, opts, func(addr string) {
 		cl, err := client.Dial(context.Background(), client.Config{Addr: addr})
 		if err != nil {

@@ -149,15 +149,8 @@ func newBucket(l Limit, now time.Time) *bucket {
 // exact wait after which the same request would be admitted (absent other
 // traffic from that tenant). Negative costs count as zero.
 func (l *Limiter) Allow(tenant string, ops int, bytes int64) (ok bool, retryAfter time.Duration) {
-	b := l.bucketFor(tenant)
-	now := l.now()
-	b.mu.Lock()
+	b := l.lockedBucket(tenant)
 	defer b.mu.Unlock()
-	if el := now.Sub(b.last); el > 0 {
-		b.ops.refill(el)
-		b.bytes.refill(el)
-		b.last = now
-	}
 	oc, bc := float64(max(ops, 0)), float64(max(bytes, 0))
 	w1, w2 := b.ops.wait(oc), b.bytes.wait(bc)
 	if w1 > 0 || w2 > 0 {
@@ -176,17 +169,23 @@ func (l *Limiter) Charge(tenant string, ops int, bytes int64) {
 	if ops <= 0 && bytes <= 0 {
 		return
 	}
+	b := l.lockedBucket(tenant)
+	defer b.mu.Unlock()
+	b.ops.take(float64(max(ops, 0)))
+	b.bytes.take(float64(max(bytes, 0)))
+}
+
+// lockedBucket returns tenant's bucket, locked and refilled up to now.
+func (l *Limiter) lockedBucket(tenant string) *bucket {
 	b := l.bucketFor(tenant)
 	now := l.now()
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if el := now.Sub(b.last); el > 0 {
 		b.ops.refill(el)
 		b.bytes.refill(el)
 		b.last = now
 	}
-	b.ops.take(float64(max(ops, 0)))
-	b.bytes.take(float64(max(bytes, 0)))
+	return b
 }
 
 // Take is Allow returning nil or a *LimitedError.
