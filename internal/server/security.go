@@ -69,11 +69,10 @@ func (t *tenantTable) get(tenant string) *tenantCounters {
 // session is a connection's authenticated state. Reader-owned.
 type session struct {
 	auth.Session
-	epoch      uint64          // guard epoch the session was last checked at
-	counters   *tenantCounters // the tenant's counters
-	authFails  int
-	lastAudit  time.Time // last rate-limit audit event, to keep floods out of the audit log
-	stampFresh bool      // a stamp was presented and accepted for the current request
+	epoch     uint64          // guard epoch the session was last checked at
+	counters  *tenantCounters // the tenant's counters
+	authFails int
+	lastAudit time.Time // last rate-limit audit event, to keep floods out of the audit log
 }
 
 // helloSession authenticates a HELLO and returns the session it opens.
