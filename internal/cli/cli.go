@@ -42,6 +42,9 @@ Commands:
   stat     print the server's counters (--json for JSON)
   ping     measure the round trip to the server
   bench    run a load benchmark against a running server
+  noisy    noisy neighbour: tenant B's steady GET load alone and while tenant A
+           floods at 10x its quota; prints B's p99 rise (gpucache noisy --quota OPS
+           --victim-secret-file F --noisy-secret-file F; takes no --tenant)
   shard-demo  run two shards on loopback: single-flight fills and the transport fallback
   cold-demo   publish a pack to a local cold tier and refill it, checking the cold contracts
   version  print the client and protocol versions
@@ -85,6 +88,8 @@ func Main(ctx context.Context, args []string, std Stdio) int {
 		err = runPing(ctx, rest, std)
 	case "bench":
 		err = runBench(ctx, rest, std)
+	case "noisy":
+		err = runNoisy(ctx, rest, std)
 	case "shard-demo":
 		err = runShardDemo(ctx, rest, std)
 	case "cold-demo":

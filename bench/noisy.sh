@@ -1,0 +1,320 @@
+#!/usr/bin/env bash
+# bench/noisy.sh — noisy neighbour: tenant B ("victim") runs a steady, paced
+# GET load alone and while tenant A ("noisy") floods the same gpucached at 10×
+# its ops quota; prints B's latency per phase and the median p99 rise.
+#
+# Usage:
+#   bench/noisy.sh                     # full run: 10s phases, 5 reps
+#   QUICK=1 bench/noisy.sh             # smoke: 2s phases, 1 rep
+#   PROFILE=1 bench/noisy.sh           # afterwards, CPU-profile the daemon in
+#                                      # one flood phase and one alone phase
+#
+# Environment:
+#   QUOTA        A's ops_per_sec in the daemon config (gpucache noisy --quota); default 1000
+#   OPS_BURST    A's ops_burst; default 100
+#   FACTOR       flood rate as a multiple of QUOTA; default 10
+#   VICTIM_RATE  B's GETs per second; default 1000
+#   SIZE         B's block size; default 64KiB
+#   NOISY_SIZE   A's block size; default SIZE
+#   DURATION     measured time per phase (Go duration); default 10s (2s with QUICK=1)
+#   WARMUP       unmeasured load at the start of each rep; default 1s
+#   REPS         reps, each one phase alone and one under the flood, in
+#                alternating order; default 5 (1 with QUICK=1)
+#   SLICE        if set (e.g. 1s), measure each phase in windows of SLICE
+#                interleaved ABBA with the other phase's (gpucache noisy --slice);
+#                default: one window per phase
+#   SETTLE       unmeasured time after each flood start or stop; default 100ms
+#   VICTIM_PACER timer or fine (gpucache noisy --victim-pacer); default timer
+#   FLOOD_PACER  fine or timer (gpucache noisy --flood-pacer); default fine
+#   FLOOD_PROC   1 runs the flood in a child process of its own (gpucache noisy
+#                --flood-proc), 0 in the measuring process; default 1
+#   CLIENT_PROCS GOMAXPROCS of the measuring (victim) process; default: unset
+#   FLOOD_PROCS  GOMAXPROCS of the flood process (FLOOD_PROC=1); default 1
+#   SERVER_PROCS GOMAXPROCS of gpucached; default: unset
+#   HOT_CAPACITY gpucached hot_capacity; default 1GiB
+#   OUT          results directory; default bench/results. Files go to
+#                OUT/noisy-<stamp>/ (noisy.txt, noisy.json, machine.txt,
+#                config.yaml, logs/, profiles/)
+#   EXTRA        extra flags for gpucache noisy (word-split)
+#
+# Client and server share this host's CPUs; nothing is pinned. Ports are
+# picked free at random (never 9400 or 9401). Every background process the
+# script starts is stopped on exit. Secrets are random per run and live in a
+# temporary directory that is removed on exit.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+QUICK=${QUICK:-0}
+if [[ $QUICK == 1 ]]; then
+	DURATION=${DURATION:-2s}
+	REPS=${REPS:-1}
+else
+	DURATION=${DURATION:-10s}
+	REPS=${REPS:-5}
+fi
+QUOTA=${QUOTA:-1000}
+OPS_BURST=${OPS_BURST:-100}
+FACTOR=${FACTOR:-10}
+VICTIM_RATE=${VICTIM_RATE:-1000}
+SIZE=${SIZE:-64KiB}
+NOISY_SIZE=${NOISY_SIZE:-$SIZE}
+WARMUP=${WARMUP:-1s}
+SLICE=${SLICE:-}
+SETTLE=${SETTLE:-100ms}
+VICTIM_PACER=${VICTIM_PACER:-timer}
+FLOOD_PACER=${FLOOD_PACER:-fine}
+FLOOD_PROC=${FLOOD_PROC:-1}
+CLIENT_PROCS=${CLIENT_PROCS:-}
+FLOOD_PROCS=${FLOOD_PROCS:-1}
+SERVER_PROCS=${SERVER_PROCS:-}
+HOT_CAPACITY=${HOT_CAPACITY:-1GiB}
+PROFILE=${PROFILE:-0}
+EXTRA=${EXTRA:-}
+
+STAMP=$(date -u +%Y%m%dT%H%M%SZ)
+OUT=${OUT:-$ROOT/bench/results}
+RAW=$OUT/noisy-$STAMP
+
+exec 3>&2
+log() { printf '[noisy %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&3; }
+die() {
+	log "error: $*"
+	exit 1
+}
+
+# --- argument checks ---------------------------------------------------------
+
+[[ $REPS =~ ^[1-9][0-9]*$ ]] || die "REPS must be a positive integer, got '$REPS'"
+[[ $QUOTA =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "QUOTA must be a positive number, got '$QUOTA'"
+[[ $OPS_BURST =~ ^[1-9][0-9]*$ ]] || die "OPS_BURST must be a positive integer, got '$OPS_BURST'"
+[[ $FLOOD_PROC == 0 || $FLOOD_PROC == 1 ]] || die "FLOOD_PROC must be 0 or 1, got '$FLOOD_PROC'"
+[[ $PROFILE == 0 || $PROFILE == 1 ]] || die "PROFILE must be 0 or 1, got '$PROFILE'"
+# dur_s 10s -> 10 (whole seconds, rounded up; for timeouts and the profile)
+dur_s() {
+	local d=$1
+	case $d in
+	*ms) echo 1 ;;
+	*m) echo $((${d%m} * 60)) ;;
+	*s) echo $(((${d%s} + 0) > 0 ? ${d%s} : 1)) ;;
+	*) die "durations must end in s, m or ms, got '$d'" ;;
+	esac
+}
+[[ $DURATION =~ ^[0-9]+(ms|s|m)$ ]] || die "DURATION must be whole ms, s or m (e.g. 10s), got '$DURATION'"
+[[ $WARMUP =~ ^[0-9]+(ms|s|m)$ ]] || die "WARMUP must be whole ms, s or m (e.g. 1s), got '$WARMUP'"
+[[ -z $SLICE || $SLICE =~ ^[0-9]+(ms|s|m)$ ]] || die "SLICE must be whole ms, s or m (e.g. 1s), got '$SLICE'"
+[[ $SETTLE =~ ^[0-9]+(ms|s|m)$ ]] || die "SETTLE must be whole ms, s or m (e.g. 100ms), got '$SETTLE'"
+DUR_S=$(dur_s "$DURATION")
+WARM_S=$(dur_s "$WARMUP")
+[[ $WARMUP =~ ^0+(ms|s|m)$ ]] && WARM_S=0
+command -v go >/dev/null 2>&1 || die "go is not on PATH"
+command -v curl >/dev/null 2>&1 || { [[ $PROFILE == 0 ]] || die "PROFILE=1 needs curl"; }
+
+# --- processes and cleanup ---------------------------------------------------
+
+PIDS=()
+stop_pid() { # stop_pid PID: TERM, wait up to 5s, then KILL; only our own children
+	local pid=$1 i
+	kill -0 "$pid" 2>/dev/null || return 0
+	kill -TERM "$pid" 2>/dev/null || true
+	for ((i = 0; i < 50; i++)); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
+	wait "$pid" 2>/dev/null || true
+}
+FG_PID=
+# fg_run CMD...: run CMD in the background and wait for it, so that INT/TERM
+# are handled at once (the trap stops it) rather than after it ends.
+fg_run() {
+	local rc=0
+	"$@" 3>&- &
+	FG_PID=$!
+	wait "$FG_PID" || rc=$?
+	FG_PID=
+	return "$rc"
+}
+TMP=
+cleanup() {
+	local pid
+	[[ -n $FG_PID ]] && stop_pid "$FG_PID"
+	FG_PID=
+	for pid in "${PIDS[@]}"; do
+		stop_pid "$pid"
+	done
+	PIDS=()
+	[[ -n $TMP && -d $TMP ]] && rm -rf "$TMP"
+	return 0
+}
+trap cleanup EXIT
+trap 'log "interrupted"; exit 130' INT TERM HUP
+
+USED_PORTS=" 9400 9401 "
+port_busy() { # port_busy PORT: true if something listens on 127.0.0.1:PORT
+	if command -v ss >/dev/null 2>&1; then
+		[[ -n $(ss -Htln "sport = :$1" 2>/dev/null) ]]
+		return
+	fi
+	(: </dev/tcp/127.0.0.1/"$1") 2>/dev/null
+}
+free_port() { # free_port VAR: picks an unused port and stores it in VAR
+	local p i
+	for ((i = 0; i < 500; i++)); do
+		p=$((20000 + RANDOM % 40000))
+		[[ $USED_PORTS == *" $p "* ]] && continue
+		port_busy "$p" && continue
+		USED_PORTS+="$p "
+		printf -v "$1" '%s' "$p"
+		return 0
+	done
+	die "no free port found"
+}
+wait_port() { # wait_port PORT PID SECONDS: wait until PID listens on PORT
+	local port=$1 pid=$2 t=$3 i
+	for ((i = 0; i < t * 10; i++)); do
+		kill -0 "$pid" 2>/dev/null || return 1
+		if port_busy "$port"; then
+			kill -0 "$pid" 2>/dev/null || return 1
+			return 0
+		fi
+		sleep 0.1
+	done
+	return 1
+}
+random_secret() { # random_secret FILE: 32 random bytes, hex
+	if command -v openssl >/dev/null 2>&1; then
+		openssl rand -hex 32 >"$1"
+	else
+		od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$1"
+		echo >>"$1"
+	fi
+	chmod 600 "$1"
+}
+
+# --- setup -------------------------------------------------------------------
+
+mkdir -p "$RAW"/{logs,profiles}
+log "results in $RAW"
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/gpucache-noisy.XXXXXX")
+BIN=$TMP/bin
+mkdir -p "$BIN"
+log "building gpucached and gpucache"
+go build -o "$BIN/gpucached" ./cmd/gpucached
+go build -o "$BIN/gpucache" ./cmd/gpucache
+
+for t in victim noisy ops; do
+	random_secret "$TMP/$t.secret"
+done
+free_port PORT
+free_port ADMIN
+CONFIG=$TMP/config.yaml
+cat >"$CONFIG" <<EOF
+listen: 127.0.0.1:$PORT
+admin_listen: 127.0.0.1:$ADMIN
+cold_store: off
+hot_capacity: $HOT_CAPACITY
+audit_log: off
+tenants:
+  - name: noisy
+    secrets: [{id: noisy-1, file: $TMP/noisy.secret}]
+    rights: ["*=rw"]
+    ops_per_sec: $QUOTA
+    ops_burst: $OPS_BURST
+  - name: victim
+    secrets: [{id: victim-1, file: $TMP/victim.secret}]
+    rights: ["*=rw"]
+  - name: ops
+    secrets: [{id: ops-1, file: $TMP/ops.secret}]
+    rights: ["*=a"]
+EOF
+sed "s#$TMP#<tmp>#g" "$CONFIG" >"$RAW/config.yaml"
+
+cpu_model=$(awk -F': *' '/^model name/ {print $2; exit}' /proc/cpuinfo 2>/dev/null || true)
+mem_total_kib=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo 2>/dev/null || echo 0)
+{
+	printf 'date_utc\t%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+	printf 'nproc\t%s\n' "$(nproc)"
+	printf 'cpu_model\t%s\n' "${cpu_model:-unknown}"
+	printf 'kernel\t%s\n' "$(uname -srm)"
+	printf 'mem_total\t%s GiB\n' "$((mem_total_kib / 1048576))"
+	printf 'go\t%s\n' "$(go version)"
+	printf 'gpucache_rev\t%s\n' "$(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)"
+	printf 'loadavg_at_start\t%s\n' "$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)"
+	printf 'gomaxprocs\tserver=%s victim=%s flood=%s\n' "${SERVER_PROCS:-default}" "${CLIENT_PROCS:-default}" \
+		"$([[ $FLOOD_PROC == 1 ]] && echo "${FLOOD_PROCS:-default}" || echo "in victim process")"
+} >"$RAW/machine.txt"
+
+log "starting gpucached on 127.0.0.1:$PORT (admin $ADMIN)"
+if [[ -n $SERVER_PROCS ]]; then
+	GOMAXPROCS=$SERVER_PROCS "$BIN/gpucached" --config "$CONFIG" >"$RAW/logs/gpucached.log" 2>&1 3>&- &
+else
+	"$BIN/gpucached" --config "$CONFIG" >"$RAW/logs/gpucached.log" 2>&1 3>&- &
+fi
+GPC_PID=$!
+PIDS+=("$GPC_PID")
+wait_port "$PORT" "$GPC_PID" 60 || die "gpucached did not start (see $RAW/logs/gpucached.log)"
+
+NOISY_ARGS=(noisy --addr "127.0.0.1:$PORT"
+	--victim-tenant victim --victim-secret-file "$TMP/victim.secret"
+	--noisy-tenant noisy --noisy-secret-file "$TMP/noisy.secret"
+	--quota "$QUOTA" --flood-factor "$FACTOR" --victim-rate "$VICTIM_RATE"
+	--size "$SIZE" --noisy-size "$NOISY_SIZE" --duration "$DURATION" --warmup "$WARMUP" --settle "$SETTLE"
+	--victim-pacer "$VICTIM_PACER" --flood-pacer "$FLOOD_PACER")
+[[ -n $SLICE ]] && NOISY_ARGS+=(--slice "$SLICE")
+if [[ $FLOOD_PROC == 1 ]]; then
+	NOISY_ARGS+=(--flood-proc --flood-gomaxprocs "${FLOOD_PROCS:-0}")
+fi
+# shellcheck disable=SC2206
+[[ -n $EXTRA ]] && NOISY_ARGS+=($EXTRA)
+# Client processes run under env, with GOMAXPROCS when CLIENT_PROCS is set.
+RUN_CLIENT=(env ${CLIENT_PROCS:+GOMAXPROCS=$CLIENT_PROCS} "$BIN/gpucache")
+
+# --- run ---------------------------------------------------------------------
+
+log "gpucache ${NOISY_ARGS[*]//$TMP/<tmp>} --reps $REPS"
+printf 'gpucache %s --reps %s\n' "${NOISY_ARGS[*]//$TMP/<tmp>}" "$REPS" >"$RAW/command.txt"
+limit=$((REPS * (2 * DUR_S * 2 + WARM_S + 60) + 120))
+rc=0
+fg_run timeout "$limit" "${RUN_CLIENT[@]}" "${NOISY_ARGS[@]}" --reps "$REPS" --json "$RAW/noisy.json" \
+	>"$RAW/noisy.txt" 2> >(tee "$RAW/logs/noisy.err" >&3) || rc=$?
+cat "$RAW/noisy.txt"
+((rc == 0)) || log "gpucache noisy exited $rc (see $RAW/logs/noisy.err)"
+
+# --- profile -----------------------------------------------------------------
+
+# profile_when PATTERN NAME: once PATTERN appears in the progress file, take
+# a CPU profile of gpucached over the phase that starts.
+profile_when() {
+	local pattern=$1 name=$2 i
+	for ((i = 0; i < (limit + 60) * 10; i++)); do
+		grep -q -- "$pattern" "$RAW/logs/profile-run.err" 2>/dev/null && break
+		kill -0 "$PROF_PID" 2>/dev/null || return 0
+		sleep 0.1
+	done
+	curl -fsS -H "Authorization: Bearer $(cat "$TMP/ops.secret")" \
+		"http://127.0.0.1:$ADMIN/debug/pprof/profile?seconds=$DUR_S" -o "$RAW/profiles/$name.pprof" ||
+		log "profile $name failed"
+}
+if [[ $PROFILE == 1 ]]; then
+	# One window per phase, so that the progress says when each starts: rep
+	# 1 runs alone then flood, rep 2 flood then alone.
+	log "profile run: 2 reps; CPU profiles of the daemon in one flood and one alone phase"
+	"${RUN_CLIENT[@]}" "${NOISY_ARGS[@]}" --slice 0 --reps 2 --json "$RAW/profiles/profile-run.json" \
+		>"$RAW/profiles/profile-run.txt" 2>"$RAW/logs/profile-run.err" 3>&- &
+	PROF_PID=$!
+	PIDS+=("$PROF_PID")
+	profile_when "rep 1/2 flood phase starts" flood
+	profile_when "rep 2/2 alone phase starts" alone
+	wait "$PROF_PID" || log "profile run failed (see $RAW/logs/profile-run.err)"
+	for p in flood alone; do
+		[[ -s $RAW/profiles/$p.pprof ]] || continue
+		go tool pprof -top -nodecount=40 "$BIN/gpucached" "$RAW/profiles/$p.pprof" >"$RAW/profiles/$p-top.txt" 2>/dev/null || true
+		log "profile $p: $RAW/profiles/$p-top.txt"
+	done
+fi
+
+stop_pid "$GPC_PID"
+log "done: $RAW"
+exit "$rc"
