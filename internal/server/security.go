@@ -192,6 +192,8 @@ func (c *conn) endSession(err error) error {
 	return wire.Errorf(wire.CodeUnauthenticated, "session ended: %v; send HELLO again", err)
 }
 
+const rateLimitedMsg = "the session's tenant is over its quota; retry after the retry-after"
+
 // limited answers RATE_LIMITED with the wait, auditing at most one event a
 // second per connection so a flood does not flood the audit log too.
 func (c *conn) limited(wait time.Duration) error {
@@ -201,7 +203,8 @@ func (c *conn) limited(wait time.Duration) error {
 		c.sess.lastAudit = now
 		c.s.guard.Audit().RateLimited(c.tenant, wait)
 	}
-	return &wire.Error{Code: wire.CodeRateLimited, Message: fmt.Sprintf("tenant %q is over its quota; retry after %v", c.tenant, wait.Round(time.Millisecond)), RetryAfter: max(wait, time.Millisecond)}
+	// A flood is refused at its own rate: no formatting per refusal.
+	return &wire.Error{Code: wire.CodeRateLimited, Message: rateLimitedMsg, RetryAfter: max(wait, time.Millisecond)}
 }
 
 // chargeBytes takes bytes from the tenant's byte bucket once they are known.
