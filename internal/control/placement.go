@@ -1,0 +1,162 @@
+package control
+
+import (
+	"encoding/binary"
+	"math"
+	"sort"
+
+	"github.com/gpucache/gpucache/internal/identity"
+)
+
+// Placement contract (wire level: clients and nodes of every version and
+// language must compute exactly this; changing any step moves keys and
+// needs a protocol version bump).
+//
+//	seed(m)     = FNV-1a 64 over the bytes of m.ID
+//	                (offset 0xcbf29ce484222325, prime 0x100000001b3)
+//	k(key)      = little-endian uint64 of key[0:8]
+//	                (keys are SHA-256 outputs, so these bits are uniform)
+//	h(m, key)   = mix64(k ^ seed(m)), mix64 the SplitMix64 finalizer:
+//	                z ^= z >> 30; z *= 0xbf58476d1ce4e5b9
+//	                z ^= z >> 27; z *= 0x94d049bb133111eb
+//	                z ^= z >> 31
+//	u           = (float64(h >> 12) + 0.5) / 2^52      in (0, 1), exact
+//	w(m)        = float64(m.CapacityBytes) / 2^30       exact scaling
+//	score(m, k) = -w(m) / ln(u)                        IEEE-754 binary64
+//
+// The owner of a key is the active (non-draining) member with the highest
+// score; equal scores go to the smaller ID (byte order). Owners ranks all
+// active members by (score desc, ID asc) and then prefers distinct fault
+// domains (see Owners).
+//
+// The only non-exact step is ln. Two implementations whose ln differ in the
+// last bit can disagree only when two scores are within an ulp of each
+// other (about 2^-50 per key); the disagreement costs a WRONG_EPOCH round
+// trip and then a miss, never a wrong payload.
+
+// MemberSeed is FNV-1a 64 of the member ID: the per-member placement seed.
+func MemberSeed(id MemberID) uint64 {
+	h := uint64(0xcbf29ce484222325)
+	for i := 0; i < len(id); i++ {
+		h ^= uint64(id[i])
+		h *= 0x100000001b3
+	}
+	return h
+}
+
+// mix64 is the SplitMix64 finalizer, a bijection on uint64.
+func mix64(z uint64) uint64 {
+	z ^= z >> 30
+	z *= 0xbf58476d1ce4e5b9
+	z ^= z >> 27
+	z *= 0x94d049bb133111eb
+	z ^= z >> 31
+	return z
+}
+
+func keyWord(key identity.BlockKey) uint64 { return binary.LittleEndian.Uint64(key[:8]) }
+
+// Score is the weighted rendezvous score of a member with the given seed and
+// weight for key word k (see the contract above). Exported for golden tests
+// and for other implementations to check against.
+func Score(seed uint64, weight float64, k uint64) float64 {
+	u := (float64(mix64(k^seed)>>12) + 0.5) * 0x1p-52
+	return -weight / math.Log(u)
+}
+
+// ownerIndex is the index into v.members of the key's owner, or -1.
+func (v View) ownerIndex(k uint64) int {
+	best, bs := -1, 0.0
+	for _, s := range v.slots {
+		// Slots are in ascending ID order, so strict > keeps the smaller
+		// ID on a tie.
+		if sc := Score(s.seed, s.weight, k); best < 0 || sc > bs {
+			best, bs = s.idx, sc
+		}
+	}
+	return best
+}
+
+// Owner is the member that owns key under v: the active member with the
+// highest weighted rendezvous score. ok is false when v has no active
+// member (every key is then a miss).
+func Owner(v View, key identity.BlockKey) (m Member, ok bool) {
+	i := v.ownerIndex(keyWord(key))
+	if i < 0 {
+		return Member{}, false
+	}
+	return v.members[i], true
+}
+
+// Owners returns up to n distinct active members for key, for replicas.
+// Members are ranked by score (highest first, ties to the smaller ID); the
+// result takes, in rank order, members of fault domains not yet used, and
+// only when every domain is used fills up with the remaining members in
+// rank order. Owners(v, key, n)[0] is always Owner(v, key). n larger than
+// the number of active members returns all of them; n <= 0 returns nil.
+func Owners(v View, key identity.BlockKey, n int) []Member {
+	if n <= 0 || len(v.slots) == 0 {
+		return nil
+	}
+	k := keyWord(key)
+	type ranked struct {
+		score float64
+		idx   int
+	}
+	rs := make([]ranked, len(v.slots))
+	for i, s := range v.slots {
+		rs[i] = ranked{Score(s.seed, s.weight, k), s.idx}
+	}
+	sort.Slice(rs, func(i, j int) bool {
+		if rs[i].score != rs[j].score {
+			return rs[i].score > rs[j].score
+		}
+		return rs[i].idx < rs[j].idx // members are sorted by ID
+	})
+	if n > len(rs) {
+		n = len(rs)
+	}
+	out := make([]Member, 0, n)
+	used := make([]bool, len(rs))
+	domains := map[string]bool{}
+	for i, r := range rs {
+		if len(out) == n {
+			break
+		}
+		if m := v.members[r.idx]; !domains[m.FaultDomain] {
+			domains[m.FaultDomain] = true
+			used[i] = true
+			out = append(out, m)
+		}
+	}
+	for i, r := range rs {
+		if len(out) == n {
+			break
+		}
+		if !used[i] {
+			out = append(out, v.members[r.idx])
+		}
+	}
+	return out
+}
+
+// Route splits a batch by owner: for each owning member, the indexes into
+// keys (ascending) of the keys it owns. When v has no active member the
+// result is empty and every key is a miss.
+func Route(v View, keys []identity.BlockKey) map[MemberID][]int {
+	out := make(map[MemberID][]int)
+	if len(v.slots) == 0 {
+		return out
+	}
+	per := make([][]int, len(v.members))
+	for i := range keys {
+		o := v.ownerIndex(keyWord(keys[i]))
+		per[o] = append(per[o], i)
+	}
+	for i, idx := range per {
+		if len(idx) > 0 {
+			out[v.members[i].ID] = idx
+		}
+	}
+	return out
+}
