@@ -265,3 +265,30 @@ func (m *Memory) Isolate(domain string) (Plan, error) {
 func (m *Memory) Apply(p Plan) (View, error) {
 	return m.commit(p.From, p.To-p.From, p.Remaining)
 }
+
+// Hub is the watch fan-out every Membership implementation shares: the
+// current view, and watchers that receive each newer view drop-to-latest.
+// The zero Hub holds the empty view (epoch 0) and is ready to use.
+type Hub struct{ h hub }
+
+// Current is the latest published view.
+func (x *Hub) Current() View { return x.h.Current() }
+
+// Watch is Membership.Watch.
+func (x *Hub) Watch(ctx context.Context) <-chan View { return x.h.Watch(ctx) }
+
+// Publish installs v if its epoch is newer than the current view's, and
+// offers it to every watcher without blocking. Publishers may race: an older
+// view never replaces a newer one. It reports whether v was installed.
+func (x *Hub) Publish(v View) bool {
+	x.h.mu.Lock()
+	defer x.h.mu.Unlock()
+	if x.h.closed || v.Epoch() <= x.h.view.Epoch() {
+		return false
+	}
+	x.h.publish(v)
+	return true
+}
+
+// Close closes every watch channel; Current keeps the last view.
+func (x *Hub) Close() error { return x.h.Close() }

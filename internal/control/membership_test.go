@@ -250,3 +250,28 @@ func TestWatchDropToLatest(t *testing.T) {
 		t.Fatal("Watch with a done ctx delivered")
 	}
 }
+
+func TestHubPublishKeepsTheNewest(t *testing.T) {
+	var h Hub
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w := h.Watch(ctx)
+	<-w // the empty view
+	mk := func(epoch uint64) View {
+		v, err := NewView(epoch, []Member{{ID: "a", Addr: "127.0.0.1:1", FaultDomain: "d", CapacityBytes: 1 << 30}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if !h.Publish(mk(3)) || h.Publish(mk(2)) || h.Publish(mk(3)) {
+		t.Fatal("an older or equal epoch replaced a newer view")
+	}
+	if got := <-w; got.Epoch() != 3 || h.Current().Epoch() != 3 {
+		t.Fatalf("watcher got epoch %d, current %d", got.Epoch(), h.Current().Epoch())
+	}
+	h.Close()
+	if _, ok := <-w; ok || h.Publish(mk(4)) {
+		t.Fatal("a closed hub still publishes")
+	}
+}

@@ -105,7 +105,7 @@ type Config struct {
 
 // Membership is the etcd-backed control.Membership.
 type Membership struct {
-	hub
+	control.Hub
 
 	cli    *clientv3.Client
 	prefix string
@@ -291,7 +291,7 @@ func (m *Membership) Close() error {
 	}
 	m.cancel()
 	m.done.Wait()
-	m.hub.close()
+	m.Hub.Close()
 	m.closeErr = err
 	return err
 }
@@ -359,7 +359,7 @@ func (m *Membership) update(ctx context.Context, f change) (control.View, error)
 			// Unreachable in practice: next holds only valid members.
 			return m.Current(), err
 		}
-		m.publish(v)
+		m.Publish(v)
 		return v, nil
 	}
 }
@@ -486,7 +486,7 @@ func (m *Membership) offer(s *snapshot) {
 		m.log.Warn("gpucache/etcdmember: invalid view", "epoch", s.epoch, "err", err)
 		return
 	}
-	m.publish(v)
+	m.Publish(v)
 }
 
 // snapshot is the prefix read at one revision.
