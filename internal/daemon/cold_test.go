@@ -70,36 +70,10 @@ func coldRestart(t *testing.T, c config.Config) {
 	c.ColdFlushInterval = time.Hour // flushed at shutdown
 	ns, tokens, ids, keys, payloads := coldBlocks(t)
 
-	run := func(body func(addr string)) {
-		ctx, cancel := context.WithCancel(context.Background())
-		ready := make(chan Addrs, 1)
-		done := make(chan error, 1)
-		go func() { done <- Run(ctx, c, quiet(), func(a Addrs) { ready <- a }) }()
-		a := <-ready
-		body(a.Data)
-		cancel()
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-	}
 	var evicted uint64
-	run(func(addr string) {
-		cl, err := client.Dial(context.Background(), client.Config{Addr: addr})
-		if err != nil {
-			t.Fatal(err)
-		}
+	runNode(t, c, Options{}, func(addr string) {
+		cl := writeBlocks(t, addr, ns, ids, payloads)
 		defer cl.Close()
-		for off := 0; off < len(ids); off += 16 {
-			st, err := cl.Put(context.Background(), ns, client.BlocksOf(ids[off:off+16], payloads[off:off+16]))
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, s := range st {
-				if s != client.StatusStored {
-					t.Fatalf("put: %s", s)
-				}
-			}
-		}
 		stat, err := cl.Stat(context.Background())
 		if err != nil {
 			t.Fatal(err)
@@ -110,28 +84,9 @@ func coldRestart(t *testing.T, c config.Config) {
 		t.Fatal("nothing was evicted")
 	}
 
-	run(func(addr string) {
-		// One connection and small batches: refilled blocks stay pinned
-		// until their response is written, and many large pipelined GETs
-		// could pin the whole 4 MiB hot tier (a refill then misses with
-		// no space, which is the intended degradation, not what this test
-		// checks).
-		cl, err := client.Dial(context.Background(), client.Config{Addr: addr, Conns: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
+	runNode(t, c, Options{}, func(addr string) {
+		cl, hits := readBack(t, addr, ns, keys, payloads)
 		defer cl.Close()
-		hits := 0
-		for off := 0; off < len(keys); off += 8 {
-			for j, r := range cl.Get(context.Background(), ns, keys[off:off+8]) {
-				if r.Hit {
-					hits++
-					if !bytes.Equal(r.Data, payloads[off+j]) {
-						t.Fatalf("block %d came back from the cold tier with other bytes", off+j)
-					}
-				}
-			}
-		}
 		if uint64(hits) < evicted {
 			t.Fatalf("after restart %d blocks served, %d had been evicted and written behind", hits, evicted)
 		}
@@ -153,4 +108,54 @@ func coldRestart(t *testing.T, c config.Config) {
 			t.Fatal("another tenant read a cold block")
 		}
 	})
+}
+
+// writeBlocks PUTs the blocks in batches of 16, checks each was stored, and
+// returns the open client.
+func writeBlocks(t *testing.T, addr string, ns client.Namespace, ids []client.CacheIdentity, payloads [][]byte) *client.Client {
+	t.Helper()
+	cl, err := client.Dial(context.Background(), client.Config{Addr: addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for off := 0; off < len(ids); off += 16 {
+		st, err := cl.Put(context.Background(), ns, client.BlocksOf(ids[off:off+16], payloads[off:off+16]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range st {
+			if s != client.StatusStored {
+				t.Fatalf("put: %s", s)
+			}
+		}
+	}
+	return cl
+}
+
+// readBack GETs every block and returns the open client and how many hit.
+// Every hit must be byte-identical and every miss must carry no bytes. It
+// reads on one connection in small batches: refilled blocks stay pinned
+// until their response is written, and many large pipelined GETs could pin
+// the whole 4 MiB hot tier (a refill then misses with no space, which is the
+// intended degradation, not what these tests check).
+func readBack(t *testing.T, addr string, ns client.Namespace, keys []client.BlockKey, payloads [][]byte) (*client.Client, int) {
+	t.Helper()
+	cl, err := client.Dial(context.Background(), client.Config{Addr: addr, Conns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hits := 0
+	for off := 0; off < len(keys); off += 8 {
+		for j, r := range cl.Get(context.Background(), ns, keys[off:off+8]) {
+			switch {
+			case r.Hit && !bytes.Equal(r.Data, payloads[off+j]):
+				t.Fatalf("block %d came back from the cold tier with other bytes", off+j)
+			case r.Hit:
+				hits++
+			case len(r.Data) != 0:
+				t.Fatalf("a miss carried %d bytes", len(r.Data))
+			}
+		}
+	}
+	return cl, hits
 }

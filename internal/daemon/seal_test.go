@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -10,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpucache/gpucache/client"
 	"github.com/gpucache/gpucache/internal/config"
 )
 
@@ -69,38 +67,10 @@ func TestSealedColdTierTamperIsAuditedMiss(t *testing.T) {
 	env := map[string]string{"SEAL_K1": strings.Repeat("1", 64), "SEAL_K2": strings.Repeat("2", 64)}
 	opts := Options{Getenv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }}
 	ns, _, ids, keys, payloads := coldBlocks(t)
-	runNode(t, c, opts, func(addr string) {
-		cl, err := client.Dial(context.Background(), client.Config{Addr: addr})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cl.Close()
-		for off := 0; off < len(ids); off += 16 {
-			if _, err := cl.Put(context.Background(), ns, client.BlocksOf(ids[off:off+16], payloads[off:off+16])); err != nil {
-				t.Fatal(err)
-			}
-		}
-	})
-	// readAll returns how many blocks hit; every hit must be byte-identical.
+	runNode(t, c, opts, func(addr string) { writeBlocks(t, addr, ns, ids, payloads).Close() })
 	readAll := func(addr string) int {
-		cl, err := client.Dial(context.Background(), client.Config{Addr: addr, Conns: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cl.Close()
-		hits := 0
-		for off := 0; off < len(keys); off += 8 {
-			for j, r := range cl.Get(context.Background(), ns, keys[off:off+8]) {
-				switch {
-				case r.Hit && !bytes.Equal(r.Data, payloads[off+j]):
-					t.Fatalf("block %d served with other bytes", off+j)
-				case r.Hit:
-					hits++
-				case len(r.Data) != 0:
-					t.Fatalf("a miss carried %d bytes", len(r.Data))
-				}
-			}
-		}
+		cl, hits := readBack(t, addr, ns, keys, payloads)
+		cl.Close()
 		return hits
 	}
 	var clean int
