@@ -110,15 +110,26 @@ func keyringOf(cfg config.Config, getenv func(string) (string, bool)) (*seal.Key
 
 func (s *secure) Close() error { return s.closeFn() }
 
-// buildPolicy turns the config's tenants into a policy. old, when set, is
-// the running policy: its limiter (and so the tenants' bucket state) is
-// kept if no limit changed.
-func buildPolicy(cfg config.Config, getenv func(string) (string, bool), old *security.Policy) (*security.Policy, error) {
+// limitsOf returns the rate limits the config's tenants define.
+func limitsOf(cfg config.Config) map[string]ratelimit.Limit {
+	limits := make(map[string]ratelimit.Limit)
+	for _, t := range cfg.Tenants {
+		if t.OpsPerSec > 0 || t.BytesPerSec > 0 {
+			limits[t.Name] = ratelimit.Limit{OpsPerSec: t.OpsPerSec, OpsBurst: t.OpsBurst,
+				BytesPerSec: float64(t.BytesPerSec), BytesBurst: int64(t.BytesBurst)}
+		}
+	}
+	return limits
+}
+
+// buildPolicy turns the config's tenants into a policy. reuse, when set, is
+// the running limiter, kept (with the tenants' bucket state) because no
+// limit changed.
+func buildPolicy(cfg config.Config, getenv func(string) (string, bool), reuse *ratelimit.Limiter) (*security.Policy, error) {
 	if !cfg.AuthEnabled() {
 		return &security.Policy{}, nil
 	}
 	tenants := make([]auth.Tenant, 0, len(cfg.Tenants))
-	limits := make(map[string]ratelimit.Limit)
 	for _, t := range cfg.Tenants {
 		at := auth.Tenant{Name: t.Name, CertNames: t.CertNames}
 		for _, sc := range t.Secrets {
@@ -129,10 +140,6 @@ func buildPolicy(cfg config.Config, getenv func(string) (string, bool), old *sec
 			at.Secrets = append(at.Secrets, auth.Credential{ID: sc.ID, Secret: b, NotAfter: exp})
 		}
 		tenants = append(tenants, at)
-		if t.OpsPerSec > 0 || t.BytesPerSec > 0 {
-			limits[t.Name] = ratelimit.Limit{OpsPerSec: t.OpsPerSec, OpsBurst: t.OpsBurst,
-				BytesPerSec: float64(t.BytesPerSec), BytesBurst: int64(t.BytesBurst)}
-		}
 	}
 	tab, err := auth.NewTable(tenants)
 	if err != nil {
@@ -147,24 +154,14 @@ func buildPolicy(cfg config.Config, getenv func(string) (string, bool), old *sec
 		return nil, err
 	}
 	p := &security.Policy{Auth: tab, ACL: pol}
-	if len(limits) > 0 {
-		if old != nil && old.Limiter != nil && sameLimits(old.Limiter, limits) {
-			p.Limiter = old.Limiter
+	if limits := limitsOf(cfg); len(limits) > 0 {
+		if reuse != nil {
+			p.Limiter = reuse
 		} else if p.Limiter, err = ratelimit.New(ratelimit.Config{Tenants: limits}); err != nil {
 			return nil, err
 		}
 	}
 	return p, nil
-}
-
-func sameLimits(l *ratelimit.Limiter, want map[string]ratelimit.Limit) bool {
-	for t, lim := range want {
-		n, err := ratelimit.New(ratelimit.Config{Tenants: map[string]ratelimit.Limit{t: lim}})
-		if err != nil || !reflect.DeepEqual(n.Limit(t), l.Limit(t)) {
-			return false
-		}
-	}
-	return true
 }
 
 // reload applies a new config: tenants, secrets, rights and limits; seal
@@ -180,7 +177,11 @@ func (s *secure) reload(next config.Config, actor string) error {
 		s.audit.AdminAction(actor, "reload_refused", slog.String("reason", err.Error()))
 		return err
 	}
-	pol, err := buildPolicy(next, s.getenv, s.guard.Policy())
+	var reuse *ratelimit.Limiter
+	if reflect.DeepEqual(limitsOf(prev), limitsOf(next)) {
+		reuse = s.guard.Policy().Limiter
+	}
+	pol, err := buildPolicy(next, s.getenv, reuse)
 	if err != nil {
 		s.audit.AdminAction(actor, "reload_refused", slog.String("reason", err.Error()))
 		return err
