@@ -144,7 +144,7 @@ func (c *conn) hello(ctx context.Context) error {
 	}
 	b := make([]byte, wire.HeaderSize, 128+len(c.cfg.Secret))
 	b = req.AppendTo(b)
-	wire.Header{Version: wire.Version1, Op: wire.OpHello, RequestID: 1, BodyLen: uint32(len(b) - wire.HeaderSize)}.Encode(b)
+	wire.Header{Version: wire.FrameVersion, Op: wire.OpHello, RequestID: 1, BodyLen: uint32(len(b) - wire.HeaderSize)}.Encode(b)
 	ioErr := func(err error) error {
 		if ctx.Err() != nil || errors.Is(err, os.ErrDeadlineExceeded) {
 			return ctxError(ctx)
@@ -211,7 +211,7 @@ func (c *conn) checkHeader() (wire.Header, error) {
 	switch {
 	case err != nil:
 		return h, fmt.Errorf("%w: %w", ErrProtocol, err)
-	case h.Version != wire.Version1:
+	case h.Version != wire.FrameVersion:
 		return h, fmt.Errorf("%w: response version %d", ErrProtocol, h.Version)
 	case h.Flags&wire.FlagResponse == 0 || h.Flags&^(wire.FlagResponse|wire.FlagError) != 0:
 		return h, fmt.Errorf("%w: response flags %#x", ErrProtocol, uint16(h.Flags))
@@ -309,7 +309,7 @@ func (c *conn) start(ctx context.Context, cl *call, f *frame) (inFlight bool, er
 	}
 	b = f.enc(b)
 	bodyLen := len(b) - wire.HeaderSize + f.payloadLen
-	wire.Header{Version: wire.Version1, Op: f.op, Flags: flags, RequestID: id, BodyLen: uint32(bodyLen)}.Encode(b)
+	wire.Header{Version: wire.FrameVersion, Op: f.op, Flags: flags, RequestID: id, BodyLen: uint32(bodyLen)}.Encode(b)
 	deadline, _ := ctx.Deadline()
 	c.nc.SetWriteDeadline(deadline)
 	var n int64

@@ -166,7 +166,7 @@ func (fc *fakeConn) reply(h wire.Header, flags wire.Flags, body []byte) {
 }
 
 func frameBytes(h wire.Header, flags wire.Flags, bodyLen uint32, body []byte) []byte {
-	b := wire.Header{Version: wire.Version1, Op: h.Op, Flags: wire.FlagResponse | flags, RequestID: h.RequestID, BodyLen: bodyLen}.Append(nil)
+	b := wire.Header{Version: wire.FrameVersion, Op: h.Op, Flags: wire.FlagResponse | flags, RequestID: h.RequestID, BodyLen: bodyLen}.Append(nil)
 	return append(b, body...)
 }
 

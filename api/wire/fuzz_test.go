@@ -254,6 +254,14 @@ func FuzzDecodeError(f *testing.F) {
 	})
 }
 
+func FuzzMembersResponse(f *testing.F) {
+	fuzzBody(f, "MembersResponse", func(t *testing.T, b []byte) ([]byte, error) {
+		var m wire.MembersResponse
+		err := m.Decode(b)
+		return m.AppendTo(nil), err
+	})
+}
+
 func FuzzAcquireRequest(f *testing.F) {
 	fuzzBody(f, "AcquireRequest", func(t *testing.T, b []byte) ([]byte, error) {
 		var m wire.AcquireRequest

@@ -97,6 +97,7 @@ func sampleMessages(t testing.TB) []roundTripCase {
 	decAbort := func(b []byte) (message, error) { m := new(wire.FillAbortRequest); return m, m.Decode(b, maxBatch) }
 	decWaitReq := func(b []byte) (message, error) { m := new(wire.WaitRequest); return m, m.Decode(b, maxBatch) }
 	decWaitResp := func(b []byte) (message, error) { m := new(wire.WaitResponse); return m, m.Decode(b, maxBatch) }
+	decMembers := func(b []byte) (message, error) { m := new(wire.MembersResponse); return m, m.Decode(b) }
 	tok := wire.FillToken{Fill: 77, Epoch: 3, Turn: 2}
 	return []roundTripCase{
 		{"AcquireRequest", &wire.AcquireRequest{Namespace: ns, Keys: keys}, decAcqReq},
@@ -132,6 +133,10 @@ func sampleMessages(t testing.TB) []roundTripCase {
 		{"StatResponse", &wire.StatResponse{Entries: []wire.StatEntry{{Name: "hits", Value: 1}, {Name: "bytes_cached", Value: math.MaxUint64}}}, decStat},
 		{"Error", &wire.Error{Code: wire.CodeTenantMismatch, Message: "tenant mismatch"}, decError},
 		{"Error", &wire.Error{Code: wire.CodeRateLimited, Message: "over quota", RetryAfter: 250 * time.Millisecond}, decError},
+		{"Error", &wire.Error{Code: wire.CodeWrongEpoch, Message: "not the owner", Epoch: 42}, decError},
+		{"MembersResponse", &wire.MembersResponse{Epoch: 7, Members: []wire.MemberInfo{
+			{ID: "node-a", Addr: "10.0.0.1:7070", FaultDomain: "rack1", ProtoVersion: 2, CapacityBytes: 64 << 30},
+			{ID: "node-b", Addr: "10.0.0.2:7070", FaultDomain: "rack2", ProtoVersion: 1, CapacityBytes: 32 << 30, Flags: wire.MemberDraining}}}, decMembers},
 	}
 }
 
@@ -181,7 +186,7 @@ func TestEmptyMessages(t *testing.T) {
 	empty := []message{
 		&wire.HelloRequest{}, &wire.HelloResponse{}, &wire.LookupRequest{}, &wire.LookupResponse{},
 		&wire.GetRequest{}, &wire.GetResponse{}, &wire.PutRequest{}, &wire.StatusResponse{},
-		&wire.DeleteRequest{}, &wire.StatResponse{}, &wire.Error{},
+		&wire.DeleteRequest{}, &wire.StatResponse{}, &wire.Error{}, &wire.MembersResponse{},
 	}
 	cases := sampleMessages(t)
 	decoders := map[string]func([]byte) (message, error){}
@@ -231,6 +236,9 @@ func TestBodyLayouts(t *testing.T) {
 		{"DeleteRequest", &wire.DeleteRequest{Namespace: ns, Keys: k[:1]}, cat(u32(2), ns, u32(1), k[0][:])},
 		{"StatResponse", &wire.StatResponse{Entries: []wire.StatEntry{{"x", 3}}}, cat(u32(1), []byte{1, 0, 'x'}, u64(3))},
 		{"Error", &wire.Error{Code: wire.CodeTimeout, Message: "t"}, []byte{14, 0, 1, 0, 't'}},
+		{"Error", &wire.Error{Code: wire.CodeWrongEpoch, Message: "t", Epoch: 9}, cat([]byte{19, 0, 1, 0, 't'}, u64(9))},
+		{"MembersResponse", &wire.MembersResponse{Epoch: 3, Members: []wire.MemberInfo{{ID: "a", Addr: "b", FaultDomain: "c", ProtoVersion: 2, CapacityBytes: 5, Flags: wire.MemberDraining}}},
+			cat(u64(3), u32(1), []byte{1, 0, 'a', 1, 0, 'b', 1, 0, 'c', 2}, u64(5), []byte{1})},
 	}
 	for _, tc := range cases {
 		if got := tc.msg.AppendTo(nil); !bytes.Equal(got, tc.want) {

@@ -13,8 +13,17 @@ var Magic = [4]byte{'G', 'P', 'U', 'C'}
 
 // Protocol constants.
 const (
-	// Version1 is the only protocol version this package speaks.
+	// Version1 is the single-node protocol: HELLO through WAIT.
 	Version1 uint8 = 1
+	// Version2 adds cluster mode: the MEMBERS operation and the WRONG_EPOCH
+	// code (ADR 0008). A session speaks the version HELLO negotiated; the
+	// frame header's version byte stays FrameVersion in both.
+	Version2 uint8 = 2
+	// VersionMax is the highest protocol version this package speaks.
+	VersionMax = Version2
+	// FrameVersion is the header's version byte: the frame layout, which
+	// protocol versions 1 and 2 share.
+	FrameVersion uint8 = 1
 	// HeaderSize is the fixed size of a frame header in every version.
 	HeaderSize = 24
 	// KeySize is the size of a block key and of a namespace digest.
@@ -60,8 +69,11 @@ const (
 	OpFillCommit Opcode = 9
 	OpFillAbort  Opcode = 10
 	OpWait       Opcode = 11
-	// OpMax is the highest opcode of version 1.
-	OpMax = OpWait
+	// OpMembers (version 2) returns the node's view of the cluster: its
+	// epoch and members, for client routing.
+	OpMembers Opcode = 12
+	// OpMax is the highest opcode this package defines.
+	OpMax = OpMembers
 )
 
 func (o Opcode) String() string {
@@ -88,12 +100,22 @@ func (o Opcode) String() string {
 		return "FILL_ABORT"
 	case OpWait:
 		return "WAIT"
+	case OpMembers:
+		return "MEMBERS"
 	}
 	return fmt.Sprintf("OP(%d)", uint8(o))
 }
 
-// Known reports whether o is an operation of version 1.
+// Known reports whether o is an operation this package defines.
 func (o Opcode) Known() bool { return o >= OpHello && o <= OpMax }
+
+// Since is the protocol version that introduced o.
+func (o Opcode) Since() uint8 {
+	if o == OpMembers {
+		return Version2
+	}
+	return Version1
+}
 
 // Mutating reports whether o changes server state: PUT, DELETE, ACQUIRE,
 // FILL_COMMIT and FILL_ABORT. A server with authentication requires these
@@ -216,8 +238,8 @@ func (l Limits) CheckRequest(h Header) error {
 	switch {
 	case h.BodyLen > l.MaxFrame:
 		return Errorf(CodeFrameTooLarge, "body %d bytes exceeds limit %d", h.BodyLen, l.MaxFrame)
-	case h.Version != Version1:
-		return Errorf(CodeUnsupportedVersion, "version %d unsupported, this server speaks %d", h.Version, Version1)
+	case h.Version != FrameVersion:
+		return Errorf(CodeUnsupportedVersion, "frame version %d unsupported, this server speaks %d", h.Version, FrameVersion)
 	case h.Flags&^knownFlags != 0:
 		return Errorf(CodeMalformed, "unknown flags %#x", uint16(h.Flags&^knownFlags))
 	case h.Flags&^requestFlags != 0:
@@ -254,7 +276,11 @@ const (
 	CodeDenied             Code = 16 // the session tenant lacks the right this operation needs
 	CodeRateLimited        Code = 17 // tenant over its quota; retry after Error.RetryAfter
 	CodeReplay             Code = 18 // stamp missing, outside the window, or nonce reused
-	codeMax                     = CodeReplay
+	// CodeWrongEpoch (version 2): a key of the request is not owned by this
+	// node under its current epoch, carried in Error.Epoch. Refresh the
+	// view (MEMBERS) and retry once on the owner.
+	CodeWrongEpoch = 19
+	codeMax        = CodeWrongEpoch
 )
 
 var codeNames = map[Code]string{
@@ -265,7 +291,7 @@ var codeNames = map[Code]string{
 	CodeHelloRequired: "HELLO_REQUIRED", CodePayloadTooLarge: "PAYLOAD_TOO_LARGE",
 	CodeShuttingDown: "SHUTTING_DOWN", CodeInternal: "INTERNAL", CodeTimeout: "TIMEOUT",
 	CodeUnauthenticated: "UNAUTHENTICATED", CodeDenied: "DENIED", CodeRateLimited: "RATE_LIMITED",
-	CodeReplay: "REPLAY",
+	CodeReplay: "REPLAY", CodeWrongEpoch: "WRONG_EPOCH",
 }
 
 // CodeMax is the highest code this version defines.
@@ -290,6 +316,9 @@ type Error struct {
 	// RetryAfter is how long to wait before retrying; set on RATE_LIMITED.
 	// It travels as an optional trailing u32 of milliseconds (rounded up).
 	RetryAfter time.Duration
+	// Epoch is the refusing node's current epoch; set on WRONG_EPOCH, where
+	// it travels as a trailing u64 (and RetryAfter is not sent).
+	Epoch uint64
 }
 
 func (e *Error) Error() string { return "gpucache/wire: " + e.Code.String() + ": " + e.Message }
@@ -328,6 +357,9 @@ func (e *Error) AppendTo(b []byte) []byte {
 		msg = msg[:MaxStringLen]
 	}
 	b = appendString(b, msg)
+	if e.Code == CodeWrongEpoch {
+		return binary.LittleEndian.AppendUint64(b, e.Epoch)
+	}
 	if e.RetryAfter > 0 {
 		ms := (e.RetryAfter + time.Millisecond - 1) / time.Millisecond
 		b = binary.LittleEndian.AppendUint32(b, uint32(min(ms, math.MaxUint32)))
@@ -336,13 +368,18 @@ func (e *Error) AppendTo(b []byte) []byte {
 }
 
 // DecodeError parses an error body: u16 code, str message, and an optional
-// trailing u32 retry-after in milliseconds. It accepts any code, including
+// trailing u32 retry-after in milliseconds (for WRONG_EPOCH, a required
+// trailing u64 epoch instead). It accepts any code, including
 // codes this version does not define (a newer peer may send them); callers
 // treat an unknown code as non-fatal.
 func DecodeError(b []byte) (*Error, error) {
 	r := reader{b: b}
 	e := &Error{Code: Code(r.u16())}
 	e.Message = r.str(MaxStringLen)
+	if e.Code == CodeWrongEpoch {
+		e.Epoch = r.u64()
+		return e, r.done()
+	}
 	if r.err == nil && len(r.b) == 4 {
 		ms := r.u32()
 		if ms == 0 {

@@ -213,7 +213,7 @@ func TestCodes(t *testing.T) {
 		wire.CodePayloadTooLarge: "PAYLOAD_TOO_LARGE", wire.CodeShuttingDown: "SHUTTING_DOWN",
 		wire.CodeInternal: "INTERNAL", wire.CodeTimeout: "TIMEOUT",
 		wire.CodeUnauthenticated: "UNAUTHENTICATED", wire.CodeDenied: "DENIED",
-		wire.CodeRateLimited: "RATE_LIMITED", wire.CodeReplay: "REPLAY",
+		wire.CodeRateLimited: "RATE_LIMITED", wire.CodeReplay: "REPLAY", wire.CodeWrongEpoch: "WRONG_EPOCH",
 	}
 	for c := wire.Code(0); c <= 20; c++ {
 		want, known := names[c]
@@ -231,7 +231,7 @@ func TestCodes(t *testing.T) {
 		t.Errorf("table covers %d codes", len(names))
 	}
 	for op := wire.Opcode(0); op < 14; op++ {
-		if known := op >= 1 && op <= 11; op.Known() != known {
+		if known := op >= 1 && op <= 12; op.Known() != known {
 			t.Errorf("%s.Known() = %v", op, op.Known())
 		}
 	}

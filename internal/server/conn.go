@@ -286,7 +286,7 @@ func (r *response) reset() {
 
 // finish sets the header for a body of meta plus payload bytes.
 func (r *response) finish(h wire.Header, flags wire.Flags, payload uint64) {
-	wire.Header{Version: wire.Version1, Op: h.Op, Flags: wire.FlagResponse | flags,
+	wire.Header{Version: wire.FrameVersion, Op: h.Op, Flags: wire.FlagResponse | flags,
 		RequestID: h.RequestID, BodyLen: uint32(uint64(len(r.meta)) + payload)}.Encode(r.hdr[:])
 	r.bufs = append(r.bufs, r.hdr[:], r.meta)
 }

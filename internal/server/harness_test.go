@@ -108,7 +108,7 @@ func (c *rawConn) writeRaw(b []byte) {
 func (c *rawConn) send(op wire.Opcode, body []byte) uint64 {
 	c.t.Helper()
 	c.id++
-	h := wire.Header{Version: wire.Version1, Op: op, RequestID: c.id, BodyLen: uint32(len(body))}
+	h := wire.Header{Version: wire.FrameVersion, Op: op, RequestID: c.id, BodyLen: uint32(len(body))}
 	c.writeRaw(append(h.Append(nil), body...))
 	return c.id
 }

@@ -177,7 +177,7 @@ func (c *authConn) sendStampBytes(op wire.Opcode, body, sb []byte) uint64 {
 	c.t.Helper()
 	c.id++
 	full := append(bytes.Clone(sb), body...)
-	h := wire.Header{Version: wire.Version1, Op: op, Flags: wire.FlagStamped, RequestID: c.id, BodyLen: uint32(len(full))}
+	h := wire.Header{Version: wire.FrameVersion, Op: op, Flags: wire.FlagStamped, RequestID: c.id, BodyLen: uint32(len(full))}
 	c.writeRaw(append(h.Append(nil), full...))
 	return c.id
 }
