@@ -78,6 +78,16 @@ type Config struct {
 	// block that fails is dropped, served as a miss and audited. Store must
 	// have been created with TagSize >= HotTagSize.
 	HotSeal *seal.Keyring
+	// Cluster, when set, makes this server a member of a cluster: requests
+	// of version-2 sessions for keys it does not own under the current view
+	// answer WRONG_EPOCH, MEMBERS answers the view, and the control mode
+	// (etcd reachable or not) limits what is served. Nil is a single node:
+	// it owns every key. See cluster.go.
+	Cluster *Cluster
+	// MaxVersion is the highest protocol version the server negotiates.
+	// Default wire.VersionMax; 1 pins the previous protocol (a rolling
+	// upgrade runs new binaries pinned until every node is upgraded).
+	MaxVersion uint8
 	// Hooks are test hooks; nil in production.
 	Hooks *Hooks
 }
