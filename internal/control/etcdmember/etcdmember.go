@@ -267,6 +267,62 @@ func (m *Membership) Drain(ctx context.Context, id control.MemberID) (control.Vi
 	})
 }
 
+// Isolate removes every member of a fault domain in one transaction, or
+// nothing: the plan (control.PlanIsolate) checks the whole victim set
+// against epochBudget before anything changes, so a short budget leaves
+// members, domains and epoch as they are (control.ErrEpochOverflow). The
+// epoch advances by one per victim (plus any pending lease expiry the
+// transaction folds in). The victims' keys are deleted; their leases stay
+// with their processes, which see themselves absent from the view and own
+// no key from then on.
+func (m *Membership) Isolate(ctx context.Context, domain string, epochBudget uint64) (control.Plan, error) {
+	if m.closed() {
+		return control.Plan{}, control.ErrClosed
+	}
+	var plan control.Plan
+	_, err := m.update(ctx, func(s *snapshot) ([]clientv3.Cmp, []clientv3.Op, []control.Member, error) {
+		v, err := control.NewView(s.epoch, s.valid())
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		pending := s.pending()
+		if pending > epochBudget {
+			return nil, nil, nil, fmt.Errorf("%w: %d pending changes exceed the budget of %d", control.ErrEpochOverflow, pending, epochBudget)
+		}
+		p, err := control.PlanIsolate(v, domain, epochBudget-pending)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		var cmps []clientv3.Cmp
+		var ops []clientv3.Op
+		for _, victim := range p.Victims {
+			key := m.memberKey(victim.ID)
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", s.live[victim.ID].modRev))
+			ops = append(ops, clientv3.OpDelete(key))
+		}
+		p.To += pending
+		plan = p
+		return cmps, ops, p.Remaining, nil
+	})
+	if err != nil {
+		return control.Plan{}, err
+	}
+	return plan, nil
+}
+
+// Probe checks that etcd answers: a linearizable read of the epoch key,
+// bounded by ctx. The daemon's control-plane health loop calls it.
+func (m *Membership) Probe(ctx context.Context) error {
+	_, err := m.cli.Get(ctx, m.epochKey())
+	if err != nil {
+		return fmt.Errorf("gpucache/etcdmember: probe: %w", err)
+	}
+	return nil
+}
+
+// Self is this node's registration (nil for a client-only watcher).
+func (m *Membership) Self() *control.Member { return m.self }
+
 // Close stops the watch loop and closes every watch channel. For a node it
 // first leaves (deletes its key and advances the epoch in one transaction)
 // and revokes its lease, unless Config.NoDeregister. Current keeps
@@ -323,8 +379,9 @@ func (m *Membership) leave(ctx context.Context) error {
 type change func(*snapshot) (cmps []clientv3.Cmp, ops []clientv3.Op, next []control.Member, err error)
 
 // update is the read-compute-transaction loop. The transaction compares
-// the epoch key's mod revision and advances the epoch by one for the change
-// plus one per pending unaccounted difference (an expired lease).
+// the epoch key's mod revision and advances the epoch by one per member key
+// the change touches plus one per pending unaccounted difference (an
+// expired lease).
 func (m *Membership) update(ctx context.Context, f change) (control.View, error) {
 	for {
 		s, err := m.read(ctx)
@@ -346,7 +403,10 @@ func (m *Membership) update(ctx context.Context, f change) (control.View, error)
 				ids = append(ids, id)
 			}
 		}
-		steps := s.pending() + 1
+		// One epoch step per member key the change writes or deletes (a
+		// join, leave or drain is one; an isolation is one per victim),
+		// plus one per unaccounted difference.
+		steps := s.pending() + uint64(len(ops))
 		ok, epoch, err := m.commit(ctx, s, steps, ids, cmps, ops)
 		if err != nil {
 			return m.Current(), err

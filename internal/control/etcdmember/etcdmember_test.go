@@ -2,20 +2,19 @@ package etcdmember
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/url"
 	"sync"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
 	"github.com/gpucache/gpucache/internal/control"
+	"github.com/gpucache/gpucache/internal/etcdtest"
 )
 
 // waitTimeout bounds every wait on a watch channel; generous for -race.
@@ -23,53 +22,9 @@ const waitTimeout = 30 * time.Second
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// freeURL reserves a free 127.0.0.1 port by listening on :0 and releasing
-// it for etcd to bind.
-func freeURL(t *testing.T) url.URL {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return url.URL{Scheme: "http", Host: addr}
-}
-
-// startEtcd starts a single-node embedded etcd with its data in a temp dir
-// and returns its client endpoint; the server is closed at test end.
-func startEtcd(t *testing.T) string {
-	t.Helper()
-	var lastErr error
-	for range 3 { // a reserved port may be taken in between: retry
-		cfg := embed.NewConfig()
-		cfg.Dir = t.TempDir()
-		cu, pu := freeURL(t), freeURL(t)
-		cfg.ListenClientUrls = []url.URL{cu}
-		cfg.AdvertiseClientUrls = []url.URL{cu}
-		cfg.ListenPeerUrls = []url.URL{pu}
-		cfg.AdvertisePeerUrls = []url.URL{pu}
-		cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-		cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-		e, err := embed.StartEtcd(cfg)
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		select {
-		case <-e.Server.ReadyNotify():
-		case <-time.After(waitTimeout):
-			e.Close()
-			t.Fatal("embedded etcd not ready")
-		}
-		t.Cleanup(e.Close)
-		return cu.String()
-	}
-	t.Fatalf("start embedded etcd: %v", lastErr)
-	return ""
-}
+// startEtcd starts a real embedded etcd (internal/etcdtest) and returns
+// its client endpoint.
+func startEtcd(t *testing.T) string { return etcdtest.Start(t).Endpoint }
 
 func newClient(t *testing.T, endpoint string) *clientv3.Client {
 	t.Helper()
@@ -369,4 +324,57 @@ func TestInvalidKeyIgnored(t *testing.T) {
 		t.Fatalf("epoch %d, members %v", v.Epoch(), ids(v))
 	}
 	sameView(t, v, b.Current())
+}
+
+// TestIsolateAllOrNothing isolates a fault domain of two members: a budget
+// one short changes nothing (epoch, members, member keys), the exact budget
+// removes both victims in one transaction (epoch +2, no intermediate view),
+// and every node, victims included, converges on the same view.
+func TestIsolateAllOrNothing(t *testing.T) {
+	ep := startEtcd(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var ms []*Membership
+	for i := range 4 { // rack-0: node-0, node-2; rack-1: node-1, node-3
+		ms = append(ms, join(t, ep, Config{Self: member(i)}))
+	}
+	watcher := join(t, ep, Config{})
+	w := watcher.Watch(ctx)
+	before := waitFor(t, w, "all four joined", atEpoch(4))
+	if before.Len() != 4 {
+		t.Fatalf("before: %v", ids(before))
+	}
+
+	if _, err := ms[1].Isolate(ctx, "rack-0", 1); !errors.Is(err, control.ErrEpochOverflow) {
+		t.Fatalf("short budget: %v, want ErrEpochOverflow", err)
+	}
+	cli := newClient(t, ep)
+	defer cli.Close()
+	again := join(t, ep, Config{Client: cli}).Current()
+	sameView(t, again, before)
+	if _, err := ms[1].Isolate(ctx, "rack-9", 10); !errors.Is(err, control.ErrUnknownDomain) {
+		t.Fatalf("unknown domain: %v", err)
+	}
+
+	p, err := ms[1].Isolate(ctx, "rack-0", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.From != 4 || p.To != 6 || len(p.Victims) != 2 || len(p.Remaining) != 2 {
+		t.Fatalf("plan %+v", p)
+	}
+	after := waitFor(t, w, "isolation", atEpoch(6))
+	if after.Epoch() != 6 || after.Len() != 2 {
+		t.Fatalf("after: epoch %d, %v", after.Epoch(), ids(after))
+	}
+	for _, m := range after.Members() {
+		if m.FaultDomain == "rack-0" {
+			t.Fatalf("victim %s still a member", m.ID)
+		}
+	}
+	// A victim sees itself gone.
+	vv := waitFor(t, ms[0].Watch(ctx), "victim sees isolation", atEpoch(6))
+	if _, ok := vv.Member(member(0).ID); ok {
+		t.Fatal("victim still in its own view")
+	}
 }
