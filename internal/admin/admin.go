@@ -106,6 +106,19 @@ func (h *Handler) HandleAdmin(path string, fn func(w http.ResponseWriter, r *htt
 	}))
 }
 
+// HandleView registers a read-only endpoint at /path that answers GET to
+// whoever may read the protected endpoints (pprof's rule).
+func (h *Handler) HandleView(path string, fn http.HandlerFunc) {
+	h.mux.Handle("/"+path, h.protect(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet {
+			w.Header().Set("Allow", http.MethodGet)
+			http.Error(w, "use GET\n", http.StatusMethodNotAllowed)
+			return
+		}
+		fn(w, r)
+	})))
+}
+
 func (h *Handler) protect(next http.Handler) http.Handler {
 	return h.protectActor(func(w http.ResponseWriter, r *http.Request, _ string) { next.ServeHTTP(w, r) })
 }

@@ -118,6 +118,18 @@ type Config struct {
 	S3SecretKey string `yaml:"s3_secret_key"`
 	S3PathStyle bool   `yaml:"s3_path_style"`
 
+	// Cluster mode (cluster.go, ADR 0008). EtcdEndpoints empty: a single
+	// node.
+	EtcdEndpoints  string        `yaml:"etcd_endpoints"`
+	EtcdPrefix     string        `yaml:"etcd_prefix"`      // default /gpucache/
+	NodeID         string        `yaml:"node_id"`          // default: the advertise address
+	FaultDomain    string        `yaml:"fault_domain"`     // default: the host name
+	AdvertiseAddr  string        `yaml:"advertise_addr"`   // default: listen
+	MemberLeaseTTL time.Duration `yaml:"member_lease_ttl"` // default 10s
+	ControlGrace   time.Duration `yaml:"control_grace"`    // default 10s
+	ControlProbe   time.Duration `yaml:"control_probe"`    // default 1s
+	ProtocolMax    int           `yaml:"protocol_max"`     // default 2
+
 	// LogLevel is debug, info, warn or error. Default info.
 	LogLevel string `yaml:"log_level"`
 	// LogFormat is text or json. Default text.
@@ -159,6 +171,12 @@ func Default() Config {
 		ColdPending:       64 << 20,
 		S3Region:          "us-east-1",
 		S3PathStyle:       true,
+
+		EtcdPrefix:     "/gpucache/",
+		MemberLeaseTTL: 10 * time.Second,
+		ControlGrace:   10 * time.Second,
+		ControlProbe:   time.Second,
+		ProtocolMax:    2,
 	}
 }
 
@@ -170,7 +188,7 @@ type field struct {
 }
 
 func (c *Config) fields() []field {
-	return []field{
+	return append([]field{
 		{"listen", "data-plane address", (*strVal)(&c.Listen)},
 		{"admin_listen", `admin HTTP address ("off" disables)`, (*strVal)(&c.AdminListen)},
 		{"hot_capacity", "DRAM budget for cached blocks (e.g. 1GiB)", &c.HotCapacity},
@@ -210,7 +228,7 @@ func (c *Config) fields() []field {
 		{"tls_client_ca", "CA bundle (PEM) that client certificates must chain to (mTLS)", (*strVal)(&c.TLSClientCA)},
 		{"seal_grace", "how long a replaced seal key still verifies", (*durVal)(&c.SealGrace)},
 		{"seal_hot_reads", "seal blocks in DRAM too and verify them on every read (needs seal_keys)", (*boolVal)(&c.SealHotReads)},
-	}
+	}, c.clusterFields()...)
 }
 
 // EnvName returns the environment variable for a YAML key.
@@ -294,6 +312,9 @@ func (c Config) Validate() error {
 		}
 	}
 	if err := c.validateSecurity(); err != nil {
+		return err
+	}
+	if err := c.validateCluster(); err != nil {
 		return err
 	}
 	if !pow2(c.HotMinClass) || !pow2(c.HotMaxClass) {

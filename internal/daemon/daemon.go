@@ -11,12 +11,14 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/admin"
 	"github.com/gpucache/gpucache/internal/config"
+	"github.com/gpucache/gpucache/internal/degrade"
 	"github.com/gpucache/gpucache/internal/hot"
 	"github.com/gpucache/gpucache/internal/identity"
 	"github.com/gpucache/gpucache/internal/server"
@@ -61,6 +63,11 @@ type Options struct {
 	Stderr io.Writer
 	// Getenv reads secrets named by env. Default os.LookupEnv.
 	Getenv func(string) (string, bool)
+	// Faults injects failpoints (tests only); nil injects nothing.
+	Faults *degrade.Registry
+	// OnControlMode is called when a cluster node's control mode changes
+	// (tests observe it instead of sleeping).
+	OnControlMode func(server.ControlMode)
 }
 
 // RunWith is Run with options.
@@ -149,15 +156,28 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 			return n, res.Hit
 		}
 	}
-	srv, err := server.New(scfg)
-	if err != nil {
-		return err
-	}
+	scfg.MaxVersion = uint8(cfg.ProtocolMax)
 	ln, err := listen("listen", cfg.Listen)
 	if err != nil {
 		return err
 	}
 	addrs := Addrs{Data: ln.Addr().String()}
+	var node *clusterNode
+	if cfg.Clustered() {
+		if node, err = joinCluster(ctx, cfg, addrs.Data, log, opts); err != nil {
+			ln.Close()
+			return err
+		}
+		scfg.Cluster = node.cluster
+	}
+	srv, err := server.New(scfg)
+	if err != nil {
+		ln.Close()
+		if node != nil {
+			node.close()
+		}
+		return err
+	}
 	if tc := sec.tlsConfig(); tc != nil {
 		ln = tls.NewListener(ln, tc)
 	}
@@ -183,6 +203,27 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 		}
 		w.Write([]byte("reloaded\n"))
 	})
+	drainReq := make(chan string, 1)
+	clusterCtx, stopCluster := context.WithCancel(context.Background())
+	var clusterDone sync.WaitGroup
+	if node != nil {
+		node.routes(adm, func(actor string) {
+			select {
+			case drainReq <- actor:
+			default: // already draining
+			}
+		})
+		clusterDone.Add(2)
+		go func() { defer clusterDone.Done(); node.run(clusterCtx, srv) }()
+		go func() { defer clusterDone.Done(); node.health(clusterCtx) }()
+	}
+	defer func() {
+		stopCluster()
+		clusterDone.Wait()
+		if node != nil {
+			node.close()
+		}
+	}()
 	var hs *http.Server
 	adminErr := make(chan error, 1)
 	if cfg.AdminListen != "off" {
@@ -214,6 +255,10 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 	case "s3":
 		coldDesc = "s3:" + cfg.S3Endpoint + "/" + cfg.S3Bucket
 	}
+	if node != nil {
+		log.Info("cluster member", "node_id", node.self.ID, "advertise", node.self.Addr, "fault_domain", node.self.FaultDomain,
+			"epoch", node.cluster.View().Epoch(), "members", node.cluster.View().Len(), "etcd", cfg.Endpoints(), "protocol_max", cfg.ProtocolMax)
+	}
 	log.Info("gpucached serving", "data", addrs.Data, "admin", addrs.Admin, "cold", coldDesc, "hot_capacity", cfg.HotCapacity.String(),
 		"auth", authDesc(cfg), "tls", tlsDesc(cfg), "sealed", len(cfg.SealKeys) > 0,
 		"classes", cfg.HotMinClass.String()+".."+cfg.HotMaxClass.String(), "prefault", cfg.HotPrefault, "version", Version)
@@ -227,6 +272,9 @@ wait:
 		select {
 		case <-ctx.Done():
 			log.Info("shutting down: draining connections", "timeout", cfg.DrainTimeout)
+			break wait
+		case actor := <-drainReq:
+			log.Info("drain requested", "actor", actor, "timeout", cfg.DrainTimeout)
 			break wait
 		case <-hup:
 			if err := reload("SIGHUP"); err != nil {
@@ -243,6 +291,18 @@ wait:
 	adm.SetReady(false)
 	dctx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout)
 	defer cancel()
+	if node != nil {
+		// Leave the cluster before closing connections: mark draining (no
+		// new fills, keys move to the other members under a new epoch),
+		// let granted fills finish, flush the cold tier, deregister.
+		var flush func(context.Context)
+		if tier != nil {
+			flush = func(ctx context.Context) { tier.Flush(ctx, true) }
+		}
+		if err := node.drain(dctx, srv, flush); err != nil {
+			log.Warn("cluster drain failed; the node's lease expires on its own", "err", err)
+		}
+	}
 	if err := srv.Shutdown(dctx); err != nil {
 		log.Warn("drain deadline passed; connections closed", "err", err)
 	}

@@ -1,0 +1,331 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/gpucache/gpucache/internal/config"
+	"github.com/gpucache/gpucache/internal/control"
+	"github.com/gpucache/gpucache/internal/control/etcdmember"
+	"github.com/gpucache/gpucache/internal/degrade"
+	"github.com/gpucache/gpucache/internal/server"
+)
+
+// clusterNode is a daemon's part in a cluster: its etcd registration, the
+// watch that feeds views to the server (fencing fills on every epoch), the
+// control-plane health loop (live → read-only → unknown) and drain.
+type clusterNode struct {
+	cfg     config.Config
+	log     *slog.Logger
+	cli     *clientv3.Client
+	self    control.Member
+	cluster *server.Cluster
+	faults  *degrade.Registry
+	onMode  func(server.ControlMode)
+
+	mu sync.Mutex
+	m  *etcdmember.Membership // replaced when the lease is lost and the node rejoins
+
+	drainOnce sync.Once
+	drained   chan struct{} // closed when a drain has deregistered the node
+	drainErr  error
+}
+
+// joinTimeout bounds joining at startup, including waiting for a previous
+// registration of the same node ID (a restart after kill -9) to expire.
+func joinTimeout(cfg config.Config) time.Duration { return 2*cfg.MemberLeaseTTL + 10*time.Second }
+
+// joinCluster connects to etcd and registers this node. listen is the bound
+// data address (the advertise address defaults to it).
+func joinCluster(ctx context.Context, cfg config.Config, listen string, log *slog.Logger, opts Options) (*clusterNode, error) {
+	id, addr, domain, err := cfg.Member(listen)
+	if err != nil {
+		return nil, err
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   cfg.Endpoints(),
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("etcd %v: %w", cfg.Endpoints(), err)
+	}
+	n := &clusterNode{
+		cfg: cfg, log: log, cli: cli, faults: opts.Faults, onMode: opts.OnControlMode, drained: make(chan struct{}),
+		self: control.Member{ID: control.MemberID(id), Addr: addr, FaultDomain: domain,
+			ProtoVersion: uint8(cfg.ProtocolMax), CapacityBytes: uint64(cfg.HotCapacity)},
+	}
+	jctx, cancel := context.WithTimeout(ctx, joinTimeout(cfg))
+	defer cancel()
+	m, err := n.register(jctx)
+	if err != nil {
+		cli.Close()
+		return nil, err
+	}
+	n.m = m
+	n.cluster = server.NewCluster(n.self.ID, m.Current())
+	return n, nil
+}
+
+// register joins under a fresh lease. A registration of the same ID that
+// is still alive (this node restarted before its old lease expired) is
+// waited out: the old key vanishes when its lease expires, and the node
+// then joins under a new epoch.
+func (n *clusterNode) register(ctx context.Context) (*etcdmember.Membership, error) {
+	backoff := 100 * time.Millisecond
+	warned := false
+	for {
+		self := n.self
+		m, err := etcdmember.New(ctx, etcdmember.Config{
+			Client: n.cli, Prefix: n.cfg.EtcdPrefix, Self: &self, LeaseTTL: n.cfg.MemberLeaseTTL, Logger: n.log,
+		})
+		if err == nil {
+			return m, nil
+		}
+		if !errors.Is(err, control.ErrDuplicateMember) {
+			return nil, fmt.Errorf("joining the cluster at %v: %w", n.cfg.Endpoints(), err)
+		}
+		if !warned {
+			n.log.Warn("a previous registration of this node is still alive; waiting for its lease to expire",
+				"node_id", n.self.ID, "lease_ttl", n.cfg.MemberLeaseTTL)
+			warned = true
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("joining the cluster: node_id %q is still registered (another node with the same id, or a previous run whose lease has not expired): %w", n.self.ID, err)
+		case <-t.C:
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+func (n *clusterNode) membership() *etcdmember.Membership {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.m
+}
+
+// run feeds every view to the server (fencing fills on each new epoch) and
+// rejoins when the lease is lost, until ctx ends.
+func (n *clusterNode) run(ctx context.Context, srv *server.Server) {
+	for ctx.Err() == nil {
+		m := n.membership()
+		w := m.Watch(ctx)
+	feed:
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case v, ok := <-w:
+				if !ok {
+					return // closed: the node is leaving
+				}
+				n.apply(srv, v)
+			case <-m.LeaseLost():
+				break feed
+			}
+		}
+		select {
+		case <-n.drained:
+			return // a drained node does not come back
+		default:
+		}
+		n.log.Warn("cluster lease lost (etcd unreachable longer than the lease TTL); rejoining", "node_id", n.self.ID)
+		m.Close()
+		nm, err := n.register(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				n.log.Error("rejoin failed; serving as a non-member until restart", "err", err)
+			}
+			return
+		}
+		n.mu.Lock()
+		n.m = nm
+		n.mu.Unlock()
+	}
+}
+
+func (n *clusterNode) apply(srv *server.Server, v control.View) {
+	prev := n.cluster.View().Epoch()
+	fenced, err := srv.AdvanceView(v)
+	if err != nil {
+		n.log.Error("cannot advance the directory epoch", "epoch", v.Epoch(), "err", err)
+	}
+	if v.Epoch() > prev {
+		_, member := v.Member(n.self.ID)
+		n.log.Info("cluster view", "epoch", v.Epoch(), "members", v.Len(), "self_member", member, "fills_fenced", fenced)
+	}
+}
+
+// health probes etcd every ControlProbe and sets the control mode: live
+// while etcd answers; read-only from the first failure until ControlGrace
+// has passed since the last success; then unknown (every key's owner is
+// unknown, every read a miss) until etcd answers again. Each probe is
+// bounded by degrade.Do and the control_plane_loss failpoint.
+func (n *clusterNode) health(ctx context.Context) {
+	t := time.NewTicker(n.cfg.ControlProbe)
+	defer t.Stop()
+	lastOK := time.Now()
+	mode := server.ControlLive
+	budget := min(n.cfg.ControlProbe, 2*time.Second)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		_, err := degrade.Do(ctx, n.faults, degrade.ControlPlaneLoss, budget, func(ctx context.Context) (struct{}, error) {
+			return struct{}{}, n.membership().Probe(ctx)
+		})
+		now := time.Now()
+		next := server.ControlLive
+		switch {
+		case err == nil:
+			lastOK = now
+		case now.Sub(lastOK) < n.cfg.ControlGrace:
+			next = server.ControlReadOnly
+		default:
+			next = server.ControlUnknown
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if next != mode {
+			mode = next
+			n.cluster.SetMode(mode)
+			lvl := slog.LevelWarn
+			if mode == server.ControlLive {
+				lvl = slog.LevelInfo
+			}
+			n.log.Log(ctx, lvl, "control plane", "mode", mode.String(), "err", err, "last_ok", lastOK.Format(time.RFC3339Nano))
+			if n.onMode != nil {
+				n.onMode(mode)
+			}
+		}
+	}
+}
+
+// drain marks this node draining (it owns no key from the next epoch and
+// takes no new fill), waits for the fills it granted to finish (bounded by
+// the drain timeout), flushes the cold tier, and deregisters. It is run
+// once; later calls return the first result.
+func (n *clusterNode) drain(ctx context.Context, srv *server.Server, flush func(context.Context)) error {
+	n.drainOnce.Do(func() {
+		defer close(n.drained)
+		m := n.membership()
+		if _, err := m.Drain(ctx, n.self.ID); err != nil {
+			n.drainErr = fmt.Errorf("drain: %w", err)
+			return
+		}
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		for srv.InFlightFills() > 0 {
+			select {
+			case <-ctx.Done():
+				n.log.Warn("drain: fills still in flight at the deadline", "fills", srv.InFlightFills())
+				goto leave
+			case <-t.C:
+			}
+		}
+	leave:
+		if flush != nil {
+			flush(ctx)
+		}
+		if err := m.Close(); err != nil { // leaves: key deleted, epoch +1
+			n.drainErr = fmt.Errorf("drain: leave: %w", err)
+			return
+		}
+		n.log.Info("drained and deregistered", "node_id", n.self.ID)
+	})
+	return n.drainErr
+}
+
+// close deregisters (if still registered) and closes the etcd client.
+func (n *clusterNode) close() {
+	n.membership().Close()
+	n.cli.Close()
+}
+
+// viewJSON is the admin /cluster answer.
+type viewJSON struct {
+	Self    string        `json:"self"`
+	Epoch   uint64        `json:"epoch"`
+	Mode    string        `json:"control_mode"`
+	Members []memberJSON  `json:"members"`
+	Plan    *control.Plan `json:"isolated,omitempty"`
+}
+
+type memberJSON struct {
+	ID            string `json:"id"`
+	Addr          string `json:"addr"`
+	FaultDomain   string `json:"fault_domain"`
+	ProtoVersion  uint8  `json:"proto_version"`
+	CapacityBytes uint64 `json:"capacity_bytes"`
+	Draining      bool   `json:"draining,omitempty"`
+}
+
+func (n *clusterNode) viewJSON(plan *control.Plan) viewJSON {
+	v := n.cluster.View()
+	out := viewJSON{Self: string(n.self.ID), Epoch: v.Epoch(), Mode: n.cluster.Mode().String(), Plan: plan}
+	for _, m := range v.Members() {
+		out.Members = append(out.Members, memberJSON{string(m.ID), m.Addr, m.FaultDomain, m.ProtoVersion, m.CapacityBytes, m.Draining})
+	}
+	return out
+}
+
+// routes registers the cluster's admin endpoints: GET /cluster (the view),
+// POST /admin/drain (drain this node, then stop), POST
+// /admin/isolate?domain=D[&budget=N] (remove every member of a fault
+// domain in one transaction, or nothing).
+func (n *clusterNode) routes(h interface {
+	HandleAdmin(string, func(http.ResponseWriter, *http.Request, string))
+	HandleView(string, http.HandlerFunc)
+}, startDrain func(actor string)) {
+	h.HandleView("cluster", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(n.viewJSON(nil))
+	})
+	h.HandleAdmin("drain", func(w http.ResponseWriter, _ *http.Request, actor string) {
+		startDrain(actor)
+		w.Write([]byte("draining: no new fills; in-flight fills finish, then the node deregisters and stops\n"))
+	})
+	h.HandleAdmin("isolate", func(w http.ResponseWriter, r *http.Request, actor string) {
+		domain := r.URL.Query().Get("domain")
+		budget := uint64(math.MaxUint64)
+		if b := r.URL.Query().Get("budget"); b != "" {
+			if _, err := fmt.Sscan(b, &budget); err != nil {
+				http.Error(w, "budget is not a number\n", http.StatusBadRequest)
+				return
+			}
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+		defer cancel()
+		p, err := n.membership().Isolate(ctx, domain, budget)
+		switch {
+		case errors.Is(err, control.ErrUnknownDomain):
+			http.Error(w, err.Error()+"\n", http.StatusNotFound)
+			return
+		case errors.Is(err, control.ErrEpochOverflow):
+			http.Error(w, err.Error()+"; nothing changed\n", http.StatusConflict)
+			return
+		case err != nil:
+			http.Error(w, err.Error()+"\n", http.StatusServiceUnavailable)
+			return
+		}
+		n.log.Warn("fault domain isolated", "actor", actor, "domain", domain, "victims", len(p.Victims), "epoch", p.To)
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(n.viewJSON(&p))
+	})
+}
