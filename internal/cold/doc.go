@@ -55,4 +55,14 @@
 //     conditional Puts, ranged GETs, ListObjectsV2 pages.
 //
 // All three pass the behaviour suite in package coldtest.
+//
+// # Degrade
+//
+// WithDegrade wraps a Store in the cold tier's degrade boundary: each
+// operation bounded by a budget, each failure a *degrade.Miss that keeps
+// the backend's sentinel, and the failpoints the backend names
+// (Degradable: FS storage_loss and nvme_timeout, s3store s3_unavailable and
+// s3_slow) checked before each operation; an armed one fails it as
+// ErrUnavailable without reaching the backend. The decorated store passes
+// the coldtest suite too. docs/FAILURES.md lists every fault.
 package cold

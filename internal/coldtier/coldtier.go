@@ -25,6 +25,16 @@
 // Config.OnIntegrity receives each refill miss that points at corruption or
 // tampering (refill.IntegrityEvent). Without a keyring the tier writes and
 // reads unsealed manifests, and a sealed one is a miss.
+//
+// Degrade. Every store call of the refill and the write-behind goes through
+// cold.WithDegrade, the cold tier's degrade boundary: each call is bounded
+// (refill reads by RefillBudget, sink writes by the sink's PutTimeout), and
+// Config.Faults arms the failpoints the store names (storage_loss and
+// nvme_timeout on the local directory, s3_unavailable and s3_slow on S3).
+// A fault on the read path is a refill miss (n is 0, no payload byte in
+// dst, nothing cached, nothing written) within RefillBudget; on the write
+// path it is a transient sink failure: the job stays queued and a later
+// flush writes it. docs/FAILURES.md has the table.
 package coldtier
 
 import (
@@ -42,6 +52,7 @@ import (
 	"github.com/gpucache/gpucache/internal/cold/pack"
 	"github.com/gpucache/gpucache/internal/cold/refill"
 	"github.com/gpucache/gpucache/internal/cold/sink"
+	"github.com/gpucache/gpucache/internal/degrade"
 	"github.com/gpucache/gpucache/internal/identity"
 	"github.com/gpucache/gpucache/internal/security/seal"
 )
@@ -91,6 +102,22 @@ type Config struct {
 	// must not block). Nil falls back to Refill.OnIntegrity. Such misses
 	// are counted in Stats.RefillIntegrity either way.
 	OnIntegrity func(refill.IntegrityEvent)
+	// RefillBudget bounds the time from Refill's call to its answer, hit or
+	// miss: it is the refiller's per-call Timeout (it overrides
+	// Refill.Timeout) and the deadline of each store read, so a store that
+	// hangs or crawls becomes a miss and a recompute after at most this
+	// long. Default: Refill.Timeout if set, else 2s. 2s because it is the
+	// server's wait for a cold refill (a session that joins another's
+	// refill gives up after 2s, so a longer refill would answer nobody), it
+	// leaves most of a client's 5s request timeout for the recompute, and
+	// it is an order of magnitude above an S3 first byte plus a 64 MiB
+	// payload on a healthy store, so only a sick store misses it.
+	RefillBudget time.Duration
+	// Faults arms the cold store's failpoints, for tests: it is checked
+	// before every store call of the refill and the write-behind, for the
+	// faults the store names (cold.DegradeFaults). Nil (production) injects
+	// nothing; the calls are still bounded.
+	Faults *degrade.Registry
 }
 
 // Stats counts the tier's work.
@@ -190,10 +217,28 @@ func New(cfg Config) (*Tier, error) {
 	if cfg.OnIntegrity == nil {
 		cfg.OnIntegrity = cfg.Refill.OnIntegrity
 	}
+	if cfg.RefillBudget < 0 {
+		return nil, fmt.Errorf("gpucache/coldtier: refill budget %v < 0", cfg.RefillBudget)
+	}
+	if cfg.RefillBudget == 0 {
+		cfg.RefillBudget = cfg.Refill.Timeout
+	}
+	if cfg.RefillBudget <= 0 {
+		cfg.RefillBudget = 2 * time.Second
+	}
 	t := &Tier{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), keyring: cfg.Keyring, onIntegrity: cfg.OnIntegrity}
 	sc := cfg.Sink
 	sc.Verify = t.verify
-	sk, err := sink.New(cfg.Store, sc)
+	// The write-behind and the refill each see the store through the
+	// degrade boundary, with their own deadline: a sink PUT of a whole pack
+	// may take the sink's PutTimeout, a refill read only RefillBudget.
+	// Reclaim keeps the bare store: it runs in the background, deletes only
+	// verified unreferenced objects, and a failed run deletes nothing.
+	writeBudget := sc.PutTimeout
+	if writeBudget == 0 {
+		writeBudget = sink.DefaultPutTimeout
+	}
+	sk, err := sink.New(cold.WithDegrade(cfg.Store, cfg.Faults, writeBudget), sc)
 	if err != nil {
 		return nil, err
 	}
@@ -204,9 +249,10 @@ func New(cfg Config) (*Tier, error) {
 	if rc.PointerTTL == 0 {
 		rc.PointerTTL = 5 * time.Second
 	}
+	rc.Timeout = cfg.RefillBudget
 	rc.Keyring = cfg.Keyring
 	rc.OnIntegrity = t.integrity
-	rf, err := refill.New(cfg.Store, rc)
+	rf, err := refill.New(cold.WithDegrade(cfg.Store, cfg.Faults, cfg.RefillBudget), rc)
 	if err != nil {
 		sk.Close()
 		return nil, err
@@ -471,7 +517,11 @@ func (t *Tier) Run(ctx context.Context, interval time.Duration) {
 	}
 }
 
-// Refill reads the block (ns, key) from the cold tier into dst.
+// Refill reads the block (ns, key) from the cold tier into dst. It answers
+// within RefillBudget. On a miss n is 0 and dst holds no payload byte; a
+// miss caused by the store (an outage, a timeout, an armed fault) has
+// Result Missing(Unavailable) and an error wrapping degrade.ErrMiss (or
+// Missing(BreakerOpen) and no error once the refiller's breaker has opened).
 func (t *Tier) Refill(ctx context.Context, ns identity.Namespace, key identity.BlockKey, dst []byte) (int, refill.Result, error) {
 	n, res, err := t.rf.RefillKey(ctx, ns, key, dst)
 	if res.Hit {

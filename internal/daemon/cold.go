@@ -10,11 +10,12 @@ import (
 	"github.com/gpucache/gpucache/internal/cold/s3store"
 	"github.com/gpucache/gpucache/internal/coldtier"
 	"github.com/gpucache/gpucache/internal/config"
+	"github.com/gpucache/gpucache/internal/degrade"
 )
 
 // openCold builds the cold tier the config asks for, or nil for "off". The
 // returned close function releases the store.
-func openCold(ctx context.Context, cfg config.Config, log *slog.Logger, sec *secure) (*coldtier.Tier, func(), error) {
+func openCold(ctx context.Context, cfg config.Config, log *slog.Logger, sec *secure, faults *degrade.Registry) (*coldtier.Tier, func(), error) {
 	var store cold.Store
 	release := func() {}
 	switch cfg.ColdStore {
@@ -40,7 +41,7 @@ func openCold(ctx context.Context, cfg config.Config, log *slog.Logger, sec *sec
 	default:
 		return nil, nil, fmt.Errorf("cold tier: unknown cold_store %q", cfg.ColdStore)
 	}
-	tcfg := coldtier.Config{Store: store, PendingBytes: int64(cfg.ColdPending), Logger: log}
+	tcfg := coldtier.Config{Store: store, PendingBytes: int64(cfg.ColdPending), Logger: log, Faults: faults}
 	if sec != nil {
 		// Manifests are sealed with the current seal key and verified on
 		// every refill; a failed check is a miss and an audit event.

@@ -86,7 +86,7 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 	if cfg.AuthEnabled() && !cfg.TLSEnabled() && !hostLoopback(cfg.Listen) {
 		log.Warn("authentication without TLS on a non-loopback address: bearer secrets and payloads cross the network in plaintext; set tls_cert and tls_key")
 	}
-	tier, releaseCold, err := openCold(ctx, cfg, log, sec)
+	tier, releaseCold, err := openCold(ctx, cfg, log, sec, opts.Faults)
 	if err != nil {
 		return err
 	}

@@ -9,9 +9,11 @@
 // the miss. Production code passes a nil *Registry, which injects nothing
 // and costs one nil check.
 //
-// This is the groundwork of issue 6: the registry, the fault names and the
-// bounded-miss decision. Wiring each failpoint into its code path is part of
-// that issue.
+// Where each failpoint is checked, what the fault does there and the bound
+// on its time to a miss are in docs/FAILURES.md: the cold store's faults in
+// cold.WithDegrade (under coldtier), dpu_restart and gpu_reset in
+// transport.WithFaults, nic_flap in the TCP transport (TCPConfig.Faults),
+// and control_plane_loss in the daemon.
 package degrade
 
 import (
@@ -79,6 +81,17 @@ const (
 	Hang
 )
 
+// String returns "fail" or "hang".
+func (m Mode) String() string {
+	switch m {
+	case Fail:
+		return "fail"
+	case Hang:
+		return "hang"
+	}
+	return fmt.Sprintf("Mode(%d)", int(m))
+}
+
 // Registry holds armed failpoints. The zero value and a nil *Registry are
 // usable and inject nothing.
 type Registry struct {
@@ -113,8 +126,12 @@ func (r *Registry) Hits(f Fault) int {
 	return r.hits[f]
 }
 
-// check returns the mode of f if armed.
-func (r *Registry) check(f Fault) (Mode, bool) {
+// Check reports whether f is armed, and in which mode, counting a hit when
+// it is. Do checks around an operation; Check is for a site where the fault
+// acts inside one (a link that drops in the middle of a frame, a reset that
+// voids registrations), so the site itself carries the fault out. A nil
+// *Registry or an empty f is never armed.
+func (r *Registry) Check(f Fault) (Mode, bool) {
 	if r == nil || f == "" {
 		return 0, false
 	}
@@ -133,16 +150,33 @@ func (r *Registry) check(f Fault) (Mode, bool) {
 // context: Do returns when fn does, and fn is given a context that ends at
 // the deadline, so the time to a miss is bounded by budget plus however long
 // fn takes to notice its context.
+//
+// An error of fn that already is a miss (a nested Do, or a site that
+// carried out a fault with Check) is returned as it is, so the first *Miss
+// errors.As finds is the one that names the fault.
 func Do[T any](ctx context.Context, r *Registry, f Fault, budget time.Duration, fn func(context.Context) (T, error)) (T, error) {
+	return DoAny(ctx, r, []Fault{f}, budget, fn)
+}
+
+// DoAny is Do for a site that several faults can hit: a read from S3 can be
+// slow (S3Slow) or refused (S3Unavailable). The first armed fault of fs, in
+// order, fires, and fn is not called.
+func DoAny[T any](ctx context.Context, r *Registry, fs []Fault, budget time.Duration, fn func(context.Context) (T, error)) (T, error) {
 	var zero T
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
-	if m, ok := r.check(f); ok {
-		if m == Hang {
-			<-ctx.Done()
+	if r != nil {
+		for _, f := range fs {
+			m, ok := r.Check(f)
+			if !ok {
+				continue
+			}
+			if m == Hang {
+				<-ctx.Done()
+			}
+			return zero, &Miss{Fault: f, Cause: ErrInjected, After: time.Since(start)}
 		}
-		return zero, &Miss{Fault: f, Cause: ErrInjected, After: time.Since(start)}
 	}
 	v, err := fn(ctx)
 	if err == nil && ctx.Err() == nil {
@@ -150,6 +184,9 @@ func Do[T any](ctx context.Context, r *Registry, f Fault, budget time.Duration, 
 	}
 	if err == nil {
 		err = ctx.Err()
+	}
+	if errors.Is(err, ErrMiss) {
+		return zero, err
 	}
 	return zero, &Miss{Cause: err, After: time.Since(start)}
 }

@@ -3,6 +3,7 @@ package degrade
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -87,5 +88,53 @@ func TestRealFailureIsAMiss(t *testing.T) {
 	_, err = Do(ctx, nil, "", time.Hour, func(ctx context.Context) (int, error) { <-ctx.Done(); return 0, ctx.Err() })
 	if !errors.Is(err, ErrMiss) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("canceled: %v", err)
+	}
+}
+
+// TestDoAnyFiresTheFirstArmedFault: a site several faults can hit fires the
+// first armed one, in the order given, and counts only that one.
+func TestDoAnyFiresTheFirstArmedFault(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := &Registry{}
+		sites := []Fault{S3Unavailable, S3Slow}
+		defer r.Arm(S3Slow, Hang)()
+		start := time.Now()
+		_, err := DoAny(context.Background(), r, sites, time.Second, func(context.Context) (int, error) { return 1, nil })
+		var m *Miss
+		if !errors.As(err, &m) || m.Fault != S3Slow || time.Since(start) != time.Second {
+			t.Fatalf("err=%v after %v", err, time.Since(start))
+		}
+		disarm := r.Arm(S3Unavailable, Fail)
+		start = time.Now()
+		_, err = DoAny(context.Background(), r, sites, time.Second, func(context.Context) (int, error) { return 1, nil })
+		if !errors.As(err, &m) || m.Fault != S3Unavailable || time.Since(start) != 0 {
+			t.Fatalf("err=%v after %v", err, time.Since(start))
+		}
+		disarm()
+		if r.Hits(S3Slow) != 1 || r.Hits(S3Unavailable) != 1 {
+			t.Fatalf("hits slow %d unavailable %d", r.Hits(S3Slow), r.Hits(S3Unavailable))
+		}
+	})
+}
+
+// TestNestedMissKeepsItsFault: a miss fn returns (a nested Do, or a site
+// that carried a fault out with Check) is not wrapped in a second miss, so
+// errors.As finds the fault.
+func TestNestedMissKeepsItsFault(t *testing.T) {
+	r := &Registry{}
+	defer r.Arm(NICFlap, Fail)()
+	_, err := Do(context.Background(), nil, "", time.Second, func(ctx context.Context) (int, error) {
+		if _, ok := r.Check(NICFlap); ok {
+			return 0, fmt.Errorf("submit: %w", &Miss{Fault: NICFlap, Cause: ErrInjected})
+		}
+		return 1, nil
+	})
+	var m *Miss
+	if !errors.As(err, &m) || m.Fault != NICFlap || !errors.Is(err, ErrMiss) || r.Hits(NICFlap) != 1 {
+		t.Fatalf("err=%v", err)
+	}
+	var nilReg *Registry
+	if _, ok := nilReg.Check(NICFlap); ok {
+		t.Fatal("a nil registry reported an armed fault")
 	}
 }

@@ -25,6 +25,9 @@
 // checked out under an older one, whole, unless one of its slots is held; a
 // later Fence at the same epoch retries it. At math.MaxUint64 the epoch
 // cannot advance: Advance returns ErrEpochOverflow and nothing changes.
+// Invalidate is the harder fence of a GPU reset: every registration is void,
+// so it advances the epoch and quarantines every live stage, held ones
+// included, and unbinds the idle slots.
 //
 // # Ownership
 //
@@ -43,7 +46,10 @@
 // quarantines the stage, returns an error wrapping ErrStageQuarantined, and
 // breaks the TCP transport (ErrBroken from then on: the stream lost its
 // framing). Quarantined slots come back only through Reclaim, which zeroes
-// them and drops their binding.
+// them and drops their binding. A transfer whose stage an Invalidate ended
+// while it ran reports no delivery when it is done (ErrStageQuarantined):
+// Submit returns no receipt, Receive leaves the bytes in the quarantined
+// slots, and a Mem Receive copies nothing.
 //
 // # What a receipt promises
 //
@@ -77,6 +83,28 @@
 // or IOTimeout if sooner; a cancelled ctx interrupts the I/O. A Receive
 // whose deadline passes before any byte of a frame arrived leaves the
 // transport usable.
+//
+// # Faults
+//
+// Every fault of a transfer is a miss (docs/FAILURES.md): no receipt, the
+// stage quarantined or left with its owner, never a slot leaked, and a
+// bounded time to the answer. Three failpoints (package degrade) make the
+// faults happen in tests; production passes nil registries.
+//
+//	nic_flap     TCPConfig.Faults, checked by TCP.Submit just before the
+//	             frame goes out: half a frame is written, the link stays
+//	             silent until the write deadline in Hang mode, and the
+//	             connection is closed under the frame. The stage is
+//	             quarantined, the transport broken, and the peer reads a
+//	             cut frame and quarantines its own stage.
+//	dpu_restart  WithFaults, before a Submit reaches the engine: the stage
+//	             is quarantined and the engine (the wrapped transport) is
+//	             closed; it must be reopened.
+//	gpu_reset    WithFaults, likewise: Registry.Invalidate, so every live
+//	             stage of the registry is quarantined at a new epoch.
+//
+// WithFaults also bounds each Submit by its budget and makes every failure
+// wrap degrade.ErrMiss next to the transport's own sentinel.
 //
 // # Hardware honesty
 //

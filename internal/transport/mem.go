@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 )
@@ -90,6 +91,9 @@ func (m *Mem) Submit(ctx context.Context, s *Stage) (Receipt, error) {
 	if err := <-f.reply; err != nil {
 		return rc, err
 	}
+	if !s.reg.live(s) {
+		return rc, fmt.Errorf("gpucache/transport: mem submit: %w: the stage was invalidated during the transfer", ErrStageQuarantined)
+	}
 	rc.Bytes = s.Bytes()
 	rc.HostCopies = 1
 	return rc, nil
@@ -112,6 +116,12 @@ func (m *Mem) Receive(ctx context.Context, into *Stage) (Receipt, error) {
 	case <-m.pipe.closed:
 		return rc, ErrClosed
 	}
+	if !into.reg.live(into) {
+		// An Invalidate (a GPU reset) ended the stage while it waited:
+		// copy nothing, and tell the sender nothing was delivered.
+		f.reply <- errPeerStageEnded
+		return rc, fmt.Errorf("gpucache/transport: mem receive: %w: the stage was invalidated while it waited", ErrStageQuarantined)
+	}
 	if err := fits(f.payload, into); err != nil {
 		f.reply <- err
 		return rc, err
@@ -129,6 +139,11 @@ func (m *Mem) Receive(ctx context.Context, into *Stage) (Receipt, error) {
 	rc.HostCopies = 1
 	return rc, nil
 }
+
+// errPeerStageEnded is what a Mem sender hears when the receiving stage
+// ended before the copy: nothing was delivered, and the sender's own stage
+// is untouched.
+var errPeerStageEnded = errors.New("gpucache/transport: mem: the receiving stage ended before the copy; nothing delivered")
 
 func fits(payload [][]byte, into *Stage) error {
 	if len(payload) > len(into.ids) {

@@ -396,6 +396,45 @@ func (r *Registry) fenceLocked(e Epoch) (int, error) {
 	return n, nil
 }
 
+// Invalidate is what a GPU reset does to the registry: every memory
+// registration is void at once. It advances the epoch, so a checkout under
+// the old one is refused; it quarantines the slots of every live stage,
+// held or not, so each of those stages has ended (a transfer still running
+// on one reports no delivery when it finishes: see Submit and Receive); and
+// it unbinds every idle slot, so the next checkout registers it again.
+// Unlike Fence it does not spare held stages: their registration is gone
+// whoever holds them. A held slot still stays out of Reclaim until its holds
+// are released, so nothing clears memory a transfer is touching. It returns
+// the new epoch and the slots it quarantined. At math.MaxUint64 the epoch
+// cannot advance: the slots are quarantined and unbound all the same, and
+// it returns ErrEpochOverflow.
+func (r *Registry) Invalidate() (Epoch, int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.mu.closed {
+		return r.mu.epoch, 0, ErrClosed
+	}
+	n := 0
+	for i := range r.mu.slots {
+		s := &r.mu.slots[i]
+		switch s.state {
+		case slotOut:
+			s.state, s.stage = slotQuarantined, 0
+			s.gen++
+			n++
+		case slotIdle:
+			s.binding = ""
+		}
+	}
+	r.mu.stats.Quarantines += uint64(n)
+	r.mu.stats.Invalidations++
+	if r.mu.epoch == math.MaxUint64 {
+		return r.mu.epoch, n, ErrEpochOverflow
+	}
+	r.mu.epoch++
+	return r.mu.epoch, n, nil
+}
+
 // Lease is a hold on slots: while it lasts, the slots are not checked out,
 // fenced or reclaimed (a peer may still be reading or writing them). The
 // holder releases it exactly once.
@@ -476,6 +515,14 @@ func (r *Registry) unholdStage(st *Stage) {
 	}
 }
 
+// live reports whether st still owns its slots: a transfer asks once it is
+// done, since an Invalidate may have ended the stage under its hold.
+func (r *Registry) live(st *Stage) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.liveLocked(st)
+}
+
 // quarantineHeld quarantines a stage the caller holds (a failed transfer).
 func (r *Registry) quarantineHeld(st *Stage) {
 	r.mu.Lock()
@@ -506,6 +553,7 @@ type RegistryStats struct {
 	Quarantines    uint64
 	Reclaimed      uint64 // quarantined slots cleared by Reclaim
 	Fenced         uint64 // out slots reclaimed by Fence or Advance
+	Invalidations  uint64 // Invalidate calls (GPU resets); their slots count in Quarantines
 }
 
 // Stats returns a snapshot.

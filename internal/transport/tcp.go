@@ -10,6 +10,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/gpucache/gpucache/internal/degrade"
 )
 
 // Frame constants; doc.go has the layout.
@@ -29,6 +31,10 @@ type TCPConfig struct {
 	// IOTimeout is the deadline of one Submit's write or one Receive's read
 	// when ctx has no earlier deadline. Default 30s.
 	IOTimeout time.Duration
+	// Faults arms the NICFlap failpoint, for tests: checked once per
+	// Submit, just before the frame goes out (see flap). Nil (production)
+	// injects nothing.
+	Faults *degrade.Registry
 }
 
 func (c TCPConfig) withDefaults() (TCPConfig, error) {
@@ -124,6 +130,9 @@ func (t *TCP) Close() error {
 	t.once.Do(func() {
 		close(t.closed)
 		err = t.conn.Close()
+		if errors.Is(err, net.ErrClosed) {
+			err = nil // a NIC flap (flap) already dropped the connection
+		}
 	})
 	return err
 }
@@ -222,7 +231,10 @@ func ioErr(ctx context.Context, err error) error {
 // transport (ErrBroken for every later call): the stream is no longer
 // framed and the kernel may hold part of the slot bytes. A write that
 // failed before its first byte (a deadline already past, a closed conn)
-// returns the error and leaves s with the caller.
+// returns the error and leaves s with the caller. A frame written whole
+// while an Invalidate ended s (a GPU reset) is not reported as delivered:
+// the error wraps ErrStageQuarantined. With TCPConfig.Faults, the NICFlap
+// failpoint cuts the frame (flap).
 func (t *TCP) Submit(ctx context.Context, s *Stage) (Receipt, error) {
 	rc := Receipt{Transport: t.Name(), Epoch: s.epoch}
 	var turn *sendTurn
@@ -276,14 +288,20 @@ func (t *TCP) Submit(ctx context.Context, s *Stage) (Receipt, error) {
 	disarm, err := t.arm(ctx, true)
 	var n int64
 	if err == nil {
-		n, err = turn.nb.WriteTo(t.conn) // writev on a *net.TCPConn
+		if mode, flapped := t.cfg.Faults.Check(degrade.NICFlap); flapped {
+			n, err = t.flap(ctx, mode, turn.nb)
+		} else {
+			n, err = turn.nb.WriteTo(t.conn) // writev on a *net.TCPConn
+		}
 		if disarm != nil {
 			disarm()
 		}
 	}
 	clear(turn.bufs[:cap(turn.bufs)]) // drop references to slot memory
 	if err != nil {
-		err = ioErr(ctx, err)
+		if !errors.Is(err, degrade.ErrMiss) {
+			err = ioErr(ctx, err)
+		}
 		if n == 0 {
 			// Nothing reached the kernel: the stream is still framed
 			// and the slots were not handed over.
@@ -293,9 +311,47 @@ func (t *TCP) Submit(ctx context.Context, s *Stage) (Receipt, error) {
 		s.reg.quarantineHeld(s)
 		return rc, fmt.Errorf("gpucache/transport: tcp submit: %w: %w", ErrStageQuarantined, err)
 	}
+	if !s.reg.live(s) {
+		// An Invalidate (a GPU reset) ended the stage while its bytes were
+		// on the wire. The peer has the whole frame, read from host memory
+		// that nothing changed; but the registration it was sent under is
+		// void, so the sender does not vouch for it as delivered.
+		return rc, fmt.Errorf("gpucache/transport: tcp submit: %w: the stage was invalidated during the transfer", ErrStageQuarantined)
+	}
 	rc.Bytes = s.Bytes()
 	rc.HostCopies = t.hostCopies
 	return rc, nil
+}
+
+// flap carries out the NICFlap failpoint on one frame: the link drops in
+// the middle of it. The header and half of the first slot's bytes go out
+// (half of the header when no slot has any), then, in Hang mode, the link
+// stays silent until the write deadline (ctx's, or IOTimeout), and then the
+// connection is closed under the frame, so the peer reads a cut frame. The
+// error is a *degrade.Miss naming the fault; Submit then quarantines the
+// stage and breaks the transport, as for any write cut part-way.
+func (t *TCP) flap(ctx context.Context, mode degrade.Mode, nb net.Buffers) (int64, error) {
+	start := time.Now()
+	part := net.Buffers{nb[0][:len(nb[0])/2]}
+	if len(nb) > 1 {
+		part = net.Buffers{nb[0], nb[1][:len(nb[1])/2]}
+	}
+	n, err := part.WriteTo(t.conn)
+	if err == nil && mode == degrade.Hang {
+		tm := time.NewTimer(t.cfg.IOTimeout)
+		select {
+		case <-ctx.Done():
+		case <-tm.C:
+		case <-t.closed:
+		}
+		tm.Stop()
+	}
+	_ = t.conn.Close()
+	cause := degrade.ErrInjected
+	if err != nil {
+		cause = errors.Join(cause, err)
+	}
+	return n, &degrade.Miss{Fault: degrade.NICFlap, Cause: fmt.Errorf("link down mid-frame: %w", cause), After: time.Since(start)}
 }
 
 // Receive reads one frame into into: slot i of the frame lands in
@@ -370,6 +426,12 @@ func (t *TCP) Receive(ctx context.Context, into *Stage) (Receipt, error) {
 			return rc, fmt.Errorf("gpucache/transport: tcp receive: %w: %w", ErrStageQuarantined, err)
 		}
 		into.lens[i] = l
+	}
+	if !into.reg.live(into) {
+		// An Invalidate (a GPU reset) ended the stage while the frame
+		// arrived: the bytes landed in quarantined slots, which nobody may
+		// read. The stream is still framed.
+		return rc, fmt.Errorf("gpucache/transport: tcp receive: %w: the stage was invalidated during the transfer", ErrStageQuarantined)
 	}
 	rc.Bytes = into.Bytes()
 	rc.HostCopies = t.hostCopies

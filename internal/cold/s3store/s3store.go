@@ -68,6 +68,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/gpucache/gpucache/internal/cold"
+	"github.com/gpucache/gpucache/internal/degrade"
 )
 
 // ErrAccessDenied: the server rejected the credentials or the request's
@@ -196,7 +197,17 @@ type Store struct {
 	emulate   bool
 }
 
-var _ cold.Store = (*Store)(nil)
+var (
+	_ cold.Store      = (*Store)(nil)
+	_ cold.Degradable = (*Store)(nil)
+)
+
+// DegradeFaults implements cold.Degradable: the bucket refuses or cannot be
+// reached (s3_unavailable), or answers too slowly (s3_slow). The two are the
+// RustFS slow/unavailable hooks of the seed.
+func (s *Store) DegradeFaults() []degrade.Fault {
+	return []degrade.Fault{degrade.S3Unavailable, degrade.S3Slow}
+}
 
 // New returns a Store for cfg. It contacts the server only when
 // cfg.CreateBucket is set; use Check to probe reachability.
