@@ -140,6 +140,18 @@ func (c *Client) ServerName() string {
 	return ""
 }
 
+// ProtocolVersion returns the protocol version the session negotiated in
+// HELLO (2 for a server that speaks cluster mode, 1 for an older one), or 0
+// when no connection is live.
+func (c *Client) ProtocolVersion() uint8 {
+	for _, s := range c.slots {
+		if cn := s.conn.Load(); cn != nil {
+			return cn.version
+		}
+	}
+	return 0
+}
+
 // Tenant returns the session tenant: the one the server derived from the
 // credentials, or Config.Tenant.
 func (c *Client) Tenant() string {

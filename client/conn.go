@@ -31,6 +31,9 @@ const (
 	// largest: 256 entries of a 256-byte name and a u64), unless a PUT or
 	// DELETE answer of MaxBatch statuses is larger.
 	controlBodyMax = 4 + wire.MaxStatEntries*(2+wire.MaxStringLen+8)
+	// membersBodyMax bounds a MEMBERS answer: MaxMembers members of three
+	// strings of at most MaxStringLen bytes, a version, a capacity and flags.
+	membersBodyMax = 8 + 4 + wire.MaxMembers*(3*(2+wire.MaxStringLen)+1+8+1)
 )
 
 // conn is one pooled connection: callers write frames under a write lock,
@@ -41,6 +44,10 @@ type conn struct {
 	limits wire.Limits // server's HELLO limits, MaxInFlight lowered to ours
 	server string      // server name from HELLO
 	tenant string      // session tenant
+	// version is the protocol version HELLO negotiated: 2 lets the session
+	// ask for MEMBERS and makes a cluster node check that it owns every
+	// key (WRONG_EPOCH); 1 is the single-node protocol.
+	version uint8
 	// stamp: mutating requests carry a replay stamp (the server asked for
 	// it in HELLO). Nonces are noncePrefix then a counter, unique per
 	// connection; the prefix is random, so connections do not collide.
@@ -133,7 +140,9 @@ func (c *conn) hello(ctx context.Context) error {
 	c.nc.SetDeadline(deadline)
 	stop := context.AfterFunc(ctx, func() { c.nc.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	req := wire.HelloRequest{MinVersion: wire.Version1, MaxVersion: wire.Version1, Tenant: c.cfg.Tenant, Client: c.cfg.ClientName}
+	// Offer every version this package speaks; the server picks the
+	// highest it speaks too, so an old server keeps working (version 1).
+	req := wire.HelloRequest{MinVersion: wire.Version1, MaxVersion: wire.VersionMax, Tenant: c.cfg.Tenant, Client: c.cfg.ClientName}
 	// The auth section goes only with credentials, so a client without
 	// them speaks the HELLO of before to any server.
 	if c.cfg.Secret != nil || c.cfg.TLS != nil {
@@ -175,10 +184,10 @@ func (c *conn) hello(ctx context.Context) error {
 	if err := resp.Decode(body); err != nil {
 		return fmt.Errorf("%w: HELLO response: %w", ErrProtocol, err)
 	}
-	if resp.Version != wire.Version1 {
-		return fmt.Errorf("%w: server chose version %d", ErrProtocol, resp.Version)
+	if resp.Version < wire.Version1 || resp.Version > wire.VersionMax {
+		return fmt.Errorf("%w: server chose version %d, offered %d..%d", ErrProtocol, resp.Version, wire.Version1, wire.VersionMax)
 	}
-	c.server, c.limits, c.tenant = resp.Server, resp.Limits, c.cfg.Tenant
+	c.server, c.limits, c.tenant, c.version = resp.Server, resp.Limits, c.cfg.Tenant, resp.Version
 	if resp.HasSession {
 		c.tenant, c.stamp = resp.Tenant, resp.Session&wire.SessionStampRequired != 0
 		if c.cfg.Tenant != "" && resp.Tenant != c.cfg.Tenant {

@@ -70,6 +70,28 @@
 // GetInto the buffer's capacity). A lease belongs to the connection that
 // took it, so GetLeased is sent on the connection Lookup used.
 //
+// # Clusters
+//
+// A Client talks to one server. Cluster talks to a cluster of them: it
+// fetches the cluster's view (Client.Members: an epoch and the members,
+// protocol version 2), computes the owner of each key with the cluster's
+// placement, and sends each owner its part of every batch, in parallel,
+// over one Client per member. A node refuses a key it does not own under
+// its current view with WRONG_EPOCH (WrongEpoch reads the epoch from the
+// error); Cluster then refreshes the view and re-routes the refused keys
+// once, and degrades past that: misses, StatusNoSpace, a shorter Lookup
+// run, locally computed fills. Against a single node (epoch 0) or servers
+// of protocol version 1 it routes everything to one seed.
+//
+//	cl, err := client.DialCluster(ctx, client.ClusterConfig{
+//		Seeds: []string{"10.0.0.1:9400", "10.0.0.2:9400"},
+//		Node:  client.Config{Tenant: "acme"},
+//	})
+//	blocks, report, err := cl.GetOrFill(ctx, ns, promptTokens, computeBlocks)
+//
+// The HELLO of every connection offers protocol versions 1 and 2; the
+// server picks the highest it speaks (Client.ProtocolVersion).
+//
 // The package re-exports the identity types and helpers (Namespace,
 // BlockKey, CacheIdentity, Chain, Identities, KeyFor) so that users need
 // import only this package.

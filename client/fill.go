@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"time"
 
@@ -62,47 +63,83 @@ func (c *Client) GetOrFill(ctx context.Context, ns Namespace, tokens []uint32, f
 // say): block i of the result, and index i passed to fill, is ids[i]. Every
 // identity must be valid and have namespace ns (ErrInvalid otherwise).
 func (c *Client) GetOrFillIdentities(ctx context.Context, ns Namespace, ids []CacheIdentity, fill FillFunc) ([][]byte, FillReport, error) {
-	var rep FillReport
-	blob, err := c.nsBlob(ns)
+	keys, err := identityKeys(ns, ids)
 	if err != nil {
-		return nil, rep, err
+		return nil, FillReport{}, err
 	}
+	out, rep, _, _, err := c.getOrFill(ctx, ns, ids, keys, fill, false)
+	return out, rep, err
+}
+
+// identityKeys validates ids as identities of ns and returns their keys.
+func identityKeys(ns Namespace, ids []CacheIdentity) ([]BlockKey, error) {
 	dig, err := ns.Digest()
 	if err != nil {
-		return nil, rep, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	keys := make([]BlockKey, len(ids))
 	for i := range ids {
 		if ids[i].Namespace != ns {
-			return nil, rep, fmt.Errorf("%w: identity %d is of another namespace", ErrInvalid, i)
+			return nil, fmt.Errorf("%w: identity %d is of another namespace", ErrInvalid, i)
 		}
 		if err := ids[i].Validate(); err != nil {
-			return nil, rep, fmt.Errorf("%w: identity %d: %w", ErrInvalid, i, err)
+			return nil, fmt.Errorf("%w: identity %d: %w", ErrInvalid, i, err)
 		}
 		keys[i] = KeyFor(dig, ids[i].Parent, ids[i].Tokens, ids[i].ValidLength)
 	}
-	out := make([][]byte, len(keys))
-	f := &filler{c: c, ns: ns, blob: blob, ids: ids, keys: keys, fill: fill, out: out, rep: &rep}
+	return keys, nil
+}
+
+// getOrFill is GetOrFillIdentities over validated ids and their keys.
+//
+// With reroute (Cluster), an ACQUIRE that the node refuses with
+// WRONG_EPOCH does not turn the blocks into local computes: getOrFill
+// returns at once, with the blocks not yet obtained in foreign (indices
+// into ids; their out entries are nil) and the node's epoch, so that the
+// caller can send them to their owner under a newer view. The blocks
+// obtained before stay in out and rep.
+func (c *Client) getOrFill(ctx context.Context, ns Namespace, ids []CacheIdentity, keys []BlockKey, fill FillFunc, reroute bool) (out [][]byte, rep FillReport, foreign []int, epoch uint64, err error) {
+	blob, err := c.nsBlob(ns)
+	if err != nil {
+		return nil, rep, nil, 0, err
+	}
+	out = make([][]byte, len(keys))
+	f := &filler{c: c, ns: ns, blob: blob, ids: ids, keys: keys, fill: fill, out: out, rep: &rep, reroute: reroute}
 	todo := make([]int, len(keys))
 	for i := range todo {
 		todo[i] = i
 	}
 	for len(todo) > 0 {
 		if err := ctx.Err(); err != nil {
-			return nil, rep, ctxError(ctx)
+			return nil, rep, nil, 0, ctxError(ctx)
 		}
 		rep.Rounds++
 		if rep.Rounds > maxFillRounds {
 			if err := f.local(ctx, todo); err != nil {
-				return nil, rep, err
+				return nil, rep, nil, 0, err
 			}
 			break
 		}
 		if todo, err = f.round(ctx, todo); err != nil {
-			return nil, rep, err
+			var moved *movedError
+			if errors.As(err, &moved) {
+				return out, rep, moved.idx, moved.epoch, nil
+			}
+			return nil, rep, nil, 0, err
 		}
 	}
-	return out, rep, nil
+	return out, rep, nil, 0, nil
+}
+
+// movedError ends a rerouting getOrFill: the node refused the ACQUIRE of
+// blocks idx with WRONG_EPOCH (epoch).
+type movedError struct {
+	idx   []int
+	epoch uint64
+}
+
+func (e *movedError) Error() string {
+	return fmt.Sprintf("gpucache/client: %d blocks are owned by another node under epoch %d", len(e.idx), e.epoch)
 }
 
 // filler is the state of one GetOrFill.
@@ -115,6 +152,9 @@ type filler struct {
 	fill FillFunc
 	out  [][]byte
 	rep  *FillReport
+	// reroute: a WRONG_EPOCH answer to ACQUIRE ends the fill with a
+	// movedError instead of computing the blocks here.
+	reroute bool
 }
 
 // round runs one ACQUIRE round over todo and returns the blocks to retry.
@@ -127,6 +167,9 @@ func (f *filler) round(ctx context.Context, todo []int) (again []int, err error)
 	}
 	entries, err := f.acquire(ctx, cn, todo)
 	if err != nil {
+		if epoch, ok := WrongEpoch(err); ok && f.reroute {
+			return nil, &movedError{idx: todo, epoch: epoch}
+		}
 		return nil, f.local(ctx, todo)
 	}
 	var hits, denied, joined []int
@@ -214,6 +257,7 @@ func (f *filler) acquire(ctx context.Context, cn *conn, todo []int) ([]wire.Acqu
 		}
 		f.c.exec(ctx, []*request{r}, cn)
 		if r.err != nil {
+			f.abortAcquired(ctx, cn, todo[:off], entries)
 			return nil, r.err
 		}
 		var resp wire.AcquireResponse
@@ -223,6 +267,22 @@ func (f *filler) acquire(ctx context.Context, cn *conn, todo []int) ([]wire.Acqu
 		entries = append(entries, resp.Entries...)
 	}
 	return entries, nil
+}
+
+// abortAcquired hands on the turns that the earlier chunks of a failed
+// ACQUIRE granted (entries answer todo): the round is abandoned, and
+// without this the other callers would wait for those leaders until their
+// fill deadline. (A view change between chunks is one way to get there.)
+func (f *filler) abortAcquired(ctx context.Context, cn *conn, todo []int, entries []wire.AcquireEntry) {
+	var leads []lead
+	for k, e := range entries {
+		if e.Outcome == wire.AcquireLead {
+			leads = append(leads, lead{todo[k], e.Token})
+		}
+	}
+	if len(leads) > 0 {
+		f.abort(ctx, cn, leads)
+	}
 }
 
 // lead computes the led blocks and publishes them with FILL_COMMIT. If fill

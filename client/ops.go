@@ -145,6 +145,13 @@ func getBatchEnd(lim Limits, keys []BlockKey, dst [][]byte, off int) int {
 // Ownership: the payloads are written from the caller's slices without a
 // copy; Put does not keep them after it returns.
 func (c *Client) Put(ctx context.Context, ns Namespace, blocks []PutBlock) ([]Status, error) {
+	return c.put(ctx, ns, blocks, nil)
+}
+
+// put is Put; a non-nil errs (len(blocks)) receives, for each block whose
+// request failed, that request's error (Cluster re-routes the blocks a node
+// refused with WRONG_EPOCH).
+func (c *Client) put(ctx context.Context, ns Namespace, blocks []PutBlock, errs []error) ([]Status, error) {
 	statuses := make([]Status, len(blocks))
 	if len(blocks) == 0 {
 		return statuses, nil
@@ -223,13 +230,18 @@ func (c *Client) Put(ctx context.Context, ns Namespace, blocks []PutBlock) ([]St
 		reqs[j] = r
 	}
 	c.exec(ctx, reqs, nil)
-	return statuses, collectStatuses(reqs, func(j int) []int { return chunks[j].idx }, statuses)
+	return statuses, collectStatuses(reqs, func(j int) []int { return chunks[j].idx }, statuses, errs)
 }
 
 // Delete removes blocks and returns one status per key: StatusDeleted,
 // StatusBusy (leased or being read; not removed) or StatusMiss. On error the
 // keys whose request got no answer report StatusMiss.
 func (c *Client) Delete(ctx context.Context, ns Namespace, keys []BlockKey) ([]Status, error) {
+	return c.delete(ctx, ns, keys, nil)
+}
+
+// delete is Delete; errs is as for put.
+func (c *Client) delete(ctx context.Context, ns Namespace, keys []BlockKey, errs []error) ([]Status, error) {
 	statuses := make([]Status, len(keys))
 	if len(keys) == 0 {
 		return statuses, nil
@@ -257,12 +269,13 @@ func (c *Client) Delete(ctx context.Context, ns Namespace, keys []BlockKey) ([]S
 		spans = append(spans, idx)
 	}
 	c.exec(ctx, reqs, nil)
-	return statuses, collectStatuses(reqs, func(j int) []int { return spans[j] }, statuses)
+	return statuses, collectStatuses(reqs, func(j int) []int { return spans[j] }, statuses, errs)
 }
 
 // collectStatuses decodes the status answers of reqs into statuses at the
-// indices each request covered, and returns the first error.
-func collectStatuses(reqs []*request, idx func(j int) []int, statuses []Status) error {
+// indices each request covered, and returns the first error. A non-nil
+// errs receives each failed request's error at the indices it covered.
+func collectStatuses(reqs []*request, idx func(j int) []int, statuses []Status, errs []error) error {
 	var first error
 	for j, r := range reqs {
 		ix := idx(j)
@@ -276,6 +289,9 @@ func collectStatuses(reqs []*request, idx func(j int) []int, statuses []Status) 
 		if err != nil {
 			for _, i := range ix {
 				statuses[i] = wire.StatusMiss
+				if errs != nil {
+					errs[i] = err
+				}
 			}
 			if first == nil {
 				first = err

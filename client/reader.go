@@ -98,8 +98,12 @@ func (c *conn) readAnswer(h wire.Header, cl *call) error {
 	if cl.op == wire.OpGet && h.Flags&wire.FlagError == 0 {
 		return c.readGet(h, cl)
 	}
-	if h.BodyLen > c.ctrlMax {
-		err := fmt.Errorf("%w: %s answer of %d bytes exceeds %d", ErrProtocol, h.Op, h.BodyLen, c.ctrlMax)
+	limit := c.ctrlMax
+	if cl.op == wire.OpMembers {
+		limit = max(limit, membersBodyMax)
+	}
+	if h.BodyLen > limit {
+		err := fmt.Errorf("%w: %s answer of %d bytes exceeds %d", ErrProtocol, h.Op, h.BodyLen, limit)
 		cl.failFill(err, 0)
 		return err
 	}

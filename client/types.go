@@ -162,6 +162,9 @@ var (
 	// ErrInvalid reports invalid arguments: a namespace that does not
 	// validate, an empty key list, a bad config.
 	ErrInvalid = errors.New("gpucache/client: invalid argument")
+	// ErrUnsupported reports an operation the session's protocol version
+	// does not have (MEMBERS on a version-1 server).
+	ErrUnsupported = errors.New("gpucache/client: not supported by the server's protocol version")
 )
 
 // RetryAfter reports how long the server asked to wait before retrying, for
@@ -170,6 +173,20 @@ func RetryAfter(err error) (time.Duration, bool) {
 	var we *wire.Error
 	if errors.As(err, &we) && we.Code == wire.CodeRateLimited {
 		return we.RetryAfter, true
+	}
+	return 0, false
+}
+
+// WrongEpoch reports the epoch a cluster node gave when it refused a
+// request for a key it does not own under that epoch (WRONG_EPOCH), for an
+// error, or a GetResult.Reason, that wraps such an answer. The caller's
+// view of the cluster is older than (or disagrees with) the node's: fetch
+// the view again (Members) and send the request to the new owner; Cluster
+// does this itself.
+func WrongEpoch(err error) (epoch uint64, ok bool) {
+	var we *wire.Error
+	if errors.As(err, &we) && we.Code == wire.CodeWrongEpoch {
+		return we.Epoch, true
 	}
 	return 0, false
 }

@@ -279,8 +279,8 @@ const (
 	// CodeWrongEpoch (version 2): a key of the request is not owned by this
 	// node under its current epoch, carried in Error.Epoch. Refresh the
 	// view (MEMBERS) and retry once on the owner.
-	CodeWrongEpoch = 19
-	codeMax        = CodeWrongEpoch
+	CodeWrongEpoch Code = 19
+	codeMax             = CodeWrongEpoch
 )
 
 var codeNames = map[Code]string{

@@ -224,6 +224,10 @@ func (n *clusterNode) health(ctx context.Context) {
 func (n *clusterNode) drain(ctx context.Context, srv *server.Server, flush func(context.Context)) error {
 	n.drainOnce.Do(func() {
 		defer close(n.drained)
+		if mode := n.cluster.Mode(); mode != server.ControlLive {
+			n.drainErr = fmt.Errorf("drain: etcd is unreachable (control mode %s); the node's lease expires on its own after %v", mode, n.cfg.MemberLeaseTTL)
+			return
+		}
 		m := n.membership()
 		if _, err := m.Drain(ctx, n.self.ID); err != nil {
 			n.drainErr = fmt.Errorf("drain: %w", err)
@@ -253,8 +257,14 @@ func (n *clusterNode) drain(ctx context.Context, srv *server.Server, flush func(
 }
 
 // close deregisters (if still registered) and closes the etcd client.
+// Without etcd (control mode not live) it does not try to leave: the lease
+// expires on its own and the others remove this node then.
 func (n *clusterNode) close() {
-	n.membership().Close()
+	if n.cluster.Mode() == server.ControlLive {
+		n.membership().Close()
+	} else {
+		n.membership().Abandon()
+	}
 	n.cli.Close()
 }
 

@@ -8,6 +8,7 @@ package etcdtest
 import (
 	"net"
 	"net/url"
+	"sync"
 	"testing"
 	"time"
 
@@ -38,6 +39,7 @@ func freeURL(t testing.TB) url.URL {
 type Server struct {
 	Endpoint string // client URL, e.g. http://127.0.0.1:34567
 	e        *embed.Etcd
+	once     sync.Once
 }
 
 // Start starts a single-member embedded etcd and returns it; it is closed
@@ -75,7 +77,7 @@ func Start(t testing.TB) *Server {
 }
 
 // Close stops the server (idempotent): clients see it as unreachable.
-func (s *Server) Close() { s.e.Close() }
+func (s *Server) Close() { s.once.Do(s.e.Close) }
 
 // Client returns a client of s, closed at test end.
 func (s *Server) Client(t testing.TB) *clientv3.Client {

@@ -1,8 +1,10 @@
 package server
 
 import (
+	"fmt"
 	"sync/atomic"
 
+	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/control"
 	"github.com/gpucache/gpucache/internal/directory"
 	"github.com/gpucache/gpucache/internal/identity"
@@ -49,6 +51,13 @@ func (m ControlMode) String() string {
 // the view's epoch), and answers MEMBERS with the view. Version-1 sessions
 // (clients that cannot route) are served from the local hot tier without
 // ownership checks; the control mode applies to every session.
+//
+// LOOKUP, GET, DELETE, ACQUIRE and PUT are checked, all keys against one
+// view (one atomic load per request); one foreign key refuses the whole
+// request. FILL_COMMIT, FILL_ABORT and WAIT are not: their tokens were
+// granted by this node, and the directory's epoch fencing (AdvanceView)
+// decides whether they still count, which lets a draining node finish its
+// fills.
 type Cluster struct {
 	self  control.MemberID
 	state atomic.Pointer[clusterState]
@@ -146,3 +155,144 @@ func (s *Server) AdvanceView(v control.View) (fenced int, err error) {
 // InFlightFills is the number of fills this node's directory is tracking;
 // a draining node waits for it to reach zero before it leaves.
 func (s *Server) InFlightFills() int { return s.dir.Stats().Fills }
+
+// clusterState is the cluster state one request sees: a single atomic
+// load, so every key of the request is checked against one view under one
+// mode even while the membership watch installs a new view. Nil without a
+// cluster.
+func (c *conn) clusterState() *clusterState {
+	if cl := c.s.cfg.Cluster; cl != nil {
+		return cl.state.Load()
+	}
+	return nil
+}
+
+// unknown reports whether no owner is known (ControlUnknown): every read
+// is a miss and nothing is stored. A nil state (single node) knows.
+func (st *clusterState) unknown() bool { return st != nil && st.mode == ControlUnknown }
+
+// storesNothing reports whether the control mode forbids storing new
+// blocks (read-only or unknown): PUT answers NO_SPACE and ACQUIRE starts no
+// fill, so no block lands on a node that may no longer own it.
+func (st *clusterState) storesNothing() bool { return st != nil && st.mode != ControlLive }
+
+// routes reports whether requests of this session are checked for
+// ownership: only version-2 sessions can route (a version-1 client knows
+// no placement and is served from the local hot tier), and in unknown mode
+// there is no view to check against.
+func (c *conn) routes(st *clusterState) bool {
+	return st != nil && c.version >= wire.Version2 && st.mode != ControlUnknown
+}
+
+// checkOwned answers WRONG_EPOCH, with the view's epoch, when the session
+// routes and some key is not this node's under st's view. One foreign key
+// refuses the whole request: the client's view is stale, so it refreshes
+// and re-routes the whole batch rather than trusting any of its routing.
+func (c *conn) checkOwned(st *clusterState, keys []wire.Key) error {
+	if !c.routes(st) {
+		return nil
+	}
+	for i := range keys {
+		if !st.owns(c.s.cfg.Cluster.self, identity.BlockKey(keys[i])) {
+			return c.wrongEpoch(st, keys[i])
+		}
+	}
+	return nil
+}
+
+// checkOwnedBlocks is checkOwned over the keys of PUT blocks.
+func (c *conn) checkOwnedBlocks(st *clusterState, blocks []wire.PutBlock) error {
+	if !c.routes(st) {
+		return nil
+	}
+	for i := range blocks {
+		if !st.owns(c.s.cfg.Cluster.self, identity.BlockKey(blocks[i].Key)) {
+			return c.wrongEpoch(st, blocks[i].Key)
+		}
+	}
+	return nil
+}
+
+func (c *conn) wrongEpoch(st *clusterState, key wire.Key) error {
+	c.s.stats.wrongEpoch.Add(1)
+	owner := "no member"
+	if m, ok := control.Owner(st.view, identity.BlockKey(key)); ok {
+		owner = "member " + string(m.ID)
+	}
+	return &wire.Error{Code: wire.CodeWrongEpoch, Epoch: st.view.Epoch(),
+		Message: fmt.Sprintf("key %x.. is owned by %s under epoch %d, not by %s", key[:4], owner, st.view.Epoch(), c.s.cfg.Cluster.self)}
+}
+
+// refusePut answers a PUT of n blocks NO_SPACE for every block without
+// storing any, discarding the rest payload bytes so the stream stays in
+// sync.
+func (c *conn) refusePut(h wire.Header, rest int64, n int) error {
+	if err := c.skip(rest); err != nil {
+		c.release()
+		return err
+	}
+	c.s.stats.modeRefused.Add(uint64(n))
+	resp := wire.StatusResponse{Statuses: c.statuses[:0]}
+	for range n {
+		resp.Statuses = append(resp.Statuses, wire.StatusNoSpace)
+	}
+	c.statuses = resp.Statuses
+	c.reply(h, &resp)
+	return nil
+}
+
+// refuseAcquire answers an ACQUIRE in read-only or unknown mode: no fill
+// starts, because its block could land on a node that no longer owns it.
+// In read-only mode a block already cached is still a hit (reads are
+// served); every other entry is DENIED, so the engine computes the block
+// itself.
+func (c *conn) refuseAcquire(st *clusterState, ns identity.NamespaceDigest, keys []wire.Key, entries []wire.AcquireEntry) {
+	one := make([]identity.BlockKey, 1)
+	var refused uint64
+	for i := range keys {
+		entries[i] = wire.AcquireEntry{Outcome: wire.AcquireDenied}
+		if st.mode == ControlReadOnly {
+			one[0] = identity.BlockKey(keys[i])
+			if hits, _, _ := c.s.store.Lookup(ns, one, 0, false); hits == 1 {
+				entries[i].Outcome = wire.AcquireHit
+				continue
+			}
+		}
+		refused++
+	}
+	c.s.stats.modeRefused.Add(refused)
+}
+
+// handleMembers answers MEMBERS with the current view: its epoch and its
+// members sorted by ID. A server without a cluster answers epoch 0 and no
+// member, which tells a client "single node, not a cluster".
+func (c *conn) handleMembers(h wire.Header, body []byte) error {
+	if len(body) != 0 {
+		return wire.Errorf(wire.CodeMalformed, "MEMBERS takes no body")
+	}
+	var resp wire.MembersResponse
+	if st := c.clusterState(); st != nil && st.view.Epoch() > 0 {
+		// Members under epoch 0 cannot be encoded: epoch 0 means no cluster.
+		ms := st.view.Members()
+		if len(ms) > wire.MaxMembers {
+			return wire.Errorf(wire.CodeInternal, "view of %d members exceeds %d", len(ms), wire.MaxMembers)
+		}
+		resp.Epoch = st.view.Epoch()
+		resp.Members = make([]wire.MemberInfo, len(ms))
+		for i, m := range ms {
+			x := wire.MemberInfo{ID: string(m.ID), Addr: m.Addr, FaultDomain: m.FaultDomain,
+				ProtoVersion: m.ProtoVersion, CapacityBytes: m.CapacityBytes}
+			if x.ProtoVersion == 0 {
+				// A member that recorded no version speaks at least the
+				// first one; 0 is not a version on the wire.
+				x.ProtoVersion = wire.Version1
+			}
+			if m.Draining {
+				x.Flags |= wire.MemberDraining
+			}
+			resp.Members[i] = x
+		}
+	}
+	c.reply(h, &resp)
+	return nil
+}

@@ -61,10 +61,14 @@ type conn struct {
 	// Reader-owned session state.
 	tenant string
 	hello  bool
-	sess   session
-	nsBlob []byte // last namespace blob seen, and what it decoded to
-	nsDig  identity.NamespaceDigest
-	ns     identity.Namespace // nsBlob decoded, for key verification and OnStored
+	// version is the protocol version the session negotiated in HELLO (0
+	// before): it decides which operations exist (Opcode.Since) and
+	// whether requests are checked for ownership (version 2 routes).
+	version uint8
+	sess    session
+	nsBlob  []byte // last namespace blob seen, and what it decoded to
+	nsDig   identity.NamespaceDigest
+	ns      identity.Namespace // nsBlob decoded, for key verification and OnStored
 	// nsRights are the session's rights on ns's model, under the policy of
 	// sess.epoch.
 	nsRights acl.Right

@@ -21,6 +21,14 @@
 // frame close the connection after the error response, because the stream
 // cannot be resynchronised without trusting an attacker-chosen length.
 //
+// HELLO negotiates the session's protocol version: the highest that both
+// the client and the server (Config.MaxVersion) speak. Operations of a
+// later version than the session's answer UNKNOWN_OPCODE. With
+// Config.Cluster the server is a cluster member (cluster.go): version-2
+// sessions get WRONG_EPOCH for keys the current view gives to another
+// member, MEMBERS answers the view, and the control mode limits what every
+// session is served.
+//
 // Shutdown stops accepting, lets each connection finish the request it is
 // reading and write every queued response, then releases all leases.
 package server

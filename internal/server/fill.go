@@ -44,8 +44,17 @@ func (c *conn) handleAcquire(h wire.Header, body []byte) error {
 	if err != nil {
 		return err
 	}
+	st := c.clusterState()
+	if err := c.checkOwned(st, req.Keys); err != nil {
+		return err
+	}
 	resp := wire.AcquireResponse{Entries: make([]wire.AcquireEntry, len(req.Keys))}
 	one := make([]identity.BlockKey, 1)
+	if st.storesNothing() {
+		c.refuseAcquire(st, ns, req.Keys, resp.Entries)
+		c.reply(h, &resp)
+		return nil
+	}
 	for i, k := range req.Keys {
 		key := identity.BlockKey(k)
 		one[0] = key

@@ -41,6 +41,12 @@ func (c *conn) handle(h wire.Header) error {
 		if !c.hello {
 			return c.skipThenError(h, int64(h.BodyLen), wire.Errorf(wire.CodeHelloRequired, "%s before HELLO", h.Op))
 		}
+		if v := h.Op.Since(); v > c.version {
+			// An operation of a later version than the session negotiated is
+			// unknown to this session: the client could not have meant it.
+			return c.skipThenError(h, int64(h.BodyLen), wire.Errorf(wire.CodeUnknownOpcode,
+				"%s needs protocol version %d; this session speaks version %d", h.Op, v, c.version))
+		}
 		if err := c.admit(h.Op, stamp); err != nil {
 			return c.skipThenError(h, int64(h.BodyLen), err)
 		}
@@ -87,6 +93,8 @@ func (c *conn) handle(h wire.Header) error {
 		err = c.handleFillAbort(h, body)
 	case wire.OpWait:
 		err = c.handleWait(h, body)
+	case wire.OpMembers:
+		err = c.handleMembers(h, body)
 	}
 	if err != nil {
 		c.sendError(h, err)
@@ -106,8 +114,12 @@ func (c *conn) handleHello(h wire.Header, body []byte) (closeConn bool, err erro
 	if err := req.Decode(body); err != nil {
 		return false, err
 	}
-	if req.MinVersion > wire.Version1 || req.MaxVersion < wire.Version1 {
-		return false, wire.Errorf(wire.CodeUnsupportedVersion, "client speaks versions %d..%d, server speaks %d", req.MinVersion, req.MaxVersion, wire.Version1)
+	// The session speaks the highest version both sides speak; the server
+	// speaks every version from 1 to its MaxVersion.
+	v := min(req.MaxVersion, c.s.cfg.MaxVersion)
+	if v < wire.Version1 || v < req.MinVersion {
+		return false, wire.Errorf(wire.CodeUnsupportedVersion, "client speaks versions %d..%d, server speaks %d..%d",
+			req.MinVersion, req.MaxVersion, wire.Version1, c.s.cfg.MaxVersion)
 	}
 	if !req.HasAuth && req.Tenant == "" {
 		return false, wire.Errorf(wire.CodeMalformed, "HELLO without a tenant")
@@ -120,11 +132,11 @@ func (c *conn) handleHello(h wire.Header, body []byte) (closeConn bool, err erro
 	if c.hello && s.Tenant != c.tenant {
 		return false, wire.Errorf(wire.CodeTenantMismatch, "session tenant is %q; a connection cannot change tenant", c.tenant)
 	}
-	c.hello, c.tenant = true, s.Tenant
+	c.hello, c.tenant, c.version = true, s.Tenant, v
 	c.sess.Session, c.sess.epoch, c.sess.authFails = s, c.s.guard.Epoch(), 0
 	c.sess.counters = c.s.tenants.get(s.Tenant)
 	c.nsBlob = nil
-	resp := wire.HelloResponse{Version: wire.Version1, Server: c.s.cfg.Name, Limits: c.s.cfg.Limits}
+	resp := wire.HelloResponse{Version: v, Server: c.s.cfg.Name, Limits: c.s.cfg.Limits}
 	if req.HasAuth {
 		resp.HasSession, resp.Tenant = true, s.Tenant
 		if !c.s.guard.Policy().Open() {
@@ -143,6 +155,16 @@ func (c *conn) handleLookup(h wire.Header, body []byte) error {
 	ns, err := c.namespace(h.Op, req.Namespace)
 	if err != nil {
 		return err
+	}
+	st := c.clusterState()
+	if err := c.checkOwned(st, req.Keys); err != nil {
+		return err
+	}
+	if st.unknown() {
+		// No owner is known: nothing is a hit, so nothing is leased.
+		c.s.stats.modeRefused.Add(uint64(len(req.Keys)))
+		c.reply(h, &wire.LookupResponse{})
+		return nil
 	}
 	keys := wireKeys(req.Keys)
 	ttl := time.Duration(req.LeaseTTLMillis) * time.Millisecond
@@ -164,7 +186,16 @@ func (c *conn) handleGet(h wire.Header, body []byte) error {
 	if err != nil {
 		return err
 	}
+	st := c.clusterState()
+	if err := c.checkOwned(st, req.Keys); err != nil {
+		return err
+	}
+	unknown := st.unknown()
+	if unknown {
+		c.s.stats.modeRefused.Add(uint64(len(req.Keys)))
+	}
 	r := newResponse(h.Op)
+	// The lease is released even when the mode makes every key a miss.
 	if req.LeaseID != 0 && c.s.takeLease(hot.LeaseID(req.LeaseID), c.tenant) {
 		r.lease = hot.LeaseID(req.LeaseID)
 	}
@@ -177,6 +208,10 @@ func (c *conn) handleGet(h wire.Header, body []byte) error {
 	budget := uint64(c.s.cfg.Limits.MaxFrame) - uint64(len(r.meta)) - 5*uint64(len(req.Keys))
 	var payload, hits uint64
 	for i := range req.Keys {
+		if unknown {
+			r.meta = append(r.meta, byte(wire.StatusMiss), 0, 0, 0, 0)
+			continue
+		}
 		v, ok := c.s.store.Acquire(ns, identity.BlockKey(req.Keys[i]))
 		if !ok && c.s.cfg.ColdRefill != nil {
 			v, ok = c.refillMiss(ns, identity.BlockKey(req.Keys[i]))
@@ -232,11 +267,18 @@ func (c *conn) handlePut(h wire.Header) error {
 	if err == nil {
 		ns, err = c.namespace(h.Op, req.Namespace)
 	}
+	st := c.clusterState()
+	if err == nil {
+		err = c.checkOwnedBlocks(st, req.Blocks)
+	}
 	if err == nil {
 		err = c.allowBytes(total)
 	}
 	if err != nil {
 		return c.skipThenError(h, rest, err)
+	}
+	if st.storesNothing() {
+		return c.refusePut(h, rest, len(req.Blocks))
 	}
 	r := newResponse(h.Op)
 	resp := wire.StatusResponse{Statuses: c.statuses[:0]}
@@ -343,6 +385,11 @@ func (c *conn) handleDelete(h wire.Header, body []byte) error {
 	}
 	ns, err := c.namespace(h.Op, req.Namespace)
 	if err != nil {
+		return err
+	}
+	// DELETE is served in every control mode: removing a block can never
+	// make a stale node serve it.
+	if err := c.checkOwned(c.clusterState(), req.Keys); err != nil {
 		return err
 	}
 	resp := wire.StatusResponse{Statuses: make([]wire.Status, len(req.Keys))}

@@ -84,8 +84,9 @@ type Config struct {
 	// (etcd reachable or not) limits what is served. Nil is a single node:
 	// it owns every key. See cluster.go.
 	Cluster *Cluster
-	// MaxVersion is the highest protocol version the server negotiates.
-	// Default wire.VersionMax; 1 pins the previous protocol (a rolling
+	// MaxVersion is the highest protocol version the server negotiates
+	// (it speaks every version from 1 up to it). Zero means
+	// wire.VersionMax; more than wire.VersionMax is ErrConfig. 1 pins the previous protocol (a rolling
 	// upgrade runs new binaries pinned until every node is upgraded).
 	MaxVersion uint8
 	// Hooks are test hooks; nil in production.
@@ -146,6 +147,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Guard == nil {
 		c.Guard = openGuard
+	}
+	if c.MaxVersion == 0 {
+		c.MaxVersion = wire.VersionMax
+	}
+	if c.MaxVersion > wire.VersionMax {
+		return c, fmt.Errorf("%w: MaxVersion %d: this server speaks versions %d..%d", ErrConfig, c.MaxVersion, wire.Version1, wire.VersionMax)
 	}
 	if c.HotSeal != nil && c.Store.TagSize() < HotTagSize {
 		return c, fmt.Errorf("%w: HotSeal needs a store with TagSize >= %d", ErrConfig, HotTagSize)
@@ -358,4 +365,6 @@ type counters struct {
 	rateLimited     atomic.Uint64 // requests refused RATE_LIMITED
 	replays         atomic.Uint64 // stamps refused by the replay window
 	hotSealFailures atomic.Uint64 // hot blocks that failed their seal
+	wrongEpoch      atomic.Uint64 // requests refused WRONG_EPOCH
+	modeRefused     atomic.Uint64 // blocks refused because of the control mode (read-only, unknown)
 }

@@ -269,7 +269,7 @@ func TestBadInput(t *testing.T) {
 	})
 	t.Run("hello with unsupported versions", func(t *testing.T) {
 		c := dialRaw(t, ts.addr)
-		h := wire.HelloRequest{MinVersion: 2, MaxVersion: 3, Tenant: "acme"}
+		h := wire.HelloRequest{MinVersion: wire.VersionMax + 1, MaxVersion: wire.VersionMax + 2, Tenant: "acme"}
 		c.send(wire.OpHello, h.AppendTo(nil))
 		c.expectError(wire.CodeUnsupportedVersion)
 	})

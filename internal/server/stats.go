@@ -137,6 +137,18 @@ func (s *Server) Stats() []wire.StatEntry {
 		wire.StatEntry{Name: "go_gc_pause_p99_ns", Value: rt.PauseP99Nanos},
 		wire.StatEntry{Name: "go_gc_pause_max_ns", Value: rt.PauseMaxNanos},
 	)
+	var epoch, mode uint64
+	if cl := s.cfg.Cluster; cl != nil {
+		st := cl.state.Load()
+		epoch, mode = st.view.Epoch(), uint64(st.mode)
+	}
+	// Cluster figures come last, so the entries of before keep their order.
+	e = append(e,
+		wire.StatEntry{Name: "wrong_epoch", Value: s.stats.wrongEpoch.Load()},
+		wire.StatEntry{Name: "cluster_epoch", Value: epoch},
+		wire.StatEntry{Name: "control_mode", Value: mode},
+		wire.StatEntry{Name: "readonly_refused", Value: s.stats.modeRefused.Load()},
+	)
 	return e
 }
 

@@ -352,6 +352,16 @@ func (m *Membership) Close() error {
 	return err
 }
 
+// Abandon is Close without leaving: the loops stop and the member key is
+// left to expire with its lease, as if the process had died. A node uses it
+// when etcd is unreachable, where a leave would only wait out its timeout.
+func (m *Membership) Abandon() error {
+	m.closeMu.Lock()
+	m.cfg.NoDeregister = true
+	m.closeMu.Unlock()
+	return m.Close()
+}
+
 func (m *Membership) closed() bool {
 	m.closeMu.Lock()
 	defer m.closeMu.Unlock()

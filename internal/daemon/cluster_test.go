@@ -1,0 +1,209 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/gpucache/gpucache/client"
+	"github.com/gpucache/gpucache/internal/config"
+	"github.com/gpucache/gpucache/internal/degrade"
+	"github.com/gpucache/gpucache/internal/etcdtest"
+	"github.com/gpucache/gpucache/internal/server"
+)
+
+// clusterConfig is a test node of the cluster at endpoint.
+func clusterConfig(endpoint, id, domain string) config.Config {
+	c := testConfig()
+	c.EtcdEndpoints, c.NodeID, c.FaultDomain = endpoint, id, domain
+	c.MemberLeaseTTL = 2 * time.Second
+	return c
+}
+
+// startNode runs a node until the test ends (or until it stops on its own,
+// after a drain); it returns its addresses and a channel with RunWith's
+// result.
+func startNode(t *testing.T, c config.Config, opts Options) (Addrs, <-chan error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan Addrs, 1)
+	done := make(chan error, 1)
+	opts.Ready = func(a Addrs) { ready <- a }
+	go func() { done <- RunWith(ctx, c, quiet(), opts) }()
+	stopped := make(chan error, 1)
+	var a Addrs
+	select {
+	case a = <-ready:
+	case err := <-done:
+		cancel()
+		t.Fatalf("node did not start: %v", err)
+	}
+	res := make(chan error, 1)
+	go func() { err := <-done; res <- err; stopped <- err }()
+	t.Cleanup(func() {
+		cancel()
+		<-stopped
+	})
+	return a, res
+}
+
+// clusterView reads a node's GET /cluster.
+func clusterView(t *testing.T, admin string) viewJSON {
+	t.Helper()
+	resp, err := http.Get("http://" + admin + "/cluster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var v viewJSON
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// TestDegradeControlPlaneLoss: a cluster node whose etcd becomes
+// unreachable (the control_plane_loss failpoint on its health probe) keeps
+// serving the blocks it owns under the last known epoch but stores nothing
+// new (read-only); once control_grace has passed without etcd, the owner of
+// every key is unknown and every read is a clean miss; when etcd answers
+// again the node is live and the block, never lost, hits again. Then etcd
+// really stops, and the node degrades the same way.
+func TestDegradeControlPlaneLoss(t *testing.T) {
+	etcd := etcdtest.Start(t)
+	c := clusterConfig(etcd.Endpoint, "solo", "rack-a")
+	c.ControlProbe, c.ControlGrace = 20*time.Millisecond, 300*time.Millisecond
+	c.DrainTimeout = 2 * time.Second
+	faults := &degrade.Registry{}
+	modes := make(chan server.ControlMode, 16)
+	a, _ := startNode(t, c, Options{Faults: faults, OnControlMode: func(m server.ControlMode) { modes <- m }})
+	ns, _, ids, keys, payloads := coldBlocks(t)
+	cl := writeBlocks(t, a.Data, ns, ids[:16], payloads[:16])
+	defer cl.Close()
+	if v := cl.ProtocolVersion(); v != 2 {
+		t.Fatalf("negotiated protocol %d, want 2", v)
+	}
+	get := func(i int) client.GetResult {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		r := cl.Get(ctx, ns, keys[i:i+1])[0]
+		if r.Hit && !bytes.Equal(r.Data, payloads[i]) {
+			t.Fatalf("block %d: wrong bytes", i)
+		}
+		return r
+	}
+	put := func(i int) client.Status {
+		st, err := cl.Put(context.Background(), ns, client.BlocksOf(ids[i:i+1], payloads[i:i+1]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st[0]
+	}
+	waitMode := func(want server.ControlMode) time.Duration {
+		t.Helper()
+		start := time.Now()
+		deadline := time.After(30 * time.Second)
+		for {
+			select {
+			case m := <-modes:
+				if m == want {
+					return time.Since(start)
+				}
+			case <-deadline:
+				t.Fatalf("mode %s never came", want)
+			}
+		}
+	}
+	if !get(0).Hit {
+		t.Fatal("live: stored block missed")
+	}
+
+	armed := time.Now()
+	disarm := faults.Arm(degrade.ControlPlaneLoss, degrade.Fail)
+	waitMode(server.ControlReadOnly)
+	if !get(0).Hit {
+		t.Fatal("read-only: a block of the last known epoch missed")
+	}
+	if st := put(20); st == client.StatusStored {
+		t.Fatal("read-only: a new block was stored")
+	}
+	waitMode(server.ControlUnknown)
+	toMiss := time.Since(armed)
+	if r := get(0); r.Hit {
+		t.Fatal("unknown owner: read hit")
+	}
+	// Bound: the grace period, plus one probe interval and one probe budget.
+	if bound := c.ControlGrace + 2*c.ControlProbe + 500*time.Millisecond; toMiss > bound {
+		t.Fatalf("time to miss %v exceeds %v", toMiss, bound)
+	}
+	if faults.Hits(degrade.ControlPlaneLoss) == 0 {
+		t.Fatal("failpoint never fired")
+	}
+	t.Logf("control_plane_loss: read-only, then every read a miss after %v (grace %v)", toMiss, c.ControlGrace)
+	disarm()
+	waitMode(server.ControlLive)
+	if !get(0).Hit {
+		t.Fatal("live again: block lost")
+	}
+	if st := put(20); st != client.StatusStored {
+		t.Fatalf("live again: put %v", st)
+	}
+
+	// Real loss: stop etcd. Stopping it takes longer than this test's
+	// grace, so only the order of the modes and the final miss are checked
+	// here; the read-only phase was checked above.
+	t0 := time.Now()
+	etcd.Close()
+	t.Logf("etcd close took %v", time.Since(t0))
+	waitMode(server.ControlReadOnly)
+	waitMode(server.ControlUnknown)
+	t.Logf("unknown after %v", time.Since(t0))
+	if get(0).Hit {
+		t.Fatal("etcd down past grace: read hit")
+	}
+	t.Logf("end of body after %v", time.Since(t0))
+}
+
+// TestClusterDrainLeaves: two nodes join; the admin drain of one stops it
+// after it deregisters, and the other's view loses it under a new epoch.
+func TestClusterDrainLeaves(t *testing.T) {
+	etcd := etcdtest.Start(t)
+	a, _ := startNode(t, clusterConfig(etcd.Endpoint, "node-a", "rack-a"), Options{})
+	b, bDone := startNode(t, clusterConfig(etcd.Endpoint, "node-b", "rack-b"), Options{})
+	va := clusterView(t, a.Admin)
+	vb := clusterView(t, b.Admin)
+	if len(vb.Members) != 2 || vb.Epoch < va.Epoch {
+		t.Fatalf("b's view after both joined: %+v", vb)
+	}
+	resp, err := http.Post("http://"+b.Admin+"/admin/drain", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("drain: %s", resp.Status)
+	}
+	select {
+	case err := <-bDone:
+		if err != nil {
+			t.Fatalf("drained node: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("drained node did not stop")
+	}
+	// b left in one transaction after its drain: two epochs past vb.
+	cli := etcd.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := cli.Get(ctx, "/gpucache/epoch")
+	if err != nil || len(r.Kvs) != 1 {
+		t.Fatalf("epoch key: %v", err)
+	}
+	if got := string(r.Kvs[0].Value); got != strconv.FormatUint(vb.Epoch+2, 10) {
+		t.Fatalf("epoch after drain+leave %s, want %d", got, vb.Epoch+2)
+	}
+}
