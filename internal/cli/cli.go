@@ -41,6 +41,7 @@ Commands:
   delete   remove one block
   stat     print the server's counters (--json for JSON)
   ping     measure the round trip to the server
+  members  print the node's view of the cluster: epoch, members, owner shares
   bench    run a load benchmark against a running server
   noisy    noisy neighbour: tenant B's steady GET load alone and while tenant A
            floods at 10x its quota; prints B's p99 rise (gpucache noisy --quota OPS
@@ -86,6 +87,8 @@ func Main(ctx context.Context, args []string, std Stdio) int {
 		err = runStat(ctx, rest, std)
 	case "ping":
 		err = runPing(ctx, rest, std)
+	case "members":
+		err = runMembers(ctx, rest, std)
 	case "bench":
 		err = runBench(ctx, rest, std)
 	case "noisy":
@@ -176,7 +179,7 @@ func versionLine() string {
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 		v = bi.Main.Version
 	}
-	return fmt.Sprintf("gpucache %s (wire protocol v%d, %s %s/%s)", v, wire.Version1, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	return fmt.Sprintf("gpucache %s (wire protocol v%d..v%d, %s %s/%s)", v, wire.Version1, wire.VersionMax, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }
 
 // isTerminal reports whether w is a character device (a terminal).

@@ -13,6 +13,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/gpucache/gpucache/api/wire"
+	"github.com/gpucache/gpucache/internal/control"
+	"github.com/gpucache/gpucache/internal/server"
 	"github.com/gpucache/gpucache/internal/servertest"
 )
 
@@ -106,7 +108,7 @@ func TestStatPingVersion(t *testing.T) {
 	if r := run(t, "", "ping", "--addr", addr, "--count", "2"); r.code != 0 || strings.Count(r.stdout, "pong") != 2 {
 		t.Fatalf("ping: %+v", r)
 	}
-	if r := run(t, "", "version"); r.code != 0 || !strings.Contains(r.stdout, "wire protocol v1") {
+	if r := run(t, "", "version"); r.code != 0 || !strings.Contains(r.stdout, "wire protocol v1..v2") {
 		t.Fatalf("version: %+v", r)
 	}
 }
@@ -211,5 +213,31 @@ func TestColdDemo(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Fatalf("output lacks %q:\n%s", want, out.String())
 		}
+	}
+}
+
+func TestMembers(t *testing.T) {
+	single := startServer(t)
+	if r := run(t, "", "members", "--addr", single); r.code != 0 || !strings.Contains(r.stdout, "single node") {
+		t.Fatalf("members of a single node: %+v", r)
+	}
+	v, err := control.NewView(7, []control.Member{
+		{ID: "gpu-1", Addr: "10.0.0.1:9400", FaultDomain: "rack-a", ProtoVersion: 2, CapacityBytes: 96 << 30},
+		{ID: "gpu-2", Addr: "10.0.0.2:9400", FaultDomain: "rack-b", ProtoVersion: 1, CapacityBytes: 32 << 30},
+		{ID: "gpu-3", Addr: "10.0.0.3:9400", FaultDomain: "rack-b", ProtoVersion: 2, CapacityBytes: 32 << 30, Draining: true},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := servertest.StartWith(t, "127.0.0.1:0", wire.Limits{}, func(c *server.Config) { c.Cluster = server.NewCluster("gpu-1", v) })
+	r := run(t, "", "members", "--addr", node.Addr)
+	for _, want := range []string{"epoch 7, 3 members", "gpu-1", "75.0%", "rack-b", "v1", "draining"} {
+		if r.code != 0 || !strings.Contains(r.stdout, want) {
+			t.Fatalf("members output lacks %q: %+v", want, r)
+		}
+	}
+	pinned := servertest.StartWith(t, "127.0.0.1:0", wire.Limits{}, func(c *server.Config) { c.MaxVersion = 1 })
+	if r := run(t, "", "members", "--addr", pinned.Addr); r.code != 1 || !strings.Contains(r.stderr, "protocol version 1") {
+		t.Fatalf("members of a v1 node: %+v", r)
 	}
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gpucache/gpucache/client"
+	"github.com/gpucache/gpucache/internal/config"
 )
 
 func runPut(ctx context.Context, args []string, std Stdio) error {
@@ -195,6 +197,59 @@ func runStat(ctx context.Context, args []string, std Stdio) error {
 	tw := tabwriter.NewWriter(std.Out, 0, 0, 2, ' ', 0)
 	for _, n := range names {
 		fmt.Fprintf(tw, "%s\t%d\n", n, stat[n])
+	}
+	return tw.Flush()
+}
+
+// runMembers prints a node's view of the cluster (MEMBERS, protocol v2):
+// the epoch and every member with its owner share. A single node (not in a
+// cluster) answers epoch 0 and no members.
+func runMembers(ctx context.Context, args []string, std Stdio) error {
+	var common commonFlags
+	fs := newFlagSet("members", "members [flags]", std.Err)
+	common.register(fs)
+	asJSON := fs.Bool("json", false, "print a JSON object")
+	if err := parseNoArgs(fs, args); err != nil {
+		return err
+	}
+	c, err := common.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	v, err := c.Members(ctx)
+	if errors.Is(err, client.ErrUnsupported) {
+		return fmt.Errorf("%s speaks protocol version %d, which has no MEMBERS (it predates cluster mode or runs --protocol-max 1)", common.addr, c.ProtocolVersion())
+	}
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(std.Out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	if v.Epoch == 0 {
+		fmt.Fprintf(std.Out, "%s is a single node (not in a cluster): it owns every key\n", common.addr)
+		return nil
+	}
+	var total uint64
+	for _, m := range v.Members {
+		if !m.Draining {
+			total += m.CapacityBytes
+		}
+	}
+	fmt.Fprintf(std.Out, "epoch %d, %d members\n", v.Epoch, len(v.Members))
+	tw := tabwriter.NewWriter(std.Out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tADDRESS\tDOMAIN\tPROTO\tCAPACITY\tSHARE\tSTATE")
+	for _, m := range v.Members {
+		state, share := "active", "0%"
+		if m.Draining {
+			state = "draining"
+		} else if total > 0 {
+			share = fmt.Sprintf("%.1f%%", 100*float64(m.CapacityBytes)/float64(total))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\tv%d\t%s\t%s\t%s\n", m.ID, m.Addr, m.FaultDomain, m.ProtoVersion, config.ByteSize(m.CapacityBytes), share, state)
 	}
 	return tw.Flush()
 }
