@@ -377,7 +377,7 @@ func TestThreeNodeCluster(t *testing.T) {
 	// Restart n2 with the same id: it rejoins under a new epoch.
 	before = v.Epoch
 	n2 = clusterNode(t, bin, etcd.Endpoint, "n2", "rack-a")
-	v = awaitView(t, n1, "n2 rejoined", hasIDs("n1", "n2", "n3"))
+	v = awaitView(t, n2, "n2 rejoined", hasIDs("n1", "n2", "n3"))
 	if v.Epoch <= before {
 		t.Fatalf("rejoin did not advance the epoch: %d -> %d", before, v.Epoch)
 	}
@@ -474,7 +474,7 @@ func TestMixedVersionCluster(t *testing.T) {
 		return clusterNode(t, bin, etcd.Endpoint, id, domain, extra...)
 	}
 	n1 = restart(n1, "n1", "rack-a") // upgrade
-	awaitView(t, n2, "n1 upgraded", func(v nodeView) bool {
+	awaitView(t, n1, "n1 upgraded", func(v nodeView) bool {
 		for _, m := range v.Members {
 			if m.ID == "n1" {
 				return m.ProtoVersion == 2
@@ -484,7 +484,7 @@ func TestMixedVersionCluster(t *testing.T) {
 	})
 	l.phase(t, "n1 upgraded to v2", 300)
 	n3 = restart(n3, "n3", "rack-c", "--protocol-max", "1") // rollback
-	awaitView(t, n2, "n3 rolled back", func(v nodeView) bool {
+	awaitView(t, n3, "n3 rolled back", func(v nodeView) bool {
 		for _, m := range v.Members {
 			if m.ID == "n3" {
 				return m.ProtoVersion == 1
