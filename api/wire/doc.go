@@ -1,7 +1,12 @@
-// Package wire specifies the gpucache wire protocol, version 1, and
+// Package wire specifies the gpucache wire protocol, versions 1 and 2, and
 // implements its codec. This comment is the normative specification;
 // docs/PROTOCOL.md mirrors it. Where the two differ, this comment wins and
 // the difference is a bug.
+//
+// Version 1 is the single-node protocol. Version 2 adds cluster mode (ADR
+// 0008): the MEMBERS operation, the WRONG_EPOCH code and the ownership rules
+// of "Cluster mode (version 2)" below. Everything else is the same in both
+// versions.
 //
 // # Conventions
 //
@@ -20,8 +25,8 @@
 //
 // A list count is checked before anything is allocated, in this order:
 //
-//  1. count > the list's limit (MaxBatch, or MaxStatEntries for STAT):
-//     BATCH_TOO_LARGE;
+//  1. count > the list's limit (MaxBatch, MaxStatEntries for STAT, or
+//     MaxMembers for MEMBERS): BATCH_TOO_LARGE;
 //  2. count × the element's minimum size > the bytes left in the body:
 //     MALFORMED.
 //
@@ -36,7 +41,7 @@
 //
 //	offset size field
 //	0      4    magic "GPUC" (0x47 0x50 0x55 0x43)
-//	4      1    version
+//	4      1    frame version (FrameVersion, 1)
 //	5      1    opcode
 //	6      2    flags (u16)
 //	8      8    request id (u64)
@@ -46,20 +51,37 @@
 // # Versioning
 //
 // The 24-byte header is the same in every version of the protocol. Only
-// opcodes and body layouts may change. Whatever the version, a peer can
-// therefore find where the next frame starts.
+// opcodes, error codes and body layouts may change. Whatever the version, a
+// peer can therefore find where the next frame starts.
 //
-// Version 1 is the only version defined. A request whose header carries a
-// version the server does not speak is answered with UNSUPPORTED_VERSION. Its
-// body is read and discarded, and the connection stays usable.
+// The header's version byte is the frame format, FrameVersion = 1, not the
+// protocol version. Protocol versions 1 and 2 share it: every frame, request
+// or response, carries 1 there in either version. A request whose header
+// carries another value is answered with UNSUPPORTED_VERSION. Its body is
+// read and discarded, and the connection stays usable.
 //
-// The version is negotiated by HELLO. The client sends HELLO in a version-1
-// frame with the range of versions it speaks. The HELLO request and response
-// bodies of version 1 are frozen, so every server can read them. The server
-// answers with the highest version in the range that it speaks, and later
-// frames on the connection carry that version. If the server speaks no
-// version in the range, it answers UNSUPPORTED_VERSION and no session is
-// established. Responses carry the server's version in their header.
+// The protocol version is a property of the session, negotiated by HELLO.
+// The HELLO request and response bodies are the same in both versions and
+// frozen, so every server can read them. The client sends the range of
+// versions it speaks, min_version..max_version. A server speaks every
+// version from 1 up to its maximum (VersionMax = 2; the reference server
+// can be pinned lower, --protocol-max 1, during a rolling upgrade). It
+// negotiates
+//
+//	v = min(max_version, server maximum)
+//
+// If v < min_version or v < 1, it answers UNSUPPORTED_VERSION and no session
+// is established. Otherwise v is the session's version, and the HELLO
+// response carries it.
+//
+// The session's version decides:
+//   - which operations exist. An opcode introduced after the session's
+//     version (Opcode.Since: MEMBERS in a version-1 session) is answered
+//     UNKNOWN_OPCODE. Its body is skipped, and the connection stays usable;
+//   - which codes the server sends. It never sends a version-2 code
+//     (WRONG_EPOCH) to a version-1 session;
+//   - whether requests are checked for ownership: only in version 2 (see
+//     "Cluster mode (version 2)").
 //
 // # Flags
 //
@@ -68,7 +90,7 @@
 //	bit 2   STAMPED   request only: the body starts with a 24-byte replay stamp
 //	bits 3-15         reserved, zero
 //
-// Version 1 defines one request flag, STAMPED (ADR 0006). A stamped request's
+// Versions 1 and 2 define one request flag, STAMPED (ADR 0006). A stamped request's
 // body is i64 unix_nanos | 16-byte nonce followed by the operation's own body;
 // the body length counts both. A stamped body shorter than 24 bytes, a negative
 // timestamp, or any other flag on a request (RESPONSE, ERROR, a reserved bit)
@@ -89,9 +111,9 @@
 // not check that ids are unique.
 //
 // A client may pipeline: it may send further requests without waiting for
-// responses, up to MaxInFlight outstanding (see Limits). A version-1 server
-// executes the requests of one connection in order and answers them in
-// order, except WAIT, which is answered when its notices arrive. Clients
+// responses, up to MaxInFlight outstanding (see Limits). A server executes
+// the requests of one connection in order and answers them in order,
+// except WAIT, which is answered when its notices arrive. Clients
 // must not rely on the order: they match responses to requests by request
 // id.
 //
@@ -121,14 +143,16 @@
 //     server closes it. Each operation then needs a right on the namespace's
 //     model: read for LOOKUP, GET and WAIT; write for PUT, FILL_COMMIT and
 //     FILL_ABORT; read and write for DELETE and ACQUIRE (their answers reveal
-//     whether a block exists). A missing right is DENIED. A tenant over its
-//     rate limit gets RATE_LIMITED with a retry-after; the request is not
-//     executed. When a reload revokes or expires the session's credential, the
+//     whether a block exists). A missing right is DENIED. STAT and MEMBERS
+//     carry no namespace and need no right, only the session. A tenant over
+//     its rate limit gets RATE_LIMITED with a retry-after; the request is
+//     not executed. When a reload revokes or expires the session's credential, the
 //     next request is UNAUTHENTICATED and the session ends: send HELLO again.
 //
 // A connection cannot change tenant. A later HELLO for the same tenant is
-// answered like the first one. A later HELLO for another tenant is
-// TENANT_MISMATCH, and the session keeps its tenant.
+// answered like the first one, and the version it negotiates becomes the
+// session's. A later HELLO for another tenant is TENANT_MISMATCH, and the
+// session keeps its tenant.
 //
 // LOOKUP, GET, PUT and DELETE each carry a namespace blob. The server checks
 // it before touching any block:
@@ -144,19 +168,22 @@
 //
 // # Opcodes
 //
-//	1 HELLO    open the session, negotiate the version, learn the limits
-//	2 LOOKUP   length of the leading cached run of a key chain; optional lease
-//	3 GET      read blocks
-//	4 PUT      write blocks
-//	5 DELETE   remove blocks
-//	6 STAT     server counters
-//	7 PING     echo
-//	8 ACQUIRE      per key: hit, lead the fill, or wait for it (single-flight)
-//	9 FILL_COMMIT  publish led blocks (payload follows, as in PUT)
-//	10 FILL_ABORT  give up led turns; each passes to the next waiter
-//	11 WAIT        long-poll for notices on fills this session joined
+//	opcode name         version  purpose
+//	1      HELLO        1        open the session, negotiate the version, learn the limits
+//	2      LOOKUP       1        length of the leading cached run of a key chain; optional lease
+//	3      GET          1        read blocks
+//	4      PUT          1        write blocks
+//	5      DELETE       1        remove blocks
+//	6      STAT         1        server counters
+//	7      PING         1        echo
+//	8      ACQUIRE      1        per key: hit, lead the fill, or wait for it (single-flight)
+//	9      FILL_COMMIT  1        publish led blocks (payload follows, as in PUT)
+//	10     FILL_ABORT   1        give up led turns; each passes to the next waiter
+//	11     WAIT         1        long-poll for notices on fills this session joined
+//	12     MEMBERS      2        the node's view of the cluster: epoch and members
 //
-// Any other opcode is answered with UNKNOWN_OPCODE. Its body is skipped.
+// Any other opcode is answered with UNKNOWN_OPCODE. Its body is skipped. So
+// is an opcode of a later version than the session's (see Versioning).
 //
 // HELLO (1). Request, HelloRequest:
 //
@@ -171,7 +198,7 @@
 //
 // Response, HelloResponse:
 //
-//	u8   version          negotiated version (1)
+//	u8   version          negotiated version (1 or 2): the session's version
 //	str  server           free-form server name, for logs
 //	u32  max_frame        Limits.MaxFrame
 //	u32  max_batch        Limits.MaxBatch
@@ -397,6 +424,35 @@
 // Notices carry no payload. A fill id this connection does not wait on is
 // FAILED.
 //
+// MEMBERS (12). Version 2. The request body is empty; a non-empty body is
+// MALFORMED. MEMBERS needs a session but no right (it carries no
+// namespace), and it is not mutating, so it needs no stamp. The response,
+// MembersResponse, is the node's current view of the cluster:
+//
+//	u64  epoch            the view's epoch; 0: not a cluster
+//	u32  n                <= MaxMembers (4096); 0 when epoch is 0
+//	n × {                 ids strictly increasing (byte order)
+//	  str  id             member ID; not empty
+//	  str  addr           address to dial; not empty
+//	  str  domain         fault domain; not empty
+//	  u8   proto          highest protocol version the member negotiates; > 0
+//	  u64  capacity       capacity in bytes, the placement weight; > 0
+//	  u8   flags          bit 0: DRAINING (MemberDraining); others zero
+//	}
+//
+// Each member is 16 + len(id) + len(addr) + len(domain) bytes. A decoder
+// rejects n > MaxMembers with BATCH_TOO_LARGE, and with MALFORMED an empty
+// id, addr or domain, a zero capacity, a zero proto, an unknown flag bit, an
+// id not greater than the one before it, or members under epoch 0.
+//
+// Epoch 0 with no members means a single node, not a cluster: it owns every
+// key. A server without a cluster answers so. A DRAINING member owns no
+// key. The reference server sends proto 1 for a member that recorded no
+// version, answers with its last known view in every control mode, and
+// answers INTERNAL for a view of more than MaxMembers members. A client
+// computes owners from id, capacity and flags (see Placement below) and
+// dials addr.
+//
 // # Block statuses
 //
 //	value name       used by   meaning
@@ -415,13 +471,14 @@
 //	11    KEY_MISMATCH PUT, FILL_COMMIT  the key does not derive from the
 //	                 block's identity, or the identity is invalid; discarded
 //
-// In version 1, a status greater than 11 is MALFORMED, and a GET answer
-// carries only HIT and MISS.
+// In versions 1 and 2, a status greater than 11 is MALFORMED, and a GET
+// answer carries only HIT and MISS.
 //
 // # Errors
 //
 // A request that fails as a whole gets an error response instead of its
 // normal response. The header of an error response is:
+//   - frame version FrameVersion (1), like every frame;
 //   - flags RESPONSE|ERROR;
 //   - the request's opcode and request id. When the header itself could not
 //     be parsed (BAD_MAGIC), opcode and request id are 0.
@@ -430,16 +487,25 @@
 //
 //	u16  code
 //	str  message          for humans; at most 256 bytes, possibly truncated
-//	optional:
-//	u32  retry_after_ms   RATE_LIMITED only; > 0 (a zero is MALFORMED: omit it)
+//	trailing field, by code:
+//	u64  epoch            WRONG_EPOCH: required; the refusing node's current epoch
+//	u32  retry_after_ms   any other code: optional, sent only with RATE_LIMITED;
+//	                      > 0 (a zero is MALFORMED: omit it)
+//
+// Which trailing field applies depends on the code: a WRONG_EPOCH body ends
+// with exactly the 8-byte epoch and carries no retry-after; any other body
+// ends after the message or after the 4-byte retry-after. Any other
+// trailing bytes are MALFORMED.
 //
 // The error codes, and what happens to the connection after each:
 //
 //	code name                 connection  meaning
 //	0    OK                   -           never sent
 //	1    BAD_MAGIC            closes      the frame does not start with "GPUC"
-//	2    UNSUPPORTED_VERSION  stays       header version not spoken, or no common version in HELLO
-//	3    UNKNOWN_OPCODE       stays       opcode not defined in this version
+//	2    UNSUPPORTED_VERSION  stays       header version byte is not FrameVersion (1), or no
+//	                                      common version in HELLO
+//	3    UNKNOWN_OPCODE       stays       opcode not defined, or defined in a later version
+//	                                      than the session's
 //	4    FRAME_TOO_LARGE      closes      body length > MaxFrame
 //	5    MALFORMED            stays       body did not decode; reserved header bytes
 //	                                      or flags set; body too long for its opcode
@@ -462,6 +528,10 @@
 //	17   RATE_LIMITED         stays       over quota; not executed; retry after retry_after_ms
 //	18   REPLAY               stays       mutating request unstamped, outside the window, or
 //	                                      with a reused nonce
+//	19   WRONG_EPOCH          stays       version 2 only: a key of the request is not this
+//	                                      node's under its current epoch (the trailing u64);
+//	                                      not executed; refresh the view and retry once (see
+//	                                      "Cluster mode (version 2)")
 //
 // BAD_MAGIC and FRAME_TOO_LARGE are fatal (Code.Fatal). The stream cannot be
 // resynchronised safely after them:
@@ -482,9 +552,13 @@
 //  1. magic: BAD_MAGIC (fatal);
 //  2. body length <= MaxFrame: FRAME_TOO_LARGE (fatal);
 //  3. reserved bytes are zero: MALFORMED;
-//  4. version: UNSUPPORTED_VERSION;
+//  4. version byte is FrameVersion (1): UNSUPPORTED_VERSION;
 //  5. flags: MALFORMED;
-//  6. opcode: UNKNOWN_OPCODE.
+//  6. opcode is defined (1..12): UNKNOWN_OPCODE.
+//
+// After the header, a request other than HELLO or PING before a successful
+// HELLO is HELLO_REQUIRED, and an opcode of a later version than the
+// session's is UNKNOWN_OPCODE; both skip the body.
 //
 // DecodeHeader performs checks 1 and 3. After check 3 fails, it still
 // returns the parsed header with its error. Limits.CheckRequest performs
@@ -500,6 +574,91 @@
 //
 // A client treats any code it does not know as a non-fatal failure of that
 // one request.
+//
+// # Cluster mode (version 2)
+//
+// A cluster is a set of nodes, its members, that share a view: an epoch and
+// the members. Epochs only grow. Every key has one owner under a view,
+// computed by placement (below). Nodes learn the view from the control plane
+// (ADR 0007); clients learn it from the nodes, with MEMBERS (ADR 0008).
+//
+// Ownership. A node checks ownership only for a version-2 session, and not
+// in the unknown control mode (there is no view to check against):
+//   - LOOKUP, GET, DELETE, ACQUIRE and PUT: every key of the request (of
+//     PUT: every entry's key) is checked against one view, after the body
+//     has decoded and the namespace has passed its checks. If any key is not
+//     owned by this node under its current view, the whole request is
+//     refused with WRONG_EPOCH carrying that view's epoch, and nothing of it
+//     is executed. A refused PUT's payload bytes are skipped. A node that is
+//     draining, or absent from its own view, owns no key.
+//   - FILL_COMMIT, FILL_ABORT and WAIT are not checked: their tokens were
+//     granted by this node. They are fenced by epoch instead: each newer
+//     view advances the node's fill epoch, and fills granted under an older
+//     epoch are FENCED, except when the node is draining in the new view. A
+//     draining node thus finishes the fills it granted. A node absent from
+//     the new view (isolated, or its lease expired) fences them: its keys
+//     have new owners.
+//   - HELLO, PING, STAT and MEMBERS are not checked.
+//
+// Version-1 sessions are never checked and never get WRONG_EPOCH: they are
+// served from the node's local hot tier. The control mode applies to them
+// too, and a node that is draining or absent from its view starts no fill
+// for them: ACQUIRE answers HIT for a cached block and DENIED otherwise.
+//
+// The client's rule. On WRONG_EPOCH with epoch e, the client fetches MEMBERS
+// from the refusing node, whose epoch is >= e, installs that view if it is
+// newer than its own, re-routes the refused keys and retries once. A second
+// refusal is a miss: no payload, nothing stored, compute the block yourself.
+// The reference client also refreshes its view in the background, every 2 s
+// by default.
+//
+// Control modes. A node also tracks whether its view can be trusted (ADR
+// 0008): live while the control plane answers; read-only from the first
+// failed probe until the grace (control_grace, default 10 s) after the last
+// success; unknown after that. The mode changes what these operations
+// answer:
+//
+//	op       live    read-only                          unknown
+//	LOOKUP   served  served                             hits 0, no lease
+//	GET      served  served                             every key MISS; a named lease
+//	                                                    is still released
+//	PUT      served  NO_SPACE for every block;          NO_SPACE for every block;
+//	                 nothing stored                     nothing stored
+//	ACQUIRE  served  HIT for a cached block, DENIED     DENIED for every key
+//	                 otherwise; no fill starts
+//	DELETE   served  served                             served
+//
+// Ownership is checked, as above, in live and read-only mode, before the
+// mode applies. HELLO, PING, STAT, MEMBERS, FILL_COMMIT, FILL_ABORT and WAIT
+// are answered the same in every mode.
+//
+// Placement. The owner of a key is computed by the weighted rendezvous
+// contract in internal/control/placement.go. It is part of the wire
+// contract: clients and nodes of every version and language compute exactly
+// this, and changing any step moves keys and needs a protocol version bump.
+// For member m of the view (id, capacity as in MEMBERS) and a key:
+//
+//	seed(m)     = FNV-1a 64 over the bytes of m.ID
+//	                (offset 0xcbf29ce484222325, prime 0x100000001b3)
+//	k(key)      = little-endian uint64 of key[0:8]
+//	                (keys are SHA-256 outputs, so these bits are uniform)
+//	h(m, key)   = mix64(k ^ seed(m)), mix64 the SplitMix64 finalizer:
+//	                z ^= z >> 30; z *= 0xbf58476d1ce4e5b9
+//	                z ^= z >> 27; z *= 0x94d049bb133111eb
+//	                z ^= z >> 31
+//	u           = (float64(h >> 12) + 0.5) / 2^52      in (0, 1), exact
+//	w(m)        = float64(m.CapacityBytes) / 2^30       exact scaling
+//	score(m, k) = -w(m) / ln(u)                        IEEE-754 binary64
+//
+// The owner of a key is the active (not DRAINING) member with the highest
+// score; equal scores go to the smaller ID (byte order). Draining members
+// own nothing. Under a view with no active member no key has an owner: a
+// node refuses every key of a version-2 session, and a client treats every
+// key as a miss. The only non-exact step is ln: two implementations whose ln
+// differ in the last bit can disagree only when two scores are within an ulp
+// of each other, and the disagreement costs a WRONG_EPOCH round trip and
+// then a miss, never a wrong payload.
+// internal/control/testdata/placement_golden.json gives golden vectors.
 //
 // # Limits
 //
@@ -520,6 +679,7 @@
 //	                            (identity.MaxCanonicalLen)
 //	MaxPingLen       fixed      1024 bytes of PING body
 //	MaxStatEntries   fixed      256 STAT entries
+//	MaxMembers       fixed      4096 members in a MEMBERS response
 //	MaxBlockTokens   fixed      65536 token ids per PUT or FILL_COMMIT entry
 //	MaxRequestTokens fixed      1 << 20 token ids per PUT or FILL_COMMIT table
 //
@@ -607,9 +767,11 @@
 // # This package
 //
 // The types mirror the layouts above: Header, the request and response
-// messages, and Error for error bodies and for every decoding failure. For a
-// body that carries payloads, AppendMeta, MetaLen and CheckPayload frame the
-// table.
+// messages (MembersResponse for MEMBERS), and Error for error bodies and for
+// every decoding failure (Error.Epoch carries WRONG_EPOCH's epoch,
+// Error.RetryAfter the retry-after). Opcode.Since is the version that
+// introduced an opcode. For a body that carries payloads, AppendMeta,
+// MetaLen and CheckPayload frame the table.
 //
 // Decoders return a *Error with code MALFORMED or BATCH_TOO_LARGE; test for
 // a code with
@@ -618,9 +780,10 @@
 //
 // Decoders copy what they return, except the Namespace field of LookupRequest,
 // GetRequest, PutRequest and DeleteRequest, which aliases the input buffer.
-// A decoder that fills a list (Keys, Blocks) reuses the backing array the
-// message already holds when it is large enough, so a message decoded into
-// again and again does not allocate; the previous contents are overwritten.
+// A decoder that fills a list (Keys, Blocks, Members) reuses the backing
+// array the message already holds when it is large enough, so a message
+// decoded into again and again does not allocate; the previous contents are
+// overwritten.
 // Encoders (AppendTo) do not check limits: the caller keeps strings, lists
 // and blobs within them. The one exception is Error.AppendTo, which truncates
 // the message to MaxStringLen.

@@ -126,10 +126,24 @@ func (st *clusterState) owns(self control.MemberID, key identity.BlockKey) bool 
 // FenceOnViewChange reports whether a new view v should fence this node's
 // in-flight fills (directory.AdvanceEpoch): yes unless this node is
 // draining in v, because a draining node finishes the fills it granted so
-// that their blocks reach the cold tier before it leaves.
+// that their blocks reach the cold tier before it leaves. A node absent
+// from v (isolated with its fault domain, or its lease expired) fences: its
+// keys have new owners, which coordinate their fills from now on.
 func (c *Cluster) FenceOnViewChange(v control.View) bool {
 	m, ok := v.Member(c.self)
-	return ok && !m.Draining
+	return !ok || !m.Draining
+}
+
+// takesNoFill reports whether this node starts no new fill under st's
+// view: it is draining or absent. Version-2 sessions never reach it for
+// such a node (it owns no key, so they get WRONG_EPOCH); version-1
+// sessions, which are not routed, get DENIED for every block not cached.
+func (st *clusterState) takesNoFill(self control.MemberID) bool {
+	if st == nil {
+		return false
+	}
+	m, ok := st.view.Member(self)
+	return !ok || m.Draining
 }
 
 // AdvanceView installs v (SetView) and, when it is newer and this node is
@@ -241,9 +255,10 @@ func (c *conn) refusePut(h wire.Header, rest int64, n int) error {
 	return nil
 }
 
-// refuseAcquire answers an ACQUIRE in read-only or unknown mode: no fill
-// starts, because its block could land on a node that no longer owns it.
-// In read-only mode a block already cached is still a hit (reads are
+// refuseAcquire answers an ACQUIRE in read-only or unknown mode, or on a
+// node that is draining or out of the view: no fill starts, because its
+// block could land on a node that no longer owns it (or is leaving). A
+// block already cached is still a hit unless the mode is unknown (reads are
 // served); every other entry is DENIED, so the engine computes the block
 // itself.
 func (c *conn) refuseAcquire(st *clusterState, ns identity.NamespaceDigest, keys []wire.Key, entries []wire.AcquireEntry) {
@@ -251,7 +266,7 @@ func (c *conn) refuseAcquire(st *clusterState, ns identity.NamespaceDigest, keys
 	var refused uint64
 	for i := range keys {
 		entries[i] = wire.AcquireEntry{Outcome: wire.AcquireDenied}
-		if st.mode == ControlReadOnly {
+		if st.mode != ControlUnknown {
 			one[0] = identity.BlockKey(keys[i])
 			if hits, _, _ := c.s.store.Lookup(ns, one, 0, false); hits == 1 {
 				entries[i].Outcome = wire.AcquireHit

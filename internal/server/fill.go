@@ -50,7 +50,7 @@ func (c *conn) handleAcquire(h wire.Header, body []byte) error {
 	}
 	resp := wire.AcquireResponse{Entries: make([]wire.AcquireEntry, len(req.Keys))}
 	one := make([]identity.BlockKey, 1)
-	if st.storesNothing() {
+	if st.storesNothing() || (st != nil && st.takesNoFill(c.s.cfg.Cluster.Self())) {
 		c.refuseAcquire(st, ns, req.Keys, resp.Entries)
 		c.reply(h, &resp)
 		return nil

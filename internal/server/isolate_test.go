@@ -73,3 +73,41 @@ func TestIsolationFencesOrChangesNothing(t *testing.T) {
 		t.Fatalf("after isolation: %+v", s)
 	}
 }
+
+// TestRemovedOrDrainingNodeStartsNoFill: a node absent from its view
+// (isolated) fences its fills on the view change, and neither it nor a
+// draining node starts a new fill for a version-1 session, which is not
+// routed: DENIED, or HIT for a block it still holds.
+func TestRemovedOrDrainingNodeStartsNoFill(t *testing.T) {
+	blob := mustCanonical(t, testNamespace("acme"))
+	v := testView(t, 1)
+	ts, _ := startClusterServer(t, "node-b", v, nil)
+	own, _ := ownedIDs(t, v, "node-b", 2)
+	v2, _ := helloV(t, ts.addr, "acme", 1, 2)
+	lead := v2.acquire(blob, mustKey(t, own[0]))[0]
+	if lead.Outcome != wire.AcquireLead {
+		t.Fatalf("acquire: %s", lead.Outcome)
+	}
+	p, err := control.PlanIsolate(v, "rack-2", 2) // node-b and node-c
+	if err != nil {
+		t.Fatal(err)
+	}
+	nv, _ := p.View()
+	if n, err := ts.srv.AdvanceView(nv); n != 1 || err != nil {
+		t.Fatalf("isolated node fenced %d fills (%v), want 1", n, err)
+	}
+	old, _ := helloV(t, ts.addr, "acme", 1, 1)
+	if e := old.acquire(blob, mustKey(t, own[1]))[0]; e.Outcome != wire.AcquireDenied {
+		t.Fatalf("v1 ACQUIRE on an isolated node: %s, want DENIED", e.Outcome)
+	}
+
+	ts2, _ := startClusterServer(t, "node-a", testView(t, 1), nil)
+	mine, _ := ownedIDs(t, testView(t, 1), "node-a", 1)
+	if _, err := ts2.srv.AdvanceView(testView(t, 2, "node-a")); err != nil {
+		t.Fatal(err)
+	}
+	old2, _ := helloV(t, ts2.addr, "acme", 1, 1)
+	if e := old2.acquire(blob, mustKey(t, mine[0]))[0]; e.Outcome != wire.AcquireDenied {
+		t.Fatalf("v1 ACQUIRE on a draining node: %s, want DENIED", e.Outcome)
+	}
+}
