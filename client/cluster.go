@@ -702,15 +702,8 @@ func (c *Cluster) Delete(ctx context.Context, ns Namespace, keys []BlockKey) ([]
 	if err := c.check(ns); err != nil {
 		return nil, err
 	}
-	var mu sync.Mutex
-	var first error
-	record := func(err error) {
-		mu.Lock()
-		if first == nil {
-			first = err
-		}
-		mu.Unlock()
-	}
+	var first firstError
+	record := first.set
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
 	c.dispatch(ctx, keys, batchOp{
@@ -743,7 +736,7 @@ func (c *Cluster) Delete(ctx context.Context, ns Namespace, keys []BlockKey) ([]
 			record(err)
 		},
 	})
-	return statuses, first
+	return statuses, first.get()
 }
 
 // Lookup returns the length of the leading run of keys that are cached,
@@ -824,14 +817,10 @@ func (c *Cluster) GetOrFill(ctx context.Context, ns Namespace, tokens []uint32, 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	out := make([][]byte, len(ids))
-	var mu sync.Mutex
-	var first error
+	var mu sync.Mutex // guards rep
+	var first firstError
 	failed := func(err error) {
-		mu.Lock()
-		if first == nil {
-			first = err
-		}
-		mu.Unlock()
+		first.set(err)
 		cancel()
 	}
 	merge := func(r FillReport) {
@@ -891,13 +880,33 @@ func (c *Cluster) GetOrFill(ctx context.Context, ns Namespace, tokens []uint32, 
 			merge(FillReport{Local: len(idx)})
 		},
 	})
-	if first != nil {
-		return nil, rep, first
+	if err := first.get(); err != nil {
+		return nil, rep, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, rep, ctxError(ctx)
 	}
 	return out, rep, nil
+}
+
+// firstError keeps the first error that parallel groups report.
+type firstError struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (f *firstError) set(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err == nil {
+		f.err = err
+	}
+}
+
+func (f *firstError) get() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.err
 }
 
 // check refuses calls on a closed Cluster and invalid namespaces up front,

@@ -258,8 +258,10 @@ func (l *clusterLoad) put(ctx context.Context, cl *client.Cluster, c int) {
 	}
 }
 
-// run drives the load with workers until stop is closed.
-func (l *clusterLoad) run(cl *client.Cluster, workers int, stop <-chan struct{}) *sync.WaitGroup {
+// start drives the load with workers until the returned stop (idempotent)
+// is called; stop returns when every worker has.
+func (l *clusterLoad) start(cl *client.Cluster, workers int) (stop func()) {
+	done := make(chan struct{})
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Add(1)
@@ -268,7 +270,7 @@ func (l *clusterLoad) run(cl *client.Cluster, workers int, stop <-chan struct{})
 			rng := rand.New(rand.NewPCG(uint64(w), 42))
 			for {
 				select {
-				case <-stop:
+				case <-done:
 					return
 				default:
 				}
@@ -276,7 +278,11 @@ func (l *clusterLoad) run(cl *client.Cluster, workers int, stop <-chan struct{})
 			}
 		}()
 	}
-	return &wg
+	var once sync.Once
+	return func() {
+		once.Do(func() { close(done) })
+		wg.Wait()
+	}
 }
 
 // phase lets the load run until at least n more operations have completed.
@@ -350,16 +356,8 @@ func TestThreeNodeCluster(t *testing.T) {
 
 	l := newClusterLoad(t, "three-node")
 	cl := dialCluster(t, n1, n2, n3)
-	stop := make(chan struct{})
-	wg := l.run(cl, 4, stop)
-	defer func() {
-		select {
-		case <-stop:
-		default:
-			close(stop)
-		}
-		wg.Wait()
-	}()
+	stop := l.start(cl, 4)
+	defer stop()
 	l.phase(t, "warm-up", 400)
 
 	// Fault 1: kill -9 n2. Its keys miss (its address refuses) until its
@@ -420,8 +418,7 @@ func TestThreeNodeCluster(t *testing.T) {
 	}
 	l.phase(t, "isolate rack-a", 300)
 
-	close(stop)
-	wg.Wait()
+	stop()
 	st := cl.Stats()
 	t.Logf("THREE-NODE RESULT: %s; faults: kill -9 n2 + restart, drain n3, isolate rack-a (2 members); client: %+v", &l.stats, st)
 	checkLoad(t, l)
@@ -452,16 +449,8 @@ func TestMixedVersionCluster(t *testing.T) {
 	}
 	l := newClusterLoad(t, "mixed")
 	cl := dialCluster(t, n2, n3, n1)
-	stop := make(chan struct{})
-	wg := l.run(cl, 4, stop)
-	defer func() {
-		select {
-		case <-stop:
-		default:
-			close(stop)
-		}
-		wg.Wait()
-	}()
+	stop := l.start(cl, 4)
+	defer stop()
 	l.phase(t, "mixed v1+v2", 400)
 
 	restart := func(d *daemonProc, id, domain string, extra ...string) *daemonProc {
@@ -493,8 +482,7 @@ func TestMixedVersionCluster(t *testing.T) {
 		return false
 	})
 	l.phase(t, "n3 rolled back to v1", 300)
-	close(stop)
-	wg.Wait()
+	stop()
 	t.Logf("MIXED-VERSION RESULT: %s; client: %+v", &l.stats, cl.Stats())
 	checkLoad(t, l)
 }
