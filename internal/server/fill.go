@@ -286,8 +286,7 @@ func (c *conn) handleWait(h wire.Header, body []byte) error {
 				e.Kind = wire.NoticePending
 				continue
 			}
-			select {
-			case n := <-w.C():
+			took := func(n directory.Notice) {
 				*e = waitEntry(n)
 				c.fills.mu.Lock()
 				if c.fills.waiters[uint64(w.Fill())] == w {
@@ -297,6 +296,19 @@ func (c *conn) handleWait(h wire.Header, body []byte) error {
 					c.fills.leads[e.Token] = struct{}{}
 				}
 				c.fills.mu.Unlock()
+			}
+			// A notice already there wins over an expired timer (select
+			// picks at random among ready cases, and a zero timeout is a
+			// poll).
+			select {
+			case n := <-w.C():
+				took(n)
+				continue
+			default:
+			}
+			select {
+			case n := <-w.C():
+				took(n)
 			case <-timer.C:
 				expired = true
 				e.Kind = wire.NoticePending
