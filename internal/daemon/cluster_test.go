@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/gpucache/gpucache/client"
+	"github.com/gpucache/gpucache/internal/cold/s3store/s3test"
 	"github.com/gpucache/gpucache/internal/config"
 	"github.com/gpucache/gpucache/internal/degrade"
 	"github.com/gpucache/gpucache/internal/etcdtest"
@@ -205,5 +207,81 @@ func TestClusterDrainLeaves(t *testing.T) {
 	}
 	if got := string(r.Kvs[0].Value); got != strconv.FormatUint(vb.Epoch+2, 10) {
 		t.Fatalf("epoch after drain+leave %s, want %d", got, vb.Epoch+2)
+	}
+}
+
+// awaitMembers polls a node's /cluster (an admin read) until it lists
+// exactly ids.
+func awaitMembers(t *testing.T, admin string, ids ...string) viewJSON {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		v := clusterView(t, admin)
+		var got []string
+		for _, m := range v.Members {
+			got = append(got, m.ID)
+		}
+		if fmt.Sprint(got) == fmt.Sprint(ids) {
+			return v
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("members %v never became %v", got, ids)
+		}
+		<-tick.C
+	}
+}
+
+// TestDrainedKeysRefillFromSharedS3: payloads never move between hot
+// tiers; the shared cold tier serves the misses. Node A alone takes 10 MiB
+// through a 4 MiB hot tier (the rest is evicted, written behind to S3 at
+// the drain's flush); node B joins; A is drained and leaves. B now owns
+// every key and serves every block A had evicted from S3, byte-identical,
+// as cold refills; the blocks only A's DRAM held are clean misses.
+func TestDrainedKeysRefillFromSharedS3(t *testing.T) {
+	etcd := etcdtest.Start(t)
+	endpoint, ak, sk := s3test.Start(t)
+	node := func(id, domain string) config.Config {
+		c := clusterConfig(etcd.Endpoint, id, domain)
+		c.ColdStore, c.S3Endpoint, c.S3Bucket, c.S3Prefix = "s3", endpoint, s3test.Bucket, "cluster/"
+		c.S3AccessKey, c.S3SecretKey = ak, sk
+		c.HotCapacity, c.HotSlab, c.HotMaxClass = 4<<20, 1<<20, 1<<20
+		c.ColdFlushInterval = time.Hour // flushed by the drain
+		return c
+	}
+	a, aDone := startNode(t, node("node-a", "rack-a"), Options{})
+	ns, _, ids, keys, payloads := coldBlocks(t)
+	cl := writeBlocks(t, a.Data, ns, ids, payloads)
+	stat, err := cl.Stat(context.Background())
+	cl.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	evicted := stat["hot_evictions"]
+	if evicted == 0 {
+		t.Fatal("nothing was evicted")
+	}
+	b, _ := startNode(t, node("node-b", "rack-b"), Options{})
+	awaitMembers(t, b.Admin, "node-a", "node-b")
+	resp, err := http.Post("http://"+a.Admin+"/admin/drain", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if err := <-aDone; err != nil {
+		t.Fatalf("drained node: %v", err)
+	}
+	awaitMembers(t, b.Admin, "node-b")
+	rb, hits := readBack(t, b.Data, ns, keys, payloads)
+	defer rb.Close()
+	st, _ := rb.Stat(context.Background())
+	t.Logf("A evicted %d of %d blocks to S3; after A's drain B served %d from the cold tier (%d cold refills), %d clean misses",
+		evicted, len(keys), hits, st["cold_refill_hits"], len(keys)-hits)
+	if uint64(hits) < evicted {
+		t.Fatalf("B served %d blocks, A had evicted %d to the shared cold tier", hits, evicted)
+	}
+	if st["cold_refill_hits"] != uint64(hits) {
+		t.Fatalf("B's hits %d are not all cold refills (%d): a payload moved between hot tiers?", hits, st["cold_refill_hits"])
 	}
 }
