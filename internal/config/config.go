@@ -8,10 +8,13 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/gpucache/gpucache/internal/hot/policy"
 )
 
 // ErrInvalid wraps every validation error.
@@ -71,6 +74,10 @@ type Config struct {
 	// HotPrefault is how slab pages are faulted in: populate, hugepage or
 	// none. Default populate.
 	HotPrefault string `yaml:"hot_prefault"`
+	// HotPolicy is the hot tier's admission and eviction policy: "builtin"
+	// (the prefix-aware LRU built into the store) or one of
+	// policy.Names() (internal/hot/policy). Default builtin.
+	HotPolicy string `yaml:"hot_policy"`
 	// LeaseTTL is the lease TTL when a client asks for 0. Default 5s.
 	LeaseTTL time.Duration `yaml:"lease_ttl"`
 	// MaxLeaseTTL caps a requested lease. Default 30s.
@@ -146,6 +153,7 @@ func Default() Config {
 		HotMaxClass:  4 << 20,
 		HotSlab:      64 << 20,
 		HotPrefault:  "populate",
+		HotPolicy:    BuiltinHotPolicy,
 		LeaseTTL:     5 * time.Second,
 		MaxLeaseTTL:  30 * time.Second,
 		MaxConns:     4096,
@@ -196,6 +204,7 @@ func (c *Config) fields() []field {
 		{"hot_max_class", "largest slot size class (largest block)", &c.HotMaxClass},
 		{"hot_slab", "size of one mmap'd slab", &c.HotSlab},
 		{"hot_prefault", "slab prefault mode: populate, hugepage, none", (*strVal)(&c.HotPrefault)},
+		{"hot_policy", "hot tier admission/eviction policy: " + strings.Join(HotPolicies(), ", "), (*strVal)(&c.HotPolicy)},
 		{"lease_ttl", "default lease TTL", (*durVal)(&c.LeaseTTL)},
 		{"max_lease_ttl", "longest lease TTL granted", (*durVal)(&c.MaxLeaseTTL)},
 		{"max_conns", "most open client connections", (*intVal)(&c.MaxConns)},
@@ -337,6 +346,9 @@ func (c Config) Validate() error {
 	default:
 		return bad("hot_prefault %q is not populate, hugepage or none", c.HotPrefault)
 	}
+	if !slices.Contains(HotPolicies(), c.HotPolicy) {
+		return bad("hot_policy %q is not one of %s", c.HotPolicy, strings.Join(HotPolicies(), ", "))
+	}
 	if uint64(c.MaxFrame) < uint64(c.HotMaxClass)+4096 || c.MaxFrame > 1<<31 {
 		return bad("max_frame %s must hold one hot_max_class block plus 4KiB and be at most 2GiB", c.MaxFrame)
 	}
@@ -389,6 +401,16 @@ func (c Config) Validate() error {
 		return bad("log_format %q is not text or json", c.LogFormat)
 	}
 	return nil
+}
+
+// BuiltinHotPolicy names the hot store's built-in order (hot.Config.Policy
+// nil): prefix-aware LRU.
+const BuiltinHotPolicy = "builtin"
+
+// HotPolicies lists the accepted hot_policy values: BuiltinHotPolicy, then
+// the registered online policies (policy.Names).
+func HotPolicies() []string {
+	return append([]string{BuiltinHotPolicy}, policy.Names()...)
 }
 
 func pow2(b ByteSize) bool { return b > 0 && b&(b-1) == 0 }

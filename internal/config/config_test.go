@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpucache/gpucache/internal/hot/policy"
 )
 
 func env(m map[string]string) func(string) (string, bool) {
@@ -165,5 +167,37 @@ func TestByteSize(t *testing.T) {
 	}
 	if s := ByteSize(64 << 20).String(); s != "64MiB" {
 		t.Errorf("String: %s", s)
+	}
+}
+
+// TestHotPolicy: hot_policy defaults to builtin, accepts builtin and every
+// registered policy from the file, the environment and the flag, and an
+// unknown name is refused with the accepted values.
+func TestHotPolicy(t *testing.T) {
+	c, err := Load(nil, env(nil), io.Discard)
+	if err != nil || c.HotPolicy != "builtin" {
+		t.Fatalf("default: %q %v", c.HotPolicy, err)
+	}
+	accepted := HotPolicies()
+	if accepted[0] != "builtin" || len(accepted) != 1+len(policy.Names()) {
+		t.Fatalf("HotPolicies = %v, policy.Names = %v", accepted, policy.Names())
+	}
+	for _, name := range accepted {
+		if c, err := Load([]string{"--hot-policy", name}, env(nil), io.Discard); err != nil || c.HotPolicy != name {
+			t.Errorf("flag %s: %q %v", name, c.HotPolicy, err)
+		}
+		if c, err := Load(nil, env(map[string]string{"GPUCACHE_HOT_POLICY": name}), io.Discard); err != nil || c.HotPolicy != name {
+			t.Errorf("env %s: %q %v", name, c.HotPolicy, err)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(path, []byte("hot_policy: "+accepted[len(accepted)-1]+"\n"), 0o600)
+	if c, err := Load([]string{"--config", path}, env(nil), io.Discard); err != nil || c.HotPolicy != accepted[len(accepted)-1] {
+		t.Errorf("file: %q %v", c.HotPolicy, err)
+	}
+	_, err = Load([]string{"--hot-policy", "clairvoyant"}, env(nil), io.Discard)
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `hot_policy "clairvoyant"`) ||
+		!strings.Contains(err.Error(), strings.Join(accepted, ", ")) {
+		t.Fatalf("unknown policy: %v", err)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/gpucache/gpucache/internal/config"
 	"github.com/gpucache/gpucache/internal/degrade"
 	"github.com/gpucache/gpucache/internal/hot"
+	"github.com/gpucache/gpucache/internal/hot/policy"
 	"github.com/gpucache/gpucache/internal/identity"
 	"github.com/gpucache/gpucache/internal/server"
 )
@@ -78,6 +79,10 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 	if opts.Stderr == nil {
 		opts.Stderr = os.Stderr
 	}
+	hotPol, err := hotPolicy(cfg)
+	if err != nil {
+		return err
+	}
 	sec, err := newSecure(cfg, log, opts.Stderr, opts.Getenv)
 	if err != nil {
 		return err
@@ -105,6 +110,7 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 		DefaultLeaseTTL: cfg.LeaseTTL,
 		MaxLeaseTTL:     cfg.MaxLeaseTTL,
 		TagSize:         hotTagSize(cfg),
+		Policy:          hotPol,
 	})
 	if err != nil {
 		if tier != nil {
@@ -261,7 +267,7 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 	}
 	log.Info("gpucached serving", "data", addrs.Data, "admin", addrs.Admin, "cold", coldDesc, "hot_capacity", cfg.HotCapacity.String(),
 		"auth", authDesc(cfg), "tls", tlsDesc(cfg), "sealed", len(cfg.SealKeys) > 0,
-		"classes", cfg.HotMinClass.String()+".."+cfg.HotMaxClass.String(), "prefault", cfg.HotPrefault, "version", Version)
+		"classes", cfg.HotMinClass.String()+".."+cfg.HotMaxClass.String(), "prefault", cfg.HotPrefault, "policy", cfg.HotPolicy, "version", Version)
 	if opts.Ready != nil {
 		opts.Ready(addrs)
 	}
@@ -311,6 +317,19 @@ wait:
 	}
 	log.Info("gpucached stopped")
 	return runErr
+}
+
+// hotPolicy builds the hot tier's policy named by hot_policy: nil for the
+// store's built-in order.
+func hotPolicy(cfg config.Config) (policy.Policy, error) {
+	if cfg.HotPolicy == config.BuiltinHotPolicy {
+		return nil, nil
+	}
+	p, err := policy.New(cfg.HotPolicy)
+	if err != nil {
+		return nil, fmt.Errorf("hot_policy: %w", err)
+	}
+	return p, nil
 }
 
 func hotTagSize(cfg config.Config) int {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/gpucache/gpucache/internal/hot/policy"
 	"github.com/gpucache/gpucache/internal/identity"
 )
 
@@ -17,6 +18,9 @@ var (
 	ErrNoSpace  = errors.New("gpucache/hot: no evictable space")
 	ErrClosed   = errors.New("gpucache/hot: store closed")
 	ErrConfig   = errors.New("gpucache/hot: invalid config")
+	// ErrNotAdmitted: Config.Policy refused the block (Policy.Admit); nothing
+	// was stored.
+	ErrNotAdmitted = errors.New("gpucache/hot: block not admitted by the policy")
 )
 
 // Prefault selects how fresh slab memory is faulted in before use.
@@ -74,6 +78,28 @@ type Config struct {
 	// each block's integrity seal there). Zero: no tags, no memory for
 	// them. At most 64.
 	TagSize int
+	// Policy, if set, decides admission and the eviction order within a
+	// size class (see "Policies" in the package comment). It is called
+	// with the store's lock held and must not call back into the Store. A
+	// policy instance serves one Store. Nil: the built-in prefix-aware LRU
+	// order.
+	Policy policy.Policy
+}
+
+// BlockMeta is what Reserve knows about a block beyond its key: the
+// signals a Config.Policy sees (policy.Block). Without a policy only Tokens
+// is kept.
+type BlockMeta struct {
+	// Tokens is the number of valid tokens in the block (kept for callers'
+	// stats and passed to OnEvict).
+	Tokens uint32
+	// Position is the index of the block in its token chain (0 = first).
+	Position uint32
+	// Partial: the block holds fewer tokens than its namespace's block size.
+	Partial bool
+	// Demand marks a block stored because a reader asked for it (a cold
+	// tier refill): its reuse is proven, so Policy.Admit is not asked.
+	Demand bool
 }
 
 // LeaseID names a lease. Zero means "no lease".
@@ -85,7 +111,7 @@ type Stats struct {
 	Misses             uint64 // reads of absent keys
 	IdentityMismatches uint64 // reads of present keys under another namespace (also counted as misses)
 	Puts               uint64 // blocks published
-	PutRejects         uint64 // reservations refused (exists, too large, no space)
+	PutRejects         uint64 // reservations refused (exists, too large, no space, not admitted)
 	Evictions          uint64 // blocks evicted for space
 	Deletes            uint64 // blocks removed by Delete
 	Blocks             uint64 // blocks cached now
@@ -105,6 +131,7 @@ type Stats struct {
 	LookupMismatches uint64 // Lookup runs ended by a present key under another namespace
 	Slabs            uint64 // slabs mapped now
 	SlabReclaims     uint64 // slabs emptied and handed to another size class
+	NotAdmitted      uint64 // reservations refused by Config.Policy (also counted in PutRejects)
 }
 
 // Reservation is a slot being filled by a Put. Buf is slab memory of exactly

@@ -20,9 +20,10 @@
 //  2. a new slab, while the budget allows;
 //  3. an empty slab of another class, handed over;
 //  4. a slab of another class whose blocks, and their cached descendants,
-//     are all evictable and older than the class's own LRU candidate: they
+//     are all evictable and older than the class's own candidate: they
 //     are evicted (children first) and the slab changes class;
-//  5. the LRU candidate of the class, evicted.
+//  5. the LRU candidate of the class (with Config.Policy, the policy's
+//     candidate; see Policies), evicted.
 //
 // Otherwise it returns ErrNoSpace. A slab that changes class is re-carved
 // in place when the new class uses slabs of the same length (the common case,
@@ -59,11 +60,47 @@
 // earns. Counts are kept per entry and, in kids, per parent key, so a parent
 // published after its children finds them. Commit drops a block whose parent
 // chain would loop back to its own key, because a loop would never be
-// evicted. Acquire and Lookup hits touch the LRU. Pinned and leased
+// evicted. Acquire and Lookup hits touch the LRU, and so does a Reserve of
+// a key already published under the same namespace: it fails with
+// ErrExists, but a writer offering a cached block again is a use of it
+// (each block of a request is inserted or touched). Pinned and leased
 // candidates stay on the list, and the scan skips them, looking at most at
 // EvictScan entries (default 1024) before it gives up. In-flight slots are
 // never on a list. Nothing pinned, leased or in flight is ever evicted,
 // whether by LRU or by slab reclaim.
+//
+// # Policies
+//
+// Config.Policy (a policy.Policy from internal/hot/policy, the same code
+// the trace simulator runs) replaces the built-in order; nil keeps it, and
+// then every hook below costs one nil check. With a policy:
+//
+//   - ReserveBlock offers the block to Policy.Admit (its parent's entry
+//     index when the parent is published under the same namespace, its
+//     position in the chain, its tokens, whether it is partial) before it
+//     looks for space. A refusal stores nothing and returns ErrNotAdmitted
+//     (counted in Stats.NotAdmitted and PutRejects). A block stored because
+//     a reader asked for it (BlockMeta.Demand, the cold refill) skips
+//     Admit.
+//   - Publishing (Commit, CommitAcquire) calls Policy.Insert with the entry
+//     index as the block's ID. Every use the built-in order counts (Acquire
+//     and Lookup hits, a Reserve of a published key) calls Policy.Touch.
+//     Every removal (eviction, slab reclaim, Delete) calls Policy.Remove
+//     before the index is freed and reused. Close calls nothing.
+//   - Where the built-in order takes the LRU candidate of the size class,
+//     the store takes the first block Policy.Victims yields that is
+//     published, of that class and neither pinned nor leased, looking at
+//     most at EvictScan*4 candidates. The prefix-aware rule is then the
+//     policy's to apply, not the store's.
+//
+// The limitation: a policy orders blocks globally, but space is reclaimed
+// per size class. With one block size (the usual case: one namespace's
+// blocks are all the same size) the policy's order is exact. With mixed
+// sizes it applies within each class, and the cross-class slab reclaim
+// (step 4 above) still compares last-use ticks: a slab of another class
+// moves when all its blocks were used before the policy's candidate.
+// The built-in LRU lists are kept up to date either way; that walk is what
+// step 4 uses.
 //
 // # Identity
 //

@@ -6,8 +6,8 @@ import (
 )
 
 // checkInvariants walks the whole store and reports the first inconsistency
-// between the index, the LRU lists, the slabs, the leases and the gauges in
-// Stats. It is O(entries + slots) and takes the lock; tests call it after
+// between the index, the LRU lists, the slabs, the leases, the gauges in
+// Stats and, with a Config.Policy, the policy's block count. It is O(entries + slots) and takes the lock; tests call it after
 // each operation sequence.
 func (s *Store) checkInvariants() error {
 	s.mu.Lock()
@@ -119,6 +119,14 @@ func (s *Store) checkInvariants() error {
 	}
 	if live != len(s.mu.index) {
 		return bad("%d live entries, %d indexed", live, len(s.mu.index))
+	}
+	if p := s.cfg.Policy; p != nil {
+		if got := p.Len(); uint64(got) != want.Blocks {
+			return bad("policy %s tracks %d blocks, %d published", p.Name(), got, want.Blocks)
+		}
+		if len(s.mu.meta) != len(es) {
+			return bad("%d policy meta records for %d entries", len(s.mu.meta), len(es))
+		}
 	}
 	for i := n; i < len(es); i++ {
 		e := &es[i]

@@ -62,6 +62,9 @@ func (s *Store) touchLocked(idx uint32) {
 		s.unlinkLocked(idx)
 		s.linkAfterLocked(idx, uint32(e.class))
 	}
+	if p := s.cfg.Policy; p != nil {
+		p.Touch(idx)
+	}
 }
 
 // noteSlabTickLocked raises the newest-tick bound of e's slab.
@@ -123,11 +126,17 @@ func (s *Store) publishLocked(idx uint32) {
 	s.mu.st.Puts++
 	s.mu.st.Blocks++
 	s.mu.st.BytesCached += uint64(e.length)
+	if p := s.cfg.Policy; p != nil {
+		s.policyInsertLocked(p, idx)
+	}
 }
 
 // removeLocked unpublishes idx (evicted or deleted) and frees its slot. Its
 // parent loses a cached child and may become an eviction candidate again.
 func (s *Store) removeLocked(idx uint32) {
+	if p := s.cfg.Policy; p != nil {
+		p.Remove(idx)
+	}
 	e := &s.mu.entries[idx]
 	if e.linked {
 		s.unlinkLocked(idx)
@@ -164,7 +173,7 @@ func (s *Store) removeLocked(idx uint32) {
 
 // candidateLocked returns the least recently used unpinned, unleased
 // eviction candidate of class k, inspecting at most cfg.EvictScan list
-// entries.
+// entries. With cfg.Policy, policyCandidateLocked takes its place.
 func (s *Store) candidateLocked(k int) (uint32, bool) {
 	es := s.mu.entries
 	sent := uint32(k)

@@ -5,6 +5,8 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/gpucache/gpucache/internal/hot/policy"
 )
 
 // entryState is the life-cycle state of an index entry.
@@ -110,7 +112,16 @@ type Store struct {
 
 		// tags holds cfg.TagSize bytes per entry index; nil without tags.
 		tags []byte // guarded by mu
+
+		// meta holds the policy signals of each entry index (set by
+		// Reserve, read at publish); nil without cfg.Policy.
+		meta []entryMeta // guarded by mu
+		// victim is the state of one policy victim scan (policyhook.go).
+		victim victimScan // guarded by mu
 	}
+	// yieldVictim is s.yieldVictimLocked bound once in New, so a policy
+	// victim scan allocates no closure. Immutable after New.
+	yieldVictim func(policy.ID) bool
 }
 
 // maxReserveAttempts bounds the find-space loop of one Reserve.
@@ -137,6 +148,10 @@ func New(cfg Config) (*Store, error) {
 	s.mu.avail = make([][]uint32, n)
 	s.mu.leases = make(map[LeaseID]leaseRec)
 	s.mu.st.CapacityBytes = uint64(cfg.CapacityBytes)
+	if cfg.Policy != nil {
+		s.mu.meta = make([]entryMeta, n, n+1024)
+		s.yieldVictim = s.yieldVictimLocked
+	}
 	return s, nil
 }
 
@@ -162,7 +177,7 @@ func (s *Store) Close() error {
 			mems = append(mems, s.mu.slabs[i].mem)
 		}
 	}
-	s.mu.entries, s.mu.freeEntries, s.mu.index, s.mu.kids = nil, nil, nil, nil
+	s.mu.entries, s.mu.freeEntries, s.mu.index, s.mu.kids, s.mu.meta = nil, nil, nil, nil, nil
 	s.mu.slabs, s.mu.freeSlabs, s.mu.avail, s.mu.emptySlabs = nil, nil, nil, 0
 	s.mu.leases, s.mu.deadlines, s.mu.budget = nil, nil, 0
 	st := &s.mu.st
@@ -179,18 +194,34 @@ func (s *Store) Close() error {
 	return first
 }
 
-// Reserve hands out a slot for a payload of size bytes (0..MaxPayload) under
-// key. The caller fills r.Buf and then calls Commit or Abort exactly once;
-// until then the block is in flight: invisible to readers, never evicted, and
-// its key is taken (a second Reserve gets ErrExists).
-//
-// To find space Reserve, in order: takes a free slot of the size class, maps
-// a new slab while the byte budget allows, hands an empty slab of another
-// class over, empties a slab of another class whose blocks are all older
-// than the LRU candidate of this class (evicting them, and their cached
-// descendants first), and evicts the LRU candidate of this class. It returns
-// ErrNoSpace when none of these succeeds within bounded work.
+// Reserve is ReserveBlock with only the token count known (no position,
+// not partial).
 func (s *Store) Reserve(ns Namespace, key, parent Key, tokens uint32, size int) (Reservation, error) {
+	return s.ReserveBlock(ns, key, parent, BlockMeta{Tokens: tokens}, size)
+}
+
+// ReserveBlock hands out a slot for a payload of size bytes (0..MaxPayload)
+// under key. The caller fills r.Buf and then calls Commit or Abort exactly
+// once; until then the block is in flight: invisible to readers, never
+// evicted, and its key is taken (a second Reserve gets ErrExists).
+//
+// A key already published under ns counts as a use: ErrExists, and the
+// block is touched like an Acquire hit (it becomes the most recent, and
+// Config.Policy sees a Touch), because a writer offering a block again means
+// its prefix is in use. A key in flight, or published under another
+// namespace, is not touched.
+//
+// With Config.Policy set, the block is offered to Policy.Admit first (unless
+// meta.Demand); a refusal stores nothing and returns ErrNotAdmitted.
+//
+// To find space ReserveBlock, in order: takes a free slot of the size class,
+// maps a new slab while the byte budget allows, hands an empty slab of
+// another class over, empties a slab of another class whose blocks are all
+// older than the eviction candidate of this class (evicting them, and their
+// cached descendants first), and evicts the candidate of this class (the
+// LRU one, or the policy's first). It returns ErrNoSpace when none of these
+// succeeds within bounded work.
+func (s *Store) ReserveBlock(ns Namespace, key, parent Key, meta BlockMeta, size int) (Reservation, error) {
 	if size < 0 || size > s.cfg.MaxClass {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -202,6 +233,7 @@ func (s *Store) Reserve(ns Namespace, key, parent Key, tokens uint32, size int) 
 	}
 	k := s.cl.classOf(size)
 	now := s.now()
+	pol := s.cfg.Policy
 
 	s.mu.Lock()
 	if s.mu.closed {
@@ -214,13 +246,22 @@ func (s *Store) Reserve(ns Namespace, key, parent Key, tokens uint32, size int) 
 			s.mu.Unlock()
 			return Reservation{}, ErrClosed
 		}
-		if _, ok := s.mu.index[key]; ok {
+		if idx, ok := s.mu.index[key]; ok {
+			if e := &s.mu.entries[idx]; e.state == statePublished && e.ns == ns {
+				s.touchLocked(idx)
+			}
 			s.mu.st.PutRejects++
 			s.mu.Unlock()
 			return Reservation{}, fmt.Errorf("%w: %s", ErrExists, key)
 		}
+		if pol != nil && attempt == 0 && !meta.Demand && !pol.Admit(s.policyBlockLocked(ns, parent, meta)) {
+			s.mu.st.PutRejects++
+			s.mu.st.NotAdmitted++
+			s.mu.Unlock()
+			return Reservation{}, fmt.Errorf("%w: %s", ErrNotAdmitted, key)
+		}
 		if sid, slot, ok := s.takeSlotLocked(k); ok {
-			r := s.reserveSlotLocked(ns, key, parent, tokens, size, k, sid, slot)
+			r := s.reserveSlotLocked(ns, key, parent, meta, size, k, sid, slot)
 			s.mu.Unlock()
 			return r, nil
 		}
@@ -243,7 +284,13 @@ func (s *Store) Reserve(ns Namespace, key, parent Key, tokens uint32, size int) 
 		}
 		// Evict in class k, unless another class holds a slab whose blocks
 		// are all older than that: then the slab changes class.
-		cand, ok := s.candidateLocked(k)
+		var cand uint32
+		var ok bool
+		if pol == nil {
+			cand, ok = s.candidateLocked(k)
+		} else {
+			cand, ok = s.policyCandidateLocked(k)
+		}
 		limit := uint64(math.MaxUint64)
 		if ok {
 			limit = s.mu.entries[cand].tick
@@ -264,13 +311,16 @@ func (s *Store) Reserve(ns Namespace, key, parent Key, tokens uint32, size int) 
 }
 
 // reserveSlotLocked creates the in-flight entry for a taken slot.
-func (s *Store) reserveSlotLocked(ns Namespace, key, parent Key, tokens uint32, size, k int, sid, slot uint32) Reservation {
+func (s *Store) reserveSlotLocked(ns Namespace, key, parent Key, meta BlockMeta, size, k int, sid, slot uint32) Reservation {
 	idx := s.newEntryLocked()
 	e := &s.mu.entries[idx]
 	*e = entry{
 		key: key, ns: ns, parent: parent,
-		slab: sid, slot: slot, length: uint32(size), tokens: tokens,
+		slab: sid, slot: slot, length: uint32(size), tokens: meta.Tokens,
 		gen: e.gen, class: uint8(k), state: stateReserved,
+	}
+	if s.mu.meta != nil {
+		s.mu.meta[idx] = entryMeta{position: meta.Position, partial: meta.Partial}
 	}
 	s.mu.slabs[sid].owner[slot] = idx
 	s.mu.index[key] = idx
@@ -297,6 +347,9 @@ func (s *Store) newEntryLocked() uint32 {
 		return idx
 	}
 	s.mu.entries = append(s.mu.entries, entry{})
+	if s.mu.meta != nil {
+		s.mu.meta = append(s.mu.meta, entryMeta{})
+	}
 	if t := s.cfg.TagSize; t > 0 {
 		s.mu.tags = append(s.mu.tags, make([]byte, t)...)
 	}

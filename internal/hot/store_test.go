@@ -375,6 +375,7 @@ func TestEntryHasNoPointers(t *testing.T) {
 		reflect.TypeOf(s.mu.index).Key(), reflect.TypeOf(s.mu.index).Elem(),
 		reflect.TypeOf(s.mu.kids).Key(), reflect.TypeOf(s.mu.kids).Elem(),
 		reflect.TypeOf(s.mu.freeEntries).Elem(),
+		reflect.TypeOf(s.mu.meta).Elem(),
 		reflect.TypeOf(s.mu.deadlines).Elem(),
 		reflect.TypeFor[ref](),
 	} {

@@ -96,7 +96,7 @@ func stressWorker(s *Store, clk *fakeClock, rng *rand.Rand, ops int, noSpace *at
 				noSpace.Add(1)
 				continue
 			}
-			if errors.Is(err, ErrExists) {
+			if errors.Is(err, ErrExists) || errors.Is(err, ErrNotAdmitted) {
 				continue
 			}
 			if err != nil {

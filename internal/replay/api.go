@@ -19,17 +19,17 @@ type Request struct {
 
 // Result is one simulated (policy, capacity) run.
 type Result struct {
-	Policy        string  `json:"policy"`
-	CapacityFrac  float64 `json:"capacity_frac"`   // of the trace's unique blocks
-	Capacity      int     `json:"capacity_blocks"` // floor(frac × unique)
-	Requests      int     `json:"requests"`
-	Blocks        int64   `json:"blocks"`      // block accesses
-	HitBlocks     int64   `json:"hit_blocks"`  // leading-run hits
-	HitRatio      float64 `json:"hit_ratio"`   // HitBlocks / Blocks
-	PromptTokens  int64   `json:"prompt_tokens"`
-	SavedTokens   int64   `json:"saved_tokens"`   // prefill tokens not recomputed
-	ComputeSaved  float64 `json:"compute_saved"`  // fraction of attention work saved
-	Seconds       float64 `json:"seconds"`        // wall time of the run
+	Policy       string  `json:"policy"`
+	CapacityFrac float64 `json:"capacity_frac"`   // of the trace's unique blocks
+	Capacity     int     `json:"capacity_blocks"` // floor(frac × unique)
+	Requests     int     `json:"requests"`
+	Blocks       int64   `json:"blocks"`     // block accesses
+	HitBlocks    int64   `json:"hit_blocks"` // leading-run hits
+	HitRatio     float64 `json:"hit_ratio"`  // HitBlocks / Blocks
+	PromptTokens int64   `json:"prompt_tokens"`
+	SavedTokens  int64   `json:"saved_tokens"`  // prefill tokens not recomputed
+	ComputeSaved float64 `json:"compute_saved"` // fraction of attention work saved
+	Seconds      float64 `json:"seconds"`       // wall time of the run
 }
 
 // The functions below are the simulator's API (sim.go implements them):

@@ -66,9 +66,10 @@ func (c *conn) refillMiss(d identity.NamespaceDigest, key identity.BlockKey) (ho
 		c.s.stats.coldMisses.Add(1)
 		return hot.View{}, false
 	}
-	// The parent is not known here (a GET carries keys only); it only
-	// guides eviction order.
-	r, err := c.s.store.Reserve(d, key, identity.BlockKey{}, 0, n)
+	// The parent, position and token count are not known here (a GET
+	// carries keys only); they only guide eviction order. A reader asked
+	// for the block, so the hot tier's admission policy is not consulted.
+	r, err := c.s.store.ReserveBlock(d, key, identity.BlockKey{}, hot.BlockMeta{Demand: true}, n)
 	if err != nil {
 		c.s.dir.Fail(tok)
 		return hot.View{}, false

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"math"
 	"time"
 	"unsafe"
 
@@ -332,9 +333,9 @@ func (c *conn) putOne(ns identity.NamespaceDigest, pb *wire.PutBlock) (wire.Stat
 	if pb.Len > c.s.cfg.Limits.MaxPayload {
 		return wire.StatusTooLarge, c.skip(int64(pb.Len))
 	}
-	res, err := c.s.store.Reserve(ns, identity.BlockKey(pb.Key), identity.BlockKey(pb.Parent), pb.Tokens, int(pb.Len))
+	res, err := c.s.store.ReserveBlock(ns, identity.BlockKey(pb.Key), identity.BlockKey(pb.Parent), c.blockMeta(pb), int(pb.Len))
 	if err != nil {
-		st := wire.StatusNoSpace
+		st := wire.StatusNoSpace // also hot.ErrNotAdmitted: the policy refused it
 		switch {
 		case errors.Is(err, hot.ErrExists):
 			st = wire.StatusExists
@@ -361,6 +362,19 @@ func (c *conn) putOne(ns identity.NamespaceDigest, pb *wire.PutBlock) (wire.Stat
 		h(id, ns, identity.BlockKey(pb.Key), c.nsBlob)
 	}
 	return wire.StatusStored, nil
+}
+
+// blockMeta is what the hot tier's policy learns about a verified block of
+// the session namespace c.ns: its index in the chain (token position over
+// block_tokens) and whether it is partial (fewer valid tokens than
+// block_tokens).
+func (c *conn) blockMeta(pb *wire.PutBlock) hot.BlockMeta {
+	bt := uint64(max(c.ns.Layout.BlockTokens, 1)) // >= 1 once identityOf validated it
+	return hot.BlockMeta{
+		Tokens:   pb.Tokens,
+		Position: uint32(min(pb.Position/bt, math.MaxUint32)),
+		Partial:  pb.Tokens < c.ns.Layout.BlockTokens,
+	}
 }
 
 // putTableMax bounds a PUT table: MaxBatch entries of one token id each,

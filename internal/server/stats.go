@@ -96,6 +96,7 @@ func (s *Server) Stats() []wire.StatEntry {
 		{Name: "hot_identity_mismatches", Value: st.IdentityMismatches},
 		{Name: "hot_puts", Value: st.Puts},
 		{Name: "hot_put_rejects", Value: st.PutRejects},
+		{Name: "hot_not_admitted", Value: st.NotAdmitted},
 		{Name: "hot_evictions", Value: st.Evictions},
 		{Name: "hot_deletes", Value: st.Deletes},
 		{Name: "hot_blocks", Value: st.Blocks},

@@ -1,0 +1,66 @@
+package replay
+
+import (
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+)
+
+// traceName is the Mooncake conversation trace, kept in shared/traces next
+// to the repository (../shared/traces from its root).
+const traceName = "mooncake-conversation-trace.jsonl"
+
+// tracePath finds shared/traces/traceName in the working directory or any
+// directory above it (the repository is a sibling of shared/), or "".
+func tracePath() string {
+	dir, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	for {
+		p := filepath.Join(dir, "shared", "traces", traceName)
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+		up := filepath.Dir(dir)
+		if up == dir {
+			return ""
+		}
+		dir = up
+	}
+}
+
+var (
+	traceOnce sync.Once
+	traceReqs []Request
+	traceErr  error
+)
+
+// conversationTrace returns the parsed trace, read once; it skips the test
+// when the trace is not there.
+func conversationTrace(tb testing.TB) []Request {
+	tb.Helper()
+	p := tracePath()
+	if p == "" {
+		tb.Skipf("%s not found in shared/traces above %s", traceName, mustWd())
+	}
+	traceOnce.Do(func() {
+		f, err := os.Open(p)
+		if err != nil {
+			traceErr = err
+			return
+		}
+		defer f.Close()
+		traceReqs, traceErr = ReadTrace(f, 0)
+	})
+	if traceErr != nil {
+		tb.Fatal(traceErr)
+	}
+	return traceReqs
+}
+
+func mustWd() string {
+	d, _ := os.Getwd()
+	return d
+}

@@ -1,0 +1,209 @@
+package replay
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/gpucache/gpucache/internal/hot/policy"
+)
+
+// OptName is the offline Belady policy's name in Simulate.
+const OptName = "opt"
+
+// Policies lists the policy names Simulate accepts: the online policies of
+// internal/hot/policy, sorted, then OptName.
+func Policies() []string { return append(policy.Names(), OptName) }
+
+// progressEvery is how many requests pass between progress calls.
+const progressEvery = 256
+
+// Simulate replays reqs through a cache of floor(frac × UniqueBlocks(reqs))
+// blocks under the named policy, calling progress (if not nil) with the
+// number of requests done, every few hundred requests and at the end.
+//
+// The prefix semantics of issue 7, per request in trace order:
+//
+//  1. the hits are the leading run of its blocks already cached (a block
+//     after the first miss is a miss: the engine recomputes from there);
+//  2. each block, in order, is touched when cached (policy.Touch) or
+//     offered (policy.Admit) and, when admitted, inserted (policy.Insert)
+//     with its parent — the previous block of the prompt, if cached — and
+//     its PromptBlocks description;
+//  3. blocks are evicted, each the first candidate policy.Victims yields,
+//     until at most the capacity is cached.
+//
+// The cache names blocks by dense IDs, reused from a free list after
+// eviction, as the hot store does. Every policy — "lru" included — runs
+// through this one loop; OptName is Belady's MIN, which evicts the block
+// whose next access is farthest ahead (never again first; among the blocks
+// of one future request, the deepest first).
+//
+// Result.PromptTokens counts the tokens of every block (PromptBlocks: the
+// input length, the last block clamped to 1..BlockTokens), SavedTokens
+// those of the hit blocks. ComputeSaved
+// weighs each block by its attention work: a prompt token at index i
+// (0-based) attends to the i+1 tokens up to itself, so the block at
+// position p holding t tokens costs
+//
+//	t·512·p + t·(t+1)/2
+//
+// and ComputeSaved is the cost of the hit blocks over the cost of all
+// blocks. Late blocks cost more, so a policy that keeps long prefixes saves
+// more compute than its hit ratio says.
+func Simulate(reqs []Request, policyName string, frac float64, progress func(done int)) (Result, error) {
+	start := time.Now()
+	if math.IsNaN(frac) || frac <= 0 || math.IsInf(frac, 0) {
+		return Result{}, fmt.Errorf("replay: capacity fraction %v is not positive", frac)
+	}
+	var (
+		pol  policy.Policy
+		opt  *optPolicy
+		next []uint64
+	)
+	if policyName == OptName {
+		opt = newOpt()
+		pol = opt
+		next = nextUses(reqs)
+	} else {
+		p, err := policy.New(policyName)
+		if err != nil {
+			return Result{}, fmt.Errorf("replay: %w", err)
+		}
+		pol = p
+	}
+	unique := UniqueBlocks(reqs)
+	capacity := int(frac * float64(unique))
+	res := Result{Policy: policyName, CapacityFrac: frac, Capacity: capacity, Requests: len(reqs)}
+
+	c := cache{
+		index: make(map[uint64]policy.ID, min(unique, capacity+maxRequestBlocks(reqs))+1),
+		pol:   pol,
+	}
+	var (
+		blocks           []BlockInfo
+		totalCost, saved float64
+		access           int
+		victim           policy.ID
+		found            bool
+	)
+	take := func(id policy.ID) bool { victim, found = id, true; return false }
+	for i := range reqs {
+		blocks = appendPromptBlocks(blocks[:0], &reqs[i])
+		hit := true
+		for _, b := range blocks {
+			cost := blockCost(b.Position, b.Tokens)
+			totalCost += cost
+			res.Blocks++
+			res.PromptTokens += int64(b.Tokens)
+			if hit {
+				if _, ok := c.index[b.Hash]; ok {
+					res.HitBlocks++
+					res.SavedTokens += int64(b.Tokens)
+					saved += cost
+				} else {
+					hit = false
+				}
+			}
+		}
+		parent := policy.NoParent
+		for _, b := range blocks {
+			if opt != nil {
+				opt.setNext(next[access])
+			}
+			access++
+			if id, ok := c.index[b.Hash]; ok {
+				pol.Touch(id)
+				parent = id
+				continue
+			}
+			if !pol.Admit(b.Block(0, parent)) {
+				parent = policy.NoParent
+				continue
+			}
+			id := c.alloc(b.Hash)
+			pol.Insert(b.Block(id, parent))
+			parent = id
+		}
+		for c.n > capacity {
+			found = false
+			pol.Victims(take)
+			if !found {
+				return res, fmt.Errorf("replay: policy %s yields no victim with %d blocks cached", policyName, c.n)
+			}
+			if err := c.evict(victim); err != nil {
+				return res, fmt.Errorf("replay: policy %s: %w", policyName, err)
+			}
+		}
+		if progress != nil && ((i+1)%progressEvery == 0 || i+1 == len(reqs)) {
+			progress(i + 1)
+		}
+	}
+	if res.Blocks > 0 {
+		res.HitRatio = float64(res.HitBlocks) / float64(res.Blocks)
+	}
+	if totalCost > 0 {
+		res.ComputeSaved = saved / totalCost
+	}
+	res.Seconds = time.Since(start).Seconds()
+	return res, nil
+}
+
+// blockCost is the attention work of a block at position p holding t
+// tokens (see Simulate).
+func blockCost(p, t uint32) float64 {
+	ft := float64(t)
+	return ft*BlockTokens*float64(p) + ft*(ft+1)/2
+}
+
+// maxRequestBlocks is the most blocks one request holds.
+func maxRequestBlocks(reqs []Request) int {
+	m := 0
+	for i := range reqs {
+		m = max(m, len(reqs[i].HashIDs))
+	}
+	return m
+}
+
+// cache is the simulator's block table: hash id → dense ID.
+type cache struct {
+	index map[uint64]policy.ID
+	hash  []uint64 // by ID
+	live  []bool   // by ID
+	free  []policy.ID
+	n     int
+	pol   policy.Policy
+}
+
+// alloc caches h under a free ID.
+func (c *cache) alloc(h uint64) policy.ID {
+	var id policy.ID
+	if k := len(c.free); k > 0 {
+		id = c.free[k-1]
+		c.free = c.free[:k-1]
+	} else {
+		id = policy.ID(len(c.hash))
+		c.hash = append(c.hash, 0)
+		c.live = append(c.live, false)
+	}
+	c.hash[id], c.live[id] = h, true
+	c.index[h] = id
+	c.n++
+	return id
+}
+
+var errNotCached = errors.New("victim is not cached")
+
+// evict drops id from the cache and the policy.
+func (c *cache) evict(id policy.ID) error {
+	if int(id) >= len(c.live) || !c.live[id] {
+		return fmt.Errorf("%w: ID %d", errNotCached, id)
+	}
+	c.pol.Remove(id)
+	delete(c.index, c.hash[id])
+	c.live[id] = false
+	c.free = append(c.free, id)
+	c.n--
+	return nil
+}
