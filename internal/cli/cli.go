@@ -48,6 +48,9 @@ Commands:
            --victim-secret-file F --noisy-secret-file F; takes no --tenant)
   shard-demo  run two shards on loopback: single-flight fills and the transport fallback
   cold-demo   publish a pack to a local cold tier and refill it, checking the cold contracts
+  replay   replay a Mooncake trace: simulate the hot tier's policies (table, --json,
+           --plot), or --live against a running gpucached (hit ratio, throughput,
+           latency): gpucache replay --trace FILE [--live --addr HOST:PORT]
   version  print the client and protocol versions
 
 Common flags (every command but version):
@@ -97,6 +100,8 @@ func Main(ctx context.Context, args []string, std Stdio) int {
 		err = runShardDemo(ctx, rest, std)
 	case "cold-demo":
 		err = runColdDemo(ctx, rest, std)
+	case "replay":
+		err = runReplay(ctx, rest, std)
 	case "version", "--version":
 		fmt.Fprintln(std.Out, versionLine())
 		return exitOK

@@ -1,0 +1,596 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/gpucache/gpucache/client"
+	"github.com/gpucache/gpucache/internal/replay"
+	"github.com/gpucache/gpucache/internal/replay/live"
+	"github.com/gpucache/gpucache/internal/replay/plot"
+)
+
+// replayFlags are the flags of `gpucache replay`.
+type replayFlags struct {
+	trace    string
+	limit    int
+	jsonOut  string
+	progress string
+
+	// simulate
+	policies   string
+	capacities string
+	plotOut    string
+	workers    int
+
+	// live
+	live         bool
+	common       commonFlags
+	scale        int
+	speedup      float64
+	capacityFrac float64
+	simPolicy    string
+	policyName   string
+	conns        int
+	leaseTTL     time.Duration
+
+	printCapacity bool
+}
+
+// defaultLiveLimit is --limit in live mode when it is not given.
+const defaultLiveLimit = 2000
+
+const replaySynopsis = `replay --trace FILE [flags]
+
+Replays a Mooncake-format trace (JSONL: timestamp, input_length,
+output_length, hash_ids) in one of three modes:
+
+  simulate (default)  every --policies × --capacities on the trace's block
+                      metadata: a table of prefix-hit ratio, prefill tokens
+                      saved and compute saved; --json, --plot
+  --live              drives a running gpucached through the client with
+                      real payloads (64 MiB per 512-token block / --scale), at
+                      the trace's arrival times / --speedup; reports hit
+                      ratio, throughput, latency and the simulator's hit
+                      ratio at --capacity-frac
+  --print-capacity    prints the gpucached hot-tier settings (capacity, size
+                      class, slab) under which the live replay's cache holds
+                      exactly --capacity-frac of the unique blocks`
+
+// simOnly and liveOnly name the flags of one mode, to refuse them in the
+// other.
+var (
+	simOnly  = []string{"policies", "capacities", "plot", "workers"}
+	liveOnly = []string{"addr", "tenant", "timeout", "secret-file", "tls-ca", "tls-cert", "tls-key", "tls-server-name",
+		"speedup", "sim-policy", "policy-name", "conns", "lease-ttl"}
+)
+
+func (f *replayFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.trace, "trace", "", "Mooncake trace `file` (JSONL; required)")
+	fs.IntVar(&f.limit, "limit", 0, fmt.Sprintf("replay the first `N` requests (default: all; %d with --live)", defaultLiveLimit))
+	fs.StringVar(&f.jsonOut, "json", "", "write the results as JSON to `file`")
+	fs.StringVar(&f.progress, "progress", "auto", "progress bar on stderr: auto (when stderr is a terminal), on or off")
+
+	fs.StringVar(&f.policies, "policies", "", "simulate: comma-separated `policies` (default: all, "+strings.Join(replay.Policies(), ",")+")")
+	fs.StringVar(&f.capacities, "capacities", "1,2,5,10,20,50", "simulate: cache capacities in `percent` of the trace's unique blocks")
+	fs.StringVar(&f.plotOut, "plot", "", "simulate: draw hit ratio against capacity, one line per policy, to `file` (.svg, .png or .pdf)")
+	fs.IntVar(&f.workers, "workers", runtime.GOMAXPROCS(0), "simulate: runs in parallel")
+
+	fs.BoolVar(&f.live, "live", false, "drive a running gpucached (--addr) instead of simulating")
+	f.common.register(fs)
+	fs.IntVar(&f.scale, "scale", live.DefaultScale, "live, print-capacity: block payload = 64 MiB (Llama-3-8B fp16, 512 tokens) / `factor`")
+	fs.Float64Var(&f.speedup, "speedup", 0, "live: divide the trace's inter-arrival times by `X` (0: as fast as --conns allow)")
+	fs.Float64Var(&f.capacityFrac, "capacity-frac", 0.10, "live, print-capacity: the daemon's capacity as a `fraction` of the replayed requests' unique blocks")
+	fs.StringVar(&f.simPolicy, "sim-policy", "lru", "live: simulator `policy` to compare with (the daemon's --hot-policy)")
+	fs.StringVar(&f.policyName, "policy-name", "", "live: the daemon's policy, for the report")
+	fs.IntVar(&f.conns, "conns", 4, "live: requests in flight (and client connections)")
+	fs.DurationVar(&f.leaseTTL, "lease-ttl", 0, "live: lease each looked-up run until its GET (0: no lease)")
+
+	fs.BoolVar(&f.printCapacity, "print-capacity", false, "print the gpucached hot-tier flags for a live replay at --capacity-frac and --scale, as shell assignments")
+}
+
+func runReplay(ctx context.Context, args []string, std Stdio) error {
+	var f replayFlags
+	fs := newFlagSet("replay", replaySynopsis, std.Err)
+	f.register(fs)
+	if err := parseNoArgs(fs, args); err != nil {
+		return err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	if err := f.check(set); err != nil {
+		return err
+	}
+	showProgress := f.progress == "on" || (f.progress == "auto" && isTerminal(std.Err))
+	if f.live && !set["limit"] {
+		f.limit = defaultLiveLimit
+	}
+	reqs, err := readTraceFile(f.trace, f.limit)
+	if err != nil {
+		return err
+	}
+	meta := traceMeta{File: f.trace, Limit: f.limit, Requests: len(reqs), UniqueBlocks: replay.UniqueBlocks(reqs)}
+	for _, q := range reqs {
+		meta.Blocks += int64(len(q.HashIDs))
+	}
+	switch {
+	case f.printCapacity:
+		return f.runPrintCapacity(reqs, meta, std)
+	case f.live:
+		return f.runLive(ctx, reqs, meta, showProgress, std)
+	}
+	return f.runSimulate(reqs, meta, showProgress, std)
+}
+
+// check validates the flags that do not need the trace.
+func (f *replayFlags) check(set map[string]bool) error {
+	if f.trace == "" {
+		return usageErr("--trace FILE is required (a Mooncake JSONL trace)")
+	}
+	if f.limit < 0 {
+		return usageErr("--limit must not be negative")
+	}
+	switch f.progress {
+	case "auto", "on", "off":
+	default:
+		return usageErr("--progress must be auto, on or off, not %q", f.progress)
+	}
+	if f.live && f.printCapacity {
+		return usageErr("give --live or --print-capacity, not both")
+	}
+	if f.live || f.printCapacity {
+		for _, n := range simOnly {
+			if set[n] {
+				return usageErr("--%s is a simulate flag; it does not go with --live or --print-capacity", n)
+			}
+		}
+		if !(f.capacityFrac > 0 && f.capacityFrac <= 1) {
+			return usageErr("--capacity-frac %v out of range: want a fraction in (0, 1], e.g. 0.1", f.capacityFrac)
+		}
+		if f.scale < 1 || f.scale > live.ModelBlockBytes {
+			return usageErr("--scale %d out of range 1..%d", f.scale, live.ModelBlockBytes)
+		}
+	} else {
+		for _, n := range append(slices.Clone(liveOnly), "scale", "capacity-frac") {
+			if set[n] {
+				return usageErr("--%s needs --live (or --print-capacity)", n)
+			}
+		}
+		if f.workers < 1 {
+			return usageErr("--workers must be at least 1")
+		}
+		if f.plotOut != "" {
+			if _, err := plot.Format(f.plotOut); err != nil {
+				return usageErr("--plot: want a .svg, .png or .pdf file name, got %q", f.plotOut)
+			}
+		}
+		if _, err := f.policyList(); err != nil {
+			return err
+		}
+		if _, err := parseCapacities(f.capacities); err != nil {
+			return err
+		}
+	}
+	if f.printCapacity {
+		for _, n := range liveOnly {
+			if set[n] {
+				return usageErr("--%s is a --live flag; --print-capacity takes --trace, --limit, --capacity-frac and --scale", n)
+			}
+		}
+	}
+	if f.live {
+		if f.speedup < 0 || math.IsNaN(f.speedup) || math.IsInf(f.speedup, 0) {
+			return usageErr("--speedup must be a number >= 0 (0: as fast as possible)")
+		}
+		if f.conns < 1 || f.conns > 1024 {
+			return usageErr("--conns %d out of range 1..1024", f.conns)
+		}
+		if f.leaseTTL < 0 {
+			return usageErr("--lease-ttl must not be negative")
+		}
+		if !slices.Contains(replay.Policies(), f.simPolicy) {
+			return usageErr("--sim-policy: unknown policy %q (known: %s)", f.simPolicy, strings.Join(replay.Policies(), ", "))
+		}
+	}
+	return nil
+}
+
+// policyList returns --policies, or every policy when it is empty.
+func (f *replayFlags) policyList() ([]string, error) {
+	known := replay.Policies()
+	if strings.TrimSpace(f.policies) == "" || f.policies == "all" {
+		return known, nil
+	}
+	var out []string
+	for _, p := range strings.Split(f.policies, ",") {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		if !slices.Contains(known, p) {
+			return nil, usageErr("--policies: unknown policy %q (known: %s)", p, strings.Join(known, ", "))
+		}
+		if !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	if len(out) == 0 {
+		return nil, usageErr("--policies names no policy")
+	}
+	return out, nil
+}
+
+// parseCapacities parses percentages in (0, 100], sorted, without repeats.
+func parseCapacities(s string) ([]float64, error) {
+	var out []float64
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSuffix(strings.TrimSpace(f), "%")
+		if f == "" {
+			continue
+		}
+		v, err := strconv.ParseFloat(f, 64)
+		if err != nil {
+			return nil, usageErr("--capacities: %q is not a percentage", f)
+		}
+		if !(v > 0 && v <= 100) {
+			return nil, usageErr("--capacities: capacity %v%% out of range (0, 100]", v)
+		}
+		if !slices.Contains(out, v) {
+			out = append(out, v)
+		}
+	}
+	if len(out) == 0 {
+		return nil, usageErr("--capacities names no capacity")
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+func readTraceFile(path string, limit int) ([]replay.Request, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, usageErr("--trace: %v", err)
+	}
+	defer f.Close()
+	reqs, err := replay.ReadTrace(f, limit)
+	if err != nil {
+		return nil, fmt.Errorf("trace %s: %w", path, err)
+	}
+	if len(reqs) == 0 {
+		return nil, fmt.Errorf("trace %s holds no requests", path)
+	}
+	return reqs, nil
+}
+
+// traceMeta describes the replayed trace in the JSON output.
+type traceMeta struct {
+	File         string `json:"file"`
+	Limit        int    `json:"limit,omitempty"`
+	Requests     int    `json:"requests"`
+	UniqueBlocks int    `json:"unique_blocks"`
+	Blocks       int64  `json:"blocks"` // block accesses
+}
+
+func (m traceMeta) String() string {
+	return fmt.Sprintf("%s: %d requests, %d unique blocks, %d block accesses", filepath.Base(m.File), m.Requests, m.UniqueBlocks, m.Blocks)
+}
+
+// simJSON is the simulate mode's JSON output.
+type simJSON struct {
+	Trace   traceMeta       `json:"trace"`
+	Results []replay.Result `json:"results"`
+}
+
+func (f *replayFlags) runSimulate(reqs []replay.Request, meta traceMeta, showProgress bool, std Stdio) error {
+	policies, _ := f.policyList()
+	caps, _ := parseCapacities(f.capacities)
+	type job struct {
+		policy string
+		frac   float64
+	}
+	var jobs []job
+	for _, c := range caps {
+		for _, p := range policies {
+			jobs = append(jobs, job{p, c / 100})
+		}
+	}
+	results := make([]replay.Result, len(jobs))
+	errs := make([]error, len(jobs))
+	bar := startProgress(std.Err, showProgress, fmt.Sprintf("simulating %d runs", len(jobs)), int64(len(jobs))*int64(len(reqs)))
+	start := time.Now()
+	next := atomic.Int64{}
+	var wg sync.WaitGroup
+	for range min(f.workers, len(jobs)) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(jobs) {
+					return
+				}
+				last := 0
+				results[i], errs[i] = replay.Simulate(reqs, jobs[i].policy, jobs[i].frac, func(done int) {
+					bar.Add(int64(done - last))
+					last = done
+				})
+				bar.Add(int64(len(reqs) - last))
+			}
+		})
+	}
+	wg.Wait()
+	bar.Stop()
+	elapsed := time.Since(start)
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+
+	w := std.Out
+	fmt.Fprintf(w, "trace %s\n", meta)
+	fmt.Fprintf(w, "simulated %d policies × %d capacities in %.1fs (%d workers)\n\n", len(policies), len(caps), elapsed.Seconds(), min(f.workers, len(jobs)))
+	at := func(ci, pi int) replay.Result { return results[ci*len(policies)+pi] }
+	table := func(title string, cell func(r replay.Result) string) {
+		fmt.Fprintln(w, title)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprint(tw, "capacity\tblocks\t")
+		for _, p := range policies {
+			fmt.Fprintf(tw, "%s\t", p)
+		}
+		fmt.Fprintln(tw)
+		for ci, c := range caps {
+			fmt.Fprintf(tw, "%s%%\t%d\t", strconv.FormatFloat(c, 'g', -1, 64), at(ci, 0).Capacity)
+			for pi := range policies {
+				fmt.Fprintf(tw, "%s\t", cell(at(ci, pi)))
+			}
+			fmt.Fprintln(tw)
+		}
+		tw.Flush()
+		fmt.Fprintln(w)
+	}
+	table("prefix-hit ratio (leading-run hits / block accesses)", func(r replay.Result) string { return fmt.Sprintf("%.4f", r.HitRatio) })
+	prompt := results[0].PromptTokens
+	table(fmt.Sprintf("prefill tokens saved, %% of %d prompt tokens", prompt), func(r replay.Result) string {
+		if r.PromptTokens == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.2f%%", 100*float64(r.SavedTokens)/float64(r.PromptTokens))
+	})
+	table("compute saved, % of prefill attention work (a block at position p costs ∝ its attention span)", func(r replay.Result) string {
+		return fmt.Sprintf("%.2f%%", 100*r.ComputeSaved)
+	})
+
+	if f.jsonOut != "" {
+		if err := writeJSON(f.jsonOut, simJSON{Trace: meta, Results: results}); err != nil {
+			return err
+		}
+		fmt.Fprintf(std.Err, "wrote %s\n", f.jsonOut)
+	}
+	if f.plotOut != "" {
+		opt := plot.Options{Subtitle: fmt.Sprintf("%s (%d requests, %d unique blocks)", filepath.Base(meta.File), meta.Requests, meta.UniqueBlocks)}
+		if err := plot.WriteFile(f.plotOut, results, opt); err != nil {
+			return err
+		}
+		fmt.Fprintf(std.Err, "wrote %s\n", f.plotOut)
+	}
+	return nil
+}
+
+func (f *replayFlags) runPrintCapacity(reqs []replay.Request, meta traceMeta, std Stdio) error {
+	sz, err := live.Size(reqs, f.capacityFrac, live.PayloadBytes(f.scale))
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	w := std.Out
+	fmt.Fprintf(w, "# live replay sizing: %s; capacity %v = %d blocks of %d bytes (scale %d)\n",
+		meta, f.capacityFrac, sz.CapacityBlocks, sz.PayloadBytes, f.scale)
+	fmt.Fprintf(w, "capacity_blocks=%d\n", sz.CapacityBlocks)
+	fmt.Fprintf(w, "unique_blocks=%d\n", sz.UniqueBlocks)
+	fmt.Fprintf(w, "payload_bytes=%d\n", sz.PayloadBytes)
+	fmt.Fprintf(w, "hot_capacity=%d\n", sz.CapacityBytes)
+	fmt.Fprintf(w, "hot_min_class=%d\n", sz.SlotBytes)
+	fmt.Fprintf(w, "hot_max_class=%d\n", sz.SlotBytes)
+	fmt.Fprintf(w, "hot_slab=%d\n", sz.SlabBytes)
+	fmt.Fprintf(w, "gpucached_flags='--hot-capacity %d --hot-min-class %d --hot-max-class %d --hot-slab %d'\n",
+		sz.CapacityBytes, sz.SlotBytes, sz.SlotBytes, sz.SlabBytes)
+	return nil
+}
+
+// liveJSON is the live mode's JSON output.
+type liveJSON struct {
+	Trace      traceMeta   `json:"trace"`
+	PolicyName string      `json:"policy_name,omitempty"`
+	Scale      int         `json:"scale"`
+	Live       live.Report `json:"live"`
+}
+
+func (f *replayFlags) runLive(ctx context.Context, reqs []replay.Request, meta traceMeta, showProgress bool, std Stdio) error {
+	if f.common.timeout <= 0 {
+		return usageErr("--timeout must be positive")
+	}
+	secret, tc, err := f.common.credentials()
+	if err != nil {
+		return err
+	}
+	bar := startProgress(std.Err, showProgress, fmt.Sprintf("replaying %d requests", len(reqs)), int64(len(reqs)))
+	var last atomic.Int64
+	rep, err := live.Run(ctx, live.Config{
+		Client: client.Config{Addr: f.common.addr, Tenant: f.common.tenant, Secret: secret, TLS: tc, Conns: f.conns,
+			DialTimeout: f.common.timeout, RequestTimeout: f.common.timeout, ClientName: "gpucache-replay"},
+		Requests: reqs, PayloadBytes: live.PayloadBytes(f.scale), Speedup: f.speedup, Workers: f.conns,
+		CapacityFrac: f.capacityFrac, SimPolicy: f.simPolicy, LeaseTTL: f.leaseTTL,
+		Progress: func(done int) {
+			// Calls come from several workers: add only what is new.
+			for {
+				l := last.Load()
+				if int64(done) <= l {
+					return
+				}
+				if last.CompareAndSwap(l, int64(done)) {
+					bar.Add(int64(done) - l)
+					return
+				}
+			}
+		},
+	})
+	bar.Stop()
+	if err != nil {
+		return err
+	}
+	printLive(std.Out, f, meta, rep)
+	if f.jsonOut != "" {
+		if err := writeJSON(f.jsonOut, liveJSON{Trace: meta, PolicyName: f.policyName, Scale: f.scale, Live: rep}); err != nil {
+			return err
+		}
+		fmt.Fprintf(std.Err, "wrote %s\n", f.jsonOut)
+	}
+	switch {
+	case rep.WrongPayloads > 0:
+		return fmt.Errorf("%d hits returned bytes other than those stored", rep.WrongPayloads)
+	case rep.Failed > 0:
+		return fmt.Errorf("%d of %d requests failed; first: %s", rep.Failed, rep.Requests, rep.FirstErr)
+	}
+	return nil
+}
+
+func printLive(w io.Writer, f *replayFlags, meta traceMeta, rep live.Report) {
+	pol := f.policyName
+	if pol == "" {
+		pol = "(not given)"
+	}
+	gib := func(n int64) float64 { return float64(n) / (1 << 30) }
+	fmt.Fprintf(w, "live replay of %s against %s, daemon policy %s\n", meta, rep.Addr, pol)
+	speed := "as fast as possible"
+	if rep.Speedup > 0 {
+		speed = fmt.Sprintf("arrival times / %g", rep.Speedup)
+	}
+	inFlight := "requests"
+	if rep.Workers == 1 {
+		inFlight = "request"
+	}
+	fmt.Fprintf(w, "  payload %d bytes per block (scale %d), %d %s in flight, %s\n", rep.PayloadBytes, f.scale, rep.Workers, inFlight, speed)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	if sz := rep.Sizing; sz != nil {
+		fmt.Fprintf(tw, "  capacity\t%g%% of %d unique blocks = %d blocks = %d bytes (--hot-capacity)\n", 100*sz.CapacityFrac, sz.UniqueBlocks, sz.CapacityBlocks, sz.CapacityBytes)
+	}
+	fmt.Fprintf(tw, "  blocks\t%d accessed, %d hits read back (lookup hits %d, GET misses %d)\n", rep.Blocks, rep.HitBlocks, rep.LookupHits, rep.GetMisses)
+	if rep.Sim != nil {
+		fmt.Fprintf(tw, "  hit ratio\t%.4f   simulator (%s, %d blocks) %.4f   difference %+.4f\n", rep.HitRatio, rep.Sim.Policy, rep.Sim.Capacity, rep.Sim.HitRatio, rep.HitRatioDiff)
+	} else {
+		fmt.Fprintf(tw, "  hit ratio\t%.4f\n", rep.HitRatio)
+	}
+	if rep.PromptTokens > 0 {
+		fmt.Fprintf(tw, "  prefill saved\t%d of %d prompt tokens (%.2f%%)\n", rep.SavedTokens, rep.PromptTokens, 100*float64(rep.SavedTokens)/float64(rep.PromptTokens))
+	}
+	fmt.Fprintf(tw, "  payloads\t%d wrong\n", rep.WrongPayloads)
+	fmt.Fprintf(tw, "  puts\t%d stored, %d already cached (touched), %d refused\n", rep.PutStored, rep.PutExists, rep.PutRefused)
+	fmt.Fprintf(tw, "  throughput\t%.1f requests/s, %.3f GiB/s (%.2f GiB read, %.2f GiB written) in %.2fs\n",
+		rep.RequestsPerS, rep.GiBPerS, gib(rep.BytesRead), gib(rep.BytesWritten), rep.Seconds)
+	l := rep.Latency
+	fmt.Fprintf(tw, "  latency\tp50 %.2f ms  p90 %.2f ms  p99 %.2f ms  max %.2f ms (per request: lookup + get + put)\n", l.P50, l.P90, l.P99, l.Max)
+	if rep.Speedup > 0 {
+		fmt.Fprintf(tw, "  schedule\tthe latest request started %.1f ms after its arrival time\n", rep.MaxLagMS)
+	}
+	if rep.Failed > 0 {
+		fmt.Fprintf(tw, "  failed\t%d requests; first: %s\n", rep.Failed, rep.FirstErr)
+	}
+	if s := rep.Server; s != nil {
+		fmt.Fprintf(tw, "  server\t%d blocks cached, %d evictions, capacity %d bytes\n", s["hot_blocks"], s["hot_evictions"], s["hot_capacity_bytes"])
+	}
+	tw.Flush()
+	if sz, s := rep.Sizing, rep.Server; sz != nil && s != nil {
+		if c, ok := s["hot_capacity_bytes"]; ok && c != uint64(sz.CapacityBytes) {
+			fmt.Fprintf(w, "warning: the daemon's hot capacity is %d bytes, not the %d this replay's capacity needs: the hit ratios are not comparable (see gpucache replay --print-capacity)\n", c, sz.CapacityBytes)
+		}
+	}
+	if rep.ServerBlocksBefore > 0 {
+		fmt.Fprintf(w, "warning: the daemon held %d blocks before the replay: start it empty for comparable hit ratios\n", rep.ServerBlocksBefore)
+	}
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// progressBar is a textual bar on stderr, redrawn in place with \r. A nil
+// bar (progress off) ignores every call.
+type progressBar struct {
+	w     io.Writer
+	label string
+	total int64
+	done  atomic.Int64
+	start time.Time
+	stop  chan struct{}
+	ended chan struct{}
+}
+
+// progressTick is how often the bar is redrawn.
+const progressTick = 200 * time.Millisecond
+
+func startProgress(w io.Writer, on bool, label string, total int64) *progressBar {
+	if !on || total <= 0 {
+		return nil
+	}
+	p := &progressBar{w: w, label: label, total: total, start: time.Now(), stop: make(chan struct{}), ended: make(chan struct{})}
+	go func() {
+		defer close(p.ended)
+		t := time.NewTicker(progressTick)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				p.draw(false)
+			case <-p.stop:
+				p.draw(true)
+				return
+			}
+		}
+	}()
+	return p
+}
+
+// Add counts n more units done.
+func (p *progressBar) Add(n int64) {
+	if p != nil && n > 0 {
+		p.done.Add(n)
+	}
+}
+
+// Stop draws the final state, ends the line and stops the redraws.
+func (p *progressBar) Stop() {
+	if p == nil {
+		return
+	}
+	close(p.stop)
+	<-p.ended
+}
+
+const barWidth = 30
+
+func (p *progressBar) draw(final bool) {
+	done := min(p.done.Load(), p.total)
+	frac := float64(done) / float64(p.total)
+	n := int(frac * barWidth)
+	bar := strings.Repeat("#", n) + strings.Repeat(".", barWidth-n)
+	end := ""
+	if final {
+		end = "\n"
+	}
+	fmt.Fprintf(p.w, "\r%s [%s] %5.1f%% %.1fs%s", p.label, bar, 100*frac, time.Since(p.start).Seconds(), end)
+}
