@@ -2,10 +2,7 @@ package hot
 
 import (
 	"errors"
-	"math/rand/v2"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -528,32 +525,13 @@ func TestConcurrentStressPolicy(t *testing.T) {
 			cfg := testConfig(clk, 8*mib)
 			cfg.MaxLeases = 64
 			cfg.Policy = mk()
-			s := newTestStore(t, cfg)
-			const workers, ops = 4, 2500
-			var wg sync.WaitGroup
-			var noSpace atomic.Int64
-			for w := range workers {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					if err := stressWorker(s, clk, rand.New(rand.NewPCG(7, uint64(w))), ops, &noSpace); err != nil {
-						t.Error(err)
-					}
-				}()
-			}
-			wg.Wait()
-			mustInvariants(t, s)
-			clk.Advance(time.Hour)
-			s.ExpireLeases()
-			mustInvariants(t, s)
-			st := s.Stats()
+			st := runStress(t, clk, cfg, 7)
 			if st.Puts == 0 || st.Evictions == 0 || st.Pinned != 0 || st.InFlight != 0 {
 				t.Fatalf("stress did not exercise the store: %+v", st)
 			}
 			if name == "test-fifo-admit" && st.NotAdmitted == 0 {
 				t.Fatalf("no block refused: %+v", st)
 			}
-			t.Logf("ErrNoSpace %d; %+v", noSpace.Load(), st)
 		})
 	}
 }

@@ -46,12 +46,12 @@ func checkBytes(b []byte, id uint64) error {
 	return nil
 }
 
-func TestConcurrentStress(t *testing.T) {
-	clk := newFakeClock()
-	cfg := testConfig(clk, 8*mib)
-	cfg.MaxLeases = 64
+// runStress runs the stress workers (4 × 2500 operations) on a store of
+// cfg, checks the invariants before and after every lease has expired, and
+// returns the store's stats.
+func runStress(t *testing.T, clk *fakeClock, cfg Config, seed uint64) Stats {
+	t.Helper()
 	s := newTestStore(t, cfg)
-
 	const workers, ops = 4, 2500
 	var wg sync.WaitGroup
 	var noSpace atomic.Int64
@@ -59,25 +59,32 @@ func TestConcurrentStress(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := stressWorker(s, clk, rand.New(rand.NewPCG(42, uint64(w))), ops, &noSpace); err != nil {
+			if err := stressWorker(s, clk, rand.New(rand.NewPCG(seed, uint64(w))), ops, &noSpace); err != nil {
 				t.Error(err)
 			}
 		}()
 	}
 	wg.Wait()
 	mustInvariants(t, s)
-
 	clk.Advance(time.Hour)
 	s.ExpireLeases()
 	mustInvariants(t, s)
 	st := s.Stats()
+	t.Logf("ErrNoSpace %d; %+v", noSpace.Load(), st)
+	return st
+}
+
+func TestConcurrentStress(t *testing.T) {
+	clk := newFakeClock()
+	cfg := testConfig(clk, 8*mib)
+	cfg.MaxLeases = 64
+	st := runStress(t, clk, cfg, 42)
 	if st.Pinned != 0 || st.LeasesActive != 0 || st.InFlight != 0 {
 		t.Fatalf("Stats after stress = %+v", st)
 	}
 	if st.Puts == 0 || st.Hits == 0 || st.Evictions == 0 || st.LeasesGranted == 0 || st.IdentityMismatches == 0 {
 		t.Fatalf("stress did not exercise the store: %+v", st)
 	}
-	t.Logf("ErrNoSpace %d; %+v", noSpace.Load(), st)
 }
 
 func stressWorker(s *Store, clk *fakeClock, rng *rand.Rand, ops int, noSpace *atomic.Int64) error {
