@@ -34,7 +34,28 @@ func (c *Config) clusterFields() []field {
 		{"control_grace", "how long to serve read-only while etcd is unreachable before every owner is unknown", (*durVal)(&c.ControlGrace)},
 		{"control_probe", "how often etcd reachability is checked", (*durVal)(&c.ControlProbe)},
 		{"protocol_max", "highest wire protocol version to negotiate (1 during a rolling upgrade from 1)", (*intVal)(&c.ProtocolMax)},
+		{"etcd_ca", "CA bundle (PEM) that verifies etcd's server certificate (required for https:// endpoints)", (*strVal)(&c.EtcdCA)},
+		{"etcd_cert", "client certificate (PEM) for etcd mTLS", (*strVal)(&c.EtcdCert)},
+		{"etcd_key", "client private key (PEM) for etcd mTLS", (*strVal)(&c.EtcdKey)},
+		{"etcd_username", "etcd user (etcd authentication)", (*strVal)(&c.EtcdUsername)},
+		{"etcd_password_file", "file holding the etcd user's password", (*strVal)(&c.EtcdPasswordFile)},
 	}
+}
+
+// EtcdPassword reads etcd_password_file (surrounding white space trimmed).
+func (c Config) EtcdPassword() (string, error) {
+	if c.EtcdPasswordFile == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(c.EtcdPasswordFile)
+	if err != nil {
+		return "", fmt.Errorf("%w: etcd_password_file: %v", ErrInvalid, err)
+	}
+	p := strings.TrimSpace(string(b))
+	if p == "" {
+		return "", fmt.Errorf("%w: etcd_password_file %s is empty", ErrInvalid, c.EtcdPasswordFile)
+	}
+	return p, nil
 }
 
 // Clustered reports whether the node joins a cluster (etcd_endpoints set).
@@ -92,6 +113,18 @@ func (c Config) validateCluster() error {
 		if !strings.Contains(e, "://") {
 			return bad("etcd endpoint %q needs a scheme, e.g. http://%s", e, e)
 		}
+		if strings.HasPrefix(e, "https://") && c.EtcdCA == "" {
+			return bad("etcd endpoint %q is https: set etcd_ca to the CA bundle that verifies it", e)
+		}
+	}
+	if (c.EtcdCert == "") != (c.EtcdKey == "") {
+		return bad("etcd_cert and etcd_key must be set together")
+	}
+	if c.EtcdCert != "" && c.EtcdCA == "" {
+		return bad("etcd_cert needs etcd_ca (etcd's server certificate is always verified)")
+	}
+	if (c.EtcdUsername == "") != (c.EtcdPasswordFile == "") {
+		return bad("etcd_username and etcd_password_file must be set together")
 	}
 	if c.AdvertiseAddr != "" {
 		if err := checkAddr("advertise_addr", c.AdvertiseAddr); err != nil {

@@ -2,6 +2,7 @@ package config
 
 import (
 	"io"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -58,5 +59,29 @@ func TestClusterValidation(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want an error naming %s", flagv, err, want)
 		}
+	}
+}
+
+func TestEtcdSecurityValidation(t *testing.T) {
+	base := []string{"--etcd-endpoints=https://10.0.0.5:2379"}
+	if _, err := Load(base, env(nil), io.Discard); err == nil || !strings.Contains(err.Error(), "etcd_ca") {
+		t.Fatalf("https endpoint without etcd_ca: %v", err)
+	}
+	if _, err := Load(append(base, "--etcd-ca=ca.pem", "--etcd-cert=c.pem"), env(nil), io.Discard); err == nil {
+		t.Fatal("etcd_cert without etcd_key accepted")
+	}
+	c, err := Load(append(base, "--etcd-ca=ca.pem", "--etcd-cert=c.pem", "--etcd-key=k.pem"), env(nil), io.Discard)
+	if err != nil || c.EtcdCA != "ca.pem" {
+		t.Fatalf("full TLS settings: %v", err)
+	}
+	pw := t.TempDir() + "/pw"
+	os.WriteFile(pw, []byte("  hunter2 \n"), 0o600)
+	c.EtcdUsername, c.EtcdPasswordFile = "gpucache", pw
+	if p, err := c.EtcdPassword(); err != nil || p != "hunter2" {
+		t.Fatalf("password %q, %v", p, err)
+	}
+	os.WriteFile(pw, []byte("\n"), 0o600)
+	if _, err := c.EtcdPassword(); err == nil {
+		t.Fatal("empty password file accepted")
 	}
 }

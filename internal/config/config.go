@@ -136,6 +136,13 @@ type Config struct {
 	ControlGrace   time.Duration `yaml:"control_grace"`    // default 10s
 	ControlProbe   time.Duration `yaml:"control_probe"`    // default 1s
 	ProtocolMax    int           `yaml:"protocol_max"`     // default 2
+	// etcd client security: TLS (etcd_ca, plus etcd_cert/etcd_key for
+	// mTLS) and etcd's own user authentication.
+	EtcdCA           string `yaml:"etcd_ca"`
+	EtcdCert         string `yaml:"etcd_cert"`
+	EtcdKey          string `yaml:"etcd_key"`
+	EtcdUsername     string `yaml:"etcd_username"`
+	EtcdPasswordFile string `yaml:"etcd_password_file"`
 
 	// LogLevel is debug, info, warn or error. Default info.
 	LogLevel string `yaml:"log_level"`

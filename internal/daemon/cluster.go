@@ -18,6 +18,7 @@ import (
 	"github.com/gpucache/gpucache/internal/control"
 	"github.com/gpucache/gpucache/internal/control/etcdmember"
 	"github.com/gpucache/gpucache/internal/degrade"
+	"github.com/gpucache/gpucache/internal/security/tlsconf"
 	"github.com/gpucache/gpucache/internal/server"
 )
 
@@ -52,11 +53,11 @@ func joinCluster(ctx context.Context, cfg config.Config, listen string, log *slo
 	if err != nil {
 		return nil, err
 	}
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   cfg.Endpoints(),
-		DialTimeout: 5 * time.Second,
-		Logger:      zap.NewNop(),
-	})
+	ecfg, err := etcdClientConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	cli, err := clientv3.New(ecfg)
 	if err != nil {
 		return nil, fmt.Errorf("etcd %v: %w", cfg.Endpoints(), err)
 	}
@@ -75,6 +76,31 @@ func joinCluster(ctx context.Context, cfg config.Config, listen string, log *slo
 	n.m = m
 	n.cluster = server.NewCluster(n.self.ID, m.Current())
 	return n, nil
+}
+
+// etcdClientConfig builds the etcd client's config: endpoints, TLS (the
+// server is always verified against etcd_ca; etcd_cert/etcd_key add a
+// client certificate) and etcd user authentication.
+func etcdClientConfig(cfg config.Config) (clientv3.Config, error) {
+	ec := clientv3.Config{
+		Endpoints:   cfg.Endpoints(),
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+		Username:    cfg.EtcdUsername,
+	}
+	if cfg.EtcdCA != "" {
+		tc, err := tlsconf.NewClient(tlsconf.ClientFiles{CAFile: cfg.EtcdCA, CertFile: cfg.EtcdCert, KeyFile: cfg.EtcdKey})
+		if err != nil {
+			return ec, fmt.Errorf("etcd TLS: %w", err)
+		}
+		ec.TLS = tc
+	}
+	p, err := cfg.EtcdPassword()
+	if err != nil {
+		return ec, err
+	}
+	ec.Password = p
+	return ec, nil
 }
 
 // register joins under a fresh lease. A registration of the same ID that

@@ -15,7 +15,14 @@ import (
 	"github.com/gpucache/gpucache/internal/config"
 	"github.com/gpucache/gpucache/internal/degrade"
 	"github.com/gpucache/gpucache/internal/etcdtest"
+	"github.com/gpucache/gpucache/internal/security/tlsconf"
+	"github.com/gpucache/gpucache/internal/security/tlsconf/tlstest"
 	"github.com/gpucache/gpucache/internal/server"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"os"
+	"path/filepath"
+	"strings"
 )
 
 // clusterConfig is a test node of the cluster at endpoint.
@@ -283,5 +290,56 @@ func TestDrainedKeysRefillFromSharedS3(t *testing.T) {
 	}
 	if st["cold_refill_hits"] != uint64(hits) {
 		t.Fatalf("B's hits %d are not all cold refills (%d): a payload moved between hot tiers?", hits, st["cold_refill_hits"])
+	}
+}
+
+// TestClusterOverEtcdTLSAndAuth: a node joins an etcd that requires TLS
+// with client certificates and user authentication (etcd_ca, etcd_cert,
+// etcd_key, etcd_username, etcd_password_file); without the password it
+// refuses to start with etcd's reason.
+func TestClusterOverEtcdTLSAndAuth(t *testing.T) {
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, "etcd-ca")
+	certFile, keyFile := ca.IssueFiles(t, dir, "etcd", "etcd")
+	caFile := filepath.Join(dir, "ca.pem")
+	if err := os.WriteFile(caFile, ca.CertPEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	etcd := etcdtest.StartWith(t, &etcdtest.TLS{CertFile: certFile, KeyFile: keyFile, ClientCA: caFile})
+	nodeCert, nodeKey := ca.IssueFiles(t, dir, "node", "gpucache-node", tlstest.ClientAuth())
+	tc, err := tlsconf.NewClient(tlsconf.ClientFiles{CAFile: caFile, CertFile: nodeCert, KeyFile: nodeKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.Endpoint}, TLS: tc, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	etcdtest.EnableAuth(t, admin, "s3cret-root")
+	pw := filepath.Join(dir, "etcd.pw")
+	if err := os.WriteFile(pw, []byte("s3cret-root\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	c := clusterConfig(etcd.Endpoint, "secure-node", "rack-a")
+	c.EtcdCA, c.EtcdCert, c.EtcdKey = caFile, nodeCert, nodeKey
+	c.EtcdUsername, c.EtcdPasswordFile = "root", pw
+	a, _ := startNode(t, c, Options{})
+	if v := awaitMembers(t, a.Admin, "secure-node"); v.Mode != "live" {
+		t.Fatalf("control mode %s", v.Mode)
+	}
+
+	// A wrong password: the join fails, with etcd's reason.
+	bad := filepath.Join(dir, "bad.pw")
+	os.WriteFile(bad, []byte("wrong"), 0o600)
+	c2 := clusterConfig(etcd.Endpoint, "other-node", "rack-b")
+	c2.EtcdCA, c2.EtcdCert, c2.EtcdKey = caFile, nodeCert, nodeKey
+	c2.EtcdUsername, c2.EtcdPasswordFile = "root", bad
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = RunWith(ctx, c2, quiet(), Options{})
+	if err == nil || !strings.Contains(err.Error(), "authentication failed") {
+		t.Fatalf("join with a wrong etcd password: %v", err)
 	}
 }

@@ -6,12 +6,14 @@
 package etcdtest
 
 import (
+	"context"
 	"net"
 	"net/url"
 	"sync"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -42,15 +44,30 @@ type Server struct {
 	once     sync.Once
 }
 
+// TLS makes the server speak https on its client URL with this
+// certificate, requiring client certificates from ClientCA when it is set.
+type TLS struct {
+	CertFile, KeyFile string
+	ClientCA          string // "": no client certificate required
+}
+
 // Start starts a single-member embedded etcd and returns it; it is closed
 // at test end.
-func Start(t testing.TB) *Server {
+func Start(t testing.TB) *Server { return StartWith(t, nil) }
+
+// StartWith is Start with an https client URL when tls is not nil.
+func StartWith(t testing.TB, tls *TLS) *Server {
 	t.Helper()
 	var lastErr error
 	for range 3 { // a reserved port may be taken in between: retry
 		cfg := embed.NewConfig()
 		cfg.Dir = t.TempDir()
 		cu, pu := freeURL(t), freeURL(t)
+		if tls != nil {
+			cu.Scheme = "https"
+			cfg.ClientTLSInfo = transport.TLSInfo{CertFile: tls.CertFile, KeyFile: tls.KeyFile,
+				TrustedCAFile: tls.ClientCA, ClientCertAuth: tls.ClientCA != ""}
+		}
 		cfg.ListenClientUrls = []url.URL{cu}
 		cfg.AdvertiseClientUrls = []url.URL{cu}
 		cfg.ListenPeerUrls = []url.URL{pu}
@@ -78,6 +95,23 @@ func Start(t testing.TB) *Server {
 
 // Close stops the server (idempotent): clients see it as unreachable.
 func (s *Server) Close() { s.once.Do(s.e.Close) }
+
+// EnableAuth turns on etcd authentication with a root user of the given
+// password, through cli (which must be able to reach s before auth is on).
+func EnableAuth(t testing.TB, cli *clientv3.Client, password string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), ReadyTimeout)
+	defer cancel()
+	if _, err := cli.UserAdd(ctx, "root", password); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.UserGrantRole(ctx, "root", "root"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.AuthEnable(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
 
 // Client returns a client of s, closed at test end.
 func (s *Server) Client(t testing.TB) *clientv3.Client {
