@@ -112,10 +112,7 @@ func (c *Cluster) SetMode(m ControlMode) {
 
 // Draining reports whether this node is draining in the current view (or
 // absent from it): it owns no key and takes no new fill.
-func (c *Cluster) Draining() bool {
-	m, ok := c.View().Member(c.self)
-	return !ok || m.Draining
-}
+func (c *Cluster) Draining() bool { return c.state.Load().takesNoFill(c.self) }
 
 // owns reports whether this node owns key under the current view.
 func (st *clusterState) owns(self control.MemberID, key identity.BlockKey) bool {
