@@ -40,24 +40,24 @@ func startNode(t *testing.T, c config.Config, opts Options) (Addrs, <-chan error
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan Addrs, 1)
-	done := make(chan error, 1)
-	opts.Ready = func(a Addrs) { ready <- a }
-	go func() { done <- RunWith(ctx, c, quiet(), opts) }()
-	stopped := make(chan error, 1)
-	var a Addrs
-	select {
-	case a = <-ready:
-	case err := <-done:
-		cancel()
-		t.Fatalf("node did not start: %v", err)
-	}
 	res := make(chan error, 1)
-	go func() { err := <-done; res <- err; stopped <- err }()
+	exited := make(chan struct{})
+	opts.Ready = func(a Addrs) { ready <- a }
+	go func() {
+		res <- RunWith(ctx, c, quiet(), opts)
+		close(exited)
+	}()
 	t.Cleanup(func() {
 		cancel()
-		<-stopped
+		<-exited
 	})
-	return a, res
+	select {
+	case a := <-ready:
+		return a, res
+	case <-exited:
+		t.Fatalf("node did not start: %v", <-res)
+		return Addrs{}, nil
+	}
 }
 
 // clusterView reads a node's GET /cluster.
