@@ -78,7 +78,13 @@ func TestClose(t *testing.T) {
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
-		// Close returned, so the drain has returned too.
+		// Close returned, so the drain's round is over: the interrupted
+		// write is already accounted for. The drain's goroutine may still
+		// be between its return and the send; let it settle.
+		if got := s.Stats(); got.Writing != 0 || got.Interrupted != 1 {
+			t.Fatalf("Close returned while the drain still writes: %+v", got)
+		}
+		synctest.Wait()
 		select {
 		case r := <-rep:
 			wantReport(t, r, Report{Selected: 1, Attempted: 1, Interrupted: 1, Remaining: 1, Err: ErrClosed})
