@@ -133,6 +133,7 @@ type Stats struct {
 	RefillHits      uint64
 	RefillMisses    uint64
 	RefillIntegrity uint64 // refill misses reported as integrity events
+	Spilled         uint64 // blocks still cached copied for write-behind by Spill
 	PendingBytes    int64
 	SinkCompleted   uint64
 	SinkFailed      uint64
@@ -180,7 +181,7 @@ type Tier struct {
 	st      struct {
 		remembered, forgotten, offered, droppedFull, droppedUnknown   atomic.Uint64
 		packsBuilt, packsQueued, packErrors, refillHits, refillMisses atomic.Uint64
-		refillIntegrity                                               atomic.Uint64
+		refillIntegrity, spilled                                      atomic.Uint64
 	}
 }
 
@@ -347,6 +348,13 @@ func (t *Tier) Evicted(ns identity.NamespaceDigest, key, parent identity.BlockKe
 		t.st.droppedFull.Add(1)
 		return
 	}
+	t.batchLocked(ns, tl, payload)
+	t.st.offered.Add(1)
+}
+
+// batchLocked copies a remembered block into its namespace's pending
+// batch. t.mu must be held, and the pending budget checked.
+func (t *Tier) batchLocked(ns identity.NamespaceDigest, tl tail, payload []byte) {
 	nsv := t.mu.namespaces[tl.ns]
 	id := identity.CacheIdentity{Namespace: nsv, Parent: tl.parent, Position: tl.position,
 		Tokens: append([]uint32(nil), t.mu.tokens[tl.tokOff:tl.tokOff+tl.tokLen]...), ValidLength: tl.valid}
@@ -358,7 +366,6 @@ func (t *Tier) Evicted(ns identity.NamespaceDigest, key, parent identity.BlockKe
 	b.blocks = append(b.blocks, pack.Block{Identity: id, Payload: append([]byte(nil), payload...)})
 	b.bytes += int64(len(payload))
 	t.mu.pending += int64(len(payload))
-	t.st.offered.Add(1)
 }
 
 // integrity counts a refill integrity event and passes it on.
@@ -543,7 +550,7 @@ func (t *Tier) Stats() Stats {
 		DroppedFull: t.st.droppedFull.Load(), DroppedUnknown: t.st.droppedUnknown.Load(),
 		PacksBuilt: t.st.packsBuilt.Load(), PacksQueued: t.st.packsQueued.Load(), PackErrors: t.st.packErrors.Load(),
 		RefillHits: t.st.refillHits.Load(), RefillMisses: t.st.refillMisses.Load(), RefillIntegrity: t.st.refillIntegrity.Load(),
-		PendingBytes: pending, SinkCompleted: ss.Completed, SinkFailed: ss.FailedTotal, RememberedBytes: remembered,
+		Spilled: t.st.spilled.Load(), PendingBytes: pending, SinkCompleted: ss.Completed, SinkFailed: ss.FailedTotal, RememberedBytes: remembered,
 	}
 }
 

@@ -108,6 +108,12 @@ type Config struct {
 	// ColdWriteBehind writes blocks evicted from the hot tier to the cold
 	// tier. Default true.
 	ColdWriteBehind bool `yaml:"cold_write_behind"`
+	// ColdSpillOnDrain writes the blocks still in DRAM to the cold tier on
+	// a graceful shutdown (SIGTERM, or a cluster drain) before the node
+	// leaves, within half of drain_timeout, so that their new owners (or
+	// this node, restarted) refill them instead of recomputing. It needs
+	// cold_write_behind. Default true.
+	ColdSpillOnDrain bool `yaml:"cold_spill_on_drain"`
 	// ColdFlushInterval is how often pending evicted blocks are packed and
 	// written. Default 1s.
 	ColdFlushInterval time.Duration `yaml:"cold_flush_interval"`
@@ -182,6 +188,7 @@ func Default() Config {
 		ColdStore:         "fs",
 		ColdDir:           "./gpucache-data",
 		ColdWriteBehind:   true,
+		ColdSpillOnDrain:  true,
 		ColdFlushInterval: time.Second,
 		ColdPending:       64 << 20,
 		S3Region:          "us-east-1",
@@ -225,6 +232,7 @@ func (c *Config) fields() []field {
 		{"cold_store", "cold tier: fs, s3 or off", (*strVal)(&c.ColdStore)},
 		{"cold_dir", "fs cold tier directory", (*strVal)(&c.ColdDir)},
 		{"cold_write_behind", "write blocks evicted from DRAM to the cold tier", (*boolVal)(&c.ColdWriteBehind)},
+		{"cold_spill_on_drain", "on graceful shutdown, write the blocks still in DRAM to the cold tier", (*boolVal)(&c.ColdSpillOnDrain)},
 		{"cold_flush_interval", "how often evicted blocks are packed and written", (*durVal)(&c.ColdFlushInterval)},
 		{"cold_pending", "evicted bytes waiting to be packed (more are dropped)", &c.ColdPending},
 		{"s3_endpoint", "S3 endpoint URL, e.g. http://127.0.0.1:7070", (*strVal)(&c.S3Endpoint)},

@@ -244,52 +244,64 @@ func awaitMembers(t *testing.T, admin string, ids ...string) viewJSON {
 // tiers; the shared cold tier serves the misses. Node A alone takes 10 MiB
 // through a 4 MiB hot tier (the rest is evicted, written behind to S3 at
 // the drain's flush); node B joins; A is drained and leaves. B now owns
-// every key and serves every block A had evicted from S3, byte-identical,
-// as cold refills; the blocks only A's DRAM held are clean misses.
+// every key and serves from S3, byte-identical and as cold refills:
+//   - with cold_spill_on_drain (the default), every block: A's drain wrote
+//     the blocks its DRAM still held to S3 before it left;
+//   - without it, exactly the blocks A had evicted; the blocks only A's
+//     DRAM held are clean misses.
 func TestDrainedKeysRefillFromSharedS3(t *testing.T) {
 	etcd := etcdtest.Start(t)
 	endpoint, ak, sk := s3test.Start(t)
-	node := func(id, domain string) config.Config {
-		c := clusterConfig(etcd.Endpoint, id, domain)
-		c.ColdStore, c.S3Endpoint, c.S3Bucket, c.S3Prefix = "s3", endpoint, s3test.Bucket, "cluster/"
-		c.S3AccessKey, c.S3SecretKey = ak, sk
-		c.HotCapacity, c.HotSlab, c.HotMaxClass = 4<<20, 1<<20, 1<<20
-		c.ColdFlushInterval = time.Hour // flushed by the drain
-		return c
-	}
-	a, aDone := startNode(t, node("node-a", "rack-a"), Options{})
-	ns, _, ids, keys, payloads := coldBlocks(t)
-	cl := writeBlocks(t, a.Data, ns, ids, payloads)
-	stat, err := cl.Stat(context.Background())
-	cl.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	evicted := stat["hot_evictions"]
-	if evicted == 0 {
-		t.Fatal("nothing was evicted")
-	}
-	b, _ := startNode(t, node("node-b", "rack-b"), Options{})
-	awaitMembers(t, b.Admin, "node-a", "node-b")
-	resp, err := http.Post("http://"+a.Admin+"/admin/drain", "", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if err := <-aDone; err != nil {
-		t.Fatalf("drained node: %v", err)
-	}
-	awaitMembers(t, b.Admin, "node-b")
-	rb, hits := readBack(t, b.Data, ns, keys, payloads)
-	defer rb.Close()
-	st, _ := rb.Stat(context.Background())
-	t.Logf("A evicted %d of %d blocks to S3; after A's drain B served %d from the cold tier (%d cold refills), %d clean misses",
-		evicted, len(keys), hits, st["cold_refill_hits"], len(keys)-hits)
-	if uint64(hits) < evicted {
-		t.Fatalf("B served %d blocks, A had evicted %d to the shared cold tier", hits, evicted)
-	}
-	if st["cold_refill_hits"] != uint64(hits) {
-		t.Fatalf("B's hits %d are not all cold refills (%d): a payload moved between hot tiers?", hits, st["cold_refill_hits"])
+	for _, spill := range []bool{true, false} {
+		t.Run(fmt.Sprintf("spill=%v", spill), func(t *testing.T) {
+			node := func(id, domain string) config.Config {
+				c := clusterConfig(etcd.Endpoint, id, domain)
+				c.EtcdPrefix = fmt.Sprintf("/spill-%v/", spill)
+				c.ColdStore, c.S3Endpoint, c.S3Bucket, c.S3Prefix = "s3", endpoint, s3test.Bucket, fmt.Sprintf("cluster-spill-%v/", spill)
+				c.S3AccessKey, c.S3SecretKey = ak, sk
+				c.HotCapacity, c.HotSlab, c.HotMaxClass = 4<<20, 1<<20, 1<<20
+				c.ColdFlushInterval = time.Hour // flushed by the drain
+				c.ColdSpillOnDrain = spill
+				return c
+			}
+			a, aDone := startNode(t, node("node-a", "rack-a"), Options{})
+			ns, _, ids, keys, payloads := coldBlocks(t)
+			cl := writeBlocks(t, a.Data, ns, ids, payloads)
+			stat, err := cl.Stat(context.Background())
+			cl.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			evicted := stat["hot_evictions"]
+			if evicted == 0 || evicted >= uint64(len(keys)) {
+				t.Fatalf("%d of %d blocks evicted: the test needs some in DRAM and some evicted", evicted, len(keys))
+			}
+			b, _ := startNode(t, node("node-b", "rack-b"), Options{})
+			awaitMembers(t, b.Admin, "node-a", "node-b")
+			resp, err := http.Post("http://"+a.Admin+"/admin/drain", "", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if err := <-aDone; err != nil {
+				t.Fatalf("drained node: %v", err)
+			}
+			awaitMembers(t, b.Admin, "node-b")
+			rb, hits := readBack(t, b.Data, ns, keys, payloads)
+			defer rb.Close()
+			st, _ := rb.Stat(context.Background())
+			t.Logf("spill=%v: A evicted %d of %d blocks to S3; after A's drain B served %d from the cold tier (%d cold refills), %d clean misses",
+				spill, evicted, len(keys), hits, st["cold_refill_hits"], len(keys)-hits)
+			if spill && hits != len(keys) {
+				t.Fatalf("with the drain spill B served %d of %d blocks", hits, len(keys))
+			}
+			if !spill && uint64(hits) != evicted {
+				t.Fatalf("without the drain spill B served %d blocks, A had evicted %d to the shared cold tier", hits, evicted)
+			}
+			if st["cold_refill_hits"] != uint64(hits) {
+				t.Fatalf("B's hits %d are not all cold refills (%d): a payload moved between hot tiers?", hits, st["cold_refill_hits"])
+			}
+		})
 	}
 }
 

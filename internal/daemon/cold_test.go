@@ -22,9 +22,11 @@ func coldPayload(k client.BlockKey, n int) []byte {
 }
 
 // TestColdTierSurvivesRestart: a node with a small hot tier writes the
-// blocks it evicts behind to the fs cold tier; a new node on the same
-// directory, with an empty hot tier, serves them again, byte-identical, and
-// a block of another tenant with the same tokens is still a miss.
+// blocks it evicts behind to the fs cold tier, and at shutdown spills the
+// blocks its DRAM still holds (cold_spill_on_drain); a new node on the same
+// directory, with an empty hot tier, serves every one of them again,
+// byte-identical, and a block of another tenant with the same tokens is
+// still a miss.
 func TestColdTierSurvivesRestart(t *testing.T) {
 	c := testConfig()
 	c.ColdStore, c.ColdDir = "fs", t.TempDir()
@@ -89,6 +91,11 @@ func coldRestart(t *testing.T, c config.Config) {
 		defer cl.Close()
 		if uint64(hits) < evicted {
 			t.Fatalf("after restart %d blocks served, %d had been evicted and written behind", hits, evicted)
+		}
+		// With the drain spill (the default) the blocks DRAM still held at
+		// shutdown were written too: every block survives.
+		if c.ColdSpillOnDrain && hits != len(keys) {
+			t.Fatalf("after restart %d of %d blocks served: the shutdown spill lost some", hits, len(keys))
 		}
 		stat, _ := cl.Stat(context.Background())
 		if stat["cold_refill_hits"] != uint64(hits) {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/admin"
+	"github.com/gpucache/gpucache/internal/coldtier"
 	"github.com/gpucache/gpucache/internal/config"
 	"github.com/gpucache/gpucache/internal/degrade"
 	"github.com/gpucache/gpucache/internal/hot"
@@ -297,6 +298,11 @@ wait:
 	adm.SetReady(false)
 	dctx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout)
 	defer cancel()
+	if tier != nil && cfg.ColdWriteBehind && cfg.ColdSpillOnDrain {
+		// While this node still owns its keys, hand what DRAM holds to the
+		// cold tier: the next owners (or this node, restarted) refill it.
+		spillBlocks(dctx, cfg.DrainTimeout/2, tier, store, log)
+	}
 	if node != nil {
 		// Leave the cluster before closing connections: mark draining (no
 		// new fills, keys move to the other members under a new epoch),
@@ -317,6 +323,26 @@ wait:
 	}
 	log.Info("gpucached stopped")
 	return runErr
+}
+
+// spillBlocks runs the drain spill (coldtier.Tier.Spill) over the hot
+// tier, bounded by budget within ctx, and logs what it did. A spill cut
+// short loses nothing that was not already going to be lost: the blocks
+// it did not write are recomputed, as without a spill.
+func spillBlocks(ctx context.Context, budget time.Duration, tier *coldtier.Tier, store *hot.Store, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(ctx, budget)
+	defer cancel()
+	start := time.Now()
+	rep := tier.Spill(ctx, func(from uint32, max int, fn func(ns identity.NamespaceDigest, key, parent identity.BlockKey, tokens uint32, payload []byte) bool) (uint32, bool) {
+		return store.Export(from, max, fn)
+	})
+	attrs := []any{"blocks", rep.Blocks, "bytes", rep.Bytes, "skipped", rep.Skipped, "packs", rep.Packs,
+		"failed", rep.Failed, "pending", rep.Pending, "took", time.Since(start).Round(time.Millisecond)}
+	if rep.Complete && rep.Failed == 0 {
+		log.Info("drain spill: DRAM blocks written to the cold tier", attrs...)
+		return
+	}
+	log.Warn("drain spill incomplete: the blocks not written will be recomputed", append(attrs, "err", rep.Err)...)
 }
 
 // hotPolicy builds the hot tier's policy named by hot_policy: nil for the

@@ -1,0 +1,148 @@
+package coldtier
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/gpucache/gpucache/internal/cold"
+	"github.com/gpucache/gpucache/internal/degrade"
+	"github.com/gpucache/gpucache/internal/hot"
+	"github.com/gpucache/gpucache/internal/identity"
+)
+
+// spillFixture is a real hot tier holding n remembered blocks of size
+// bytes (no eviction), one block the tier never saw, and its Exporter.
+type spillFixture struct {
+	hs   *hot.Store
+	ns   identity.Namespace
+	keys []identity.BlockKey
+	size int
+}
+
+func newSpillFixture(t *testing.T, tr *Tier, n, size int) *spillFixture {
+	t.Helper()
+	hs, err := hot.New(hot.Config{CapacityBytes: 16 << 20, MinClass: 16 << 10, MaxClass: 64 << 10, SlabBytes: 1 << 20, OnEvict: tr.Evicted})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hs.Close() })
+	f := &spillFixture{hs: hs, ns: testNS("acme"), size: size}
+	d, _ := f.ns.Digest()
+	tokens := make([]uint32, (n+1)*16)
+	for i := range tokens {
+		tokens[i] = uint32(i)
+	}
+	ids, err := identity.Identities(f.ns, tokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, id := range ids {
+		k, _ := id.Key()
+		res, err := hs.Reserve(d, k, id.Parent, id.ValidLength, size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		copy(res.Buf, payloadOf(k, size))
+		hs.Commit(res)
+		if i < n { // the last block stays unknown to the tier (a cold refill)
+			tr.Remember(id)
+			f.keys = append(f.keys, k)
+		}
+	}
+	if ev := hs.Stats().Evictions; ev != 0 {
+		t.Fatalf("%d evictions: the fixture must hold every block", ev)
+	}
+	return f
+}
+
+func (f *spillFixture) export(from uint32, max int, fn func(ns identity.NamespaceDigest, key, parent identity.BlockKey, tokens uint32, payload []byte) bool) (uint32, bool) {
+	return f.hs.Export(from, max, fn)
+}
+
+// TestSpillWritesHotBlocksToCold: every remembered block still in DRAM is
+// written to the cold tier and refills byte-identical; the block the tier
+// never saw is skipped; the hot tier keeps all of them; a second Spill
+// writes nothing twice; the pending budget forces flushes mid-walk and
+// drops nothing.
+func TestSpillWritesHotBlocksToCold(t *testing.T) {
+	store := cold.NewMem()
+	const n, size = 300, 32 << 10
+	// A budget of 40 blocks and packs of 8: the walk must flush mid-chunk.
+	tr := newTier(t, store, func(c *Config) { c.PendingBytes = 40 * size })
+	f := newSpillFixture(t, tr, n, size)
+	ctx := context.Background()
+
+	rep := tr.Spill(ctx, f.export)
+	t.Logf("spill %+v", rep)
+	if !rep.Complete || rep.Err != nil || rep.Blocks != n || rep.Bytes != n*size || rep.Skipped != 1 || rep.Failed != 0 || rep.Pending != 0 {
+		t.Fatalf("spill report %+v", rep)
+	}
+	if want := (n + 7) / 8; rep.Packs < want {
+		t.Fatalf("%d packs for %d blocks in packs of 8", rep.Packs, n)
+	}
+	st := tr.Stats()
+	if st.Spilled != n || st.DroppedFull != 0 || st.PendingBytes != 0 || st.Offered != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	if got := f.hs.Stats(); got.Evictions != 0 || got.Deletes != 0 || got.Blocks != n+1 {
+		t.Fatalf("the spill changed the hot tier: %+v", got)
+	}
+	d, _ := f.ns.Digest()
+	dst := make([]byte, 64<<10)
+	for _, k := range f.keys {
+		if v, ok := f.hs.Acquire(d, k); !ok {
+			t.Fatal("a spilled block left the hot tier")
+		} else {
+			f.hs.Release(v)
+		}
+		nb, res, err := tr.Refill(ctx, f.ns, k, dst)
+		if !res.Hit || err != nil || !bytes.Equal(dst[:nb], payloadOf(k, size)) {
+			t.Fatalf("refill of a spilled block: %v %v", res, err)
+		}
+	}
+	// Spilled blocks are forgotten: spilling again, or evicting them later,
+	// writes nothing twice.
+	puts := store.Calls()[cold.OpPut]
+	if rep := tr.Spill(ctx, f.export); !rep.Complete || rep.Blocks != 0 || rep.Skipped != n+1 {
+		t.Fatalf("second spill %+v", rep)
+	}
+	if got := store.Calls()[cold.OpPut]; got != puts {
+		t.Fatalf("second spill wrote %d objects", got-puts)
+	}
+}
+
+// TestSpillStopsWhenTheStoreFails: with the cold store unavailable, the
+// first flush completes nothing and Spill stops at once with
+// ErrSpillStalled instead of copying the rest of DRAM into a queue the
+// store cannot take; the queued packs stay for a later flush. A cancelled
+// ctx stops it before any work.
+func TestSpillStopsWhenTheStoreFails(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reg := &degrade.Registry{}
+		const n, size = 300, 32 << 10
+		tr := newTier(t, memAsS3{cold.NewMem()}, func(c *Config) {
+			c.Faults, c.PendingBytes, c.Sink.PutTimeout = reg, 40*size, time.Second
+		})
+		f := newSpillFixture(t, tr, n, size)
+		disarm := reg.Arm(degrade.S3Unavailable, degrade.Fail)
+		rep := tr.Spill(context.Background(), f.export)
+		disarm()
+		if rep.Complete || !errors.Is(rep.Err, ErrSpillStalled) || !errors.Is(rep.Err, cold.ErrUnavailable) ||
+			rep.Blocks == 0 || rep.Blocks >= n || rep.Packs != 0 || rep.Pending == 0 {
+			t.Fatalf("spill with the store down: %+v", rep)
+		}
+		if rep := tr.Flush(context.Background(), true); rep.Err != nil || rep.Remaining != 0 {
+			t.Fatalf("flush after the outage: %+v", rep)
+		}
+
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if rep := tr.Spill(ctx, f.export); !errors.Is(rep.Err, context.Canceled) || rep.Blocks != 0 {
+			t.Fatalf("spill with a cancelled ctx: %+v", rep)
+		}
+	})
+}
