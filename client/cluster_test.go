@@ -29,11 +29,11 @@ type tnode struct {
 // once they listen). proto[i], when given, pins server i to that protocol
 // version.
 type testCluster struct {
-	t     *testing.T
+	t     testing.TB
 	nodes []*tnode
 }
 
-func startCluster(t *testing.T, n int, proto ...uint8) *testCluster {
+func startCluster(t testing.TB, n int, proto ...uint8) *testCluster {
 	t.Helper()
 	tc := &testCluster{t: t}
 	for i := range n {
