@@ -31,7 +31,7 @@ func payloadOf(k identity.BlockKey, n int) []byte {
 	return b
 }
 
-func newTier(t *testing.T, store cold.Store, mod func(*Config)) *Tier {
+func newTier(t testing.TB, store cold.Store, mod func(*Config)) *Tier {
 	t.Helper()
 	cfg := Config{Store: store, PackBlocks: 8}
 	if mod != nil {

@@ -17,9 +17,15 @@ type Exporter func(from uint32, max int, fn func(ns identity.NamespaceDigest, ke
 // that the hot tier's lock is never held for long.
 const spillChunk = 256
 
-// ErrSpillStalled: a flush during Spill wrote nothing, so the cold store
-// is failing and the rest of the spill would only queue work it cannot
-// take.
+// spillFlushTries is how many flush rounds in a row may complete no pack
+// before Spill stops. Two: one retry rides out a transient error, and the
+// sink (three attempts per job) keeps an attempt for the final flush, so
+// a pack is not moved to the failed queue by the spill alone.
+const spillFlushTries = 2
+
+// ErrSpillStalled: flushes during Spill wrote nothing, spillFlushTries
+// rounds in a row, so the cold store is failing and the rest of the spill
+// would only queue work it cannot take.
 var ErrSpillStalled = errors.New("gpucache/coldtier: spill stopped: the cold store took no pack")
 
 // SpillReport is what Spill did.
@@ -47,25 +53,36 @@ type SpillReport struct {
 // remembers into pending batches, and flushes (builds packs and drains the
 // sink) whenever the pending budget fills, and at the end. A spilled block
 // is forgotten, so its later eviction does not write it twice. Spill
-// returns when the walk is done, when ctx ends, or when a flush completes
-// no pack although it had work (the store is down): bound it with ctx.
+// returns when the walk is done, when ctx ends, or when flushes complete
+// no pack although they had work (the store is down; see
+// spillFlushTries): bound it with ctx.
 func (t *Tier) Spill(ctx context.Context, export Exporter) SpillReport {
 	var rep SpillReport
+	// flush writes what is batched. A round that completes no pack
+	// although it had work is tried again at once (the sink retries a
+	// transient error on its next round: a dropped connection must not end
+	// the spill); spillFlushTries such rounds in a row mean the store is
+	// failing.
 	flush := func() bool {
-		r := t.Flush(ctx, true)
-		rep.Packs += r.Completed
-		rep.Failed += r.Failed
-		rep.Pending = r.Remaining
-		switch {
-		case ctx.Err() != nil:
-			rep.Err = ctx.Err()
-		case r.Selected > 0 && r.Completed == 0:
-			rep.Err = ErrSpillStalled
-			if r.Err != nil {
-				rep.Err = errors.Join(ErrSpillStalled, r.Err)
+		for try := 1; ; try++ {
+			r := t.Flush(ctx, true)
+			rep.Packs += r.Completed
+			rep.Failed += r.Failed
+			rep.Pending = r.Remaining
+			switch {
+			case ctx.Err() != nil:
+				rep.Err = ctx.Err()
+				return false
+			case r.Selected == 0 || r.Completed > 0:
+				return true
+			case try == spillFlushTries:
+				rep.Err = ErrSpillStalled
+				if r.Err != nil {
+					rep.Err = errors.Join(ErrSpillStalled, r.Err)
+				}
+				return false
 			}
 		}
-		return rep.Err == nil
 	}
 	var cur uint32
 	for {

@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/gpucache/gpucache/internal/cold"
+	"github.com/gpucache/gpucache/internal/cold/s3store"
+	"github.com/gpucache/gpucache/internal/cold/s3store/s3test"
 	"github.com/gpucache/gpucache/internal/degrade"
 	"github.com/gpucache/gpucache/internal/hot"
 	"github.com/gpucache/gpucache/internal/identity"
@@ -19,13 +23,15 @@ import (
 type spillFixture struct {
 	hs   *hot.Store
 	ns   identity.Namespace
+	ids  []identity.CacheIdentity // the remembered blocks' identities
 	keys []identity.BlockKey
 	size int
 }
 
-func newSpillFixture(t *testing.T, tr *Tier, n, size int) *spillFixture {
+func newSpillFixture(t testing.TB, tr *Tier, n, size int) *spillFixture {
 	t.Helper()
-	hs, err := hot.New(hot.Config{CapacityBytes: 16 << 20, MinClass: 16 << 10, MaxClass: 64 << 10, SlabBytes: 1 << 20, OnEvict: tr.Evicted})
+	capacity := (int64(n+1)*int64(size)*5/4 + 8<<20) &^ (4<<20 - 1)
+	hs, err := hot.New(hot.Config{CapacityBytes: capacity, MinClass: 16 << 10, MaxClass: 1 << 20, SlabBytes: 4 << 20, OnEvict: tr.Evicted})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,6 +46,7 @@ func newSpillFixture(t *testing.T, tr *Tier, n, size int) *spillFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	f.ids = ids[:n]
 	for i, id := range ids {
 		k, _ := id.Key()
 		res, err := hs.Reserve(d, k, id.Parent, id.ValidLength, size)
@@ -145,4 +152,97 @@ func TestSpillStopsWhenTheStoreFails(t *testing.T) {
 			t.Fatalf("spill with a cancelled ctx: %+v", rep)
 		}
 	})
+}
+
+// dropsFirstPut is a store whose first Put fails as a dropped connection
+// would (cold.ErrUnavailable, a transient error).
+type dropsFirstPut struct {
+	cold.Store
+	dropped atomic.Bool
+}
+
+func (s *dropsFirstPut) Put(ctx context.Context, key string, body []byte, opts cold.PutOptions) error {
+	if s.dropped.CompareAndSwap(false, true) {
+		return fmt.Errorf("put %s: connection reset by peer: %w", key, cold.ErrUnavailable)
+	}
+	return s.Store.Put(ctx, key, body, opts)
+}
+
+// TestSpillRidesOutATransientError: the first flush's only pack fails to
+// write; the flush is retried at once, and the spill completes with every
+// block written.
+func TestSpillRidesOutATransientError(t *testing.T) {
+	const n, size = 100, 32 << 10
+	store := &dropsFirstPut{Store: cold.NewMem()}
+	// One pack per flush, so the failed round completes nothing.
+	tr := newTier(t, store, func(c *Config) { c.PendingBytes, c.PackBlocks = 40*size, 64 })
+	f := newSpillFixture(t, tr, n, size)
+	rep := tr.Spill(context.Background(), f.export)
+	if !store.dropped.Load() || !rep.Complete || rep.Err != nil || rep.Blocks != n || rep.Failed != 0 || rep.Pending != 0 {
+		t.Fatalf("spill after one dropped write: %+v", rep)
+	}
+	dst := make([]byte, size)
+	for _, k := range f.keys {
+		if nb, res, err := tr.Refill(context.Background(), f.ns, k, dst); !res.Hit || !bytes.Equal(dst[:nb], payloadOf(k, size)) {
+			t.Fatalf("refill: %v %v", res, err)
+		}
+	}
+}
+
+// BenchmarkSpill is the drain spill's rate: 128 cached blocks of 1 MiB
+// (128 MiB) spilled with the production pack and pending defaults, to the
+// fs cold tier (a temp directory) and to a real S3 server (versitygw on
+// loopback). Every iteration writes to an empty store (a new directory or
+// key prefix), so every pack is a real write. It bounds how much DRAM a
+// drain_timeout lets a node hand over.
+func BenchmarkSpill(b *testing.B) {
+	const n, size = 128, 1 << 20
+	stores := []struct {
+		name string
+		open func(b *testing.B) func(i int) cold.Store
+	}{
+		{"fs", func(b *testing.B) func(int) cold.Store {
+			return func(int) cold.Store {
+				s, err := cold.NewFS(b.TempDir())
+				if err != nil {
+					b.Fatal(err)
+				}
+				return s
+			}
+		}},
+		{"s3", func(b *testing.B) func(int) cold.Store {
+			endpoint, ak, sk := s3test.Start(b)
+			return func(i int) cold.Store {
+				cfg := s3store.Default()
+				cfg.Endpoint, cfg.Bucket, cfg.Prefix = endpoint, s3test.Bucket, fmt.Sprintf("spill-bench-%d/", i)
+				cfg.AccessKey, cfg.SecretKey = ak, sk
+				s, err := s3store.New(context.Background(), cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(s.Close)
+				return s
+			}
+		}},
+	}
+	for _, st := range stores {
+		b.Run(st.name, func(b *testing.B) {
+			fresh := st.open(b)
+			f := newSpillFixture(b, newTier(b, cold.NewMem(), nil), n, size)
+			b.SetBytes(n * size)
+			i := 0
+			for b.Loop() {
+				b.StopTimer()
+				i++
+				tr := newTier(b, fresh(i), func(c *Config) { c.PackBlocks = 0 })
+				for _, id := range f.ids {
+					tr.Remember(id)
+				}
+				b.StartTimer()
+				if rep := tr.Spill(context.Background(), f.export); !rep.Complete || rep.Blocks != n || rep.Packs != 2 || rep.Failed != 0 {
+					b.Fatalf("spill %+v", rep)
+				}
+			}
+		})
+	}
 }

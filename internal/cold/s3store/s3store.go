@@ -45,7 +45,10 @@
 // The SDK retries a failed Put. If a conditional Put committed but its
 // response was lost, the retry answers 412 and the caller sees ErrExists
 // for a write that was its own; with content-addressed keys both mean "the
-// object is there".
+// object is there". When a conditional Put ends without any HTTP answer (a
+// broken connection: some servers refuse an existing key before reading a
+// large body and drop the connection), Put asks Head, and an existing key
+// is ErrExists too.
 package s3store
 
 import (
@@ -338,6 +341,17 @@ func (s *Store) Put(ctx context.Context, key string, body []byte, opts cold.PutO
 	if err != nil && opts.IfNoneMatch && statusOf(err) == http.StatusNotImplemented {
 		return fmt.Errorf("s3 Put %q: the server does not implement If-None-Match (set EmulateIfNoneMatch): %w: %w",
 			key, cold.ErrUnavailable, err)
+	}
+	if err != nil && opts.IfNoneMatch && statusOf(err) == 0 && ctx.Err() == nil {
+		// No HTTP answer: the connection broke. A server may refuse a
+		// conditional Put of an existing key before reading a large body,
+		// answer 412 and drop the connection (versitygw does, without
+		// honouring Expect: 100-continue), which the client sees only as a
+		// write error. If the key now exists, the precondition did fail (or
+		// our own write landed): ErrExists either way.
+		if _, herr := s.Head(ctx, key); herr == nil {
+			return fmt.Errorf("s3 Put %q: the key exists (the connection broke before the answer: %v): %w", key, err, cold.ErrExists)
+		}
 	}
 	return s.mapErr(ctx, cold.OpPut, key, err)
 }

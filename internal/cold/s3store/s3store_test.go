@@ -113,6 +113,20 @@ func TestConditionalPut(t *testing.T) {
 		if err := s.RangeGet(ctx, "k", 0, dst); err != nil || string(dst) != "first" {
 			t.Fatalf("emulate=%v: object = %q, %v; want first", emulate, dst, err)
 		}
+		// A large body: the server may refuse the second Put before it has
+		// read the body and drop the connection (versitygw does), which the
+		// client sees as a transport error, not a 412. It must still be
+		// ErrExists: a retried write of a content-addressed pack whose
+		// first attempt landed would otherwise fail for good.
+		big := bytes.Repeat([]byte("kv"), 8<<20)
+		if err := s.Put(ctx, "big", big, cold.PutOptions{IfNoneMatch: true}); err != nil {
+			t.Fatalf("emulate=%v: first large conditional Put: %v", emulate, err)
+		}
+		for range 3 {
+			if err := s.Put(ctx, "big", big, cold.PutOptions{IfNoneMatch: true}); !errors.Is(err, cold.ErrExists) {
+				t.Fatalf("emulate=%v: second large conditional Put: %v, want ErrExists", emulate, err)
+			}
+		}
 	}
 }
 
