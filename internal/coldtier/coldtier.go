@@ -396,9 +396,11 @@ func (t *Tier) verify(j *sink.Job) error {
 	if !ok {
 		return fmt.Errorf("job for a namespace this tier never saw")
 	}
-	p := &pack.Pack{Namespace: ns}
+	p := &pack.Pack{Namespace: ns, SumsChecked: true}
 	for _, o := range j.Objects {
-		po := pack.Object{Key: o.Key, Body: o.Body}
+		// The sink checked o.Digest against o.Body just before calling
+		// this verifier (SumsChecked): Verify need not hash it again.
+		po := pack.Object{Key: o.Key, Body: o.Body, Sum: o.Digest}
 		switch o.Kind {
 		case sink.KindPack:
 			p.Object = po
@@ -455,7 +457,11 @@ func (t *Tier) queue(ns identity.Namespace, blocks []pack.Block) {
 	d, _ := ns.Digest()
 	j := &sink.Job{Namespace: d.String()}
 	add := func(k sink.ObjectKind, o pack.Object) {
-		j.Objects = append(j.Objects, sink.Object{Kind: k, Key: o.Key, Body: o.Body, Digest: pack.Sum(o.Body)})
+		sum := o.Sum // Build hashed every object it made
+		if sum == (pack.Digest{}) {
+			sum = pack.Sum(o.Body)
+		}
+		j.Objects = append(j.Objects, sink.Object{Kind: k, Key: o.Key, Body: o.Body, Digest: sum})
 		j.Bytes += int64(len(o.Body))
 	}
 	add(sink.KindPack, p.Object)

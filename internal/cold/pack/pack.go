@@ -80,6 +80,11 @@ type Block struct {
 type Object struct {
 	Key  string
 	Body []byte
+	// Sum is the SHA-256 of Body when it is known (Build sets it), so a
+	// caller need not hash Body again to name its digest. Verify ignores it
+	// unless Pack.SumsChecked says it was checked against Body. Zero:
+	// unknown.
+	Sum Digest
 }
 
 // Pack is everything one publication writes: the pack object, its manifest
@@ -97,6 +102,11 @@ type Pack struct {
 	// Pointers holds one index object per block, in block order: key
 	// index/<ns>/<block key>, body naming the manifest.
 	Pointers []Object
+	// SumsChecked says the caller has checked each object's Sum against its
+	// Body (the sink checks every job's object digests before it runs its
+	// verifier), so Verify uses a set Sum instead of hashing the body again.
+	// Build leaves it false: Verify then checks Build's work from scratch.
+	SumsChecked bool
 }
 
 // Size returns the bytes a sink will write for p.
@@ -174,8 +184,8 @@ func build(ns identity.Namespace, blocks []Block, s Sealer) (*Pack, error) {
 	msum := Sum(mb)
 	p := &Pack{
 		Namespace: ns,
-		Object:    Object{Key: m.PackKey, Body: obj},
-		Manifest:  Object{Key: ManifestKey(nsd, msum), Body: mb},
+		Object:    Object{Key: m.PackKey, Body: obj, Sum: m.PackDigest},
+		Manifest:  Object{Key: ManifestKey(nsd, msum), Body: mb, Sum: msum},
 		Pointers:  make([]Object, len(blocks)),
 	}
 	for i, r := range m.Ranges {
@@ -187,6 +197,15 @@ func build(ns identity.Namespace, blocks []Block, s Sealer) (*Pack, error) {
 		p.Pointers[i] = Object{Key: ptr.Key(), Body: body}
 	}
 	return p, nil
+}
+
+// sumOf returns the SHA-256 of o.Body: o.Sum when the caller has checked
+// the sums (SumsChecked) and o.Sum is set, else computed.
+func (p *Pack) sumOf(o Object) Digest {
+	if p.SumsChecked && o.Sum != (Digest{}) {
+		return o.Sum
+	}
+	return Sum(o.Body)
 }
 
 // rejectf returns an error wrapping ErrRejected and cold.ErrCorrupt.
@@ -234,11 +253,11 @@ func Verify(p *Pack) error {
 	if m.Namespace != p.Namespace || m.nsDigest != nsd {
 		return rejectf("manifest namespace is not the pack's namespace")
 	}
-	msum := Sum(p.Manifest.Body)
+	msum := p.sumOf(p.Manifest)
 	if want := ManifestKey(nsd, msum); p.Manifest.Key != want {
 		return rejectf("manifest key %.100q, want %q", p.Manifest.Key, want)
 	}
-	osum := Sum(p.Object.Body)
+	osum := p.sumOf(p.Object)
 	if want := PackKey(nsd, osum); p.Object.Key != want {
 		return rejectf("object key %.100q, want %q", p.Object.Key, want)
 	}

@@ -426,3 +426,37 @@ func TestForgedPackRejectedBeforeWrite(t *testing.T) {
 		t.Fatalf("the original was damaged: %v", err)
 	}
 }
+
+// TestSumsChecked: Build names each object's digest (Object.Sum). Verify
+// ignores it unless the caller says it checked it (SumsChecked): a body
+// changed after Build is caught by its own hash. With SumsChecked a set
+// Sum replaces the hash, and one that disagrees with the key is still
+// rejected.
+func TestSumsChecked(t *testing.T) {
+	ns := testNamespace("acme")
+	p := mustBuild(t, ns, blocksOf(chain(t, ns, 3, 1), 100))
+	if p.Object.Sum != Sum(p.Object.Body) || p.Manifest.Sum != Sum(p.Manifest.Body) {
+		t.Fatal("Build did not name the objects' digests")
+	}
+	checked := clonePack(p)
+	checked.Object.Sum, checked.Manifest.Sum = p.Object.Sum, p.Manifest.Sum
+	checked.SumsChecked = true
+	if err := Verify(checked); err != nil {
+		t.Fatalf("checked sums: %v", err)
+	}
+
+	// A body byte changed after Build, Sum left as Build set it.
+	tampered := clonePack(p)
+	tampered.Object.Sum = p.Object.Sum
+	tampered.Object.Body[len(tampered.Object.Body)-1] ^= 1
+	if err := Verify(tampered); !errors.Is(err, ErrRejected) || !strings.Contains(err.Error(), "object key") {
+		t.Fatalf("a body changed after Build, sums not checked: %v", err)
+	}
+
+	// A caller that claims checked sums but passes a wrong one.
+	lying := clonePack(p)
+	lying.Object.Sum, lying.SumsChecked = Sum([]byte("another body")), true
+	if err := Verify(lying); !errors.Is(err, ErrRejected) || !strings.Contains(err.Error(), "object key") {
+		t.Fatalf("a wrong checked sum: %v", err)
+	}
+}
