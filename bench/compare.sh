@@ -60,14 +60,8 @@ OUT=${OUT:-$ROOT/bench/results}
 RAW=$OUT/$STAMP
 REPORT=$OUT/compare-$STAMP.md
 
-# Progress goes to fd 3, a copy of the script's stderr, so that a trap that
-# fires inside a redirected call still logs to the terminal.
-exec 3>&2
-log() { printf '[compare %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&3; }
-die() {
-	log "error: $*"
-	exit 1
-}
+# shellcheck source=bench/log.sh
+. "$(dirname "$0")/log.sh" compare
 note() {
 	log "note: $*"
 	printf '%s\n' "$*" >>"$RAW/notes.txt"

@@ -1,5 +1,5 @@
 # bench/lib.sh: process and port helpers shared by the benchmark scripts.
-# Source it after defining log and die. It defines PIDS (background pids to
+# Source it after log.sh (it uses log and die). It defines PIDS (background pids to
 # stop on exit), WORKDIR (a directory removed on exit, set by the caller),
 # USED_PORTS (ports free_port never hands out; set it first to add more),
 # and installs the EXIT and INT/TERM/HUP traps.

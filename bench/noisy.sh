@@ -77,12 +77,8 @@ STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 OUT=${OUT:-$ROOT/bench/results}
 RAW=$OUT/noisy-$STAMP
 
-exec 3>&2
-log() { printf '[noisy %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&3; }
-die() {
-	log "error: $*"
-	exit 1
-}
+# shellcheck source=bench/log.sh
+. "$(dirname "$0")/log.sh" noisy
 
 # --- argument checks ---------------------------------------------------------
 

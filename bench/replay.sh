@@ -57,12 +57,8 @@ STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 OUT=${OUT:-$ROOT/bench/results}
 RAW=$OUT/replay-$STAMP
 
-exec 3>&2
-log() { printf '[replay %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&3; }
-die() {
-	log "error: $*"
-	exit 1
-}
+# shellcheck source=bench/log.sh
+. "$(dirname "$0")/log.sh" replay
 
 # --- argument checks ---------------------------------------------------------
 
