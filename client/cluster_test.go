@@ -116,6 +116,20 @@ func dialCluster(t *testing.T, seeds []string, mod func(*ClusterConfig)) *Cluste
 	return c
 }
 
+// dialAndPut dials a Cluster through tc's first node and stores 30 blocks
+// of 8 KiB (testBlocks with seed) through it.
+func (tc *testCluster) dialAndPut(t *testing.T, seed byte) (*Cluster, context.Context, Namespace, []PutBlock) {
+	t.Helper()
+	c := dialCluster(t, []string{tc.nodes[0].addr}, nil)
+	ctx := testCtx(t)
+	ns := testNS("acme")
+	blocks := testBlocks(t, ns, 30, 8<<10, seed)
+	if _, err := c.Put(ctx, ns, blocks); err != nil {
+		t.Fatal(err)
+	}
+	return c, ctx, ns, blocks
+}
+
 // checkGet reads keys through c and checks every key in hit is a hit with
 // want's bytes, and every other key a miss.
 func checkGet(t *testing.T, res []GetResult, blocks []PutBlock, hit func(i int) bool) {
@@ -210,13 +224,7 @@ func TestClusterRoutesByOwner(t *testing.T) {
 // every block lands on its new owner.
 func TestClusterViewChangeRetriesOnce(t *testing.T) {
 	tc := startCluster(t, 3)
-	c := dialCluster(t, []string{tc.nodes[0].addr}, nil)
-	ctx := testCtx(t)
-	ns := testNS("acme")
-	old := testBlocks(t, ns, 30, 8<<10, 1)
-	if _, err := c.Put(ctx, ns, old); err != nil {
-		t.Fatal(err)
-	}
+	c, ctx, ns, old := tc.dialAndPut(t, 1)
 	before := c.Stats()
 
 	x := tc.nodes[1]
@@ -268,13 +276,7 @@ func TestClusterViewChangeRetriesOnce(t *testing.T) {
 // retry again, the keys are misses and NO_SPACE.
 func TestClusterSecondWrongEpochDegrades(t *testing.T) {
 	tc := startCluster(t, 3)
-	c := dialCluster(t, []string{tc.nodes[0].addr}, nil)
-	ctx := testCtx(t)
-	ns := testNS("acme")
-	blocks := testBlocks(t, ns, 30, 8<<10, 3)
-	if _, err := c.Put(ctx, ns, blocks); err != nil {
-		t.Fatal(err)
-	}
+	c, ctx, ns, blocks := tc.dialAndPut(t, 3)
 	x := tc.nodes[2]
 	tc.install(tc.view(2, x), x) // the others stay at epoch 1
 	onX := func(i int) bool { return tc.owner(tc.view(1), blocks[i].Key) == x }
@@ -327,13 +329,7 @@ func TestClusterSecondWrongEpochDegrades(t *testing.T) {
 // the end of a Lookup run) well within the deadline; the others still hit.
 func TestClusterNodeDown(t *testing.T) {
 	tc := startCluster(t, 3)
-	c := dialCluster(t, []string{tc.nodes[0].addr}, nil)
-	ctx := testCtx(t)
-	ns := testNS("acme")
-	blocks := testBlocks(t, ns, 30, 8<<10, 5)
-	if _, err := c.Put(ctx, ns, blocks); err != nil {
-		t.Fatal(err)
-	}
+	c, ctx, ns, blocks := tc.dialAndPut(t, 5)
 	x := tc.nodes[1]
 	x.rs.Stop()
 	onX := func(i int) bool { return tc.owner(tc.view(1), blocks[i].Key) == x }
