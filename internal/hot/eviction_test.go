@@ -13,13 +13,19 @@ func oneSlabStore(t *testing.T) *Store {
 
 const blk = 64 * kib
 
-func TestLRUOrder(t *testing.T) {
-	s := oneSlabStore(t)
-	ns := nsOf(1)
+// fillSlab puts blocks 1..16 of blk bytes, unchained: one slab's worth.
+func fillSlab(t *testing.T, s *Store, ns Namespace) {
+	t.Helper()
 	for id := uint64(1); id <= 16; id++ {
 		put(t, s, ns, id, 0, blk)
 	}
-	// Touch 1 by Acquire and 2 by Lookup: 3 is now the LRU block.
+}
+
+// checkLRUOrder fills a one-slab store, touches 1 by Acquire and 2 by
+// Lookup, and checks that 3 and then 4 are evicted first.
+func checkLRUOrder(t *testing.T, s *Store, ns Namespace) {
+	t.Helper()
+	fillSlab(t, s, ns)
 	has(t, s, ns, 1, blk)
 	s.Lookup(ns, []Key{key(2)}, 0, false)
 	put(t, s, ns, 17, 0, blk)
@@ -30,6 +36,12 @@ func TestLRUOrder(t *testing.T) {
 	if present(s, 4) {
 		t.Fatal("want 4 evicted next")
 	}
+}
+
+func TestLRUOrder(t *testing.T) {
+	s := oneSlabStore(t)
+	ns := nsOf(1)
+	checkLRUOrder(t, s, ns)
 	if st := s.Stats(); st.Evictions != 2 || st.Blocks != 16 {
 		t.Fatalf("Stats = %+v", st)
 	}

@@ -101,9 +101,7 @@ func TestPolicyEvictionOrder(t *testing.T) {
 	p := newTestPolicy(false)
 	s := policyStore(t, p)
 	ns := nsOf(1)
-	for id := uint64(1); id <= 16; id++ {
-		put(t, s, ns, id, 0, blk)
-	}
+	fillSlab(t, s, ns)
 	has(t, s, ns, 1, blk)
 	s.Lookup(ns, []Key{key(2)}, 0, false)
 	if want := []policy.ID{idOf(t, s, 1), idOf(t, s, 2)}; !slices.Equal(p.touched, want) {
@@ -159,20 +157,7 @@ func TestPolicyEvictionIgnoresPrefixRule(t *testing.T) {
 // TestPolicyLRUMatchesBuiltin: an LRU test policy evicts like TestLRUOrder.
 func TestPolicyLRUMatchesBuiltin(t *testing.T) {
 	s := policyStore(t, newTestPolicy(true))
-	ns := nsOf(1)
-	for id := uint64(1); id <= 16; id++ {
-		put(t, s, ns, id, 0, blk)
-	}
-	has(t, s, ns, 1, blk)
-	s.Lookup(ns, []Key{key(2)}, 0, false)
-	put(t, s, ns, 17, 0, blk)
-	if present(s, 3) || !present(s, 1) || !present(s, 2) {
-		t.Fatalf("want 3 evicted first: 1 %v 2 %v 3 %v", present(s, 1), present(s, 2), present(s, 3))
-	}
-	put(t, s, ns, 18, 0, blk)
-	if present(s, 4) {
-		t.Fatal("want 4 evicted next")
-	}
+	checkLRUOrder(t, s, nsOf(1))
 	mustInvariants(t, s)
 }
 
@@ -185,9 +170,7 @@ func TestPolicyRegisteredLRU(t *testing.T) {
 	}
 	s := policyStore(t, p)
 	ns := nsOf(1)
-	for id := uint64(1); id <= 16; id++ {
-		put(t, s, ns, id, 0, blk)
-	}
+	fillSlab(t, s, ns)
 	has(t, s, ns, 1, blk)
 	s.Lookup(ns, []Key{key(2)}, 0, false)
 	if err := s.checkInvariants(); err != nil {
@@ -219,9 +202,7 @@ func TestPolicySkipsPinnedAndLeased(t *testing.T) {
 	p := newTestPolicy(false)
 	s := policyStore(t, p)
 	ns := nsOf(1)
-	for id := uint64(1); id <= 16; id++ {
-		put(t, s, ns, id, 0, blk)
-	}
+	fillSlab(t, s, ns)
 	v, ok := s.Acquire(ns, key(1))
 	if !ok {
 		t.Fatal("Acquire 1")
@@ -253,9 +234,7 @@ func TestPolicyScanBound(t *testing.T) {
 	cfg.EvictScan = 1
 	s := newTestStore(t, cfg)
 	ns := nsOf(1)
-	for id := uint64(1); id <= 16; id++ {
-		put(t, s, ns, id, 0, blk)
-	}
+	fillSlab(t, s, ns)
 	var views []View
 	for id := uint64(1); id <= policyScanFactor; id++ {
 		v, ok := s.Acquire(ns, key(id))
@@ -426,9 +405,7 @@ func TestPolicyPutExistingTouches(t *testing.T) {
 	p := newTestPolicy(true)
 	s := policyStore(t, p)
 	ns := nsOf(1)
-	for id := uint64(1); id <= 16; id++ {
-		put(t, s, ns, id, 0, blk)
-	}
+	fillSlab(t, s, ns)
 	if err := tryPut(s, ns, 1, 0, blk); !errors.Is(err, ErrExists) {
 		t.Fatalf("put of a cached block: %v", err)
 	}
@@ -453,9 +430,7 @@ func TestPolicyPutExistingTouches(t *testing.T) {
 func TestPutExistingTouchesBuiltin(t *testing.T) {
 	s := oneSlabStore(t)
 	ns := nsOf(1)
-	for id := uint64(1); id <= 16; id++ {
-		put(t, s, ns, id, 0, blk)
-	}
+	fillSlab(t, s, ns)
 	if err := tryPut(s, ns, 1, 0, blk); !errors.Is(err, ErrExists) {
 		t.Fatalf("put of a cached block: %v", err)
 	}
