@@ -472,6 +472,19 @@ type sent struct {
 	down  error  // non-nil: the node could not be reached
 }
 
+// note records key i's failure err: a WRONG_EPOCH refusal (moved is true)
+// or an unreachable node. Other errors are the caller's to record.
+func (s *sent) note(i int, err error) (moved bool) {
+	if e, ok := WrongEpoch(err); ok {
+		s.moved, s.epoch = append(s.moved, i), e
+		return true
+	}
+	if errors.Is(err, ErrUnavailable) {
+		s.down = err
+	}
+	return false
+}
+
 // batchOp is one operation spread over the owners. send sends the keys at
 // idx to node n and records their outcome (a refused key is recorded as
 // degraded, and overwritten if a retry succeeds); last is true for the
@@ -621,10 +634,8 @@ func (c *Cluster) Get(ctx context.Context, ns Namespace, keys []BlockKey, opts .
 			var s sent
 			for k, r := range n.Get(ctx, ns, pickKeys(keys, idx), nodeOpts...) {
 				res[idx[k]] = r
-				if e, ok := WrongEpoch(r.Reason); ok {
-					s.moved, s.epoch = append(s.moved, idx[k]), e
-				} else if errors.Is(r.Reason, ErrUnavailable) {
-					s.down = r.Reason
+				if r.Reason != nil {
+					s.note(idx[k], r.Reason)
 				}
 			}
 			return s
@@ -673,11 +684,7 @@ func (c *Cluster) Put(ctx context.Context, ns Namespace, blocks []PutBlock) ([]S
 					continue
 				}
 				statuses[i] = StatusNoSpace
-				if e, ok := WrongEpoch(errs[k]); ok {
-					s.moved, s.epoch = append(s.moved, i), e
-				} else if errors.Is(errs[k], ErrUnavailable) {
-					s.down = errs[k]
-				}
+				s.note(i, errs[k])
 			}
 			return s
 		},
@@ -717,13 +724,8 @@ func (c *Cluster) Delete(ctx context.Context, ns Namespace, keys []BlockKey) ([]
 				if errs[k] == nil {
 					continue
 				}
-				if e, ok := WrongEpoch(errs[k]); ok {
-					s.moved, s.epoch = append(s.moved, i), e
-					if !last {
-						continue // retried: not a failure yet
-					}
-				} else if errors.Is(errs[k], ErrUnavailable) {
-					s.down = errs[k]
+				if s.note(i, errs[k]) && !last {
+					continue // retried: not a failure yet
 				}
 				record(errs[k])
 			}
