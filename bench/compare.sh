@@ -126,21 +126,12 @@ mkdir -p "$RAW"/{logs,iperf3,redis,gpucache,gc}
 : >"$RAW/notes.txt"
 log "raw files in $RAW"
 
-cpu_model=$(awk -F': *' '/^model name/ {print $2; exit}' /proc/cpuinfo 2>/dev/null || true)
 mem_avail_kib=$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo 2>/dev/null || echo 0)
-mem_total_kib=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo 2>/dev/null || echo 0)
 {
-	printf 'date_utc\t%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-	printf 'nproc\t%s\n' "$(nproc)"
-	printf 'cpu_model\t%s\n' "${cpu_model:-unknown}"
-	printf 'kernel\t%s\n' "$(uname -srm)"
-	printf 'mem_total\t%s GiB\n' "$((mem_total_kib / 1048576))"
+	machine_info
 	printf 'mem_available_at_start\t%s GiB\n' "$((mem_avail_kib / 1048576))"
-	printf 'go\t%s\n' "$(go version)"
 	printf 'redis\t%s\n' "$(redis-server --version)"
 	printf 'iperf3\t%s\n' "$(iperf3 --version 2>&1 | head -n1)"
-	printf 'gpucache_rev\t%s\n' "$(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)"
-	printf 'loadavg_at_start\t%s\n' "$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)"
 	printf 'working_set_keys\t%s (gpucache --keys, redis-benchmark -r)\n' "$KEYS"
 	printf 'gpucache_client_gomaxprocs\t%s\n' "$CLIENT_PROCS"
 } >"$RAW/machine.txt"

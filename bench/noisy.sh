@@ -160,17 +160,8 @@ tenants:
 EOF
 sed "s#$TMP#<tmp>#g" "$CONFIG" >"$RAW/config.yaml"
 
-cpu_model=$(awk -F': *' '/^model name/ {print $2; exit}' /proc/cpuinfo 2>/dev/null || true)
-mem_total_kib=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo 2>/dev/null || echo 0)
 {
-	printf 'date_utc\t%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-	printf 'nproc\t%s\n' "$(nproc)"
-	printf 'cpu_model\t%s\n' "${cpu_model:-unknown}"
-	printf 'kernel\t%s\n' "$(uname -srm)"
-	printf 'mem_total\t%s GiB\n' "$((mem_total_kib / 1048576))"
-	printf 'go\t%s\n' "$(go version)"
-	printf 'gpucache_rev\t%s\n' "$(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)"
-	printf 'loadavg_at_start\t%s\n' "$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)"
+	machine_info
 	printf 'gomaxprocs\tserver=%s victim=%s flood=%s\n' "${SERVER_PROCS:-default}" "${CLIENT_PROCS:-default}" \
 		"$([[ $FLOOD_PROC == 1 ]] && echo "${FLOOD_PROCS:-default}" || echo "in victim process")"
 } >"$RAW/machine.txt"
