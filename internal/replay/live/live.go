@@ -277,28 +277,24 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		t0 := cfg.Requests[0].Timestamp
 	dispatch:
 		for i, q := range cfg.Requests {
+			var due time.Time // zero: as fast as possible
 			if cfg.Speedup > 0 {
-				due := start.Add(time.Duration(float64(q.Timestamp-t0) * float64(time.Millisecond) / cfg.Speedup))
+				due = start.Add(time.Duration(float64(q.Timestamp-t0) * float64(time.Millisecond) / cfg.Speedup))
 				if d := due.Sub(cfg.Clock.Now()); d > 0 {
 					if err := cfg.Clock.Sleep(ctx, d); err != nil {
 						runErr = err
 						break
 					}
 				}
-				select {
-				case jobs <- i:
-				case <-ctx.Done():
-					runErr = ctx.Err()
-					break dispatch
-				}
-				maxLag = max(maxLag, cfg.Clock.Now().Sub(due))
-				continue
 			}
 			select {
 			case jobs <- i:
 			case <-ctx.Done():
 				runErr = ctx.Err()
 				break dispatch
+			}
+			if !due.IsZero() {
+				maxLag = max(maxLag, cfg.Clock.Now().Sub(due))
 			}
 		}
 	}
