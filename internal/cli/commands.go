@@ -167,15 +167,28 @@ func runLookup(ctx context.Context, args []string, std Stdio) error {
 	return nil
 }
 
-func runStat(ctx context.Context, args []string, std Stdio) error {
-	var common commonFlags
-	fs := newFlagSet("stat", "stat [flags]", std.Err)
+// dialQuery parses the flags of a query command that takes no arguments
+// (stat, members): the connection flags and --json. It dials the node.
+func dialQuery(ctx context.Context, name string, args []string, std Stdio) (c *client.Client, common commonFlags, asJSON bool, err error) {
+	fs := newFlagSet(name, name+" [flags]", std.Err)
 	common.register(fs)
-	asJSON := fs.Bool("json", false, "print a JSON object")
-	if err := parseNoArgs(fs, args); err != nil {
-		return err
+	fs.BoolVar(&asJSON, "json", false, "print a JSON object")
+	if err = parseNoArgs(fs, args); err != nil {
+		return nil, common, false, err
 	}
-	c, err := common.dial(ctx)
+	c, err = common.dial(ctx)
+	return c, common, asJSON, err
+}
+
+// printJSON writes v as indented JSON.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func runStat(ctx context.Context, args []string, std Stdio) error {
+	c, _, asJSON, err := dialQuery(ctx, "stat", args, std)
 	if err != nil {
 		return err
 	}
@@ -184,10 +197,8 @@ func runStat(ctx context.Context, args []string, std Stdio) error {
 	if err != nil {
 		return err
 	}
-	if *asJSON {
-		enc := json.NewEncoder(std.Out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(stat) // encoding/json sorts map keys
+	if asJSON {
+		return printJSON(std.Out, stat) // encoding/json sorts map keys
 	}
 	names := make([]string, 0, len(stat))
 	for n := range stat {
@@ -205,14 +216,7 @@ func runStat(ctx context.Context, args []string, std Stdio) error {
 // the epoch and every member with its owner share. A single node (not in a
 // cluster) answers epoch 0 and no members.
 func runMembers(ctx context.Context, args []string, std Stdio) error {
-	var common commonFlags
-	fs := newFlagSet("members", "members [flags]", std.Err)
-	common.register(fs)
-	asJSON := fs.Bool("json", false, "print a JSON object")
-	if err := parseNoArgs(fs, args); err != nil {
-		return err
-	}
-	c, err := common.dial(ctx)
+	c, common, asJSON, err := dialQuery(ctx, "members", args, std)
 	if err != nil {
 		return err
 	}
@@ -224,10 +228,8 @@ func runMembers(ctx context.Context, args []string, std Stdio) error {
 	if err != nil {
 		return err
 	}
-	if *asJSON {
-		enc := json.NewEncoder(std.Out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(v)
+	if asJSON {
+		return printJSON(std.Out, v)
 	}
 	if v.Epoch == 0 {
 		fmt.Fprintf(std.Out, "%s is a single node (not in a cluster): it owns every key\n", common.addr)
