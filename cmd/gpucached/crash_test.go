@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -129,11 +130,62 @@ func countManifests(t *testing.T, store cold.Store) int {
 	return n
 }
 
+// The storm of TestCrashSafetyKill9 PUTs rounds of crashRoundBlocks new
+// blocks (one namespace per round) in batches of crashBatch, until the
+// daemon dies. crashRounds bounds it by operations (8 GiB at crashSize), so
+// that a write-behind that never publishes fails the test instead of
+// hanging it; the kill comes long before, once crashPacks packs are
+// published.
+const (
+	crashPacks       = 5
+	crashRounds      = 64
+	crashRoundBlocks = 4096
+	crashSize        = 32 << 10
+	crashBatch       = 8
+)
+
+// crashRound is one round of the storm: a chain of crashRoundBlocks blocks
+// in a namespace of its own, and how many of them the daemon acknowledged.
+type crashRound struct {
+	ns    client.Namespace
+	ids   []client.CacheIdentity
+	keys  []client.BlockKey
+	acked int // written by the storm goroutine; read after it ends
+}
+
+func newCrashRound(t *testing.T, r int) *crashRound {
+	ns := client.Namespace{Tenant: "default", TrustDomain: "t", ModelID: "crash", ConfigRevision: fmt.Sprintf("c%d", r), TokenizerRevision: "k",
+		RoPE: "rope", DType: "fp16", Quantization: "none",
+		Layout: client.Layout{Format: "raw", TPSize: 1, PPSize: 1, LayerCount: 1, KVHeads: 1, HeadDim: 1, BlockTokens: 16}}
+	tokens := make([]uint32, crashRoundBlocks*16)
+	for i := range tokens {
+		tokens[i] = uint32(i)
+	}
+	ids, err := client.Identities(ns, tokens)
+	if err != nil {
+		t.Error(err)
+		return nil
+	}
+	c := &crashRound{ns: ns, ids: ids, keys: make([]client.BlockKey, len(ids))}
+	for i := range ids {
+		c.keys[i], _ = ids[i].Key()
+	}
+	return c
+}
+
 // TestCrashSafetyKill9: kill -9 of the daemon in the middle of a
 // write-behind storm, then a restart. Every manifest visible in the cold
 // directory references a complete pack whose ranges all verify, and the
 // restarted daemon returns, for every block written, either the exact bytes
 // or a miss.
+//
+// The kill waits on events, not on a time budget: the storm keeps PUTting
+// new blocks through a 4 MiB hot tier (so every batch evicts blocks and
+// offers them to write-behind), and after each acknowledged batch the test
+// counts the manifests in the cold directory. The daemon is killed, with
+// the storm still running, once crashPacks of them are visible. How many
+// blocks that takes depends on the disk and the CPU; the storm is bounded
+// by crashRounds, not by the clock.
 func TestCrashSafetyKill9(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and kills a daemon")
@@ -144,64 +196,65 @@ func TestCrashSafetyKill9(t *testing.T) {
 		"--cold-dir", coldDir, "--cold-flush-interval", "5ms"}
 	d := startDaemon(t, bin, args...)
 
-	ns := client.Namespace{Tenant: "default", TrustDomain: "t", ModelID: "crash", ConfigRevision: "c", TokenizerRevision: "k",
-		RoPE: "rope", DType: "fp16", Quantization: "none",
-		Layout: client.Layout{Format: "raw", TPSize: 1, PPSize: 1, LayerCount: 1, KVHeads: 1, HeadDim: 1, BlockTokens: 16}}
-	const blocks, size = 4000, 32 << 10 // 125 MiB through a 4 MiB hot tier
-	tokens := make([]uint32, blocks*16)
-	for i := range tokens {
-		tokens[i] = uint32(i)
-	}
-	ids, err := client.Identities(ns, tokens)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys := make([]client.BlockKey, blocks)
-	for i := range ids {
-		keys[i], _ = ids[i].Key()
-	}
-
-	// The storm: one writer PUTs the chain in batches until the daemon dies.
+	// The storm: one writer PUTs round after round in batches until the
+	// daemon dies. After each acknowledged batch it wakes the watcher below.
 	cl, err := client.Dial(context.Background(), client.Config{Addr: d.addr, Conns: 2, RequestTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	var written atomic.Int64
+	var (
+		rounds   []*crashRound // written by the storm; read after stormDone
+		stormErr error         // the Put error that ended the storm; read after stormDone
+		written  atomic.Int64  // blocks acknowledged
+	)
 	stormDone := make(chan struct{})
+	acked := make(chan struct{}, 1)
 	go func() {
 		defer close(stormDone)
-		for off := 0; off < blocks; off += 8 {
-			payloads := make([][]byte, 8)
-			for j := range payloads {
-				payloads[j] = crashPayload(keys[off+j], size)
+		payloads := make([][]byte, crashBatch)
+		for r := range crashRounds {
+			c := newCrashRound(t, r)
+			if c == nil {
+				return
 			}
-			if _, err := cl.Put(context.Background(), ns, client.BlocksOf(ids[off:off+8], payloads)); err != nil {
-				return // the daemon was killed
+			rounds = append(rounds, c)
+			for off := 0; off < crashRoundBlocks; off += crashBatch {
+				for j := range payloads {
+					payloads[j] = crashPayload(c.keys[off+j], crashSize)
+				}
+				if _, err := cl.Put(context.Background(), c.ns, client.BlocksOf(c.ids[off:off+crashBatch], payloads)); err != nil {
+					stormErr = err // the daemon was killed (or died)
+					return
+				}
+				c.acked = off + crashBatch
+				written.Add(crashBatch)
+				select {
+				case acked <- struct{}{}:
+				default: // the watcher has a wake-up pending already
+				}
 			}
-			written.Store(int64(off + 8))
 		}
 	}()
 
-	// Kill once write-behind has published some packs. Waiting on another
-	// process's side effects has no channel to wait on: poll the directory,
-	// bounded, and give up if the storm ends first.
+	// Kill once write-behind has published crashPacks packs. The daemon is
+	// another process with no channel to wait on: its cold directory is
+	// looked at after each batch the storm gets acknowledged, the event
+	// that drives write-behind.
 	store, err := cold.NewFS(coldDir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tick := time.NewTicker(2 * time.Millisecond)
-	deadline := time.After(60 * time.Second)
-	for countManifests(t, store) < 5 {
+	for countManifests(t, store) < crashPacks {
 		select {
-		case <-tick.C:
+		case <-acked:
 		case <-stormDone:
-			t.Fatal("the storm ended before write-behind published 5 packs")
-		case <-deadline:
-			t.Fatal("no packs published within 60s")
+			if n := countManifests(t, store); n < crashPacks {
+				t.Fatalf("the storm ended (Put error: %v) after %d blocks acknowledged (%d MiB through a 4 MiB hot tier) with %d packs published, want %d",
+					stormErr, written.Load(), written.Load()*crashSize>>20, n, crashPacks)
+			}
 		}
 	}
-	tick.Stop()
 	if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -245,16 +298,17 @@ func TestCrashSafetyKill9(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl2.Close()
-	n := int(written.Load())
 	hits := 0
-	for off := 0; off < n; off += 64 {
-		for j, r := range cl2.Get(ctx, ns, keys[off:min(off+64, n)]) {
-			if !r.Hit {
-				continue
-			}
-			hits++
-			if !bytes.Equal(r.Data, crashPayload(keys[off+j], size)) {
-				t.Fatalf("block %d: other bytes after the crash", off+j)
+	for _, c := range rounds {
+		for off := 0; off < c.acked; off += 64 {
+			for j, r := range cl2.Get(ctx, c.ns, c.keys[off:min(off+64, c.acked)]) {
+				if !r.Hit {
+					continue
+				}
+				hits++
+				if !bytes.Equal(r.Data, crashPayload(c.keys[off+j], crashSize)) {
+					t.Fatalf("namespace %s block %d: other bytes after the crash", c.ns.ConfigRevision, off+j)
+				}
 			}
 		}
 	}
@@ -264,7 +318,7 @@ func TestCrashSafetyKill9(t *testing.T) {
 	pointers := 0
 	store.List(ctx, "index/", func(cold.ObjectInfo) error { pointers++; return nil })
 	t.Logf("killed after %d blocks acknowledged; %d manifests (%d ranges) visible and verified, %d pointers; %d blocks served after restart, the rest misses",
-		n, manifests, ranges, pointers, hits)
+		written.Load(), manifests, ranges, pointers, hits)
 	d2.cmd.Process.Signal(syscall.SIGTERM)
 	<-d2.exited
 }

@@ -6,6 +6,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/gpucache/gpucache/internal/security/secretfile"
 )
 
 // Cluster settings (ADR 0008). With etcd_endpoints empty the node is the
@@ -42,14 +44,15 @@ func (c *Config) clusterFields() []field {
 	}
 }
 
-// EtcdPassword reads etcd_password_file (surrounding white space trimmed).
+// EtcdPassword reads etcd_password_file (surrounding white space trimmed), a
+// regular file of at most MaxSecretFile bytes.
 func (c Config) EtcdPassword() (string, error) {
 	if c.EtcdPasswordFile == "" {
 		return "", nil
 	}
-	b, err := os.ReadFile(c.EtcdPasswordFile)
+	b, err := secretfile.Read(c.EtcdPasswordFile, MaxSecretFile)
 	if err != nil {
-		return "", fmt.Errorf("%w: etcd_password_file: %v", ErrInvalid, err)
+		return "", fmt.Errorf("%w: etcd_password_file: %w", ErrInvalid, err)
 	}
 	p := strings.TrimSpace(string(b))
 	if p == "" {

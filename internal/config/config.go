@@ -69,7 +69,8 @@ type Config struct {
 	// HotMaxClass is the largest slot size class and so the largest block.
 	// Default 4MiB.
 	HotMaxClass ByteSize `yaml:"hot_max_class"`
-	// HotSlab is the size of one mmap'd slab. Default 64MiB.
+	// HotSlab is the size of one mmap'd slab; at most HotCapacity. Default
+	// 64MiB.
 	HotSlab ByteSize `yaml:"hot_slab"`
 	// HotPrefault is how slab pages are faulted in: populate, hugepage or
 	// none. Default populate.
@@ -355,6 +356,12 @@ func (c Config) Validate() error {
 	}
 	if c.HotSlab < c.HotMinClass {
 		return bad("hot_slab %s is smaller than hot_min_class %s", c.HotSlab, c.HotMinClass)
+	}
+	if c.HotCapacity < c.HotSlab {
+		// The hot tier maps memory one slab at a time: a budget below one
+		// slab cannot hold any.
+		return bad("hot_capacity %s is smaller than one hot_slab (%s); set hot_slab to at most %s, or raise hot_capacity",
+			c.HotCapacity, c.HotSlab, c.HotCapacity)
 	}
 	switch c.HotPrefault {
 	case "populate", "hugepage", "none":

@@ -201,3 +201,23 @@ func TestHotPolicy(t *testing.T) {
 		t.Fatalf("unknown policy: %v", err)
 	}
 }
+
+// TestHotCapacityHoldsASlab: a hot_capacity smaller than one hot_slab is
+// refused by Validate, with the fix in the message, rather than passing
+// and failing later in the hot tier; a capacity of one or more slabs is
+// fine.
+func TestHotCapacityHoldsASlab(t *testing.T) {
+	_, err := Load([]string{"--hot-capacity", "16MiB"}, env(nil), io.Discard) // default hot_slab 64MiB
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "hot_capacity 16MiB is smaller than one hot_slab (64MiB)") ||
+		!strings.Contains(err.Error(), "set hot_slab") {
+		t.Fatalf("hot_capacity below hot_slab: %v", err)
+	}
+	for _, args := range [][]string{
+		{"--hot-capacity", "16MiB", "--hot-slab", "16MiB"},
+		{"--hot-capacity", "16MiB", "--hot-slab", "4MiB"},
+	} {
+		if _, err := Load(args, env(nil), io.Discard); err != nil {
+			t.Errorf("%v: %v", args, err)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpucache/gpucache/internal/security/acl"
+	"github.com/gpucache/gpucache/internal/security/secretfile"
 )
 
 // TenantConfig defines one tenant (YAML only, under tenants:). Defining any
@@ -47,7 +48,12 @@ type SecretConfig struct {
 	NotAfter string `yaml:"not_after"`
 }
 
-// Read returns the secret's bytes and its expiry.
+// MaxSecretFile bounds the size of a secret file (a tenant secret, a seal
+// key, etcd_password_file): 64 KiB, far above any real secret.
+const MaxSecretFile = 64 << 10
+
+// Read returns the secret's bytes and its expiry. A secret file must be a
+// regular file of at most MaxSecretFile bytes (secretfile.Read).
 func (s SecretConfig) Read(getenv func(string) (string, bool)) ([]byte, time.Time, error) {
 	var exp time.Time
 	if s.NotAfter != "" {
@@ -61,9 +67,9 @@ func (s SecretConfig) Read(getenv func(string) (string, bool)) ([]byte, time.Tim
 	case s.File != "" && s.Env != "":
 		return nil, exp, fmt.Errorf("%w: secret %q names both file and env; choose one", ErrInvalid, s.ID)
 	case s.File != "":
-		b, err := os.ReadFile(s.File)
+		b, err := secretfile.Read(s.File, MaxSecretFile)
 		if err != nil {
-			return nil, exp, fmt.Errorf("%w: secret %q: %v", ErrInvalid, s.ID, err)
+			return nil, exp, fmt.Errorf("%w: secret %q: %w", ErrInvalid, s.ID, err)
 		}
 		return []byte(strings.TrimSpace(string(b))), exp, nil
 	case s.Env != "":

@@ -57,7 +57,9 @@ func joinCluster(ctx context.Context, cfg config.Config, listen string, log *slo
 	if err != nil {
 		return nil, err
 	}
-	cli, err := clientv3.New(ecfg)
+	jctx, cancel := context.WithTimeout(ctx, joinTimeout(cfg))
+	defer cancel()
+	cli, err := dialEtcd(jctx, ecfg)
 	if err != nil {
 		return nil, fmt.Errorf("etcd %v: %w", cfg.Endpoints(), err)
 	}
@@ -66,8 +68,6 @@ func joinCluster(ctx context.Context, cfg config.Config, listen string, log *slo
 		self: control.Member{ID: control.MemberID(id), Addr: addr, FaultDomain: domain,
 			ProtoVersion: uint8(cfg.ProtocolMax), CapacityBytes: uint64(cfg.HotCapacity)},
 	}
-	jctx, cancel := context.WithTimeout(ctx, joinTimeout(cfg))
-	defer cancel()
 	m, err := n.register(jctx)
 	if err != nil {
 		cli.Close()
@@ -76,6 +76,39 @@ func joinCluster(ctx context.Context, cfg config.Config, listen string, log *slo
 	n.m = m
 	n.cluster = server.NewCluster(n.self.ID, m.Current())
 	return n, nil
+}
+
+// dialEtcd makes the etcd client, bounded by ctx (the join's deadline and
+// the daemon's shutdown) and by nothing shorter. With a user name,
+// clientv3.New authenticates before it returns, under the client's
+// DialTimeout when one is set: etcd's answer to a password (a bcrypt
+// compare, seconds of CPU on a loaded machine) would race that deadline
+// and could lose to it, so that a wrong password read as "context deadline
+// exceeded". So New runs without a DialTimeout, in a client context that is
+// cancelled if ctx ends first; once New has returned, the client lives
+// until Close, whatever ctx does.
+func dialEtcd(ctx context.Context, ec clientv3.Config) (*clientv3.Client, error) {
+	// The grpc dial does not block and ctx bounds authentication. (Without
+	// a DialTimeout the lease client waits its default 5 s, not 6 s, for
+	// the first keep-alive answer.)
+	ec.DialTimeout = 0
+	life, kill := context.WithCancel(context.WithoutCancel(ctx))
+	ec.Context = life
+	stop := context.AfterFunc(ctx, kill)
+	cli, err := clientv3.New(ec)
+	if !stop() {
+		// ctx ended first: the client's context is cancelled, and
+		// authentication, if it was still waiting, failed with it.
+		if err == nil {
+			cli.Close()
+		}
+		return nil, fmt.Errorf("gave up waiting for etcd to answer: %w", context.Cause(ctx))
+	}
+	if err != nil {
+		kill()
+		return nil, err
+	}
+	return cli, nil // Close cancels the client's context, derived from life
 }
 
 // etcdClientConfig builds the etcd client's config: endpoints, TLS (the

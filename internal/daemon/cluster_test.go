@@ -308,7 +308,7 @@ func TestDrainedKeysRefillFromSharedS3(t *testing.T) {
 // TestClusterOverEtcdTLSAndAuth: a node joins an etcd that requires TLS
 // with client certificates and user authentication (etcd_ca, etcd_cert,
 // etcd_key, etcd_username, etcd_password_file); without the password it
-// refuses to start with etcd's reason.
+// refuses to start with etcd's reason, whenever etcd answers.
 func TestClusterOverEtcdTLSAndAuth(t *testing.T) {
 	dir := t.TempDir()
 	ca := tlstest.NewCA(t, "etcd-ca")
@@ -348,10 +348,53 @@ func TestClusterOverEtcdTLSAndAuth(t *testing.T) {
 	c2 := clusterConfig(etcd.Endpoint, "other-node", "rack-b")
 	c2.EtcdCA, c2.EtcdCert, c2.EtcdKey = caFile, nodeCert, nodeKey
 	c2.EtcdUsername, c2.EtcdPasswordFile = "root", bad
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	err = RunWith(ctx, c2, quiet(), Options{})
+	// The join ends when etcd answers (TestJoinWaitsForEtcdAuthAnswer);
+	// its deadline, 70 s with this TTL, only bounds a hang.
+	c2.MemberLeaseTTL = 30 * time.Second
+	err = RunWith(t.Context(), c2, quiet(), Options{})
 	if err == nil || !strings.Contains(err.Error(), "authentication failed") {
 		t.Fatalf("join with a wrong etcd password: %v", err)
+	}
+}
+
+// etcdBusy is how long TestJoinWaitsForEtcdAuthAnswer's proxy holds etcd's
+// answers back: an injected latency (etcd busy hashing a password on a
+// loaded machine), longer than the 5 s that used to bound authentication
+// inside clientv3.New, and far below the join deadline the test configures.
+// The test does not wait on it for anything to happen: it is the fault.
+const etcdBusy = 6 * time.Second
+
+// TestJoinWaitsForEtcdAuthAnswer: a join with a wrong etcd password ends
+// with etcd's "authentication failed" when etcd answers, however late
+// within the join deadline; it never gives up earlier on a deadline of its
+// own, which a slow answer would lose to as "context deadline exceeded".
+func TestJoinWaitsForEtcdAuthAnswer(t *testing.T) {
+	etcd := etcdtest.Start(t)
+	etcdtest.EnableAuth(t, etcd.Client(t), "s3cret-root")
+	hold := make(chan struct{})
+	endpoint := etcd.Proxy(t, hold)
+	bad := filepath.Join(t.TempDir(), "bad.pw")
+	if err := os.WriteFile(bad, []byte("wrong"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := clusterConfig(endpoint, "late-node", "rack-b")
+	c.EtcdUsername, c.EtcdPasswordFile = "root", bad
+	c.MemberLeaseTTL = 30 * time.Second // a join deadline of 70 s
+	joined := make(chan error, 1)
+	go func() {
+		n, err := joinCluster(t.Context(), c, "127.0.0.1:1", quiet(), Options{})
+		if n != nil {
+			n.cli.Close()
+		}
+		joined <- err
+	}()
+	select {
+	case err := <-joined:
+		t.Fatalf("the join ended before etcd answered: %v", err)
+	case <-time.After(etcdBusy):
+	}
+	close(hold)
+	if err := <-joined; err == nil || !strings.Contains(err.Error(), "authentication failed") {
+		t.Fatalf("join with a wrong etcd password, answered late: %v", err)
 	}
 }

@@ -2,6 +2,9 @@ package daemon
 
 import (
 	"io"
+	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/gpucache/gpucache/internal/config"
@@ -43,5 +46,25 @@ func TestReloadKeepsLimiterOnlyWhenLimitsAreUnchanged(t *testing.T) {
 	}
 	if l := s.guard.Policy().Limiter; l == first || l.Limit("beta").OpsPerSec != 0 {
 		t.Fatal("a removed limit kept the old buckets")
+	}
+}
+
+// TestSecretFIFORefusedAtStart: a daemon whose seal key or tenant secret
+// file is a FIFO refuses to start, naming the file, instead of waiting in
+// open(2) for a writer that never comes (where SIGTERM could not stop it).
+func TestSecretFIFORefusedAtStart(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "secret")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	seal := testConfig()
+	seal.SealKeys = []config.SecretConfig{{ID: "k1", File: fifo}}
+	tenant := testConfig()
+	tenant.Tenants = []config.TenantConfig{{Name: "acme", Secrets: []config.SecretConfig{{ID: "a", File: fifo}}}}
+	for name, cfg := range map[string]config.Config{"seal key": seal, "tenant secret": tenant} {
+		err := RunWith(t.Context(), cfg, quiet(), Options{})
+		if err == nil || !strings.Contains(err.Error(), fifo) || !strings.Contains(err.Error(), "not a regular file") {
+			t.Errorf("%s in a FIFO: %v", name, err)
+		}
 	}
 }

@@ -7,6 +7,7 @@ package etcdtest
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/url"
 	"sync"
@@ -74,6 +75,10 @@ func StartWith(t testing.TB, tls *TLS) *Server {
 		cfg.AdvertisePeerUrls = []url.URL{pu}
 		cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 		cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+		// Passwords are hashed at bcrypt's minimum cost (bcrypt.MinCost):
+		// the default cost makes each authentication cost seconds of CPU
+		// under -race on a loaded machine, for nothing a test checks.
+		cfg.BcryptCost = 4
 		e, err := embed.StartEtcd(cfg)
 		if err != nil {
 			lastErr = err
@@ -126,4 +131,92 @@ func (s *Server) Client(t testing.TB) *clientv3.Client {
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// Proxy forwards TCP connections to s, each one only once hold is closed:
+// until then a client's bytes wait unread and etcd's answers do not come,
+// as when etcd is busy (hashing a password under load, say) or the network
+// is slow. It returns the proxy's endpoint, with s's scheme; the proxy and
+// its connections are closed at test end.
+func (s *Server) Proxy(t testing.TB, hold <-chan struct{}) string {
+	t.Helper()
+	u, err := url.Parse(s.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := u.Host
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu     sync.Mutex
+		conns  []net.Conn // guarded by mu; closed at test end
+		closed bool       // guarded by mu
+		wg     sync.WaitGroup
+	)
+	// track keeps c to be closed at test end, or closes it now if the
+	// test has ended.
+	track := func(c net.Conn) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if closed {
+			c.Close()
+			return false
+		}
+		conns = append(conns, c)
+		return true
+	}
+	stop := make(chan struct{})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			if !track(c) {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				select {
+				case <-hold:
+				case <-stop:
+					return // c is closed at test end
+				}
+				up, err := net.Dial("tcp", target)
+				if err != nil {
+					c.Close()
+					return
+				}
+				if !track(up) {
+					return
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					io.Copy(up, c)
+					up.Close()
+				}()
+				io.Copy(c, up)
+				c.Close()
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		close(stop)
+		l.Close()
+		mu.Lock()
+		closed = true
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	u.Host = l.Addr().String()
+	return u.String()
 }

@@ -12,10 +12,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/gpucache/gpucache/internal/security/secretfile"
 )
 
 // keyPairSpec says what a certificate/key pair is for.
@@ -25,10 +26,16 @@ type keyPairSpec struct {
 	requireSAN bool             // leaf must carry DNS or IP SANs (server side)
 }
 
-// readFile reads path, turning the operating system's error into one that
-// does not repeat the path (FileError carries it) and says what to check.
+// maxPEMFile bounds a certificate, key or CA bundle file (a system CA
+// bundle is a few hundred KiB).
+const maxPEMFile = 4 << 20
+
+// readFile reads path, a regular file of at most maxPEMFile bytes
+// (secretfile.Read: a FIFO or a device is refused, not waited on), turning
+// the error into one that does not repeat the path (FileError carries it)
+// and says what to check.
 func readFile(path string) ([]byte, error) {
-	data, err := os.ReadFile(path)
+	data, err := secretfile.Read(path, maxPEMFile)
 	if err == nil {
 		return data, nil
 	}

@@ -13,9 +13,11 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/gpucache/gpucache/internal/security/secretfile"
 	"github.com/gpucache/gpucache/internal/security/tlsconf"
 	"github.com/gpucache/gpucache/internal/security/tlsconf/tlstest"
 )
@@ -54,6 +56,18 @@ func TestNewServerErrors(t *testing.T) {
 			s.f.ClientCAFile = filepath.Join(s.p.dir, "nope.pem")
 			return s.f, s.f.ClientCAFile
 		}, fs.ErrNotExist, []string{"client CA bundle"}},
+		{"key file is a FIFO", func(t *testing.T, s setup) (tlsconf.Files, string) {
+			// Its open used to wait for a writer forever.
+			s.f.KeyFile = filepath.Join(s.p.dir, "fifo.key")
+			if err := syscall.Mkfifo(s.f.KeyFile, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return s.f, s.f.KeyFile
+		}, secretfile.ErrNotRegular, []string{"server key", "named pipe"}},
+		{"client CA file is a device", func(t *testing.T, s setup) (tlsconf.Files, string) {
+			s.f.ClientCAFile = "/dev/zero" // would be read without end
+			return s.f, s.f.ClientCAFile
+		}, secretfile.ErrNotRegular, []string{"client CA bundle", "device"}},
 		{"mismatched key", func(t *testing.T, s setup) (tlsconf.Files, string) {
 			_, otherKey := s.p.ca.IssueFiles(t, s.p.dir, "other", "other")
 			s.f.KeyFile = otherKey
