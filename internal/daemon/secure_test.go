@@ -2,7 +2,9 @@ package daemon
 
 import (
 	"io"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpucache/gpucache/internal/config"
 )
@@ -43,5 +45,45 @@ func TestReloadKeepsLimiterOnlyWhenLimitsAreUnchanged(t *testing.T) {
 	}
 	if l := s.guard.Policy().Limiter; l == first || l.Limit("beta").OpsPerSec != 0 {
 		t.Fatal("a removed limit kept the old buckets")
+	}
+}
+
+// TestReloadRefusesMoreTenantsThanTheReplayWindowHolds: the replay window
+// gives each tenant its own nonce budget and is sized at start, so a reload
+// that adds tenants beyond it is refused, even with a larger
+// replay_max_nonces (which needs a restart).
+func TestReloadRefusesMoreTenantsThanTheReplayWindowHolds(t *testing.T) {
+	getenv := func(k string) (string, bool) { return k + "-secret-0123456789abcdef", true }
+	tenant := func(name string) config.TenantConfig {
+		return config.TenantConfig{Name: name, Secrets: []config.SecretConfig{{ID: "s", Env: name}}}
+	}
+	cfg := testConfig()
+	cfg.AuditLog = "off"
+	cfg.ReplayMaxNonces, cfg.ReplayTenantNonces = 2048, 1024
+	cfg.Tenants = []config.TenantConfig{tenant("a"), tenant("b")}
+	s, err := newSecure(cfg, quiet(), io.Discard, getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got := s.guard.Replay().MaxTenants(); got != 2 {
+		t.Fatalf("MaxTenants = %d, want 2", got)
+	}
+	more := cfg
+	more.Tenants = append([]config.TenantConfig{tenant("c")}, cfg.Tenants...)
+	more.ReplayMaxNonces = 4096
+	if err := s.reload(more, "test"); err == nil || !strings.Contains(err.Error(), "replay window holds nonces for 2") {
+		t.Fatalf("reload to 3 tenants: %v", err)
+	}
+	if _, err := s.guard.Policy().Auth.Bearer([]byte("c-secret-0123456789abcdef"), time.Now()); err == nil {
+		t.Fatal("the refused reload added tenant c")
+	}
+	same := cfg
+	same.Tenants = []config.TenantConfig{tenant("a"), tenant("c")}
+	if err := s.reload(same, "test"); err != nil {
+		t.Fatalf("reload within the window's size: %v", err)
+	}
+	if _, err := s.guard.Policy().Auth.Bearer([]byte("c-secret-0123456789abcdef"), time.Now()); err != nil {
+		t.Fatalf("tenant c after the reload: %v", err)
 	}
 }
