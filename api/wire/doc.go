@@ -91,17 +91,40 @@
 //	bits 3-15         reserved, zero
 //
 // Versions 1 and 2 define one request flag, STAMPED (ADR 0006). A stamped request's
-// body is i64 unix_nanos | 16-byte nonce followed by the operation's own body;
-// the body length counts both. A stamped body shorter than 24 bytes, a negative
-// timestamp, or any other flag on a request (RESPONSE, ERROR, a reserved bit)
-// is MALFORMED, and the body is skipped.
+// body is a 24-byte stamp followed by the operation's own body; the body
+// length counts both. The stamp is
+//
+//	u64  unix_nanos   the request's time; little-endian like every integer
+//	                  here, top bit clear (0 <= unix_nanos <= 2^63-1)
+//	16   nonce        random per request, sent as is
+//
+// For example 2026-01-02T03:04:05.000000006Z (1767323045000000006) with the
+// nonce f0e1d2c3b4a5968778695a4b3c2d1e0f is the 24 bytes
+//
+//	06 32 96 1c f2 ca 86 18 f0 e1 d2 c3 b4 a5 96 87 78 69 5a 4b 3c 2d 1e 0f
+//
+// internal/security/replay/testdata/stamp_golden.json gives more vectors.
+// Before ADR 0012 the Go client and server wrote unix_nanos big-endian,
+// against this rule; a server now refuses such a stamp (REPLAY, whose
+// message says the stamp reads as big-endian, or MALFORMED when the
+// reversed bytes set the top bit).
+//
+// A stamped body shorter than 24 bytes, a timestamp with the top bit set, or
+// any other flag on a request (RESPONSE, ERROR, a reserved bit) is
+// MALFORMED, and the body is skipped.
 //
 // A server with authentication requires the stamp on the mutating operations
 // (PUT, DELETE, ACQUIRE, FILL_COMMIT, FILL_ABORT; Opcode.Mutating) and says so
-// in the HELLO session flags. It answers REPLAY to a missing stamp, a timestamp
-// more than the replay window (default 5 minutes) from its clock either way, or
-// a nonce the tenant already used inside the window. A server in open mode
-// checks a stamp when one is present.
+// in the HELLO session flags. It answers REPLAY to a missing stamp; a
+// timestamp older than its clock minus the replay window (replay_window,
+// default 5 minutes) or newer than its clock plus replay_max_future (default
+// 5 seconds); a nonce the tenant already used inside the window; or a stamp
+// the tenant's own bounded nonce memory cannot vouch for (replay_tenant_nonces:
+// a tenant that sends more stamps than that inside the window may have its
+// older in-window stamps refused, and retries with a fresh stamp). Each
+// tenant's nonce memory is its own: one tenant's stamps never make another's
+// fresh request fail. A server in open mode checks a stamp when one is
+// present.
 //
 // # Request ids and pipelining
 //
@@ -526,8 +549,9 @@
 //	                                      expired (send HELLO again); three failed HELLOs close
 //	16   DENIED               stays       the tenant lacks the right the operation needs
 //	17   RATE_LIMITED         stays       over quota; not executed; retry after retry_after_ms
-//	18   REPLAY               stays       mutating request unstamped, outside the window, or
-//	                                      with a reused nonce
+//	18   REPLAY               stays       mutating request unstamped, outside the window,
+//	                                      with a reused nonce, or beyond what the tenant's
+//	                                      nonce memory vouches for (retry with a fresh stamp)
 //	19   WRONG_EPOCH          stays       version 2 only: a key of the request is not this
 //	                                      node's under its current epoch (the trailing u64);
 //	                                      not executed; refresh the view and retry once (see

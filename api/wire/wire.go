@@ -138,7 +138,8 @@ const (
 	// FlagError marks a response whose body is an ErrorBody.
 	FlagError Flags = 1 << 1
 	// FlagStamped marks a request whose body starts with a replay stamp
-	// (StampSize bytes: i64 unix nanoseconds, 16-byte nonce) before the
+	// (StampSize bytes: u64 little-endian unix nanoseconds with the top bit
+	// clear, 16-byte nonce; see doc.go) before the
 	// operation's own body. Servers with authentication require it on
 	// mutating requests (Opcode.Mutating); see ADR 0006.
 	FlagStamped Flags = 1 << 2

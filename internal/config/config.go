@@ -36,11 +36,19 @@ type Config struct {
 	// tenants the node runs in open mode, which is allowed on loopback only:
 	// a non-loopback Listen or AdminListen is refused.
 	Tenants []TenantConfig `yaml:"tenants"`
-	// ReplayWindow is how far a mutating request's timestamp may be from
-	// the server's clock, either way. Default 5m.
+	// ReplayWindow is how far a mutating request's timestamp may be behind
+	// the server's clock. Default 5m.
 	ReplayWindow time.Duration `yaml:"replay_window"`
-	// ReplayMaxNonces bounds the nonces remembered. Default 1048576.
+	// ReplayMaxFuture is how far a mutating request's timestamp may be
+	// ahead of the server's clock: the clock skew tolerated. Default 5s; at
+	// most ReplayWindow.
+	ReplayMaxFuture time.Duration `yaml:"replay_max_future"`
+	// ReplayMaxNonces bounds the nonces remembered, all tenants together.
+	// It must hold ReplayTenantNonces for every tenant. Default 1048576.
 	ReplayMaxNonces int `yaml:"replay_max_nonces"`
+	// ReplayTenantNonces bounds the nonces remembered for one tenant, so
+	// one tenant's stamps never crowd out another's. Default 65536.
+	ReplayTenantNonces int `yaml:"replay_tenant_nonces"`
 	// AuditLog is where audit events go as JSON lines: "stderr", "off" or
 	// a file path (appended). Default stderr.
 	AuditLog string `yaml:"audit_log"`
@@ -186,6 +194,9 @@ func Default() Config {
 		AuditLog:        "stderr",
 		SealGrace:       24 * time.Hour,
 
+		ReplayMaxFuture:    5 * time.Second,
+		ReplayTenantNonces: 1 << 16,
+
 		ColdStore:         "fs",
 		ColdDir:           "./gpucache-data",
 		ColdWriteBehind:   true,
@@ -245,8 +256,10 @@ func (c *Config) fields() []field {
 		{"s3_path_style", "S3 path-style addressing", (*boolVal)(&c.S3PathStyle)},
 		{"log_level", "debug, info, warn or error", (*strVal)(&c.LogLevel)},
 		{"log_format", "text or json", (*strVal)(&c.LogFormat)},
-		{"replay_window", "accepted clock distance of a mutating request's stamp", (*durVal)(&c.ReplayWindow)},
-		{"replay_max_nonces", "nonces remembered by the replay window", (*intVal)(&c.ReplayMaxNonces)},
+		{"replay_window", "how far a mutating request's stamp may be behind the clock", (*durVal)(&c.ReplayWindow)},
+		{"replay_max_future", "how far a mutating request's stamp may be ahead of the clock", (*durVal)(&c.ReplayMaxFuture)},
+		{"replay_max_nonces", "nonces remembered by the replay window, all tenants together", (*intVal)(&c.ReplayMaxNonces)},
+		{"replay_tenant_nonces", "nonces remembered by the replay window for one tenant", (*intVal)(&c.ReplayTenantNonces)},
 		{"audit_log", `audit events: "stderr", "off" or a file path`, (*strVal)(&c.AuditLog)},
 		{"tls_cert", "TLS certificate chain (PEM) for the data and admin listeners", (*strVal)(&c.TLSCert)},
 		{"tls_key", "TLS private key (PEM)", (*strVal)(&c.TLSKey)},

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -202,10 +203,54 @@ func TestHotPolicy(t *testing.T) {
 	}
 }
 
-// TestHotCapacityHoldsASlab: a hot_capacity smaller than one hot_slab is
-// refused by Validate, with the fix in the message, rather than passing
-// and failing later in the hot tier; a capacity of one or more slabs is
-// fine.
+// TestReplayValidation: the replay settings are in range, and with
+// authentication the nonce memory holds every configured tenant's budget.
+func TestReplayValidation(t *testing.T) {
+	dir := t.TempDir()
+	tenants := func(n int) string {
+		s := "tenants:\n"
+		for i := range n {
+			s += fmt.Sprintf("  - {name: t%d, secrets: [{id: s, env: X}], rights: [\"*=rw\"]}\n", i)
+		}
+		return s
+	}
+	for _, tc := range []struct{ yaml, want string }{
+		{"replay_max_future: 0s\n", "replay_max_future"},
+		{"replay_max_future: 6m\n", "replay_max_future"},
+		{"replay_window: 1m\nreplay_max_future: 2m\n", "replay_max_future"},
+		{"replay_tenant_nonces: 10\n", "replay_tenant_nonces"},
+		{"replay_max_nonces: 4096\nreplay_tenant_nonces: 8192\n", "replay_tenant_nonces"},
+		{"replay_max_nonces: 2048\nreplay_tenant_nonces: 1024\n" + tenants(3), "3 tenants"},
+		{tenants(17), "replay_max_nonces"},
+	} {
+		path := filepath.Join(dir, "c.yaml")
+		os.WriteFile(path, []byte(tc.yaml), 0o600)
+		_, err := Load([]string{"--config", path}, env(nil), io.Discard)
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want %q", tc.yaml, err, tc.want)
+		}
+	}
+	for _, ok := range []string{
+		"", tenants(16), "replay_max_nonces: 2048\nreplay_tenant_nonces: 1024\n" + tenants(2),
+		"replay_max_future: 30s\nreplay_tenant_nonces: 1024\n" + tenants(100),
+	} {
+		path := filepath.Join(dir, "c.yaml")
+		os.WriteFile(path, []byte(ok), 0o600)
+		c, err := Load([]string{"--config", path}, env(nil), io.Discard)
+		if err != nil {
+			t.Errorf("%q: %v", ok, err)
+			continue
+		}
+		if ok == "" && (c.ReplayMaxFuture != 5*time.Second || c.ReplayTenantNonces != 1<<16 || c.ReplayMaxNonces != 1<<20) {
+			t.Errorf("defaults: %v %d %d", c.ReplayMaxFuture, c.ReplayTenantNonces, c.ReplayMaxNonces)
+		}
+	}
+	c, err := Load([]string{"--replay-max-future", "2s", "--replay-tenant-nonces", "4096"}, env(nil), io.Discard)
+	if err != nil || c.ReplayMaxFuture != 2*time.Second || c.ReplayTenantNonces != 4096 {
+		t.Fatalf("flags: %v %v %d", err, c.ReplayMaxFuture, c.ReplayTenantNonces)
+	}
+}
+
 func TestHotCapacityHoldsASlab(t *testing.T) {
 	_, err := Load([]string{"--hot-capacity", "16MiB"}, env(nil), io.Discard) // default hot_slab 64MiB
 	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "hot_capacity 16MiB is smaller than one hot_slab (64MiB)") ||

@@ -143,6 +143,9 @@ func (c Config) validateSecurity() error {
 	if c.ReplayMaxNonces < 1024 {
 		return bad("replay_max_nonces %d is below 1024", c.ReplayMaxNonces)
 	}
+	if err := c.validateReplayBudgets(); err != nil {
+		return err
+	}
 	if c.SealGrace < 0 {
 		return bad("seal_grace must not be negative")
 	}
@@ -162,4 +165,25 @@ func (c Config) validateSecurity() error {
 func hostIsLoopback(addr string) bool {
 	host, _, err := net.SplitHostPort(addr)
 	return err == nil && IsLoopback(host)
+}
+
+// validateReplayBudgets checks the replay window's future bound and nonce
+// budgets: each tenant has its own, and with authentication the total
+// must hold every configured tenant's (see internal/security/replay).
+func (c Config) validateReplayBudgets() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
+	}
+	if c.ReplayMaxFuture <= 0 || c.ReplayMaxFuture > c.ReplayWindow {
+		return bad("replay_max_future %s not in (0, replay_window %s]", c.ReplayMaxFuture, c.ReplayWindow)
+	}
+	if c.ReplayTenantNonces < 64 || c.ReplayTenantNonces > c.ReplayMaxNonces {
+		return bad("replay_tenant_nonces %d not in [64, replay_max_nonces %d]", c.ReplayTenantNonces, c.ReplayMaxNonces)
+	}
+	if n, fit := len(c.Tenants), c.ReplayMaxNonces/c.ReplayTenantNonces; c.AuthEnabled() && n > fit {
+		return bad("replay_max_nonces %d holds replay_tenant_nonces %d for %d tenants, but %d tenants are configured: "+
+			"raise replay_max_nonces to at least %d or lower replay_tenant_nonces to at most %d",
+			c.ReplayMaxNonces, c.ReplayTenantNonces, fit, n, n*c.ReplayTenantNonces, c.ReplayMaxNonces/n)
+	}
+	return nil
 }

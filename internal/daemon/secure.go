@@ -70,7 +70,8 @@ func newSecure(cfg config.Config, log *slog.Logger, stderr io.Writer, getenv fun
 	if err != nil {
 		return fail(err)
 	}
-	w, err := replay.New(replay.Config{Window: cfg.ReplayWindow, MaxNonces: cfg.ReplayMaxNonces})
+	w, err := replay.New(replay.Config{Window: cfg.ReplayWindow, MaxFuture: cfg.ReplayMaxFuture,
+		MaxNonces: cfg.ReplayMaxNonces, TenantNonces: cfg.ReplayTenantNonces})
 	if err != nil {
 		return fail(err)
 	}
@@ -174,6 +175,12 @@ func (s *secure) reload(next config.Config, actor string) error {
 	if next.AuthEnabled() != prev.AuthEnabled() || next.TLSEnabled() != prev.TLSEnabled() ||
 		(len(next.SealKeys) > 0) != (s.keyring != nil) || next.AuditLog != prev.AuditLog {
 		err := errors.New("turning authentication, TLS, sealing or the audit sink on or off needs a restart")
+		s.audit.AdminAction(actor, "reload_refused", slog.String("reason", err.Error()))
+		return err
+	}
+	if fit := s.guard.Replay().MaxTenants(); len(next.Tenants) > fit {
+		// The replay window's size is fixed at start (replay_* need a restart).
+		err := fmt.Errorf("%d tenants, but the running replay window holds nonces for %d (replay_max_nonces / replay_tenant_nonces at start): raise replay_max_nonces and restart", len(next.Tenants), fit)
 		s.audit.AdminAction(actor, "reload_refused", slog.String("reason", err.Error()))
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/gpucache/gpucache/internal/config"
 )
@@ -49,9 +50,46 @@ func TestReloadKeepsLimiterOnlyWhenLimitsAreUnchanged(t *testing.T) {
 	}
 }
 
-// TestSecretFIFORefusedAtStart: a daemon whose seal key or tenant secret
-// file is a FIFO refuses to start, naming the file, instead of waiting in
-// open(2) for a writer that never comes (where SIGTERM could not stop it).
+// TestReloadRefusesMoreTenantsThanTheReplayWindowHolds: the replay window
+// gives each tenant its own nonce budget and is sized at start, so a reload
+// that adds tenants beyond it is refused, even with a larger
+// replay_max_nonces (which needs a restart).
+func TestReloadRefusesMoreTenantsThanTheReplayWindowHolds(t *testing.T) {
+	getenv := func(k string) (string, bool) { return k + "-secret-0123456789abcdef", true }
+	tenant := func(name string) config.TenantConfig {
+		return config.TenantConfig{Name: name, Secrets: []config.SecretConfig{{ID: "s", Env: name}}}
+	}
+	cfg := testConfig()
+	cfg.AuditLog = "off"
+	cfg.ReplayMaxNonces, cfg.ReplayTenantNonces = 2048, 1024
+	cfg.Tenants = []config.TenantConfig{tenant("a"), tenant("b")}
+	s, err := newSecure(cfg, quiet(), io.Discard, getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got := s.guard.Replay().MaxTenants(); got != 2 {
+		t.Fatalf("MaxTenants = %d, want 2", got)
+	}
+	more := cfg
+	more.Tenants = append([]config.TenantConfig{tenant("c")}, cfg.Tenants...)
+	more.ReplayMaxNonces = 4096
+	if err := s.reload(more, "test"); err == nil || !strings.Contains(err.Error(), "replay window holds nonces for 2") {
+		t.Fatalf("reload to 3 tenants: %v", err)
+	}
+	if _, err := s.guard.Policy().Auth.Bearer([]byte("c-secret-0123456789abcdef"), time.Now()); err == nil {
+		t.Fatal("the refused reload added tenant c")
+	}
+	same := cfg
+	same.Tenants = []config.TenantConfig{tenant("a"), tenant("c")}
+	if err := s.reload(same, "test"); err != nil {
+		t.Fatalf("reload within the window's size: %v", err)
+	}
+	if _, err := s.guard.Policy().Auth.Bearer([]byte("c-secret-0123456789abcdef"), time.Now()); err != nil {
+		t.Fatalf("tenant c after the reload: %v", err)
+	}
+}
+
 func TestSecretFIFORefusedAtStart(t *testing.T) {
 	fifo := filepath.Join(t.TempDir(), "secret")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {

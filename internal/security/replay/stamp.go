@@ -16,10 +16,13 @@ const StampSize = 24
 
 // Stamp is the replay-protection header of one mutating request.
 //
-// Wire layout, 24 bytes, big-endian:
+// Wire layout, 24 bytes; the timestamp is little-endian, like every integer
+// of the wire protocol (api/wire/doc.go; ADR 0012):
 //
 //	u64 timestamp, unix nanoseconds, top bit clear (0 ≤ t ≤ 2^63-1)
-//	16-byte nonce, random per request
+//	16-byte nonce, random per request, copied as is
+//
+// testdata/stamp_golden.json pins the exact bytes.
 type Stamp struct {
 	UnixNano int64
 	Nonce    [16]byte
@@ -37,7 +40,7 @@ func (s Stamp) Append(dst []byte) []byte {
 	if s.UnixNano < 0 {
 		panic("gpucache/replay: negative stamp timestamp")
 	}
-	dst = binary.BigEndian.AppendUint64(dst, uint64(s.UnixNano))
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(s.UnixNano))
 	return append(dst, s.Nonce[:]...)
 }
 
@@ -47,9 +50,9 @@ func ParseStamp(b []byte) (Stamp, error) {
 	if len(b) != StampSize {
 		return Stamp{}, fmt.Errorf("%w: %d bytes, want %d", ErrMalformed, len(b), StampSize)
 	}
-	u := binary.BigEndian.Uint64(b)
+	u := binary.LittleEndian.Uint64(b)
 	if u > math.MaxInt64 {
-		return Stamp{}, fmt.Errorf("%w: timestamp top bit set", ErrMalformed)
+		return Stamp{}, fmt.Errorf("%w: timestamp top bit (byte 7) set; the timestamp is little-endian", ErrMalformed)
 	}
 	s := Stamp{UnixNano: int64(u)}
 	copy(s.Nonce[:], b[8:])

@@ -25,7 +25,7 @@ func TestStampRoundTrip(t *testing.T) {
 func TestParseStampMalformed(t *testing.T) {
 	good := NewStamp(time.Unix(1, 0), nonce(1)).Append(nil)
 	top := bytes.Clone(good)
-	top[0] |= 0x80
+	top[7] |= 0x80
 	for name, b := range map[string][]byte{
 		"empty": nil, "short": good[:23], "long": append(bytes.Clone(good), 0), "top bit": top,
 	} {

@@ -107,19 +107,20 @@ func TestReplayAfterExpiryIsStale(t *testing.T) {
 func TestClockSkew(t *testing.T) {
 	c := newClock()
 	w := newWindow(t, c, 0)
-	const win = 5 * time.Minute
+	const win, ahead = 5 * time.Minute, DefaultMaxFuture
 	cases := []struct {
 		skew time.Duration
 		want error
 	}{
 		{-(win - time.Second), nil},
-		{win - time.Second, nil},
+		{ahead - time.Second, nil},
 		{-win, nil},
-		{win, nil},
+		{ahead, nil},
 		{-(win + time.Second), ErrStale},
-		{win + time.Second, ErrFuture},
+		{ahead + time.Second, ErrFuture},
 		{-(win + time.Nanosecond), ErrStale},
-		{win + time.Nanosecond, ErrFuture},
+		{ahead + time.Nanosecond, ErrFuture},
+		{win, ErrFuture},
 	}
 	for i, tc := range cases {
 		err := w.Check("a", c.Now().Add(tc.skew), nonce(uint64(i)))
@@ -147,7 +148,7 @@ func TestExtremeTimestamps(t *testing.T) {
 func TestFloodBoundedNoReplay(t *testing.T) {
 	c := newClock()
 	const max = 64
-	w := newWindow(t, c, max)
+	w := newTenantWindow(t, c, max, max/4) // room for the 4 tenants
 	rng := rand.New(rand.NewPCG(1, 2))
 	type key struct {
 		tenant string
@@ -239,24 +240,36 @@ func TestWindowFullFloor(t *testing.T) {
 }
 
 func TestConfig(t *testing.T) {
-	if _, err := New(Config{Window: -1}); !errors.Is(err, ErrConfig) {
-		t.Fatal(err)
-	}
-	if _, err := New(Config{MaxNonces: -1}); !errors.Is(err, ErrConfig) {
-		t.Fatal(err)
+	for _, bad := range []Config{
+		{Window: -1}, {MaxNonces: -1}, {MaxFuture: -1}, {TenantNonces: -1},
+		{Window: time.Second, MaxFuture: 2 * time.Second},
+		{MaxNonces: 100, TenantNonces: 101},
+	} {
+		if _, err := New(bad); !errors.Is(err, ErrConfig) {
+			t.Errorf("%+v: %v", bad, err)
+		}
 	}
 	w, err := New(Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w.window != int64(5*time.Minute) || w.max != 1<<20 || w.now == nil {
-		t.Fatalf("defaults not applied: %v %d", time.Duration(w.window), w.max)
+	if w.past != int64(5*time.Minute) || w.future != int64(5*time.Second) || w.perTenant != 1<<16 ||
+		w.MaxTenants() != 16 || w.now == nil {
+		t.Fatalf("defaults not applied: %v %v %d %d", time.Duration(w.past), time.Duration(w.future), w.perTenant, w.MaxTenants())
+	}
+	// A small total caps the default per-tenant budget; a short window caps
+	// the default future bound.
+	if w, err = New(Config{Window: time.Second, MaxNonces: 100}); err != nil {
+		t.Fatal(err)
+	}
+	if w.perTenant != 100 || w.MaxTenants() != 1 || w.future != int64(time.Second) {
+		t.Fatalf("capped defaults: %d %d %v", w.perTenant, w.MaxTenants(), time.Duration(w.future))
 	}
 }
 
 func TestConcurrentCheck(t *testing.T) {
 	c := newClock()
-	w := newWindow(t, c, 100)
+	w := newTenantWindow(t, c, 100, 20) // room for the 5 tenants
 	const workers, iters = 4, 500
 	var ok atomic.Int64
 	var wg sync.WaitGroup
@@ -269,8 +282,8 @@ func TestConcurrentCheck(t *testing.T) {
 					ok.Add(1)
 				}
 				_ = w.Check(fmt.Sprintf("own%d", g), c.Now(), nonce(uint64(i)))
-				if w.Len() > 100 {
-					t.Errorf("Len %d > 100", w.Len())
+				if w.Len() > 100 || w.TenantLen("shared") > 20 {
+					t.Errorf("Len %d > 100 or shared's %d > 20", w.Len(), w.TenantLen("shared"))
 				}
 			}
 		})
