@@ -102,10 +102,11 @@
 // one namespace further on each round, and cut at Config.MaxRound when that
 // is set. One namespace's backlog therefore delays another namespace's next
 // job by at most one job per namespace, and a job that failed transiently
-// goes to the back of its namespace. Every selected job is attempted once;
-// an error does not end the round, and completed jobs stay completed. Drain
-// returns the first error of the round, DrainReport counts everything. A
-// round that finds the store down stops there (see Outages).
+// goes to the back of its namespace. Every selected job is attempted at most
+// once; a job's error does not end the round, and completed jobs stay
+// completed, but a round that finds the store down stops there (see
+// Outages). Drain returns the first error of the round, DrainReport counts
+// everything.
 // Drains are serialized by a one-slot semaphore: a second Drain waits for the
 // first (or for its own ctx, or Close). Within a round jobs are written one at
 // a time.
