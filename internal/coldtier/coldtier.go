@@ -223,7 +223,7 @@ type Tier struct {
 		lastDropped uint64 // droppedFull at the last flush
 		since       uint64 // droppedFull when it turned on
 	}
-	st      struct {
+	st struct {
 		remembered, forgotten, offered, droppedFull, droppedUnknown   atomic.Uint64
 		packsBuilt, packsQueued, packErrors, refillHits, refillMisses atomic.Uint64
 		refillIntegrity, spilled                                      atomic.Uint64
