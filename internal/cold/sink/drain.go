@@ -435,7 +435,6 @@ func (s *Sink) outageLocked(r *round) {
 		s.mu.degradedSince = now
 		s.mu.probes = 0
 		s.mu.outages++
-		s.mu.lastErr = last
 		r.events = append(r.events, event{slog.LevelWarn,
 			"gpucache/sink: cold store writes failing; write-behind degraded: jobs stay queued and are retried when the store answers",
 			[]any{"pending_jobs", s.mu.pending, "pending_bytes", s.mu.bytes, "err", last}})

@@ -212,7 +212,6 @@ type Sink struct {
 		degradedSince time.Time
 		probes        int       // failed probes since degraded: the backoff exponent
 		nextProbe     time.Time // while degraded, a Drain before this is deferred
-		lastErr       error     // the error that found the store down
 
 		enqueued, rejected, rejectedFull, completed, failedTotal, cancelled uint64
 		attempts, retries, interrupted, drains, uncharged, deferred         uint64
