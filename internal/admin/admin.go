@@ -23,6 +23,8 @@ var gauges = map[string]bool{
 	"conns_open": true, "hot_blocks": true, "hot_bytes_cached": true, "hot_bytes_reserved": true,
 	"hot_bytes_mapped": true, "hot_capacity_bytes": true, "hot_leases_active": true, "hot_pinned": true,
 	"fill_epoch": true, "fill_live": true, "fill_waiters": true,
+	"cold_bytes_held": true, "cold_bytes_limit": true, "cold_bytes_batched": true, "cold_packs_pending": true,
+	"cold_write_degraded": true, "cold_store_connected": true,
 	"go_heap_inuse_bytes": true, "go_gc_pause_p50_ns": true, "go_gc_pause_p99_ns": true, "go_gc_pause_max_ns": true,
 }
 
@@ -48,9 +50,10 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 
 // Handler is the admin HTTP handler.
 type Handler struct {
-	mux   *http.ServeMux
-	ready atomic.Bool
-	authz atomic.Pointer[Authorizer]
+	mux      *http.ServeMux
+	ready    atomic.Bool
+	authz    atomic.Pointer[Authorizer]
+	degraded atomic.Pointer[func() string]
 }
 
 // Authorizer decides whether a request to a protected endpoint (pprof and
@@ -79,6 +82,14 @@ func New(stats StatsFunc) *Handler {
 		if !h.ready.Load() {
 			http.Error(w, "not ready\n", http.StatusServiceUnavailable)
 			return
+		}
+		if f := h.degraded.Load(); f != nil {
+			if why := (*f)(); why != "" {
+				// Still 200: a degraded node serves (its hot tier hits,
+				// its faults are misses), so a load balancer keeps it.
+				w.Write([]byte("ready, degraded: " + why + "\n"))
+				return
+			}
 		}
 		w.Write([]byte("ready\n"))
 	})
@@ -146,6 +157,11 @@ func (h *Handler) protectActor(fn func(w http.ResponseWriter, r *http.Request, a
 
 // SetReady sets what /readyz answers.
 func (h *Handler) SetReady(ready bool) { h.ready.Store(ready) }
+
+// SetDegraded installs what /readyz asks, when ready, for a reason the node
+// is degraded ("" when it is not). A degraded node is still ready: /readyz
+// answers 200 with "ready, degraded: <reason>".
+func (h *Handler) SetDegraded(why func() string) { h.degraded.Store(&why) }
 
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }

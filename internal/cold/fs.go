@@ -47,12 +47,18 @@ var _ Store = (*FS)(nil)
 // maxSegment is the longest file name the common Linux file systems accept.
 const maxSegment = 255
 
+// tempPrefix starts the name of every temp file a Put writes (writeTemp);
+// CleanTemp removes only names that start with it.
+const tempPrefix = "put-"
+
 // publishTries bounds retries when a concurrent Delete removes the directory
 // a Put is publishing into (see Delete).
 const publishTries = 8
 
 // NewFS opens (creating if needed) a store rooted at dir. It does not remove
-// leftover temp files; call CleanTemp before serving.
+// leftover temp files, since another process may be writing to the same
+// directory; the process that owns it calls CleanTemp before serving (the
+// daemon does, at start).
 func NewFS(dir string) (*FS, error) {
 	root, err := filepath.Abs(dir)
 	if err != nil {
@@ -153,7 +159,7 @@ func (f *FS) Put(ctx context.Context, key string, body []byte, opts PutOptions) 
 
 // writeTemp writes body to a new fsynced temp file and returns its path.
 func (f *FS) writeTemp(body []byte) (string, error) {
-	t, err := os.CreateTemp(f.tmp, "put-*")
+	t, err := os.CreateTemp(f.tmp, tempPrefix+"*")
 	if err != nil {
 		return "", err
 	}
@@ -405,10 +411,11 @@ func (f *FS) walk(ctx context.Context, dir, dirKey, prefix string, fn func(Objec
 }
 
 // CleanTemp removes temp files left by interrupted Puts whose last change is
-// older than olderThan, and returns how many it removed. A Put's temp file
-// lives only while that Put runs, so olderThan = 0 (remove all) is safe only
-// before the store serves traffic; while serving, pass a margin well above
-// the longest Put (minutes).
+// older than olderThan, and returns how many it removed. Only regular files
+// in tmp/ named like a Put's temp file (put-*) are touched: anything else
+// there is not ours. A Put's temp file lives only while that Put runs, so
+// olderThan = 0 (remove all) is safe only before the store serves traffic;
+// while serving, pass a margin well above the longest Put (minutes).
 func (f *FS) CleanTemp(ctx context.Context, olderThan time.Duration) (int, error) {
 	entries, err := os.ReadDir(f.tmp)
 	if err != nil {
@@ -419,6 +426,9 @@ func (f *FS) CleanTemp(ctx context.Context, olderThan time.Duration) (int, error
 	for _, e := range entries {
 		if err := ctx.Err(); err != nil {
 			return removed, fmt.Errorf("fs CleanTemp: %w", err)
+		}
+		if !strings.HasPrefix(e.Name(), tempPrefix) {
+			continue
 		}
 		fi, err := e.Info()
 		if err != nil || !fi.Mode().IsRegular() || (olderThan > 0 && !fi.ModTime().Before(cutoff)) {

@@ -51,11 +51,24 @@ func TestFSLeftoverTempIgnoredAndCleaned(t *testing.T) {
 	if n, err := s.CleanTemp(ctx, time.Hour); err != nil || n != 0 {
 		t.Fatalf("CleanTemp(1h) of a fresh temp file = %d, %v; want 0 removed", n, err)
 	}
+	// Files in tmp/ that are not a Put's temp file are not ours: kept.
+	foreign := filepath.Join(s.Root(), "tmp", "operator-notes.txt")
+	if err := os.WriteFile(foreign, []byte("keep me"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(s.Root(), "tmp", "put-dir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if n, err := s.CleanTemp(ctx, 0); err != nil || n != 1 {
 		t.Fatalf("CleanTemp(0) = %d, %v; want 1 removed", n, err)
 	}
 	if _, err := os.Stat(tmp); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("temp file still there: %v", err)
+	}
+	for _, keep := range []string{foreign, filepath.Join(s.Root(), "tmp", "put-dir")} {
+		if _, err := os.Stat(keep); err != nil {
+			t.Fatalf("CleanTemp removed %s, which is not a Put's temp file: %v", keep, err)
+		}
 	}
 }
 

@@ -8,11 +8,32 @@
 // block's identity when it stores it (Remember), the tier keeps the identity
 // tail in a pointer-free table, and when the hot tier evicts the block
 // (Evicted, called under the hot tier's lock) the tier copies its bytes
-// into a bounded pending batch. Flush turns batches into packs, queues them
-// on the sink (which verifies each pack before any write and publishes
-// pack, manifest, then pointers) and drains it. When the pending budget is
-// full an evicted block is dropped and counted: the cold tier is a cache
-// too, and eviction must never wait for storage.
+// into a pending batch. Flush turns batches into packs, queues them on the
+// sink (which verifies each pack before any write and publishes pack,
+// manifest, then pointers) and drains it. When the budget is full an
+// evicted block is dropped and counted: the cold tier is a cache too, and
+// eviction must never wait for storage.
+//
+// Budget. One byte budget, Config.PendingBytes (cold_pending), bounds
+// everything the write-behind holds: the copies of evicted blocks waiting in
+// batches, and their packs in the sink, pending or failed, until they are
+// written or given up. A block takes its payload plus an allowance for its
+// share of the pack's metadata (blockCost) when it is copied; its pack takes
+// over those bytes when it is queued (sink.EnqueuePaid), so there is no
+// moment in which the same bytes could be counted for someone else. Beyond
+// the budget, the heap holds at most the pack being built. A pack given up
+// (its build or queueing failed, or the sink failed it: a permanent error,
+// or three charged attempts) returns its bytes; the loss is counted
+// (Stats.PacksGivenUp, BlocksGivenUp) and logged once per flush.
+//
+// Outages. The sink does not charge attempts that fail while the store is
+// down (sink package doc, "Outages"): the packs stay queued, within the
+// budget, and the first flush after the store answers again writes them.
+// While the store is down, Run's flushes probe it with a doubling backoff
+// (Sink.RetryBackoff, default 1s, up to 30s); Flush probes at once. The
+// sink logs the change to degraded and the recovery once each; the tier
+// logs, once each, when a full budget starts and stops dropping evicted
+// blocks.
 //
 // Refill. Refill asks refill.RefillKey for (namespace, key), both from the
 // authenticated request; a corrupt, foreign or legacy object is a miss.
@@ -68,15 +89,19 @@ type Config struct {
 	// PackBytes is the payload size at which a batch becomes a pack.
 	// Default 64 MiB.
 	PackBytes int64
-	// PendingBytes bounds payload copied but not yet queued on the sink;
-	// evicted blocks beyond it are dropped. These copies live on the Go
-	// heap until their pack is written, so this is also the write-behind's
-	// heap budget. Default 64 MiB.
+	// PendingBytes bounds the bytes the write-behind holds: evicted blocks
+	// copied into batches (payload plus a metadata allowance each) and the
+	// packs queued on the sink, pending or failed, until they are written
+	// or given up. Evicted blocks beyond it are dropped. These bytes live
+	// on the Go heap, so this is also the write-behind's heap budget (plus
+	// the one pack being built). Default 64 MiB.
 	PendingBytes int64
 	// RememberBlocks bounds the identities kept for blocks in the hot tier.
 	// Default 1<<20.
 	RememberBlocks int
-	// Sink configures the write queue; its Verify is set by the tier.
+	// Sink configures the write queue. The tier sets its Verify and its
+	// Budget (PendingBytes; Sink.MaxBytes is ignored), its Logger when
+	// unset (to Logger), and its RetryBackoff when unset (to 1s).
 	Sink sink.Config
 	// Refill configures reads. Unset, it caches up to 4096 verified
 	// manifests and keeps pointers for 5s.
@@ -125,7 +150,7 @@ type Stats struct {
 	Remembered      uint64 // identities recorded
 	Forgotten       uint64 // identities dropped (table full)
 	Offered         uint64 // evicted blocks copied for write-behind
-	DroppedFull     uint64 // evicted blocks dropped: pending budget full
+	DroppedFull     uint64 // evicted blocks dropped: budget (PendingBytes) full
 	DroppedUnknown  uint64 // evicted blocks dropped: identity not remembered
 	PacksBuilt      uint64
 	PacksQueued     uint64
@@ -134,10 +159,21 @@ type Stats struct {
 	RefillMisses    uint64
 	RefillIntegrity uint64 // refill misses reported as integrity events
 	Spilled         uint64 // blocks still cached copied for write-behind by Spill
-	PendingBytes    int64
-	SinkCompleted   uint64
-	SinkFailed      uint64
+	PendingBytes    int64  // budget bytes of the blocks in batches, not yet packed
+	SinkCompleted   uint64 // packs written
+	SinkFailed      uint64 // packs the sink failed (permanent error, or three charged attempts)
 	RememberedBytes int64
+
+	HeldBytes     int64  // budget bytes in use: batches plus queued and failed packs
+	LimitBytes    int64  // the budget: PendingBytes
+	SinkPending   int    // packs queued, not yet written
+	SinkBytes     int64  // budget bytes of those packs
+	PacksGivenUp  uint64 // packs dropped after they were taken: build or queue failed, or the sink failed them
+	BlocksGivenUp uint64 // blocks in those packs
+	BytesGivenUp  uint64 // budget bytes those packs returned
+	SinkRetries   uint64 // pack writes that failed transiently and were kept
+	WriteDegraded bool   // the sink found the store down and has not been answered since
+	WriteOutages  uint64 // times the sink found the store down
 }
 
 // tail is a remembered block identity, pointer-free: its tokens live in
@@ -154,7 +190,8 @@ type tail struct {
 type batch struct {
 	ns     identity.Namespace
 	blocks []pack.Block
-	bytes  int64
+	costs  []int64 // budget bytes each block took (blockCost)
+	bytes  int64   // payload bytes
 }
 
 // Tier is the write-behind and refill path to one cold store.
@@ -174,14 +211,23 @@ type Tier struct {
 		tails      map[identity.BlockKey]tail          // guarded by mu; pointer-free
 		tokens     []uint32                            // guarded by mu; arena for tails
 		dead       int                                 // guarded by mu; arena words no tail uses
+		nsCanon    []int                               // guarded by mu; canonical length of namespaces[i]
 		batches    map[identity.NamespaceDigest]*batch // guarded by mu
-		pending    int64                               // guarded by mu; payload bytes in batches
+		pending    int64                               // guarded by mu; budget bytes of the blocks in batches
 	}
-	flushMu sync.Mutex // serialises Flush
-	st      struct {
+	budget  *sink.Budget // PendingBytes: batches and the sink's jobs
+	flushMu sync.Mutex   // serialises Flush
+	// Budget-full state, for logging its changes once; guarded by flushMu.
+	full struct {
+		on          bool
+		lastDropped uint64 // droppedFull at the last flush
+		since       uint64 // droppedFull when it turned on
+	}
+	st struct {
 		remembered, forgotten, offered, droppedFull, droppedUnknown   atomic.Uint64
 		packsBuilt, packsQueued, packErrors, refillHits, refillMisses atomic.Uint64
 		refillIntegrity, spilled                                      atomic.Uint64
+		packsGivenUp, blocksGivenUp, bytesGivenUp                     atomic.Uint64
 	}
 }
 
@@ -228,8 +274,20 @@ func New(cfg Config) (*Tier, error) {
 		cfg.RefillBudget = 2 * time.Second
 	}
 	t := &Tier{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), keyring: cfg.Keyring, onIntegrity: cfg.OnIntegrity}
+	budget, err := sink.NewBudget(cfg.PendingBytes)
+	if err != nil {
+		return nil, err
+	}
+	t.budget = budget
 	sc := cfg.Sink
 	sc.Verify = t.verify
+	sc.Budget = budget
+	if sc.Logger == nil {
+		sc.Logger = cfg.Logger
+	}
+	if sc.RetryBackoff == 0 {
+		sc.RetryBackoff = time.Second
+	}
 	// The write-behind and the refill each see the store through the
 	// degrade boundary, with their own deadline: a sink PUT of a whole pack
 	// may take the sink's PutTimeout, a refill read only RefillBudget.
@@ -292,6 +350,8 @@ func (t *Tier) RememberKeyed(id identity.CacheIdentity, d identity.NamespaceDige
 	if !ok {
 		ni = uint32(len(t.mu.namespaces))
 		t.mu.namespaces = append(t.mu.namespaces, id.Namespace)
+		c, _ := id.Namespace.Canonical()
+		t.mu.nsCanon = append(t.mu.nsCanon, len(c))
 		t.mu.nsIndex[d] = ni
 	}
 	t.compactLocked()
@@ -327,9 +387,9 @@ func (t *Tier) Forget(key identity.BlockKey) {
 }
 
 // Evicted is the hot tier's OnEvict hook: it copies the block into a
-// pending batch if its identity is known and the pending budget allows,
-// else drops it. It runs under the hot tier's lock: it never blocks on
-// storage.
+// pending batch if its identity is known and the budget has room for it
+// (blockCost), else drops it. It runs under the hot tier's lock: it never
+// blocks on storage.
 func (t *Tier) Evicted(ns identity.NamespaceDigest, key, parent identity.BlockKey, _ uint32, payload []byte) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -344,17 +404,18 @@ func (t *Tier) Evicted(ns identity.NamespaceDigest, key, parent identity.BlockKe
 		t.st.droppedUnknown.Add(1)
 		return
 	}
-	if t.mu.pending+int64(len(payload)) > t.cfg.PendingBytes || len(payload) == 0 {
+	cost := t.costLocked(tl, len(payload))
+	if len(payload) == 0 || !t.budget.TryTake(cost) {
 		t.st.droppedFull.Add(1)
 		return
 	}
-	t.batchLocked(ns, tl, payload)
+	t.batchLocked(ns, tl, payload, cost)
 	t.st.offered.Add(1)
 }
 
 // batchLocked copies a remembered block into its namespace's pending
-// batch. t.mu must be held, and the pending budget checked.
-func (t *Tier) batchLocked(ns identity.NamespaceDigest, tl tail, payload []byte) {
+// batch. t.mu must be held, and cost taken from the budget.
+func (t *Tier) batchLocked(ns identity.NamespaceDigest, tl tail, payload []byte, cost int64) {
 	nsv := t.mu.namespaces[tl.ns]
 	id := identity.CacheIdentity{Namespace: nsv, Parent: tl.parent, Position: tl.position,
 		Tokens: append([]uint32(nil), t.mu.tokens[tl.tokOff:tl.tokOff+tl.tokLen]...), ValidLength: tl.valid}
@@ -364,8 +425,9 @@ func (t *Tier) batchLocked(ns identity.NamespaceDigest, tl tail, payload []byte)
 		t.mu.batches[ns] = b
 	}
 	b.blocks = append(b.blocks, pack.Block{Identity: id, Payload: append([]byte(nil), payload...)})
+	b.costs = append(b.costs, cost)
 	b.bytes += int64(len(payload))
-	t.mu.pending += int64(len(payload))
+	t.mu.pending += cost
 }
 
 // integrity counts a refill integrity event and passes it on.
@@ -417,9 +479,16 @@ func (t *Tier) verify(j *sink.Job) error {
 }
 
 // Flush turns every pending batch (all of them when force, else only full
-// ones) into packs, queues them and drains the sink once. It returns the
-// sink's drain report.
+// ones) into packs, queues them and drains the sink once, probing the
+// store at once even if the sink found it down (sink.DrainNow). Packs the
+// sink failed are then given up. It returns the sink's drain report.
 func (t *Tier) Flush(ctx context.Context, force bool) sink.Report {
+	return t.flush(ctx, force, true)
+}
+
+// flush is Flush; now false (Run's periodic flush) lets the sink defer
+// the drain while the store is down and its next probe is not due.
+func (t *Tier) flush(ctx context.Context, force, now bool) sink.Report {
 	t.flushMu.Lock()
 	defer t.flushMu.Unlock()
 	var ready []*batch
@@ -431,26 +500,48 @@ func (t *Tier) Flush(ctx context.Context, force bool) sink.Report {
 		}
 	}
 	t.mu.Unlock()
+	var lost lossReport
 	for _, b := range ready {
 		for off := 0; off < len(b.blocks); off += t.cfg.PackBlocks {
-			t.queue(b.ns, b.blocks[off:min(off+t.cfg.PackBlocks, len(b.blocks))])
+			end := min(off+t.cfg.PackBlocks, len(b.blocks))
+			var reserved int64
+			for _, c := range b.costs[off:end] {
+				reserved += c
+			}
+			t.queue(b.ns, b.blocks[off:end], reserved, &lost)
 		}
-		t.mu.Lock()
-		t.mu.pending -= b.bytes
-		t.mu.Unlock()
 	}
-	return t.sk.DrainReport(ctx)
+	var rep sink.Report
+	if now {
+		rep = t.sk.DrainNow(ctx)
+	} else {
+		rep = t.sk.DrainReport(ctx)
+	}
+	for _, f := range t.sk.TakeFailed() {
+		lost.add(int(f.Job.Bytes), pointersOf(f.Job), "the store refused the pack", f.Err)
+	}
+	t.settleLosses(&lost)
+	t.logBudgetState()
+	return rep
 }
 
-func (t *Tier) queue(ns identity.Namespace, blocks []pack.Block) {
+// queue builds one pack from blocks and queues it on the sink, moving the
+// reserved budget bytes the blocks took onto the pack. A pack that cannot
+// be built or queued is given up: its bytes go back to the budget and lost
+// counts it.
+func (t *Tier) queue(ns identity.Namespace, blocks []pack.Block, reserved int64, lost *lossReport) {
 	var sealer pack.Sealer
 	if t.keyring != nil {
 		sealer = t.keyring
 	}
 	p, err := pack.BuildSealed(ns, blocks, sealer)
+	t.mu.Lock()
+	t.mu.pending -= reserved // from here the reservation is this pack's
+	t.mu.Unlock()
 	if err != nil {
 		t.st.packErrors.Add(1)
-		t.log.Warn("cold write-behind: pack not built; blocks dropped", "blocks", len(blocks), "err", err)
+		t.budget.Give(reserved)
+		lost.add(int(reserved), len(blocks), "pack not built", err)
 		return
 	}
 	t.st.packsBuilt.Add(1)
@@ -469,9 +560,21 @@ func (t *Tier) queue(ns identity.Namespace, blocks []pack.Block) {
 	for _, o := range p.Pointers {
 		add(sink.KindPointer, o)
 	}
-	if _, err := t.sk.Enqueue(j); err != nil {
+	// The pack's bytes replace the blocks' reservation: any difference is
+	// settled with the budget first, so the sink takes over exactly j.Bytes.
+	switch extra := j.Bytes - reserved; {
+	case extra > 0 && !t.budget.TryTake(extra):
 		t.st.packErrors.Add(1)
-		t.log.Warn("cold write-behind: pack not queued; blocks dropped", "blocks", len(blocks), "err", err)
+		t.budget.Give(reserved)
+		lost.add(int(reserved), len(blocks), "pack larger than its blocks' reservation and the budget is full", sink.ErrFull)
+		return
+	case extra < 0:
+		t.budget.Give(-extra)
+	}
+	if _, err := t.sk.EnqueuePaid(j); err != nil {
+		t.st.packErrors.Add(1)
+		t.budget.Give(j.Bytes)
+		lost.add(int(j.Bytes), len(blocks), "pack not queued", err)
 		return
 	}
 	t.st.packsQueued.Add(1)
@@ -520,7 +623,7 @@ func (t *Tier) Run(ctx context.Context, interval time.Duration) {
 		case <-reclaim:
 			t.Reclaim(ctx)
 		case <-tk.C:
-			t.Flush(ctx, true)
+			t.flush(ctx, true, false)
 		case <-ctx.Done():
 			t.Flush(context.Background(), true)
 			return
@@ -552,6 +655,10 @@ func (t *Tier) Stats() Stats {
 	t.mu.Unlock()
 	ss := t.sk.Stats()
 	return Stats{
+		HeldBytes: t.budget.Used(), LimitBytes: t.budget.Max(), SinkPending: ss.Pending, SinkBytes: ss.Bytes,
+		PacksGivenUp: t.st.packsGivenUp.Load(), BlocksGivenUp: t.st.blocksGivenUp.Load(), BytesGivenUp: t.st.bytesGivenUp.Load(),
+		SinkRetries: ss.Retries, WriteDegraded: ss.Degraded, WriteOutages: ss.Outages,
+
 		Remembered: t.st.remembered.Load(), Forgotten: t.st.forgotten.Load(), Offered: t.st.offered.Load(),
 		DroppedFull: t.st.droppedFull.Load(), DroppedUnknown: t.st.droppedUnknown.Load(),
 		PacksBuilt: t.st.packsBuilt.Load(), PacksQueued: t.st.packsQueued.Load(), PackErrors: t.st.packErrors.Load(),

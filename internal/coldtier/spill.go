@@ -122,7 +122,7 @@ type spillResult uint8
 const (
 	spillBatched spillResult = iota
 	spillSkipped
-	spillFull // the pending budget is full: flush, then offer it again
+	spillFull // the budget is full: flush, then offer it again
 )
 
 // spillOne batches one block for Spill. Unlike Evicted it never drops a
@@ -134,15 +134,16 @@ func (t *Tier) spillOne(ns identity.NamespaceDigest, key, parent identity.BlockK
 	if !ok || t.mu.namespaces[tl.ns].Tenant == "" || tl.parent != parent || len(payload) == 0 {
 		return spillSkipped
 	}
-	if t.mu.pending+int64(len(payload)) > t.cfg.PendingBytes {
-		if t.mu.pending == 0 {
-			return spillSkipped // larger than the whole budget
-		}
+	cost := t.costLocked(tl, len(payload))
+	if cost > t.budget.Max() {
+		return spillSkipped // larger than the whole budget
+	}
+	if !t.budget.TryTake(cost) {
 		return spillFull
 	}
 	t.mu.dead += int(tl.tokLen)
 	delete(t.mu.tails, key)
-	t.batchLocked(ns, tl, payload)
+	t.batchLocked(ns, tl, payload, cost)
 	t.st.spilled.Add(1)
 	return spillBatched
 }

@@ -126,8 +126,9 @@ type Config struct {
 	// ColdFlushInterval is how often pending evicted blocks are packed and
 	// written. Default 1s.
 	ColdFlushInterval time.Duration `yaml:"cold_flush_interval"`
-	// ColdPending bounds evicted bytes waiting to be packed (they are on the
-	// Go heap); more are dropped. Default 64MiB.
+	// ColdPending bounds the bytes the write-behind holds (on the Go heap):
+	// evicted blocks waiting to be packed and their packs until written,
+	// during a store outage too; more are dropped. Default 64MiB.
 	ColdPending ByteSize `yaml:"cold_pending"`
 	// S3Endpoint, S3Region, S3Bucket, S3Prefix, S3AccessKey, S3SecretKey
 	// and S3PathStyle configure cold_store: s3. The keys default to the
@@ -246,7 +247,7 @@ func (c *Config) fields() []field {
 		{"cold_write_behind", "write blocks evicted from DRAM to the cold tier", (*boolVal)(&c.ColdWriteBehind)},
 		{"cold_spill_on_drain", "on graceful shutdown, write the blocks still in DRAM to the cold tier", (*boolVal)(&c.ColdSpillOnDrain)},
 		{"cold_flush_interval", "how often evicted blocks are packed and written", (*durVal)(&c.ColdFlushInterval)},
-		{"cold_pending", "evicted bytes waiting to be packed (more are dropped)", &c.ColdPending},
+		{"cold_pending", "bytes the write-behind may hold: evicted blocks and their packs until written (more are dropped)", &c.ColdPending},
 		{"s3_endpoint", "S3 endpoint URL, e.g. http://127.0.0.1:7070", (*strVal)(&c.S3Endpoint)},
 		{"s3_region", "S3 region", (*strVal)(&c.S3Region)},
 		{"s3_bucket", "S3 bucket", (*strVal)(&c.S3Bucket)},

@@ -70,6 +70,9 @@ type Options struct {
 	// OnControlMode is called when a cluster node's control mode changes
 	// (tests observe it instead of sleeping).
 	OnControlMode func(server.ControlMode)
+	// OnColdConnected is called with true when a cold store that was
+	// unreachable at start answers (tests observe it instead of sleeping).
+	OnColdConnected func(connected bool)
 }
 
 // RunWith is Run with options.
@@ -92,11 +95,13 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 	if cfg.AuthEnabled() && !cfg.TLSEnabled() && !hostLoopback(cfg.Listen) {
 		log.Warn("authentication without TLS on a non-loopback address: bearer secrets and payloads cross the network in plaintext; set tls_cert and tls_key")
 	}
-	tier, releaseCold, err := openCold(ctx, cfg, log, sec, opts.Faults)
+	cn, releaseCold, err := openCold(ctx, cfg, log, sec, opts.Faults)
 	if err != nil {
 		return err
 	}
 	defer releaseCold()
+	cn.onChange = opts.OnColdConnected
+	tier := cn.tier
 	var onEvict func(hot.Namespace, hot.Key, hot.Key, uint32, []byte)
 	if tier != nil && cfg.ColdWriteBehind {
 		onEvict = tier.Evicted
@@ -125,7 +130,7 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 	if tier != nil {
 		go func() {
 			defer close(coldDone)
-			tier.Run(coldCtx, cfg.ColdFlushInterval) // flushes what is pending when stopped
+			cn.run(coldCtx, cfg.ColdFlushInterval) // flushes what is pending when stopped
 		}()
 	} else {
 		close(coldDone)
@@ -162,6 +167,7 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 			n, res, _ := tier.Refill(ctx, ns, key, dst)
 			return n, res.Hit
 		}
+		scfg.ColdStats = cn.stats
 	}
 	scfg.MaxVersion = uint8(cfg.ProtocolMax)
 	ln, err := listen("listen", cfg.Listen)
@@ -191,6 +197,7 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 
 	adm := admin.New(srv.Stats)
 	adm.SetAuthorizer(sec.authorizeAdmin)
+	adm.SetDegraded(cn.degraded)
 	reload := func(actor string) error {
 		if opts.Reload == nil {
 			return errors.New("this node was started without a config source to reload")

@@ -68,6 +68,9 @@ type Config struct {
 	// reports its length, or false for a miss. Concurrent misses on one
 	// block share one refill through the directory.
 	ColdRefill func(ctx context.Context, ns identity.Namespace, key identity.BlockKey, dst []byte) (int, bool)
+	// ColdStats, when set, returns the cold tier's STAT entries; Stats
+	// appends them after its own. Nil by default.
+	ColdStats func() []wire.StatEntry
 	// Guard authenticates sessions and authorises every request: ACL,
 	// rate limits and replay stamps. Nil is open mode: the tenant is what
 	// HELLO names, everything is allowed, nothing is limited (loopback

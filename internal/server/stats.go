@@ -150,6 +150,9 @@ func (s *Server) Stats() []wire.StatEntry {
 		wire.StatEntry{Name: "control_mode", Value: mode},
 		wire.StatEntry{Name: "readonly_refused", Value: s.stats.modeRefused.Load()},
 	)
+	if s.cfg.ColdStats != nil {
+		e = append(e, s.cfg.ColdStats()...)
+	}
 	return e
 }
 

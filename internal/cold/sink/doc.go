@@ -30,6 +30,7 @@
 //
 //	Enqueue ──▶ pending ── selected by a drain ──▶ writing
 //	writing ── all objects written ─────────────▶ gone (completed)
+//	writing ── transient error, store down ──────▶ pending (attempt not charged)
 //	writing ── transient error, attempts < 3 ────▶ pending (back of its namespace)
 //	writing ── transient error, 3rd attempt ─────▶ failed (ErrRetriesExhausted)
 //	writing ── permanent error (IsPermanent) ────▶ failed
@@ -37,21 +38,60 @@
 //	pending, failed ── Cancel ───────────────────▶ gone
 //	failed ── TakeFailed ────────────────────────▶ gone (returned to the caller)
 //
-// A job is attempted at most MaxWriteAttempts (3) times over its whole life.
+// A job is charged at most MaxWriteAttempts (3) attempts over its whole
+// life; attempts made while the store is down are not charged (see
+// Outages), so an outage, however long, moves no job to the failed queue.
 // Failed jobs are never retried automatically; TakeFailed hands them back,
 // isolated from each other and from the pending queue, and the caller may
 // enqueue one again as a new job. A writing job cannot be cancelled: its
 // current store call decides its fate.
 //
+// # Outages
+//
+// A transient error (cold.ErrUnavailable, a timeout) is either the job's
+// own (a large object that timed out) or the store's (it is down). The sink
+// tells them apart by what the store does around it. A store call is
+// answered when it succeeds or fails with an error that is not transient
+// (ErrExists, access denied). In a round:
+//
+//   - a transient failure is charged to its job when a call of the same
+//     round is answered, before or after it: the store works, the job does
+//     not;
+//   - outageStreak (2) attempts in a row failing transiently with no answer
+//     between them, or a round whose only failures are transient and in
+//     which nothing was answered, find the store down: those attempts are
+//     not charged, the round stops (its other jobs stay pending, skipped),
+//     and the sink is degraded (Stats.Degraded).
+//
+// While degraded, and Config.RetryBackoff is set, a Drain does nothing
+// (Report.Deferred) until the next probe is due: RetryBackoff after the
+// store was found down, doubling with each probe that finds it still down,
+// up to MaxRetryBackoff. A probe is an ordinary round, so it costs at most
+// outageStreak store calls. The first answered call ends the outage: the
+// sink is healthy again and the same round writes on. DrainNow probes at
+// once (a final flush, a spill). The change to degraded and the recovery
+// are logged once each (Warn, Info); single retries only at Debug.
+//
+// A job that fails transiently whenever it is tried, alone, thus stays
+// pending, uncharged, while nothing else is written; it is charged as soon
+// as other jobs are written in its rounds. What an outage can pin is
+// bounded by the byte and job limits below.
+//
 // # Accounting
 //
 // Every held job, pending, writing or failed, holds one job credit and
 // Job.Bytes byte credits. Enqueue refuses with ErrFull when the new job would
-// take the totals over Config.MaxJobs or Config.MaxBytes, so a failed queue
+// take the totals over Config.MaxJobs or the byte budget, so a failed queue
 // nobody empties turns into backpressure rather than memory growth. Credits
 // are returned exactly once, when a job leaves the sink: on completion,
 // Cancel or TakeFailed. MaxJobs is clamped to MaxSinkJobs (4096) whatever the
 // configuration, and MaxJobObjects bounds the metadata of each job.
+//
+// The byte credits come from a Budget: the sink's own, of Config.MaxBytes,
+// or Config.Budget, shared with the caller, so that one bound covers the
+// caller's bytes and the sink's. EnqueuePaid admits a job whose bytes the
+// caller has already taken from that budget (the cold tier moves the bytes
+// it reserved for evicted blocks onto their pack).
 //
 // # Rounds and fairness
 //
@@ -62,9 +102,11 @@
 // one namespace further on each round, and cut at Config.MaxRound when that
 // is set. One namespace's backlog therefore delays another namespace's next
 // job by at most one job per namespace, and a job that failed transiently
-// goes to the back of its namespace. Every selected job is attempted once;
-// an error does not end the round, and completed jobs stay completed. Drain
-// returns the first error of the round, DrainReport counts everything.
+// goes to the back of its namespace. Every selected job is attempted at most
+// once; a job's error does not end the round, and completed jobs stay
+// completed, but a round that finds the store down stops there (see
+// Outages). Drain returns the first error of the round, DrainReport counts
+// everything.
 // Drains are serialized by a one-slot semaphore: a second Drain waits for the
 // first (or for its own ctx, or Close). Within a round jobs are written one at
 // a time.

@@ -37,16 +37,20 @@ type modelJob struct {
 	state    modelState
 	attempts int
 	drains   map[int]bool // drains in which the store saw a Put of this job's bytes
+	// pendingDrains counts the drains that started with the job pending.
+	pendingDrains int
 }
 
 // TestModelRandomized drives the sink with random operations against a
 // store that randomly fails before or after committing, and checks it
 // against a simple model after every step: credits equal the pending and
-// failed jobs, each pending job is attempted exactly once per drain and at
-// most MaxWriteAttempts times, no job is both completed and failed, a
-// visible manifest's pack and a visible pointer's manifest are always in the
-// store, pointer writes to a key never go back to an older job, and nothing
-// is ever deleted.
+// failed jobs; each pending job is attempted at most once per drain, and
+// exactly once unless the round found the store down; a job is charged at
+// most one attempt per drain, never in a drain in which the store answered
+// nothing, and at most MaxWriteAttempts in all; no job is both completed
+// and failed; a visible manifest's pack and a visible pointer's manifest
+// are always in the store; pointer writes to a key never go back to an
+// older job; and nothing is ever deleted.
 func TestModelRandomized(t *testing.T) {
 	seeds := 60
 	if testing.Short() {
@@ -170,15 +174,33 @@ func runModel(t *testing.T, seed uint64) {
 			}
 		}
 		drainNo++
+		putsBefore := len(st.putLog())
 		rep := s.DrainReport(bg)
-		if rep.Selected != len(before) || rep.Skipped != 0 || rep.Interrupted != 0 ||
-			rep.Attempted != rep.Completed+rep.Retried+rep.Failed || rep.Attempted != rep.Selected {
+		// The store answered a Put unless it failed transiently (an
+		// outage looks like that).
+		answers := 0
+		for _, p := range st.putLog()[putsBefore:] {
+			if p.err == nil || !errors.Is(p.err, cold.ErrUnavailable) {
+				answers++
+			}
+		}
+		if rep.Selected != len(before) || rep.Interrupted != 0 || rep.Deferred ||
+			rep.Attempted != rep.Completed+rep.Retried+rep.Failed || rep.Attempted+rep.Skipped != rep.Selected {
 			t.Fatalf("step %d: report %+v with %d pending before", step, rep, len(before))
 		}
-		var completed, failed, retried int
+		if !rep.Outage && rep.Skipped != 0 {
+			t.Fatalf("step %d: %d jobs skipped in a round that did not find the store down: %+v", step, rep.Skipped, rep)
+		}
+		if rep.Outage && (rep.Uncharged == 0 || rep.Uncharged > outageStreak) {
+			t.Fatalf("step %d: an outage round with %d uncharged failures: %+v", step, rep.Uncharged, rep)
+		}
+		if got := s.Stats(); (rep.Outage && !got.Degraded) || (!rep.Outage && answers > 0 && got.Degraded) {
+			t.Fatalf("step %d: degraded %v after a round with outage %v and %d answers", step, got.Degraded, rep.Outage, answers)
+		}
+		var completed, failed, retried, charged, unchanged int
 		for _, id := range before {
 			m := jobs[id]
-			m.attempts++ // every pending job is in the round and attempted once
+			m.pendingDrains++
 			stt, attempts, isHeld := s.peek(id)
 			switch {
 			case !isHeld:
@@ -192,29 +214,49 @@ func runModel(t *testing.T, seed uint64) {
 						t.Fatalf("step %d: completed job %d lacks %q", step, id, o.Key)
 					}
 				}
+				continue
 			case stt == stateFailed:
 				m.state = mFailed
 				failed++
+				// A permanent error fails the job at once, a transient one
+				// only as its last charged attempt.
+				if attempts != m.attempts+1 {
+					t.Fatalf("step %d: failed job %d has %d attempts, model %d before the drain", step, id, attempts, m.attempts)
+				}
 			case stt == statePending:
 				retried++
-				if attempts != m.attempts || attempts >= MaxWriteAttempts {
-					t.Fatalf("step %d: pending job %d has %d attempts, model %d", step, id, attempts, m.attempts)
+				switch attempts {
+				case m.attempts:
+					unchanged++ // skipped, or refunded by an outage
+				case m.attempts + 1:
+					charged++
+				default:
+					t.Fatalf("step %d: pending job %d has %d attempts, model %d before the drain", step, id, attempts, m.attempts)
+				}
+				if attempts >= MaxWriteAttempts {
+					t.Fatalf("step %d: pending job %d has %d attempts", step, id, attempts)
 				}
 			default:
 				t.Fatalf("step %d: job %d in state %d after the drain", step, id, stt)
 			}
+			m.attempts = attempts
 			if m.attempts > MaxWriteAttempts {
 				t.Fatalf("step %d: job %d attempted %d times", step, id, m.attempts)
 			}
-			if len(m.drains) > m.attempts {
-				t.Fatalf("step %d: job %d wrote in %d drains but had %d attempts", step, id, len(m.drains), m.attempts)
+			if len(m.drains) > m.pendingDrains {
+				t.Fatalf("step %d: job %d wrote in %d drains but was pending in %d", step, id, len(m.drains), m.pendingDrains)
 			}
 		}
-		if rep.Completed != completed || rep.Failed != failed || rep.Retried != retried || rep.Remaining != retried {
-			t.Fatalf("step %d: report %+v; model: %d completed, %d failed, %d retried", step, rep, completed, failed, retried)
+		if answers == 0 && charged != 0 {
+			t.Fatalf("step %d: %d jobs charged in a drain in which the store answered nothing", step, charged)
 		}
-		if (rep.Err != nil) != (failed+retried > 0) {
-			t.Fatalf("step %d: report Err %v with %d failed, %d retried", step, rep.Err, failed, retried)
+		if rep.Completed != completed || rep.Failed != failed || rep.Retried+rep.Skipped != retried || rep.Remaining != retried ||
+			unchanged != rep.Skipped+rep.Uncharged {
+			t.Fatalf("step %d: report %+v; model: %d completed, %d failed, %d left pending (%d charged, %d not)",
+				step, rep, completed, failed, retried, charged, unchanged)
+		}
+		if (rep.Err != nil) != (failed+rep.Retried > 0) {
+			t.Fatalf("step %d: report Err %v with %d failed, %d retried", step, rep.Err, failed, rep.Retried)
 		}
 	}
 
@@ -281,11 +323,10 @@ func runModel(t *testing.T, seed uint64) {
 		check(step, what)
 	}
 
-	// A healthy store publishes everything still pending.
+	// A healthy store publishes everything still pending, in one drain,
+	// even right after an outage: the probe answers and the round goes on.
 	faults = false
-	for range MaxWriteAttempts {
-		drain(-1)
-	}
+	drain(-1)
 	check(-1, "final")
 	if got := s.Stats(); got.Pending != 0 {
 		t.Fatalf("%d jobs pending on a healthy store", got.Pending)

@@ -12,9 +12,17 @@ import (
 	"github.com/gpucache/gpucache/internal/cold"
 )
 
-// MaxWriteAttempts bounds the attempts of one job over its whole life in the
-// queue: a job that fails transiently this often moves to the failed queue.
+// MaxWriteAttempts bounds the charged attempts of one job over its whole life
+// in the queue: a job that fails transiently this often while the store
+// answers other writes moves to the failed queue. Attempts that fail while
+// the store is down (see "Outages" in the package doc) are not charged.
 const MaxWriteAttempts = 3
+
+// outageStreak is how many attempts in a row, with no store answer between
+// them, must fail transiently for a round to call the store down. Two: one
+// failure alone may be the job's own (a timeout on a large object); a
+// second, on another job, with nothing answered between them, is the store.
+const outageStreak = 2
 
 // MaxSinkJobs is the hard ceiling on jobs the sink holds (pending plus
 // failed), whatever Config.MaxJobs says.
@@ -25,6 +33,9 @@ const (
 	DefaultMaxJobs          = 1024
 	DefaultMaxBytes   int64 = 1 << 30
 	DefaultPutTimeout       = 30 * time.Second
+	// DefaultMaxRetryBackoff caps the wait between probes of a store that
+	// is down, when Config.RetryBackoff is set.
+	DefaultMaxRetryBackoff = 30 * time.Second
 )
 
 // Config configures a Sink. The zero value is usable.
@@ -33,7 +44,13 @@ type Config struct {
 	// MaxSinkJobs are clamped to it.
 	MaxJobs int
 	// MaxBytes bounds the Bytes of pending plus failed jobs. Default 1 GiB.
+	// Ignored when Budget is set.
 	MaxBytes int64
+	// Budget, when set, is the byte budget the sink's jobs draw from,
+	// shared with the caller (the cold tier counts the blocks it has copied
+	// but not yet packed against the same budget). Its Max is then the
+	// sink's MaxBytes. Default: a budget of MaxBytes of the sink's own.
+	Budget *Budget
 	// MaxRound bounds the jobs one Drain selects. Default 0: every job
 	// pending when the drain starts.
 	MaxRound int
@@ -45,7 +62,17 @@ type Config struct {
 	Verify Verifier
 	// Now stamps failures. Default time.Now.
 	Now func() time.Time
-	// Logger receives retry and failure events. Default: discard.
+	// RetryBackoff is the wait before the first probe of a store the sink
+	// found down; each probe that fails doubles it, up to MaxRetryBackoff.
+	// A Drain called sooner does nothing (Report.Deferred) unless it is a
+	// DrainNow. Default 0: every Drain probes.
+	RetryBackoff time.Duration
+	// MaxRetryBackoff caps the wait between probes. Default
+	// DefaultMaxRetryBackoff, or RetryBackoff if that is larger.
+	MaxRetryBackoff time.Duration
+	// Logger receives the store's state changes (writes failing, writes
+	// recovered: once each), jobs given up, and, at Debug, each retry.
+	// Default: discard.
 	Logger *slog.Logger
 }
 
@@ -87,6 +114,15 @@ type Stats struct {
 	Retries      uint64 // attempts that failed transiently and left the job pending
 	Interrupted  uint64 // attempts cut short by ctx or Close (not charged to the job)
 	Drains       uint64 // Drain rounds run
+	Uncharged    uint64 // transient failures not charged to their job: the store was down (part of Retries)
+	Deferred     uint64 // Drain calls that did nothing: the store was down and its next probe not due
+
+	// Degraded: the last round found the store down (attempts failing with
+	// no store answer), and no write has been answered since.
+	Degraded      bool
+	DegradedSince time.Time // when Degraded last became true; zero if never
+	Outages       uint64    // times the store was found down (healthy -> degraded)
+	Recoveries    uint64    // times it answered again (degraded -> healthy)
 
 	Puts               uint64 // store Put calls
 	PutsExisting       uint64 // content-addressed Puts answered ErrExists and accepted (same key, same content)
@@ -143,8 +179,11 @@ type Sink struct {
 	log        *slog.Logger
 	maxJobs    int
 	maxBytes   int64
+	budget     *Budget
 	maxRound   int
 	putTimeout time.Duration
+	backoff    time.Duration // 0: no deferral
+	maxBackoff time.Duration
 
 	// drainTok is a one-slot semaphore: whoever holds it is the only drain.
 	// Close takes it for good.
@@ -168,8 +207,15 @@ type Sink struct {
 		failed   list.List           // of *entry, in failure order
 		pointers map[string]*pointerClaim
 
+		// Store health (see "Outages" in the package doc).
+		degraded      bool
+		degradedSince time.Time
+		probes        int       // failed probes since degraded: the backoff exponent
+		nextProbe     time.Time // while degraded, a Drain before this is deferred
+
 		enqueued, rejected, rejectedFull, completed, failedTotal, cancelled uint64
-		attempts, retries, interrupted, drains                              uint64
+		attempts, retries, interrupted, drains, uncharged, deferred         uint64
+		outages, recoveries                                                 uint64
 	}
 
 	// Counted by the drain without the lock.
@@ -181,9 +227,9 @@ func New(store cold.Store, cfg Config) (*Sink, error) {
 	if store == nil {
 		return nil, fmt.Errorf("gpucache/sink: nil store")
 	}
-	if cfg.MaxJobs < 0 || cfg.MaxBytes < 0 || cfg.MaxRound < 0 || cfg.PutTimeout < 0 {
-		return nil, fmt.Errorf("gpucache/sink: negative limit in config (MaxJobs %d, MaxBytes %d, MaxRound %d, PutTimeout %v)",
-			cfg.MaxJobs, cfg.MaxBytes, cfg.MaxRound, cfg.PutTimeout)
+	if cfg.MaxJobs < 0 || cfg.MaxBytes < 0 || cfg.MaxRound < 0 || cfg.PutTimeout < 0 || cfg.RetryBackoff < 0 || cfg.MaxRetryBackoff < 0 {
+		return nil, fmt.Errorf("gpucache/sink: negative limit in config (MaxJobs %d, MaxBytes %d, MaxRound %d, PutTimeout %v, RetryBackoff %v, MaxRetryBackoff %v)",
+			cfg.MaxJobs, cfg.MaxBytes, cfg.MaxRound, cfg.PutTimeout, cfg.RetryBackoff, cfg.MaxRetryBackoff)
 	}
 	s := &Sink{
 		store:      store,
@@ -192,8 +238,11 @@ func New(store cold.Store, cfg Config) (*Sink, error) {
 		log:        cfg.Logger,
 		maxJobs:    cfg.MaxJobs,
 		maxBytes:   cfg.MaxBytes,
+		budget:     cfg.Budget,
 		maxRound:   cfg.MaxRound,
 		putTimeout: cfg.PutTimeout,
+		backoff:    cfg.RetryBackoff,
+		maxBackoff: cfg.MaxRetryBackoff,
 		drainTok:   make(chan struct{}, 1),
 	}
 	if s.maxJobs == 0 {
@@ -202,6 +251,14 @@ func New(store cold.Store, cfg Config) (*Sink, error) {
 	s.maxJobs = min(s.maxJobs, MaxSinkJobs)
 	if s.maxBytes == 0 {
 		s.maxBytes = DefaultMaxBytes
+	}
+	if s.budget != nil {
+		s.maxBytes = s.budget.Max()
+	} else {
+		s.budget = &Budget{max: s.maxBytes}
+	}
+	if s.maxBackoff == 0 {
+		s.maxBackoff = max(DefaultMaxRetryBackoff, s.backoff)
 	}
 	if s.putTimeout == 0 {
 		s.putTimeout = DefaultPutTimeout
@@ -229,8 +286,19 @@ func New(store cold.Store, cfg Config) (*Sink, error) {
 // sink's copy; a job failing either is refused with ErrInvalidJob before
 // anything is written. The checks hash every body on the caller's
 // goroutine, outside the sink's lock. A job that would take pending plus
-// failed jobs over MaxJobs or MaxBytes is refused with ErrFull.
-func (s *Sink) Enqueue(j *Job) (JobID, error) {
+// failed jobs over MaxJobs, or its Bytes over what the budget has left, is
+// refused with ErrFull.
+func (s *Sink) Enqueue(j *Job) (JobID, error) { return s.enqueue(j, false) }
+
+// EnqueuePaid is Enqueue for a caller that has already taken j.Bytes from
+// the sink's Budget (Config.Budget): the sink takes nothing more and, once
+// the job is admitted, owns those bytes and gives them back when the job
+// leaves. On an error the bytes are still the caller's to give back. It
+// lets a caller move bytes it holds into the queue without a moment in
+// which another holder could take them.
+func (s *Sink) EnqueuePaid(j *Job) (JobID, error) { return s.enqueue(j, true) }
+
+func (s *Sink) enqueue(j *Job, paid bool) (JobID, error) {
 	if s.closeCtx.Err() != nil {
 		return 0, ErrClosed
 	}
@@ -252,10 +320,10 @@ func (s *Sink) Enqueue(j *Job) (JobID, error) {
 		s.mu.rejected++
 		return 0, err
 	}
-	if len(s.mu.jobs)+1 > s.maxJobs || s.mu.bytes+j.Bytes > s.maxBytes {
+	if len(s.mu.jobs)+1 > s.maxJobs || (!paid && !s.budget.TryTake(j.Bytes)) {
 		s.mu.rejectedFull++
-		return 0, fmt.Errorf("%w: holding %d jobs (max %d) and %d bytes (max %d); job has %d bytes",
-			ErrFull, len(s.mu.jobs), s.maxJobs, s.mu.bytes, s.maxBytes, j.Bytes)
+		return 0, fmt.Errorf("%w: holding %d jobs (max %d) and %d bytes (budget %d of %d bytes in use); job has %d bytes",
+			ErrFull, len(s.mu.jobs), s.maxJobs, s.mu.bytes, s.budget.Used(), s.maxBytes, j.Bytes)
 	}
 	s.mu.nextID++
 	j.ID = s.mu.nextID
@@ -348,6 +416,13 @@ func (s *Sink) Stats() Stats {
 		Retries:      s.mu.retries,
 		Interrupted:  s.mu.interrupted,
 		Drains:       s.mu.drains,
+		Uncharged:    s.mu.uncharged,
+		Deferred:     s.mu.deferred,
+
+		Degraded:      s.mu.degraded,
+		DegradedSince: s.mu.degradedSince,
+		Outages:       s.mu.outages,
+		Recoveries:    s.mu.recoveries,
 
 		Puts:               s.puts.Load(),
 		PutsExisting:       s.putsExisting.Load(),
@@ -397,10 +472,12 @@ func (s *Sink) Run(ctx context.Context, interval time.Duration) error {
 		case <-s.closeCtx.Done():
 			return ErrClosed
 		case <-t.C:
+			// The store's state changes and failed jobs are logged where
+			// they happen, once each; a round's error adds nothing.
 			rep := s.DrainReport(ctx)
 			if rep.Err != nil && ctx.Err() == nil && s.closeCtx.Err() == nil {
-				s.log.Warn("gpucache/sink: drain", "attempted", rep.Attempted, "completed", rep.Completed,
-					"retried", rep.Retried, "failed", rep.Failed, "err", rep.Err)
+				s.log.Debug("gpucache/sink: drain", "attempted", rep.Attempted, "completed", rep.Completed,
+					"retried", rep.Retried, "failed", rep.Failed, "outage", rep.Outage, "err", rep.Err)
 			}
 		}
 	}
@@ -441,6 +518,7 @@ func (s *Sink) leaveQueueLocked(e *entry) {
 func (s *Sink) releaseLocked(e *entry) {
 	delete(s.mu.jobs, e.id)
 	s.mu.bytes -= e.job.Bytes
+	s.budget.Give(e.job.Bytes)
 	e.state = stateGone
 	e.elem = nil
 }

@@ -1,7 +1,8 @@
 // Package s3test runs a real S3 server, versitygw with its posix backend,
 // for tests. Each Start launches a private server on a free loopback port
 // with a fresh data directory, random credentials and one empty bucket
-// (Bucket), and stops it when the test ends.
+// (Bucket), and stops it when the test ends. NewServer gives a server a
+// test can stop and start again on the same port and data (an outage).
 //
 // The binary is found, in order, at $GPUCACHE_VERSITYGW, at
 // <module root>/.cache/bin/versitygw (what `scripts/s3-server install`
@@ -24,6 +25,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
 	"github.com/gpucache/gpucache/internal/cold/s3store"
 )
@@ -79,6 +81,28 @@ func moduleRoot() (string, error) {
 // The server, with an empty bucket named Bucket, lives until t ends.
 func Start(t testing.TB) (endpoint, accessKey, secretKey string) {
 	t.Helper()
+	s := NewServer(t)
+	s.Start(t)
+	return s.Endpoint, s.AccessKey, s.SecretKey
+}
+
+// Server is a versitygw that a test can stop and start again: same
+// address, credentials and data, so a client sees an outage and then the
+// same store back.
+type Server struct {
+	Endpoint             string // http://127.0.0.1:port
+	AccessKey, SecretKey string
+
+	bin, addr, data, logPath string
+	cmd                      *exec.Cmd
+	exited                   chan struct{} // closed when cmd has exited; nil while stopped
+}
+
+// NewServer prepares a server on a free loopback port without starting
+// it: until Start, its endpoint refuses connections. It is stopped when t
+// ends. Without a versitygw binary the test is skipped (failed under CI).
+func NewServer(t testing.TB) *Server {
+	t.Helper()
 	bin, err := Binary()
 	if err != nil {
 		t.Fatal(err)
@@ -90,28 +114,44 @@ func Start(t testing.TB) (endpoint, accessKey, secretKey string) {
 		t.Skip("NOT_RUN: " + missingMsg)
 	}
 	dir := t.TempDir()
-	data := filepath.Join(dir, "data")
-	if err := os.Mkdir(data, 0o755); err != nil {
+	s := &Server{bin: bin, data: filepath.Join(dir, "data"), logPath: filepath.Join(dir, "versitygw.log"), addr: freeAddr(t)}
+	if err := os.Mkdir(s.data, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	logPath := filepath.Join(dir, "versitygw.log")
-	logFile, err := os.Create(logPath)
+	s.AccessKey, s.SecretKey = "gpucache-"+rand.Text()[:12], rand.Text()
+	s.Endpoint = "http://" + s.addr
+	t.Cleanup(func() {
+		s.Stop(t)
+		if t.Failed() {
+			out, _ := os.ReadFile(s.logPath)
+			t.Logf("versitygw log (%s):\n%s", s.addr, out)
+		}
+	})
+	return s
+}
+
+// Start starts the server (again) and waits until it answers, with the
+// bucket Bucket in place.
+func (s *Server) Start(t testing.TB) {
+	t.Helper()
+	if s.exited != nil {
+		t.Fatal("s3test: Start of a running server")
+	}
+	logFile, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
-	accessKey, secretKey = "gpucache-"+rand.Text()[:12], rand.Text()
-	addr := freeAddr(t)
-	cmd := exec.Command(bin,
-		"--access", accessKey,
-		"--secret", secretKey,
-		"--port", addr,
+	cmd := exec.Command(s.bin,
+		"--access", s.AccessKey,
+		"--secret", s.SecretKey,
+		"--port", s.addr,
 		"--quiet", // no per-request lines on stdout
-		"posix", data)
+		"posix", s.data)
 	// Files, not pipes: exec then needs no copying goroutines.
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
-		t.Fatalf("start %s: %v", bin, err)
+		t.Fatalf("start %s: %v", s.bin, err)
 	}
 	exited := make(chan struct{})
 	go func() {
@@ -119,17 +159,20 @@ func Start(t testing.TB) (endpoint, accessKey, secretKey string) {
 		logFile.Close()
 		close(exited)
 	}()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-exited
-		if t.Failed() {
-			out, _ := os.ReadFile(logPath)
-			t.Logf("versitygw log (%s):\n%s", addr, out)
-		}
-	})
-	endpoint = "http://" + addr
-	waitReady(t, endpoint, accessKey, secretKey, exited, logPath)
-	return endpoint, accessKey, secretKey
+	s.cmd, s.exited = cmd, exited
+	waitReady(t, s.Endpoint, s.AccessKey, s.SecretKey, exited, s.logPath)
+}
+
+// Stop kills the server and waits for it to exit; its data stays for the
+// next Start. Stopping a stopped server does nothing.
+func (s *Server) Stop(t testing.TB) {
+	t.Helper()
+	if s.exited == nil {
+		return
+	}
+	s.cmd.Process.Kill()
+	<-s.exited
+	s.cmd, s.exited = nil, nil
 }
 
 // NewStore starts a server and returns a Store on its bucket under prefix
@@ -208,7 +251,10 @@ func waitReady(t testing.TB, endpoint, ak, sk string, exited <-chan struct{}, lo
 	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, err := client.CreateBucket(cctx, &s3.CreateBucketInput{Bucket: aws.String(Bucket)}); err != nil {
+	_, err := client.CreateBucket(cctx, &s3.CreateBucketInput{Bucket: aws.String(Bucket)})
+	var owned *types.BucketAlreadyOwnedByYou
+	var exists *types.BucketAlreadyExists
+	if err != nil && !errors.As(err, &owned) && !errors.As(err, &exists) { // a restarted server has it already
 		t.Fatalf("create bucket %s: %v", Bucket, err)
 	}
 }
