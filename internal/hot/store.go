@@ -269,20 +269,14 @@ func (s *Store) ReserveBlock(ns Namespace, key, parent Key, meta BlockMeta, size
 		return Reservation{}, ErrClosed
 	}
 	s.expireLocked(now, false)
-	// The tenant is charged once, before any space is looked for, and
-	// credited again on every way out but a reservation.
-	var tid uint32
-	charged := false
 	refuse := func(err error) (Reservation, error) {
-		if charged && !s.mu.closed { // Close dropped every charge
-			s.mu.tenants.release(tid, slotBytes, false)
-		}
 		s.mu.st.PutRejects++
 		s.mu.Unlock()
 		return Reservation{}, err
 	}
+	admitted := pol == nil || meta.Demand
 	for attempt := 0; ; attempt++ {
-		if s.mu.closed { // Close dropped every charge
+		if s.mu.closed {
 			s.mu.Unlock()
 			return Reservation{}, ErrClosed
 		}
@@ -292,17 +286,24 @@ func (s *Store) ReserveBlock(ns Namespace, key, parent Key, meta BlockMeta, size
 			}
 			return refuse(fmt.Errorf("%w: %s", ErrExists, key))
 		}
-		if pol != nil && attempt == 0 && !meta.Demand && !pol.Admit(s.policyBlockLocked(ns, parent, meta)) {
-			s.mu.st.NotAdmitted++
-			return refuse(fmt.Errorf("%w: %s", ErrNotAdmitted, key))
-		}
-		if !charged {
-			if tid, charged = s.mu.tenants.hold(meta.Tenant, slotBytes, false); !charged {
-				s.mu.st.TenantRejects++
-				return refuse(fmt.Errorf("%w: tenant %q, cap %d bytes", ErrTenantQuota, meta.Tenant, s.mu.tenants.holdCap))
+		if !admitted {
+			if !pol.Admit(s.policyBlockLocked(ns, parent, meta)) {
+				s.mu.st.NotAdmitted++
+				return refuse(fmt.Errorf("%w: %s", ErrNotAdmitted, key))
 			}
+			admitted = true
+		}
+		// The tenant's share is checked before any space is looked for,
+		// and again on every pass (the lock may have been dropped, and the
+		// tenant's other reservations may have taken the rest of its
+		// share); the slot is charged when it is taken, under the same
+		// lock as the last check.
+		if !s.mu.tenants.fits(meta.Tenant, slotBytes) {
+			s.mu.st.TenantRejects++
+			return refuse(fmt.Errorf("%w: tenant %q, cap %d bytes", ErrTenantQuota, meta.Tenant, s.mu.tenants.holdCap))
 		}
 		if sid, slot, ok := s.takeSlotLocked(k); ok {
+			tid, _ := s.mu.tenants.hold(meta.Tenant, slotBytes, false)
 			r := s.reserveSlotLocked(ns, key, parent, meta, size, k, sid, slot, tid)
 			s.mu.Unlock()
 			return r, nil

@@ -81,6 +81,19 @@ func (t *tenantTable) hold(tenant string, bytes int64, lease bool) (id uint32, o
 	return id, true
 }
 
+// fits reports whether tenant can be charged bytes more (always, for the
+// empty tenant).
+func (t *tenantTable) fits(tenant string, bytes int64) bool {
+	if tenant == "" {
+		return true
+	}
+	var held int64
+	if id := t.ids[tenant]; id != 0 {
+		held = t.recs[id].held
+	}
+	return held+bytes <= t.holdCap
+}
+
 // release credits what hold charged; id 0 is a no-op. A tenant left holding
 // nothing is forgotten.
 func (t *tenantTable) release(id uint32, bytes int64, lease bool) {
