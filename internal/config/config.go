@@ -91,6 +91,13 @@ type Config struct {
 	LeaseTTL time.Duration `yaml:"lease_ttl"`
 	// MaxLeaseTTL caps a requested lease. Default 30s.
 	MaxLeaseTTL time.Duration `yaml:"max_lease_ttl"`
+	// TenantHoldBytes caps the hot-tier bytes one tenant holds at once in
+	// leases and PUTs in flight (see TenantHoldCap). Default 0: a fair share,
+	// hot_capacity / the number of tenants (half of it in open mode).
+	TenantHoldBytes ByteSize `yaml:"tenant_hold_bytes"`
+	// TenantFills caps the fills one tenant has in flight. Default 0: a
+	// fair share of the 65536 fill slots, as for tenant_hold_bytes.
+	TenantFills int `yaml:"tenant_fills"`
 
 	// MaxConns bounds open client connections. Default 4096.
 	MaxConns int `yaml:"max_conns"`
@@ -234,6 +241,8 @@ func (c *Config) fields() []field {
 		{"hot_policy", "hot tier admission/eviction policy: " + strings.Join(HotPolicies(), ", "), (*strVal)(&c.HotPolicy)},
 		{"lease_ttl", "default lease TTL", (*durVal)(&c.LeaseTTL)},
 		{"max_lease_ttl", "longest lease TTL granted", (*durVal)(&c.MaxLeaseTTL)},
+		{"tenant_hold_bytes", "hot-tier bytes one tenant may hold in leases and PUTs in flight (0: fair share)", &c.TenantHoldBytes},
+		{"tenant_fills", "fills one tenant may have in flight (0: fair share)", (*intVal)(&c.TenantFills)},
 		{"max_conns", "most open client connections", (*intVal)(&c.MaxConns)},
 		{"max_in_flight", "most requests in flight per connection", (*intVal)(&c.MaxInFlight)},
 		{"max_batch", "most keys per request", (*intVal)(&c.MaxBatch)},
@@ -408,6 +417,9 @@ func (c Config) Validate() error {
 	}
 	if c.LeaseTTL > c.MaxLeaseTTL {
 		return bad("lease_ttl %s exceeds max_lease_ttl %s", c.LeaseTTL, c.MaxLeaseTTL)
+	}
+	if err := c.validateTenantShares(); err != nil {
+		return err
 	}
 	switch c.ColdStore {
 	case "off":

@@ -20,6 +20,7 @@ import (
 	"github.com/gpucache/gpucache/internal/coldtier"
 	"github.com/gpucache/gpucache/internal/config"
 	"github.com/gpucache/gpucache/internal/degrade"
+	"github.com/gpucache/gpucache/internal/directory"
 	"github.com/gpucache/gpucache/internal/hot"
 	"github.com/gpucache/gpucache/internal/hot/policy"
 	"github.com/gpucache/gpucache/internal/identity"
@@ -117,6 +118,8 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 		MaxLeaseTTL:     cfg.MaxLeaseTTL,
 		TagSize:         hotTagSize(cfg),
 		Policy:          hotPol,
+		TenantHoldBytes: cfg.TenantHoldCap(),
+		TenantLeases:    cfg.TenantLeaseCap(hot.DefaultMaxLeases),
 	})
 	if err != nil {
 		if tier != nil {
@@ -143,7 +146,16 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 		}
 	}()
 
+	// The fill table is the daemon's, so a reload can change a tenant's
+	// share of it; the server does not close a directory it was given.
+	dir, err := directory.New(directory.Config{MaxFills: config.FillSlots, TenantFills: cfg.TenantFillCap()})
+	if err != nil {
+		return fmt.Errorf("fill directory: %w", err)
+	}
+	defer dir.Close()
+	logTenantShares(log, cfg)
 	scfg := server.Config{
+		Directory:    dir,
 		Store:        store,
 		Limits:       wire.Limits{MaxFrame: uint32(cfg.MaxFrame), MaxBatch: uint32(cfg.MaxBatch), MaxInFlight: uint32(cfg.MaxInFlight)},
 		Name:         "gpucached/" + Version,
@@ -207,7 +219,11 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 			sec.audit.AdminAction(actor, "reload_refused", slog.String("reason", err.Error()))
 			return err
 		}
-		return sec.reload(next, actor)
+		if err := sec.reload(next, actor); err != nil {
+			return err
+		}
+		applyTenantShares(log, next, store, dir)
+		return nil
 	}
 	adm.HandleAdmin("reload", func(w http.ResponseWriter, _ *http.Request, actor string) {
 		if err := reload(actor); err != nil {

@@ -258,7 +258,8 @@ func secretChanges(prev, next config.Config) [][2]string {
 func restartOnly(prev, next config.Config) []string {
 	var out []string
 	pv, nv := reflect.ValueOf(prev), reflect.ValueOf(next)
-	live := map[string]bool{"Tenants": true, "SealKeys": true, "SealGrace": true, "LogLevel": true}
+	live := map[string]bool{"Tenants": true, "SealKeys": true, "SealGrace": true, "LogLevel": true,
+		"TenantHoldBytes": true, "TenantFills": true}
 	for i := 0; i < pv.NumField(); i++ {
 		f := pv.Type().Field(i)
 		if live[f.Name] {

@@ -65,8 +65,10 @@ const (
 	// Joined: another caller of the same tenant is filling the block; wait
 	// on the Waiter for a notice.
 	Joined
-	// Denied: the tenant's join credits are exhausted. The caller does not
-	// join (it recomputes on its own); the leader is unaffected.
+	// Denied: the tenant's join credits are exhausted, or a new fill would
+	// take the tenant past TenantFills or the shard past MaxFills. The
+	// caller does not join or lead (it recomputes on its own); the leader
+	// is unaffected.
 	Denied
 )
 
@@ -127,6 +129,11 @@ type Config struct {
 	JoinCredits int
 	// MaxFills bounds live fills; beyond it Acquire answers Denied. Default 65536.
 	MaxFills int
+	// TenantFills bounds the live fills of one tenant (the fills it
+	// leads, whatever their turn); beyond it Acquire answers Denied to
+	// that tenant only, so one tenant can never take the whole fill table.
+	// Default max(MaxFills/2, 1); the daemon sets a fair share.
+	TenantFills int
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 	// Stripes is how many locks the shard's fills are striped over, by key

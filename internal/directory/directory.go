@@ -54,14 +54,15 @@ type Directory struct {
 	ids    sync.Map      // FillID → *fill, live fills only; written under the fill's stripe lock
 	live   atomic.Int64  // live fills, reserved before insertion (MaxFills)
 
-	credits credits
-	stats   counters
+	credits     credits // join credits in use, per tenant
+	tenantFills credits // live fills, per tenant (TenantFills)
+	stats       counters
 }
 
 // New returns a Directory for cfg.Shard, with defaults filled in for zero
 // fields. A negative setting is ErrInvalidConfig.
 func New(cfg Config) (*Directory, error) {
-	if cfg.FillDeadline < 0 || cfg.MaxTurns < 0 || cfg.JoinCredits < 0 || cfg.MaxFills < 0 ||
+	if cfg.FillDeadline < 0 || cfg.MaxTurns < 0 || cfg.JoinCredits < 0 || cfg.MaxFills < 0 || cfg.TenantFills < 0 ||
 		cfg.Stripes < 0 || cfg.Stripes > maxStripes || cfg.MaxTurns > 1<<31 {
 		return nil, fmt.Errorf("%w: %+v", ErrInvalidConfig, cfg)
 	}
@@ -80,6 +81,9 @@ func New(cfg Config) (*Directory, error) {
 	if cfg.MaxFills == 0 {
 		cfg.MaxFills = DefaultMaxFills
 	}
+	if cfg.TenantFills == 0 {
+		cfg.TenantFills = max(cfg.MaxFills/2, 1)
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -94,6 +98,7 @@ func New(cfg Config) (*Directory, error) {
 	}
 	d.epoch.Store(uint64(cfg.Epoch))
 	d.credits.init(cfg.JoinCredits)
+	d.tenantFills.init(cfg.TenantFills)
 	return d, nil
 }
 
@@ -122,8 +127,8 @@ func (d *Directory) stripeFor(fk *flightKey) *stripe {
 // not call into the Directory. Otherwise, with no live fill of the flight,
 // the caller leads it (Lead, with a token of turn 1 under the current
 // epoch); with a live fill of the same tenant it joins it (Joined, charging
-// one of the tenant's credits). Out of credits, over MaxFills or closed:
-// Denied, and no fill changes.
+// one of the tenant's credits). Out of credits, over MaxFills, over the
+// tenant's TenantFills, or closed: Denied, and no fill changes.
 func (d *Directory) Acquire(req Request, present func() bool) Result {
 	if d.closed.Load() {
 		d.stats.denied.Add(1)
@@ -154,6 +159,12 @@ func (d *Directory) Acquire(req Request, present func() bool) Result {
 			d.live.Add(-1)
 			d.stats.denied.Add(1)
 			d.stats.deniedFills.Add(1)
+			return Result{Outcome: Denied}
+		}
+		if !d.tenantFills.take(req.Tenant) {
+			d.live.Add(-1)
+			d.stats.denied.Add(1)
+			d.stats.deniedTenantFills.Add(1)
 			return Result{Outcome: Denied}
 		}
 		f = &fill{

@@ -66,6 +66,18 @@
 // to a new leader. A tenant out of credits gets Denied; the leader and the
 // fill are untouched. Too many live fills (MaxFills) also answers Denied.
 //
+// # Fills per tenant
+//
+// A tenant may have at most TenantFills live fills in the shard (default
+// half of MaxFills; the daemon sets a fair share of the configured
+// tenants). A fill counts for its tenant from the Acquire that starts it
+// until it is removed (finished, failed, fenced or closed), once, whatever
+// turn it is at: a promotion does not charge it again. Past the cap,
+// Acquire of a new fill answers Denied to that tenant only; joining a live
+// fill is not a new fill. So one tenant can never deny another tenant's
+// fills (or the cold-tier refills that go through them) by filling the
+// table: whatever it does, MaxFills - TenantFills slots stay for the others.
+//
 // # Epochs
 //
 // The current epoch only grows. AdvanceEpoch(to) requires to > current; it
@@ -86,7 +98,7 @@
 // fills and waiters in it (a waiter lives in its fill's stripe). The lock
 // order is
 //
-//	Directory.admin (AdvanceEpoch, Close) → stripe.mu → credits.mu
+//	Directory.admin (AdvanceEpoch, Close) → stripe.mu → credits.mu (join credits, or fills per tenant)
 //
 // and no stripe lock is held while taking another. The present callback of
 // Acquire runs under the stripe lock (that is what makes the re-check

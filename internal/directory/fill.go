@@ -119,6 +119,7 @@ func (d *Directory) remove(f *fill) {
 	heap.Remove(&f.s.timers, f.hidx)
 	d.ids.Delete(f.id)
 	d.live.Add(-1)
+	d.tenantFills.release(f.key.tenant)
 }
 
 // timerHeap orders a stripe's live fills by the deadline of their turn.

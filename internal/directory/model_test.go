@@ -16,7 +16,8 @@ import (
 //
 //   - at most one live leader per fill: of all tokens ever issued, exactly
 //     the model's current one passes Check;
-//   - credits in use, per tenant, == the waiters still waiting;
+//   - credits in use, per tenant, == the waiters still waiting, and live
+//     fills per tenant never pass TenantFills (DeniedTenantFills);
 //   - every waiter gets exactly one notice (checked when read, and at the
 //     end after Close, when every waiter must have had exactly one).
 
@@ -77,6 +78,7 @@ func newModel(t testing.TB, cfg Config) *model {
 	m.cfg = d.cfg
 	m.epoch = d.Epoch()
 	m.stats.Credits = map[string]int{}
+	m.stats.TenantFills = map[string]int{}
 	return m
 }
 
@@ -112,6 +114,9 @@ func (m *model) remove(f *mFill) {
 	delete(m.fills, f.key)
 	delete(m.byID, f.id)
 	m.stats.Fills--
+	if m.stats.TenantFills[f.key.tenant]--; m.stats.TenantFills[f.key.tenant] == 0 {
+		delete(m.stats.TenantFills, f.key.tenant)
+	}
 }
 
 func (m *model) endAll(f *mFill, k NoticeKind) {
@@ -156,6 +161,12 @@ func (m *model) acquire(r Request, present bool) Result {
 			m.stats.DeniedFills++
 			return Result{Outcome: Denied}
 		}
+		if m.stats.TenantFills[r.Tenant] >= m.cfg.TenantFills {
+			m.stats.Denied++
+			m.stats.DeniedTenantFills++
+			return Result{Outcome: Denied}
+		}
+		m.stats.TenantFills[r.Tenant]++
 		m.nextID++
 		f = &mFill{id: m.nextID, key: fk, epoch: m.epoch, turn: 1, owner: r.Owner, deadline: m.now.Add(m.cfg.FillDeadline)}
 		m.fills[fk], m.byID[f.id] = f, f
@@ -446,6 +457,9 @@ func (m *model) check(step int, what string) {
 	if st.Credits == nil {
 		st.Credits = map[string]int{}
 	}
+	if st.TenantFills == nil {
+		st.TenantFills = map[string]int{}
+	}
 	if fmt.Sprint(st) != fmt.Sprint(m.stats) {
 		m.t.Fatalf("step %d (%s): stats\n have %+v\nmodel %+v", step, what, st, m.stats)
 	}
@@ -487,6 +501,7 @@ func TestModel(t *testing.T) {
 		{MaxTurns: 3, JoinCredits: 3, MaxFills: 5, FillDeadline: 10 * time.Second, Stripes: 1},
 		{MaxTurns: 2, JoinCredits: 2, MaxFills: 8, FillDeadline: time.Second, Stripes: 4, Shard: 7},
 		{MaxTurns: 4, JoinCredits: 6, MaxFills: 3, FillDeadline: time.Minute, Epoch: math.MaxUint64 - 3},
+		{MaxTurns: 3, JoinCredits: 3, MaxFills: 4, TenantFills: 4, FillDeadline: time.Second, Stripes: 2},
 	}
 	seeds := 40
 	if testing.Short() {

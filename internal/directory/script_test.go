@@ -22,7 +22,8 @@ var update = flag.Bool("update", false, "rewrite the expected output of testdata
 //
 // Commands (key=value arguments; defaults in brackets):
 //
-//	new [shard=0] [epoch=1|max|N] [max-turns=3] [credits=4096] [max-fills=65536] [deadline=10s] [stripes=64]
+//	new [shard=0] [epoch=1|max|N] [max-turns=3] [credits=4096] [max-fills=65536] [tenant-fills=max-fills/2]
+//	    [deadline=10s] [stripes=64]
 //	acquire key=K [tenant=a] [ns=ns0] [owner=0] [present]
 //	                        → hit | lead fill=F turn=T epoch=E | joined wN fill=F | denied
 //	finish|fail|check fill=F [turn=] [epoch=] [shard=]
@@ -187,6 +188,7 @@ func (e *scriptEnv) run(cmd string) []string {
 			MaxTurns:     int(a.uint("max-turns", 0)),
 			JoinCredits:  int(a.uint("credits", 0)),
 			MaxFills:     int(a.uint("max-fills", 0)),
+			TenantFills:  int(a.uint("tenant-fills", 0)),
 			FillDeadline: deadline,
 			Stripes:      int(a.uint("stripes", 0)),
 		})
@@ -300,10 +302,19 @@ func fmtStats(st Stats) []string {
 	if credits == "" {
 		credits = "-"
 	}
+	leading := make([]string, 0, len(st.TenantFills))
+	for tenant, n := range st.TenantFills {
+		leading = append(leading, fmt.Sprintf("%s:%d", tenant, n))
+	}
+	slices.Sort(leading)
+	fills := fmt.Sprint(st.Fills)
+	if len(leading) > 0 {
+		fills += " (" + strings.Join(leading, ",") + ")"
+	}
 	return []string{
-		fmt.Sprintf("%s fills=%d waiters=%d credits=%s", fmtEpoch(st.Epoch), st.Fills, st.Waiters, credits),
-		fmt.Sprintf("leads=%d joins=%d hits=%d denied=%d (credits=%d fills=%d)",
-			st.Leads, st.Joins, st.Hits, st.Denied, st.DeniedCredits, st.DeniedFills),
+		fmt.Sprintf("%s fills=%s waiters=%d credits=%s", fmtEpoch(st.Epoch), fills, st.Waiters, credits),
+		fmt.Sprintf("leads=%d joins=%d hits=%d denied=%d (credits=%d fills=%d tenant-fills=%d)",
+			st.Leads, st.Joins, st.Hits, st.Denied, st.DeniedCredits, st.DeniedFills, st.DeniedTenantFills),
 		fmt.Sprintf("finished=%d failed=%d fenced=%d promotions=%d expired=%d withdrawn=%d",
 			st.Finished, st.Failed, st.Fenced, st.Promotions, st.Expired, st.Withdrawn),
 	}

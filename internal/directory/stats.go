@@ -1,6 +1,7 @@
 package directory
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 )
@@ -17,6 +18,9 @@ type Stats struct {
 	// holds it per tenant (tenants holding none are absent).
 	CreditsInUse int
 	Credits      map[string]int
+	// TenantFills is the live fills per tenant (tenants with none are
+	// absent).
+	TenantFills map[string]int
 
 	Leads         uint64 // Acquire answered Lead (fills started)
 	Joins         uint64 // Acquire answered Joined
@@ -24,12 +28,15 @@ type Stats struct {
 	Denied        uint64 // Acquire answered Denied, for any reason
 	DeniedCredits uint64 // ... because the tenant was out of credits
 	DeniedFills   uint64 // ... because MaxFills fills were live
-	Finished      uint64 // fills finished
-	Failed        uint64 // fills ended without a block (turns spent or no waiter left)
-	Fenced        uint64 // fills fenced by an epoch change
-	Promotions    uint64 // turns handed to a waiter
-	Expired       uint64 // turns ended by their deadline
-	Withdrawn     uint64 // waiters withdrawn by Cancel or LeaveOwner
+	// DeniedTenantFills counts Acquires denied because the tenant had
+	// TenantFills fills live.
+	DeniedTenantFills uint64
+	Finished          uint64 // fills finished
+	Failed            uint64 // fills ended without a block (turns spent or no waiter left)
+	Fenced            uint64 // fills fenced by an epoch change
+	Promotions        uint64 // turns handed to a waiter
+	Expired           uint64 // turns ended by their deadline
+	Withdrawn         uint64 // waiters withdrawn by Cancel or LeaveOwner
 }
 
 // counters are the Directory's statistics; each is an atomic.
@@ -37,6 +44,7 @@ type counters struct {
 	waiters                              atomic.Int64
 	leads, joins, hits                   atomic.Uint64
 	denied, deniedCredits, deniedFills   atomic.Uint64
+	deniedTenantFills                    atomic.Uint64
 	finished, failed, fenced, promotions atomic.Uint64
 	expired, withdrawn                   atomic.Uint64
 }
@@ -61,15 +69,17 @@ func (d *Directory) Stats() Stats {
 		Expired:       c.expired.Load(),
 		Withdrawn:     c.withdrawn.Load(),
 	}
+	st.DeniedTenantFills = c.deniedTenantFills.Load()
 	st.CreditsInUse, st.Credits = d.credits.snapshot()
+	_, st.TenantFills = d.tenantFills.snapshot()
 	return st
 }
 
-// credits counts the join credits each tenant holds. Lock order: a stripe
-// lock, then mu.
+// credits counts, per tenant, units held against a per-tenant limit: the
+// join credits, and the live fills. Lock order: a stripe lock, then mu.
 type credits struct {
 	mu    sync.Mutex
-	limit int            // immutable after init
+	limit int            // guarded by mu
 	inUse map[string]int // guarded by mu; no zero entries
 	total int            // guarded by mu
 }
@@ -77,6 +87,13 @@ type credits struct {
 func (c *credits) init(limit int) {
 	c.limit = limit
 	c.inUse = make(map[string]int)
+}
+
+// setLimit changes the limit for what is taken from now on.
+func (c *credits) setLimit(limit int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.limit = limit
 }
 
 // take charges one credit to tenant; false if it has none left.
@@ -98,7 +115,7 @@ func (c *credits) release(tenant string) {
 	defer c.mu.Unlock()
 	n := c.inUse[tenant]
 	if n <= 0 {
-		panic("gpucache/directory: credit released twice")
+		panic("gpucache/directory: credit or fill released twice")
 	}
 	if n == 1 {
 		delete(c.inUse, tenant)
@@ -116,4 +133,18 @@ func (c *credits) snapshot() (int, map[string]int) {
 		m[t] = n
 	}
 	return c.total, m
+}
+
+// SetTenantFills changes Config.TenantFills (zero: the default) for fills
+// started from now on; live fills are kept. The daemon calls it when a
+// reload changes the number of tenants.
+func (d *Directory) SetTenantFills(n int) error {
+	if n < 0 {
+		return fmt.Errorf("%w: TenantFills %d", ErrInvalidConfig, n)
+	}
+	if n == 0 {
+		n = max(d.cfg.MaxFills/2, 1)
+	}
+	d.tenantFills.setLimit(n)
+	return nil
 }

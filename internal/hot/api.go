@@ -21,6 +21,11 @@ var (
 	// ErrNotAdmitted: Config.Policy refused the block (Policy.Admit); nothing
 	// was stored.
 	ErrNotAdmitted = errors.New("gpucache/hot: block not admitted by the policy")
+	// ErrTenantQuota: the block's tenant already holds its share of the
+	// store (Config.TenantHoldBytes, leased plus reserved); nothing was
+	// stored and nothing was evicted. It clears when the tenant's own leases
+	// or reservations end.
+	ErrTenantQuota = errors.New("gpucache/hot: tenant holds its share of the store")
 )
 
 // Prefault selects how fresh slab memory is faulted in before use.
@@ -60,6 +65,17 @@ type Config struct {
 	// MaxLeases bounds live leases; Lookup beyond it grants no lease.
 	// Default 65536.
 	MaxLeases int
+	// TenantHoldBytes caps, per tenant, the slot bytes the tenant holds:
+	// the blocks its live leases pin (a block in two leases counts twice)
+	// plus its reservations in flight. Beyond it ReserveBlock returns
+	// ErrTenantQuota and LookupFor grants no lease, so one tenant can never
+	// pin or reserve more than this, whatever it does (see "Tenants" in the
+	// package comment). Default max(CapacityBytes/2, MaxClass); the daemon
+	// sets a fair share. At least MaxClass.
+	TenantHoldBytes int64
+	// TenantLeases caps live leases per tenant; LookupFor beyond it grants
+	// no lease. Default max(MaxLeases/2, 1).
+	TenantLeases int
 	// EvictScan bounds how many LRU candidates one eviction inspects (and
 	// skips, when pinned or leased) before giving up with ErrNoSpace.
 	// Default 1024.
@@ -100,6 +116,10 @@ type BlockMeta struct {
 	// Demand marks a block stored because a reader asked for it (a cold
 	// tier refill): its reuse is proven, so Policy.Admit is not asked.
 	Demand bool
+	// Tenant is charged for the reservation until Commit or Abort
+	// (Config.TenantHoldBytes). Empty: nobody is charged (in-process
+	// callers); the server always names the session's tenant.
+	Tenant string
 }
 
 // LeaseID names a lease. Zero means "no lease".
@@ -132,6 +152,8 @@ type Stats struct {
 	Slabs            uint64 // slabs mapped now
 	SlabReclaims     uint64 // slabs emptied and handed to another size class
 	NotAdmitted      uint64 // reservations refused by Config.Policy (also counted in PutRejects)
+	TenantRejects    uint64 // reservations refused by the tenant's share (ErrTenantQuota; also in PutRejects)
+	LeasesRefused    uint64 // Lookups that asked for a lease over hits and got none (MaxLeases or the tenant's share)
 }
 
 // Reservation is a slot being filled by a Put. Buf is slab memory of exactly

@@ -32,6 +32,9 @@ const (
 // SlabBytes defaults to 64 MiB, or to CapacityBytes rounded down to a
 // multiple of 4 KiB when the capacity is smaller than that, so a small store
 // (tests, embedded use) needs no extra setting. EvictScan defaults to 1024.
+// TenantHoldBytes defaults to half the capacity (at least MaxClass) and
+// TenantLeases to half of MaxLeases: one tenant always leaves the other
+// half to the rest.
 func (c Config) WithDefaults() Config {
 	if c.CapacityBytes == 0 {
 		c.CapacityBytes = DefaultCapacityBytes
@@ -65,6 +68,12 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.EvictScan == 0 {
 		c.EvictScan = DefaultEvictScan
+	}
+	if c.TenantHoldBytes == 0 {
+		c.TenantHoldBytes = max(c.CapacityBytes/2, int64(c.MaxClass))
+	}
+	if c.TenantLeases == 0 {
+		c.TenantLeases = max(c.MaxLeases/2, 1)
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -111,6 +120,10 @@ func (c Config) Validate() error {
 		return bad("TagSize %d not in 0..64", c.TagSize)
 	case c.EvictScan < 0:
 		return bad("negative EvictScan %d", c.EvictScan)
+	case c.TenantHoldBytes < int64(c.MaxClass):
+		return bad("TenantHoldBytes %d < MaxClass %d: a tenant could not store its largest block", c.TenantHoldBytes, c.MaxClass)
+	case c.TenantLeases < 0:
+		return bad("negative TenantLeases %d", c.TenantLeases)
 	case c.Now == nil:
 		return bad("nil Now")
 	}

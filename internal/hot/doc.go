@@ -25,7 +25,11 @@
 //  5. the LRU candidate of the class (with Config.Policy, the policy's
 //     candidate; see Policies), evicted.
 //
-// Otherwise it returns ErrNoSpace. A slab that changes class is re-carved
+// When none of these finds room while another Reserve is mapping or
+// unmapping a slab with the lock dropped (its budget is taken but not yet
+// slots), Reserve waits for that remap to end and tries again, so
+// concurrent writers on a fresh store never fail for want of the slab
+// being mapped. Otherwise it returns ErrNoSpace. A slab that changes class is re-carved
 // in place when the new class uses slabs of the same length (the common case,
 // every class <= SlabBytes): no munmap, no new page faults. Otherwise it is
 // munmapped and a slab of the right length is mapped once the budget allows.
@@ -65,9 +69,11 @@
 // ErrExists, but a writer offering a cached block again is a use of it
 // (each block of a request is inserted or touched). Pinned and leased
 // candidates stay on the list, and the scan skips them, looking at most at
-// EvictScan entries (default 1024) before it gives up. In-flight slots are
-// never on a list. Nothing pinned, leased or in flight is ever evicted,
-// whether by LRU or by slab reclaim.
+// EvictScan entries (default 1024) before it gives up; a leased block is
+// off the list until its last lease ends, so leases, however many, never
+// make a scan give up. In-flight slots are never on a list. Nothing
+// pinned, leased or in flight is ever evicted, whether by LRU or by slab
+// reclaim.
 //
 // # Policies
 //
@@ -102,6 +108,24 @@
 // The built-in LRU lists are kept up to date either way; that walk is what
 // step 4 uses.
 //
+// # Tenants
+//
+// Capacity is shared, but what a tenant can hold back from eviction is
+// not: BlockMeta.Tenant names the tenant of a reservation and LookupFor the
+// tenant of a lease, and each tenant's leases (the slot bytes of the
+// blocks each one pins) plus its reservations in flight are capped at
+// Config.TenantHoldBytes, its live leases at Config.TenantLeases. Over the
+// cap, ReserveBlock returns ErrTenantQuota before it looks for space (so a
+// tenant at its cap evicts nothing) and LookupFor reports the hits without
+// a lease. The defaults are half of the store and of MaxLeases; the daemon
+// sets capacity/N for N configured tenants (docs/adr/0013). So whatever
+// one tenant leases or stalls, at least CapacityBytes - TenantHoldBytes of
+// slot bytes stay evictable or free for the others. The guarantee is in
+// slot bytes: with one block size (the usual case) it holds as stated;
+// with mixed sizes a slab holding a leased block cannot change class, the
+// limitation of slab reclaim described above. Cached, unleased blocks are
+// ordinary LRU data whoever wrote them.
+//
 // # Identity
 //
 // Every entry stores the namespace digest it was written under and its
@@ -123,7 +147,8 @@
 //     expires after its TTL (DefaultLeaseTTL, capped at MaxLeaseTTL) by
 //     cfg.Now. ExpireLeases reclaims expired leases; Reserve and Lookup do so
 //     lazily (a heap peek when nothing is due). At most MaxLeases leases
-//     live at once. Past that, Lookup grants none.
+//     live at once, and at most TenantLeases per tenant (see Tenants).
+//     Past that, Lookup grants none.
 //   - Close unmaps every slab. The caller guarantees that no View or
 //     Reservation is still in use.
 //
@@ -136,7 +161,9 @@
 // the caller copies, Commit publishes. The lock is dropped around mmap and
 // munmap, which take milliseconds on a populated 64 MiB slab. The budget is
 // taken before the mmap and returned after the munmap, so concurrent growth
-// never exceeds CapacityBytes. Two rare paths hold the lock for work bounded
+// never exceeds CapacityBytes. A Reserve that finds no room while a remap is
+// in progress waits on Store.room (a sync.Cond on mu), which every remap's
+// end and Close signal. Two rare paths hold the lock for work bounded
 // by the size of a slab: planning a cross-class slab reclaim and re-carving
 // a slab.
 //

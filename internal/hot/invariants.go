@@ -37,7 +37,7 @@ func (s *Store) checkInvariants() error {
 			if e.prev != prev {
 				return bad("class %d: entry %d prev %d, want %d", c, p, e.prev, prev)
 			}
-			if !e.linked || onList[p] || int(e.class) != c || e.state != statePublished || e.children != 0 {
+			if !e.linked || onList[p] || int(e.class) != c || e.state != statePublished || e.children != 0 || e.leases != 0 {
 				return bad("class %d: bad list member %d (linked %v state %d children %d class %d)",
 					c, p, e.linked, e.state, e.children, e.class)
 			}
@@ -60,7 +60,21 @@ func (s *Store) checkInvariants() error {
 	}
 	kids := make(map[kidKey]uint32)
 	leases := make(map[uint32]uint32)
+	held := make(map[uint32]tenantRec) // recomputed per tenant id
 	for _, l := range s.mu.leases {
+		if l.tenant != 0 {
+			h := held[l.tenant]
+			h.held += l.bytes
+			h.leases++
+			held[l.tenant] = h
+		}
+		var bytes int64
+		for _, r := range l.refs {
+			bytes += int64(s.cl.size(int(es[r.idx].class)))
+		}
+		if l.tenant != 0 && bytes != l.bytes {
+			return bad("lease charged %d bytes, pins %d", l.bytes, bytes)
+		}
 		for _, r := range l.refs {
 			if es[r.idx].gen != r.gen {
 				return bad("lease holds stale ref %d/%d", r.idx, r.gen)
@@ -80,6 +94,11 @@ func (s *Store) checkInvariants() error {
 			continue
 		case stateReserved:
 			want.InFlight++
+			if e.tenant != 0 {
+				h := held[e.tenant]
+				h.held += int64(s.cl.size(int(e.class)))
+				held[e.tenant] = h
+			}
 			if e.linked || e.pins != 0 || e.leases != 0 {
 				return bad("in-flight entry %d linked or pinned", i)
 			}
@@ -92,8 +111,8 @@ func (s *Store) checkInvariants() error {
 			if e.pinned() {
 				want.Pinned++
 			}
-			if e.linked != (e.children == 0) || e.linked != onList[i] {
-				return bad("entry %d linked %v, children %d, on list %v", i, e.linked, e.children, onList[i])
+			if e.linked != (e.children == 0 && e.leases == 0) || e.linked != onList[i] {
+				return bad("entry %d linked %v, children %d, leases %d, on list %v", i, e.linked, e.children, e.leases, onList[i])
 			}
 		default:
 			return bad("entry %d in state %d", i, e.state)
@@ -119,6 +138,9 @@ func (s *Store) checkInvariants() error {
 	}
 	if live != len(s.mu.index) {
 		return bad("%d live entries, %d indexed", live, len(s.mu.index))
+	}
+	if err := s.checkTenantsLocked(held); err != nil {
+		return err
 	}
 	if p := s.cfg.Policy; p != nil {
 		if got := p.Len(); uint64(got) != want.Blocks {
@@ -218,4 +240,32 @@ func (s *Store) checkInvariants() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkTenantsLocked compares the tenant table with what the leases and
+// reservations hold (want, by tenant id).
+func (s *Store) checkTenantsLocked(want map[uint32]tenantRec) error {
+	t := &s.mu.tenants
+	free := make(map[uint32]bool, len(t.free))
+	for _, id := range t.free {
+		if id == 0 || int(id) >= len(t.recs) || free[id] || t.recs[id] != (tenantRec{}) {
+			return fmt.Errorf("invariant: tenant id %d free twice, out of range or in use", id)
+		}
+		free[id] = true
+	}
+	if len(t.ids)+len(t.free)+1 != len(t.recs) {
+		return fmt.Errorf("invariant: %d tenant ids + %d free + 1 != %d records", len(t.ids), len(t.free), len(t.recs))
+	}
+	for name, id := range t.ids {
+		r := t.recs[id]
+		w := want[id]
+		if r.name != name || r.held != w.held || r.leases != w.leases || (r.held == 0 && r.leases == 0) {
+			return fmt.Errorf("invariant: tenant %q holds %d bytes in %d leases, want %d in %d", name, r.held, r.leases, w.held, w.leases)
+		}
+		delete(want, id)
+	}
+	if len(want) != 0 {
+		return fmt.Errorf("invariant: leases or reservations charge unknown tenant ids %v", want)
+	}
+	return nil
 }

@@ -9,6 +9,8 @@ import "time"
 type leaseRec struct {
 	deadline int64 // ns since Store.base
 	refs     []ref
+	tenant   uint32 // the tenant charged (tenant.go), 0 for none
+	bytes    int64  // slot bytes charged to it
 }
 
 // leaseDeadline is one element of the expiry heap.
@@ -59,17 +61,27 @@ func (h *leaseHeap) pop() leaseDeadline {
 	return top
 }
 
-// Lookup returns the length of the leading run of keys that are published
-// under ns; the run stops at the first absent, in-flight or foreign-namespace
-// key. Hits are touched in order, so the last one is the most recent.
+// Lookup is LookupFor with no tenant charged for the lease.
+func (s *Store) Lookup(ns Namespace, keys []Key, ttl time.Duration, lease bool) (hits int, id LeaseID, granted time.Duration) {
+	return s.LookupFor("", ns, keys, ttl, lease)
+}
+
+// LookupFor returns the length of the leading run of keys that are
+// published under ns; the run stops at the first absent, in-flight or
+// foreign-namespace key. Hits are touched in order, so the last one is the
+// most recent.
 //
 // With lease set and hits > 0, one lease pins those hits blocks until
 // ReleaseLease(id) or until the lease expires: ttl <= 0 means
 // DefaultLeaseTTL, and ttl is capped at MaxLeaseTTL; granted is the TTL
-// given. When MaxLeases leases are live, no lease is granted (id 0) and the
-// hits are still reported. The caller owns the lease and should release it
-// after its reads; expiry reclaims a forgotten one.
-func (s *Store) Lookup(ns Namespace, keys []Key, ttl time.Duration, lease bool) (hits int, id LeaseID, granted time.Duration) {
+// given. The lease is charged to tenant (the slot bytes of its blocks, and
+// one of the tenant's leases; see TenantHoldBytes and TenantLeases). When
+// MaxLeases leases are live, or the lease would take tenant over its caps,
+// no lease is granted (id 0, counted in LeasesRefused) and the hits are
+// still reported. The caller owns the lease and should release it after
+// its reads; expiry reclaims a forgotten one. An empty tenant is not
+// charged.
+func (s *Store) LookupFor(tenant string, ns Namespace, keys []Key, ttl time.Duration, lease bool) (hits int, id LeaseID, granted time.Duration) {
 	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -78,6 +90,7 @@ func (s *Store) Lookup(ns Namespace, keys []Key, ttl time.Duration, lease bool) 
 	}
 	s.expireLocked(now, false)
 	s.mu.st.Lookups++
+	var bytes int64
 	for _, k := range keys {
 		idx, ok := s.mu.index[k]
 		if !ok {
@@ -92,10 +105,20 @@ func (s *Store) Lookup(ns Namespace, keys []Key, ttl time.Duration, lease bool) 
 			break
 		}
 		s.touchLocked(idx)
+		bytes += int64(s.cl.size(int(e.class)))
 		hits++
 	}
 	s.mu.st.LookupHits += uint64(hits)
-	if !lease || hits == 0 || len(s.mu.leases) >= s.cfg.MaxLeases {
+	if !lease || hits == 0 {
+		return hits, 0, 0
+	}
+	if len(s.mu.leases) >= s.cfg.MaxLeases {
+		s.mu.st.LeasesRefused++
+		return hits, 0, 0
+	}
+	tid, ok := s.mu.tenants.hold(tenant, bytes, true)
+	if !ok {
+		s.mu.st.LeasesRefused++
 		return hits, 0, 0
 	}
 	if ttl <= 0 {
@@ -109,13 +132,19 @@ func (s *Store) Lookup(ns Namespace, keys []Key, ttl time.Duration, lease bool) 
 		if !e.pinned() {
 			s.mu.st.Pinned++
 		}
+		if e.leases == 0 && e.linked {
+			// A leased block leaves its LRU list until its last lease
+			// ends, so eviction scans never walk over leased blocks
+			// (however many one tenant holds) to find a candidate.
+			s.unlinkLocked(idx)
+		}
 		e.leases++
 		refs[i] = ref{idx: idx, gen: e.gen}
 	}
 	s.mu.nextLease++
 	id = s.mu.nextLease
 	deadline := now + int64(ttl)
-	s.mu.leases[id] = leaseRec{deadline: deadline, refs: refs}
+	s.mu.leases[id] = leaseRec{deadline: deadline, refs: refs, tenant: tid, bytes: bytes}
 	s.mu.deadlines.push(leaseDeadline{deadline: deadline, id: id})
 	s.mu.st.LeasesGranted++
 	return hits, id, ttl
@@ -173,7 +202,9 @@ func (s *Store) expireLocked(now int64, all bool) int {
 	return n
 }
 
-// dropLeaseLocked unpins the lease's entries and forgets it.
+// dropLeaseLocked unpins the lease's entries, credits its tenant and
+// forgets it. An entry whose last lease ends goes back on its LRU list (if
+// it has no cached child) at the place its last touch earns.
 func (s *Store) dropLeaseLocked(id LeaseID, l leaseRec) {
 	for _, r := range l.refs {
 		e := &s.mu.entries[r.idx]
@@ -184,7 +215,11 @@ func (s *Store) dropLeaseLocked(id LeaseID, l leaseRec) {
 		if !e.pinned() {
 			s.mu.st.Pinned--
 		}
+		if e.leases == 0 && e.children == 0 && !e.linked {
+			s.linkOrderedLocked(r.idx)
+		}
 	}
+	s.mu.tenants.release(l.tenant, l.bytes, true)
 	delete(s.mu.leases, id)
 }
 

@@ -4,10 +4,13 @@ package hot
 // per size class, plus the bookkeeping of the prefix-aware rule.
 //
 // A list holds only eviction candidates: published entries with no cached
-// child. A parent whose child is cached is off the list, so an eviction scan
-// never walks over the interior of a long chain; when its last cached child
-// goes, the parent is put back at the place its own last touch (tick) earns.
-// Pinned and leased entries stay on the list and are skipped by the scan.
+// child and no lease. A parent whose child is cached is off the list, so an
+// eviction scan never walks over the interior of a long chain; when its last
+// cached child goes, the parent is put back at the place its own last touch
+// (tick) earns. A leased entry is off the list too, until its last lease
+// ends, so leases (however many blocks one tenant leases) never make a scan
+// give up. Entries pinned by a View (a read being answered) stay on the
+// list and are skipped by the scan.
 
 // orderedInsertWalk bounds the walk that re-inserts a parent by its tick.
 const orderedInsertWalk = 64
@@ -161,7 +164,7 @@ func (s *Store) removeLocked(idx uint32) {
 		if p, ok := s.parentLocked(e); ok {
 			pe := &s.mu.entries[p]
 			pe.children--
-			if pe.children == 0 {
+			if pe.children == 0 && pe.leases == 0 {
 				s.linkOrderedLocked(p)
 			}
 		}

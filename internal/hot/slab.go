@@ -123,14 +123,21 @@ func (s *Store) carveLocked(sid uint32, k int) {
 
 // growLocked maps a new slab for class k. The budget is taken before the
 // lock is dropped for the mmap, so concurrent growth never exceeds
-// CapacityBytes; the lock is held again on return. After a concurrent Close
-// the new mapping is released and the caller sees s.mu.closed.
+// CapacityBytes; the lock is held again on return. While the mmap runs it
+// counts in s.mu.remaps, so a concurrent Reserve that finds no room waits
+// for it instead of failing. After a concurrent Close the new mapping is
+// released and the caller sees s.mu.closed.
 func (s *Store) growLocked(k int) error {
 	sz := s.cl.slabSize(k)
 	s.mu.budget += int64(sz)
+	s.mu.remaps++
 	s.mu.Unlock()
+	if h := s.hooks.beforeMap; h != nil {
+		h()
+	}
 	mem, err := mapSlab(sz, s.cfg.Prefault)
 	s.mu.Lock()
+	defer s.remapDoneLocked()
 	if err != nil {
 		s.mu.budget -= int64(sz)
 		return fmt.Errorf("%w: %v", ErrNoSpace, err)
@@ -198,12 +205,21 @@ func (s *Store) convertSlabLocked(sid uint32, k int) {
 	s.mu.emptySlabs--
 	s.mu.st.BytesMapped -= uint64(len(mem))
 	s.mu.st.Slabs--
+	s.mu.remaps++
 	s.mu.Unlock()
 	err := unmapSlab(mem)
 	s.mu.Lock()
 	if err == nil {
 		s.mu.budget -= int64(len(mem))
 	}
+	s.remapDoneLocked()
+}
+
+// remapDoneLocked ends a remap (an mmap or munmap done with the lock
+// dropped) and wakes the Reserves waiting for room.
+func (s *Store) remapDoneLocked() {
+	s.mu.remaps--
+	s.room.Broadcast()
 }
 
 // victimSlabsPerClass bounds the slabs pickVictimSlabLocked examines per

@@ -45,10 +45,11 @@ type entry struct {
 	leases           uint32 // leases holding this entry
 	gen              uint32 // bumped when the entry is freed; stale refs mismatch
 	mark             uint32 // scratch for slab reclaim planning (Store.mu.mark)
+	tenant           uint32 // in flight: the charged tenant (Store.mu.tenants), 0 for none
 
 	class  uint8 // size class of the slot
 	state  entryState
-	linked bool // on the LRU list of its class (published && children == 0)
+	linked bool // on the LRU list of its class (published && children == 0 && leases == 0)
 }
 
 // pinned reports whether a reader or a lease holds the entry.
@@ -102,6 +103,14 @@ type Store struct {
 		// plus released mappings not yet munmapped; it never exceeds
 		// cfg.CapacityBytes. st.BytesMapped counts installed slabs only.
 		budget int64 // guarded by mu
+		// remaps counts the mmaps and munmaps in progress (the lock is
+		// dropped around them): budget they hold will turn into slots or
+		// come back, so a Reserve that finds no space waits on room for
+		// them rather than failing.
+		remaps int // guarded by mu
+
+		// Tenants holding leases or reservations (tenant.go).
+		tenants tenantTable // guarded by mu
 
 		// Leases.
 		leases    map[LeaseID]leaseRec // guarded by mu
@@ -122,6 +131,20 @@ type Store struct {
 	// yieldVictim is s.yieldVictimLocked bound once in New, so a policy
 	// victim scan allocates no closure. Immutable after New.
 	yieldVictim func(policy.ID) bool
+	// room is signalled (with mu) when a remap ends and on Close.
+	// Immutable after New.
+	room *sync.Cond
+	// hooks are test hooks, nil in production; set before first use.
+	hooks testHooks
+}
+
+// testHooks let tests hold the store at points where it dropped its lock.
+type testHooks struct {
+	// beforeMap runs in growLocked, without the lock, before the mmap.
+	beforeMap func()
+	// waitRoom runs, with the lock held, before a Reserve waits for a
+	// remap in progress; it must not call into the Store.
+	waitRoom func()
 }
 
 // maxReserveAttempts bounds the find-space loop of one Reserve.
@@ -147,7 +170,9 @@ func New(cfg Config) (*Store, error) {
 	s.mu.kids = make(map[kidKey]kidList)
 	s.mu.avail = make([][]uint32, n)
 	s.mu.leases = make(map[LeaseID]leaseRec)
+	s.mu.tenants.init(cfg.TenantHoldBytes, cfg.TenantLeases)
 	s.mu.st.CapacityBytes = uint64(cfg.CapacityBytes)
+	s.room = sync.NewCond(&s.mu.Mutex)
 	if cfg.Policy != nil {
 		s.mu.meta = make([]entryMeta, n, n+1024)
 		s.yieldVictim = s.yieldVictimLocked
@@ -180,9 +205,11 @@ func (s *Store) Close() error {
 	s.mu.entries, s.mu.freeEntries, s.mu.index, s.mu.kids, s.mu.meta = nil, nil, nil, nil, nil
 	s.mu.slabs, s.mu.freeSlabs, s.mu.avail, s.mu.emptySlabs = nil, nil, nil, 0
 	s.mu.leases, s.mu.deadlines, s.mu.budget = nil, nil, 0
+	s.mu.tenants.reset()
 	st := &s.mu.st
 	st.Blocks, st.BytesCached, st.BytesReserved, st.BytesMapped = 0, 0, 0, 0
 	st.LeasesActive, st.Pinned, st.InFlight, st.Slabs = 0, 0, 0, 0
+	s.room.Broadcast() // a Reserve waiting for a remap sees closed
 	s.mu.Unlock()
 
 	var first error
@@ -232,6 +259,7 @@ func (s *Store) ReserveBlock(ns Namespace, key, parent Key, meta BlockMeta, size
 		return Reservation{}, fmt.Errorf("%w: %d bytes (max %d)", ErrTooLarge, size, s.cfg.MaxClass)
 	}
 	k := s.cl.classOf(size)
+	slotBytes := int64(s.cl.size(k))
 	now := s.now()
 	pol := s.cfg.Policy
 
@@ -241,6 +269,12 @@ func (s *Store) ReserveBlock(ns Namespace, key, parent Key, meta BlockMeta, size
 		return Reservation{}, ErrClosed
 	}
 	s.expireLocked(now, false)
+	refuse := func(err error) (Reservation, error) {
+		s.mu.st.PutRejects++
+		s.mu.Unlock()
+		return Reservation{}, err
+	}
+	admitted := pol == nil || meta.Demand
 	for attempt := 0; ; attempt++ {
 		if s.mu.closed {
 			s.mu.Unlock()
@@ -250,18 +284,27 @@ func (s *Store) ReserveBlock(ns Namespace, key, parent Key, meta BlockMeta, size
 			if e := &s.mu.entries[idx]; e.state == statePublished && e.ns == ns {
 				s.touchLocked(idx)
 			}
-			s.mu.st.PutRejects++
-			s.mu.Unlock()
-			return Reservation{}, fmt.Errorf("%w: %s", ErrExists, key)
+			return refuse(fmt.Errorf("%w: %s", ErrExists, key))
 		}
-		if pol != nil && attempt == 0 && !meta.Demand && !pol.Admit(s.policyBlockLocked(ns, parent, meta)) {
-			s.mu.st.PutRejects++
-			s.mu.st.NotAdmitted++
-			s.mu.Unlock()
-			return Reservation{}, fmt.Errorf("%w: %s", ErrNotAdmitted, key)
+		if !admitted {
+			if !pol.Admit(s.policyBlockLocked(ns, parent, meta)) {
+				s.mu.st.NotAdmitted++
+				return refuse(fmt.Errorf("%w: %s", ErrNotAdmitted, key))
+			}
+			admitted = true
+		}
+		// The tenant's share is checked before any space is looked for,
+		// and again on every pass (the lock may have been dropped, and the
+		// tenant's other reservations may have taken the rest of its
+		// share); the slot is charged when it is taken, under the same
+		// lock as the last check.
+		if !s.mu.tenants.fits(meta.Tenant, slotBytes) {
+			s.mu.st.TenantRejects++
+			return refuse(fmt.Errorf("%w: tenant %q, cap %d bytes", ErrTenantQuota, meta.Tenant, s.mu.tenants.holdCap))
 		}
 		if sid, slot, ok := s.takeSlotLocked(k); ok {
-			r := s.reserveSlotLocked(ns, key, parent, meta, size, k, sid, slot)
+			tid, _ := s.mu.tenants.hold(meta.Tenant, slotBytes, false)
+			r := s.reserveSlotLocked(ns, key, parent, meta, size, k, sid, slot, tid)
 			s.mu.Unlock()
 			return r, nil
 		}
@@ -270,9 +313,7 @@ func (s *Store) ReserveBlock(ns Namespace, key, parent Key, meta BlockMeta, size
 		}
 		if sz := int64(s.cl.slabSize(k)); s.mu.budget+sz <= s.cfg.CapacityBytes {
 			if err := s.growLocked(k); err != nil {
-				s.mu.st.PutRejects++
-				s.mu.Unlock()
-				return Reservation{}, err
+				return refuse(err)
 			}
 			continue
 		}
@@ -303,21 +344,32 @@ func (s *Store) ReserveBlock(ns Namespace, key, parent Key, meta BlockMeta, size
 			s.evictLocked(cand)
 			continue
 		}
+		if s.mu.remaps > 0 {
+			// Another Reserve is mapping a slab (or unmapping one for a
+			// class change) with the lock dropped: the budget it holds
+			// becomes free slots, or comes back, when it ends. Wait for
+			// that instead of answering no space; waiting is not an
+			// attempt, and every wake-up follows a remap that finished.
+			if h := s.hooks.waitRoom; h != nil {
+				h()
+			}
+			s.room.Wait()
+			attempt--
+			continue
+		}
 		break
 	}
-	s.mu.st.PutRejects++
-	s.mu.Unlock()
-	return Reservation{}, fmt.Errorf("%w: class %d bytes", ErrNoSpace, s.cl.size(k))
+	return refuse(fmt.Errorf("%w: class %d bytes", ErrNoSpace, s.cl.size(k)))
 }
 
 // reserveSlotLocked creates the in-flight entry for a taken slot.
-func (s *Store) reserveSlotLocked(ns Namespace, key, parent Key, meta BlockMeta, size, k int, sid, slot uint32) Reservation {
+func (s *Store) reserveSlotLocked(ns Namespace, key, parent Key, meta BlockMeta, size, k int, sid, slot, tenant uint32) Reservation {
 	idx := s.newEntryLocked()
 	e := &s.mu.entries[idx]
 	*e = entry{
 		key: key, ns: ns, parent: parent,
 		slab: sid, slot: slot, length: uint32(size), tokens: meta.Tokens,
-		gen: e.gen, class: uint8(k), state: stateReserved,
+		gen: e.gen, class: uint8(k), state: stateReserved, tenant: tenant,
 	}
 	if s.mu.meta != nil {
 		s.mu.meta[idx] = entryMeta{position: meta.Position, partial: meta.Partial}
@@ -395,6 +447,7 @@ func (s *Store) Commit(r Reservation) {
 		return
 	}
 	s.mu.st.InFlight--
+	s.unholdReservedLocked(idx)
 	if s.closesCycleLocked(idx) {
 		e := &s.mu.entries[idx]
 		delete(s.mu.index, e.key)
@@ -414,6 +467,7 @@ func (s *Store) Abort(r Reservation) {
 		return
 	}
 	s.mu.st.InFlight--
+	s.unholdReservedLocked(idx)
 	delete(s.mu.index, s.mu.entries[idx].key)
 	s.freeEntryLocked(idx)
 }
@@ -429,6 +483,7 @@ func (s *Store) CommitAcquire(r Reservation) (View, bool) {
 		return View{}, false
 	}
 	s.mu.st.InFlight--
+	s.unholdReservedLocked(idx)
 	if s.closesCycleLocked(idx) {
 		e := &s.mu.entries[idx]
 		delete(s.mu.index, e.key)

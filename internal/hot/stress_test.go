@@ -98,8 +98,8 @@ func stressWorker(s *Store, clk *fakeClock, rng *rand.Rand, ops int, noSpace *at
 			if p := stressParent(id); p != 0 {
 				parent = key(p)
 			}
-			res, err := s.Reserve(ns, key(id), parent, 16, stressSize(id))
-			if errors.Is(err, ErrNoSpace) {
+			res, err := s.ReserveBlock(ns, key(id), parent, BlockMeta{Tokens: 16, Tenant: stressTenant(id)}, stressSize(id))
+			if errors.Is(err, ErrNoSpace) || errors.Is(err, ErrTenantQuota) {
 				noSpace.Add(1)
 				continue
 			}
@@ -135,7 +135,7 @@ func stressWorker(s *Store, clk *fakeClock, rng *rand.Rand, ops int, noSpace *at
 			for k := first; k <= id; k++ {
 				keys = append(keys, key(k))
 			}
-			hits, lid, _ := s.Lookup(ns, keys, 2*time.Second, rng.IntN(4) != 0)
+			hits, lid, _ := s.LookupFor(stressTenant(id), ns, keys, 2*time.Second, rng.IntN(4) != 0)
 			if lid == 0 {
 				continue
 			}
@@ -170,6 +170,12 @@ func stressWorker(s *Store, clk *fakeClock, rng *rand.Rand, ops int, noSpace *at
 		}
 	}
 	return nil
+}
+
+// stressTenant is the tenant that writes and leases key id: one of two
+// tenants, or nobody (not charged), by id.
+func stressTenant(id uint64) string {
+	return [...]string{"", "t1", "t2"}[id%3]
 }
 
 // TestCloseDuringReserve closes the store while writers are reserving and

@@ -69,7 +69,7 @@ func (c *conn) refillMiss(d identity.NamespaceDigest, key identity.BlockKey) (ho
 	// The parent, position and token count are not known here (a GET
 	// carries keys only); they only guide eviction order. A reader asked
 	// for the block, so the hot tier's admission policy is not consulted.
-	r, err := c.s.store.ReserveBlock(d, key, identity.BlockKey{}, hot.BlockMeta{Demand: true}, n)
+	r, err := c.s.store.ReserveBlock(d, key, identity.BlockKey{}, hot.BlockMeta{Demand: true, Tenant: c.tenant}, n)
 	if err != nil {
 		c.s.dir.Fail(tok)
 		return hot.View{}, false

@@ -169,7 +169,10 @@ func (c *conn) handleLookup(h wire.Header, body []byte) error {
 	}
 	keys := wireKeys(req.Keys)
 	ttl := time.Duration(req.LeaseTTLMillis) * time.Millisecond
-	hits, id, granted := c.s.store.Lookup(ns, keys, ttl, req.LeaseTTLMillis > 0)
+	// The lease is charged to the session's tenant: past its share of the
+	// hot tier (hot.Config.TenantHoldBytes, TenantLeases) the hits are
+	// answered without a lease (LeaseID 0), as when MaxLeases are live.
+	hits, id, granted := c.s.store.LookupFor(c.tenant, ns, keys, ttl, req.LeaseTTLMillis > 0)
 	if id != 0 {
 		c.s.addLease(id, c.tenant, granted)
 	}
@@ -334,8 +337,15 @@ func (c *conn) putOne(ns identity.NamespaceDigest, pb *wire.PutBlock) (wire.Stat
 		return wire.StatusTooLarge, c.skip(int64(pb.Len))
 	}
 	res, err := c.s.store.ReserveBlock(ns, identity.BlockKey(pb.Key), identity.BlockKey(pb.Parent), c.blockMeta(pb), int(pb.Len))
+	if h := c.s.cfg.Hooks.Reserved; h != nil {
+		h(c.tenant, err)
+	}
 	if err != nil {
-		st := wire.StatusNoSpace // also hot.ErrNotAdmitted: the policy refused it
+		// Also hot.ErrNotAdmitted (the policy refused it) and
+		// hot.ErrTenantQuota (the tenant holds its share of the tier in
+		// leases and PUTs in flight): the block is not stored, nothing
+		// else changes, and the client recomputes or retries later.
+		st := wire.StatusNoSpace
 		switch {
 		case errors.Is(err, hot.ErrExists):
 			st = wire.StatusExists
@@ -367,13 +377,14 @@ func (c *conn) putOne(ns identity.NamespaceDigest, pb *wire.PutBlock) (wire.Stat
 // blockMeta is what the hot tier's policy learns about a verified block of
 // the session namespace c.ns: its index in the chain (token position over
 // block_tokens) and whether it is partial (fewer valid tokens than
-// block_tokens).
+// block_tokens); and the tenant its reservation is charged to.
 func (c *conn) blockMeta(pb *wire.PutBlock) hot.BlockMeta {
 	bt := uint64(max(c.ns.Layout.BlockTokens, 1)) // >= 1 once identityOf validated it
 	return hot.BlockMeta{
 		Tokens:   pb.Tokens,
 		Position: uint32(min(pb.Position/bt, math.MaxUint32)),
 		Partial:  pb.Tokens < c.ns.Layout.BlockTokens,
+		Tenant:   c.tenant, // the reservation counts against the tenant's share
 	}
 }
 

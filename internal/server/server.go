@@ -104,6 +104,10 @@ type Hooks struct {
 	BeforeWrite func()
 	// Joined is called each time ACQUIRE makes a session wait on a fill.
 	Joined func()
+	// Reserved is called after each PUT or FILL_COMMIT block's hot-tier
+	// reservation, with the session's tenant and the reservation's error
+	// (nil: the payload is read next).
+	Reserved func(tenant string, err error)
 }
 
 func (c Config) withDefaults() (Config, error) {

@@ -108,6 +108,8 @@ func (s *Server) Stats() []wire.StatEntry {
 		{Name: "hot_leases_granted", Value: st.LeasesGranted},
 		{Name: "hot_leases_expired", Value: st.LeasesExpired},
 		{Name: "hot_pinned", Value: st.Pinned},
+		{Name: "hot_tenant_rejects", Value: st.TenantRejects},
+		{Name: "hot_leases_refused", Value: st.LeasesRefused},
 	}
 	ds := s.dir.Stats()
 	e = append(e,
@@ -118,6 +120,7 @@ func (s *Server) Stats() []wire.StatEntry {
 		wire.StatEntry{Name: "fill_joins", Value: ds.Joins},
 		wire.StatEntry{Name: "fill_hits", Value: ds.Hits},
 		wire.StatEntry{Name: "fill_denied", Value: ds.Denied},
+		wire.StatEntry{Name: "fill_denied_tenant", Value: ds.DeniedTenantFills},
 		wire.StatEntry{Name: "fill_finished", Value: ds.Finished},
 		wire.StatEntry{Name: "fill_failed", Value: ds.Failed},
 		wire.StatEntry{Name: "fill_fenced", Value: ds.Fenced},

@@ -1,0 +1,66 @@
+package config
+
+import "fmt"
+
+// Per-tenant shares of the hot tier and of the fill table (issue 12,
+// defect 6; docs/adr/0013-per-tenant-fair-share.md). What one tenant can
+// hold back from the others is capped: hot-tier bytes in leases and PUTs
+// in flight, live leases, and fills in flight. Unless set, each cap is a
+// fair share: the whole divided by the number of configured tenants, or by
+// OpenModeShares in open mode (no tenants: any HELLO names its own tenant,
+// so the split only stops one runaway client taking everything).
+
+// OpenModeShares divides the node among tenants in open mode: each tenant
+// name may hold at most half.
+const OpenModeShares = 2
+
+// FillSlots is the size of the node's fill table (the directory's
+// MaxFills), which TenantFills shares.
+const FillSlots = 65536
+
+// TenantShares returns how many shares the fair share divides into: the
+// configured tenants, or OpenModeShares without tenants.
+func (c Config) TenantShares() int {
+	if n := len(c.Tenants); n > 0 {
+		return n
+	}
+	return OpenModeShares
+}
+
+// TenantHoldCap returns the hot-tier bytes one tenant may hold in leases
+// and PUTs in flight: tenant_hold_bytes, or hot_capacity / TenantShares,
+// but never less than one hot_max_class block (with more tenants than
+// hot_capacity / hot_max_class the shares then overlap; the daemon warns).
+func (c Config) TenantHoldCap() int64 {
+	if c.TenantHoldBytes > 0 {
+		return int64(c.TenantHoldBytes)
+	}
+	return max(int64(c.HotCapacity)/int64(c.TenantShares()), int64(c.HotMaxClass))
+}
+
+// TenantFillCap returns the fills one tenant may have in flight:
+// tenant_fills, or FillSlots / TenantShares (at least 1).
+func (c Config) TenantFillCap() int {
+	if c.TenantFills > 0 {
+		return c.TenantFills
+	}
+	return max(FillSlots/c.TenantShares(), 1)
+}
+
+// TenantLeaseCap returns the live leases one tenant may hold: a fair
+// share of maxLeases (the hot tier's MaxLeases), at least 1.
+func (c Config) TenantLeaseCap(maxLeases int) int {
+	return max(maxLeases/c.TenantShares(), 1)
+}
+
+// validateTenantShares checks tenant_hold_bytes and tenant_fills.
+func (c Config) validateTenantShares() error {
+	if c.TenantHoldBytes != 0 && (c.TenantHoldBytes < c.HotMaxClass || c.TenantHoldBytes > c.HotCapacity) {
+		return fmt.Errorf("%w: tenant_hold_bytes %s must be 0 (a fair share) or between hot_max_class %s and hot_capacity %s",
+			ErrInvalid, c.TenantHoldBytes, c.HotMaxClass, c.HotCapacity)
+	}
+	if c.TenantFills < 0 || c.TenantFills > FillSlots {
+		return fmt.Errorf("%w: tenant_fills %d must be 0 (a fair share) or 1..%d", ErrInvalid, c.TenantFills, FillSlots)
+	}
+	return nil
+}
