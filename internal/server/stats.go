@@ -150,6 +150,7 @@ func (s *Server) Stats() []wire.StatEntry {
 		wire.StatEntry{Name: "control_mode", Value: mode},
 		wire.StatEntry{Name: "readonly_refused", Value: s.stats.modeRefused.Load()},
 	)
+	e = append(e, s.connStats()...)
 	return e
 }
 

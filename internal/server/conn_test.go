@@ -1,0 +1,210 @@
+package server
+
+import (
+	"encoding/binary"
+	"net"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/gpucache/gpucache/api/wire"
+	"github.com/gpucache/gpucache/internal/security"
+	"github.com/gpucache/gpucache/internal/security/replay"
+)
+
+var (
+	srcA = net.IPv4(127, 0, 0, 1)
+	srcB = net.IPv4(127, 0, 0, 2)
+)
+
+// TestAcceptErrorsBackOff: accept failing with EMFILE (out of file
+// descriptors) does not end Serve: the server backs off, counts the
+// errors, and serves the next connection.
+func TestAcceptErrorsBackOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := startBubble(t, nil)
+		defer b.Stop(t)
+		for range 5 {
+			select {
+			case b.ln.accepts <- acceptResult{err: errEMFILE}:
+			case err := <-b.served:
+				b.served <- err
+				t.Fatalf("Serve returned after an accept error: %v", err)
+			}
+		}
+		c := b.pipeHello(t, srcA, "acme")
+		c.roundTrip(wire.OpPing, []byte("still serving"))
+		if n := statValue(b.srv, "accept_errors"); n != 5 {
+			t.Fatalf("accept_errors = %d, want 5", n)
+		}
+	})
+}
+
+// TestServeEndsOnClosedListener: a listener closed under Serve (not by
+// Shutdown) ends Serve with net.ErrClosed; only that and Shutdown do.
+func TestServeEndsOnClosedListener(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := startBubble(t, nil)
+		b.ln.Fail(errEMFILE)
+		b.ln.Close()
+		if err := <-b.served; err == nil {
+			t.Fatal("Serve on a closed listener returned nil")
+		}
+		b.served <- nil
+		b.Stop(t)
+	})
+}
+
+// TestHelloDeadline: a connection that does not complete HELLO within the
+// handshake deadline is closed, long before the idle timeout; PING does
+// not extend it. A session that said HELLO is held to the idle timeout
+// only.
+func TestHelloDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := startBubble(t, func(c *Config) { c.IdleTimeout = time.Hour })
+		defer b.Stop(t)
+		start := time.Now()
+		silent := b.ln.Dial(t, srcA)
+		silentClosed := closedByServer(silent)
+		pinger := pipeRaw(t, b.ln.Dial(t, srcA))
+		pinger.roundTrip(wire.OpPing, nil)
+		pingerClosed := closedByServer(pinger.nc)
+		ok := b.pipeHello(t, srcA, "acme")
+		okClosed := closedByServer(ok.nc)
+
+		synctest.Wait()
+		if isClosed(silentClosed) || isClosed(pingerClosed) {
+			t.Fatal("closed before the hello deadline")
+		}
+		time.Sleep(defaultHelloTimeout) // fake time: the deadline passes
+		synctest.Wait()
+		if !isClosed(silentClosed) || !isClosed(pingerClosed) {
+			t.Fatalf("unauthenticated connections still open %v after accept", time.Since(start))
+		}
+		if isClosed(okClosed) {
+			t.Fatal("a session that said HELLO was closed by the hello deadline")
+		}
+		if n := statValue(b.srv, "conns_hello_timeouts"); n != 2 {
+			t.Fatalf("conns_hello_timeouts = %d, want 2", n)
+		}
+		ok.nc.Close()
+	})
+}
+
+// TestFrameStartedIsTimed: once the first byte of a header has arrived,
+// the rest of the frame must arrive within the read timeout, not the idle
+// timeout.
+func TestFrameStartedIsTimed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := startBubble(t, func(c *Config) {
+			c.IdleTimeout = time.Hour
+			c.ReadTimeout = 2 * time.Second
+		})
+		defer b.Stop(t)
+		partialHeader := b.pipeHello(t, srcA, "acme")
+		partialBody := b.pipeHello(t, srcA, "acme")
+		idle := b.pipeHello(t, srcA, "acme")
+		hdr := wire.Header{Version: wire.FrameVersion, Op: wire.OpPing, RequestID: 9, BodyLen: 10}.Append(nil)
+		partialHeader.writeRaw(hdr[:5])
+		partialBody.writeRaw(append(hdr, 1, 2, 3))
+		closed := []<-chan struct{}{closedByServer(partialHeader.nc), closedByServer(partialBody.nc)}
+		idleClosed := closedByServer(idle.nc)
+		time.Sleep(2*time.Second - time.Millisecond)
+		synctest.Wait()
+		for i, ch := range closed {
+			if isClosed(ch) {
+				t.Fatalf("frame %d closed before the read timeout", i)
+			}
+		}
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		for i, ch := range closed {
+			if !isClosed(ch) {
+				t.Fatalf("frame %d started %v ago is still open", i, 2*time.Second)
+			}
+		}
+		if isClosed(idleClosed) {
+			t.Fatal("an idle session was closed by the read timeout")
+		}
+		idle.nc.Close()
+	})
+}
+
+// TestSilentConnectionsDoNotLockOut: 350 connections from one address that
+// never say HELLO cannot take the slots of a server with max_conns 300: a
+// valid tenant from another address gets in at once.
+func TestSilentConnectionsDoNotLockOut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := startBubble(t, func(c *Config) { c.MaxConns = 300 })
+		defer b.Stop(t)
+		var silent []net.Conn
+		for range 350 {
+			silent = append(silent, b.ln.Dial(t, srcB))
+		}
+		synctest.Wait()
+		c := b.pipeHello(t, srcA, "acme")
+		c.roundTrip(wire.OpPing, []byte("in"))
+		if n := statValue(b.srv, "conns_rejected_unauth"); n != 350-defaultMaxUnauthPerAddr {
+			t.Fatalf("conns_rejected_unauth = %d, want %d", n, 350-defaultMaxUnauthPerAddr)
+		}
+		// HELLO frees the address's unauthenticated slot.
+		if n := statValue(b.srv, "conns_unauthenticated"); n != defaultMaxUnauthPerAddr {
+			t.Fatalf("conns_unauthenticated = %d, want %d", n, defaultMaxUnauthPerAddr)
+		}
+		for _, s := range silent {
+			s.Close()
+		}
+		c.nc.Close()
+	})
+}
+
+// TestReadOnlyPutTableNotRead: a tenant without write rights that declares
+// a huge PUT table is refused on its namespace, before the server reads (or
+// sizes a buffer for) the rest of the table.
+func TestReadOnlyPutTableNotRead(t *testing.T) {
+	for _, op := range []wire.Opcode{wire.OpPut, wire.OpFillCommit} {
+		t.Run(op.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				w, err := replay.New(replay.Config{Window: 5 * time.Minute, MaxNonces: 1024})
+				if err != nil {
+					t.Fatal(err)
+				}
+				g, err := security.NewGuard(testPolicy(t, testTenants(), nil), w, nil, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b := startBubble(t, func(c *Config) { c.Guard = g })
+				defer b.Stop(t)
+				c := &authConn{rawConn: pipeRaw(t, b.ln.Dial(t, srcA)), now: time.Now}
+				if _, e := c.hello("", secretGamma); e != nil {
+					t.Fatalf("hello: %v", e)
+				}
+				blob := mustCanonical(t, testNamespace("gamma"))
+				const tableLen = 4 << 20 // declared, never sent
+				prefix := binary.LittleEndian.AppendUint32(nil, tableLen)
+				prefix = binary.LittleEndian.AppendUint32(prefix, uint32(len(blob)))
+				prefix = append(prefix, blob...)
+				stamp := freshStamp(time.Now()).Append(nil)
+				body := append(stamp, prefix...)
+				h := wire.Header{Version: wire.FrameVersion, Op: op, Flags: wire.FlagStamped, RequestID: 1,
+					BodyLen: uint32(len(stamp)) + 4 + tableLen + 64}
+				c.writeRaw(append(h.Append(nil), body...)) // returns once the server read it all
+				synctest.Wait()
+				if n := b.srv.stats.denied.Load(); n != 1 {
+					t.Fatalf("denied = %d before the table was sent, want 1: the server waits to read the table first", n)
+				}
+				c.nc.Close()
+			})
+		})
+	}
+}
+
+// statValue returns the STAT entry name of srv, or fails.
+func statValue(srv *Server, name string) uint64 {
+	for _, e := range srv.Stats() {
+		if e.Name == name {
+			return e.Value
+		}
+	}
+	panic("no STAT entry " + name)
+}
