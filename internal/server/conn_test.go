@@ -3,11 +3,13 @@ package server
 import (
 	"encoding/binary"
 	"net"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/gpucache/gpucache/api/wire"
+	"github.com/gpucache/gpucache/internal/identity"
 	"github.com/gpucache/gpucache/internal/security"
 	"github.com/gpucache/gpucache/internal/security/replay"
 )
@@ -207,4 +209,134 @@ func statValue(srv *Server, name string) uint64 {
 		}
 	}
 	panic("no STAT entry " + name)
+}
+
+// bigTablePrefix is the start of an op body whose table declares tableLen
+// bytes: the table length, the namespace blob, then fill bytes of the
+// table (never completed by the callers).
+func bigTablePrefix(op wire.Opcode, id uint64, blob []byte, tableLen uint32, fill int) []byte {
+	h := wire.Header{Version: wire.FrameVersion, Op: op, RequestID: id, BodyLen: 4 + tableLen + 4096}
+	b := h.Append(nil)
+	b = binary.LittleEndian.AppendUint32(b, tableLen)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(blob)))
+	b = append(b, blob...)
+	return append(b, make([]byte, fill)...)
+}
+
+// TestRequestBuffersBounded: connections that declare 4 MiB tables and
+// stall after sending 1 MiB of them take no more than the request-buffer
+// budget between them; those that cannot get budget are refused after
+// BufferWait, a small request needs no budget and is served during the
+// attack, and every byte of budget comes back when the stalled
+// connections time out.
+func TestRequestBuffersBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const budget = 12 << 20
+		b := startBubble(t, func(c *Config) {
+			c.RequestBuffers = budget
+			c.ReadTimeout = 30 * time.Second
+			c.IdleTimeout = time.Hour
+		})
+		defer b.Stop(t)
+		blob := mustCanonical(t, testNamespace("acme"))
+		const attackers = 16
+		var writers sync.WaitGroup
+		var conns []*rawConn
+		for i := range attackers {
+			c := b.pipeHello(t, srcA, "acme")
+			conns = append(conns, c)
+			op := wire.OpPut
+			if i%2 == 1 {
+				op = wire.OpFillCommit
+			}
+			frame := bigTablePrefix(op, 7, blob, 4<<20, 1<<20)
+			writers.Add(1)
+			go func() {
+				defer writers.Done()
+				c.nc.Write(frame) // blocks while the server waits for budget
+			}()
+		}
+		synctest.Wait()
+		if used := b.srv.bufs.inUse(); used > budget || used == 0 {
+			t.Fatalf("request buffers hold %d bytes, want 1..%d", used, budget)
+		}
+		if statValue(b.srv, "request_buffer_waits") == 0 {
+			t.Fatal("no request waited for budget")
+		}
+		// A usual request needs no budget and is served now.
+		ok := b.pipeHello(t, srcA, "acme")
+		if st := ok.put(blob, testID(1), randomPayload(16<<10, 1)); st != wire.StatusStored {
+			t.Fatalf("small PUT during the attack: %v", st)
+		}
+		time.Sleep(time.Second) // BufferWait passes for those still waiting
+		synctest.Wait()
+		refused := statValue(b.srv, "request_buffer_refused")
+		if refused == 0 {
+			t.Fatal("no request was refused for want of budget")
+		}
+		writers.Wait() // every byte sent was read: held or skipped
+		if used := b.srv.bufs.inUse(); used > budget {
+			t.Fatalf("request buffers hold %d bytes, over the %d budget", used, budget)
+		}
+		time.Sleep(30 * time.Second) // the stalled frames' read timeout
+		synctest.Wait()
+		if used := b.srv.bufs.inUse(); used != 0 {
+			t.Fatalf("%d bytes of budget still held after the stalled connections closed", used)
+		}
+		for _, c := range conns {
+			c.nc.Close()
+		}
+		// With the budget back, a large table is served again.
+		ids, payloads := chain(200)
+		for i, st := range ok.putMany(blob, ids, payloads) {
+			if st != wire.StatusStored {
+				t.Fatalf("large PUT after the attack: block %d %v", i, st)
+			}
+		}
+		synctest.Wait()
+		if used := b.srv.bufs.inUse(); used != 0 {
+			t.Fatalf("%d bytes of budget held by an idle connection", used)
+		}
+		ok.nc.Close()
+	})
+}
+
+// chain returns n consecutive block identities of one chain (a PUT table
+// of about n × 160 bytes) and their payloads.
+func chain(n int) ([]identity.CacheIdentity, [][]byte) {
+	var ids []identity.CacheIdentity
+	var payloads [][]byte
+	var parent identity.BlockKey
+	for i := range n {
+		id := testID(uint32(1000 + i))
+		id.Parent, id.Position = parent, uint64(16*i)
+		k, _ := id.Key()
+		ids = append(ids, id)
+		payloads = append(payloads, randomPayload(64, byte(i)))
+		parent = k
+	}
+	return ids, payloads
+}
+
+// TestRequestBufferReleasedWhenIdle: a request body above keepBuf is
+// charged while it is read and given back once the connection is idle;
+// pipelined requests keep the buffer until the last is read.
+func TestRequestBufferReleasedWhenIdle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := startBubble(t, nil)
+		defer b.Stop(t)
+		blob := mustCanonical(t, testNamespace("acme"))
+		c := b.pipeHello(t, srcA, "acme")
+		g := wire.GetRequest{Namespace: blob, Keys: make([]wire.Key, 1000)} // ~32 KiB body
+		body := g.AppendTo(nil)
+		if len(body) <= keepBuf {
+			t.Fatalf("GET body of %d bytes does not exceed keepBuf", len(body))
+		}
+		c.roundTrip(wire.OpGet, body)
+		synctest.Wait()
+		if used := b.srv.bufs.inUse(); used != 0 {
+			t.Fatalf("%d bytes of request buffers held by an idle connection", used)
+		}
+		c.nc.Close()
+	})
 }
