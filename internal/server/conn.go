@@ -320,6 +320,9 @@ type response struct {
 	views []hot.View  // pinned blocks the payload slices alias
 	lease hot.LeaseID // taken from the registry by the reader; released after the write
 	op    wire.Opcode
+	// charged is the request-buffer budget the response holds (a large GET
+	// table, reqbuf.go); the writer gives it back after the write.
+	charged int64
 }
 
 var responsePool = sync.Pool{New: func() any { return &response{meta: make([]byte, 0, 256)} }}
@@ -337,6 +340,11 @@ func (r *response) reset() {
 	r.views = r.views[:0]
 	r.meta = r.meta[:0]
 	r.lease = 0
+	r.charged = 0
+	if cap(r.views) > maxPooledBufs || cap(r.bufs) > maxPooledBufs || cap(r.meta) > respKeep {
+		// A large GET's arrays were paid from the budget: do not keep them.
+		r.bufs, r.views, r.meta = nil, nil, make([]byte, 0, 256)
+	}
 	responsePool.Put(r)
 }
 
@@ -447,6 +455,9 @@ func (c *conn) writeBatch(batch []*response) {
 			c.s.stats.bytesOut.Add(n)
 		}
 		clear(c.w.store) // drop references to slab memory
+		if cap(c.w.store) > maxPooledBufs {
+			c.w.store = nil // a burst of large GETs: do not keep its vector
+		}
 	}
 	for _, r := range batch {
 		for _, v := range r.views {
@@ -455,6 +466,7 @@ func (c *conn) writeBatch(batch []*response) {
 		if r.lease != 0 {
 			c.s.store.ReleaseLease(r.lease)
 		}
+		c.s.bufs.release(r.charged)
 		r.reset()
 		<-c.slots
 	}

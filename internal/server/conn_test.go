@@ -340,3 +340,37 @@ func TestRequestBufferReleasedWhenIdle(t *testing.T) {
 		c.nc.Close()
 	})
 }
+
+// TestQueuedGetResponsesCharged: large GET responses waiting for a client
+// that does not read are paid from the request-buffer budget, and the
+// budget comes back once they are written.
+func TestQueuedGetResponsesCharged(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := startBubble(t, nil)
+		defer b.Stop(t)
+		blob := mustCanonical(t, testNamespace("acme"))
+		c := b.pipeHello(t, srcA, "acme")
+		g := wire.GetRequest{Namespace: blob, Keys: make([]wire.Key, 1000)}
+		body := g.AppendTo(nil)
+		const n = 4
+		go func() {
+			for range n {
+				c.send(wire.OpGet, body) // the server reads each; the client reads no answer yet
+			}
+		}()
+		synctest.Wait()
+		// The reader writes the first answer itself and blocks on the
+		// client: at least that one is charged while it waits.
+		if used, min := b.srv.bufs.inUse(), getResponseCost(1000); used < min {
+			t.Fatalf("%d bytes charged while a 1000-key GET response waits, want >= %d", used, min)
+		}
+		for range n {
+			c.recv()
+		}
+		synctest.Wait()
+		if used := b.srv.bufs.inUse(); used != 0 {
+			t.Fatalf("%d bytes still charged after the responses were written", used)
+		}
+		c.nc.Close()
+	})
+}

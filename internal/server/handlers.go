@@ -196,11 +196,18 @@ func (c *conn) handleGet(h wire.Header, body []byte) error {
 	if err := c.checkOwned(st, req.Keys); err != nil {
 		return err
 	}
+	// The response's table and vectors grow with the key count and wait
+	// for the writer: a large one is paid from the request-buffer budget.
+	charged, err := c.chargeResponse(len(req.Keys))
+	if err != nil {
+		return err
+	}
 	unknown := st.unknown()
 	if unknown {
 		c.s.stats.modeRefused.Add(uint64(len(req.Keys)))
 	}
 	r := newResponse(h.Op)
+	r.charged = charged
 	// The lease is released even when the mode makes every key a miss.
 	if req.LeaseID != 0 && c.s.takeLease(hot.LeaseID(req.LeaseID), c.tenant) {
 		r.lease = hot.LeaseID(req.LeaseID)

@@ -22,6 +22,11 @@ import (
 // buffer when the connection goes idle (nothing more buffered to read),
 // both when it closes.
 //
+// A GET response of many keys waits for the writer with a table and
+// vectors that grow with its key count: above respKeep it is charged to the
+// same budget until it is written. The writer drops a vector (its own, or
+// a pooled response's) larger than maxPooledBufs after use.
+//
 // A request that cannot get budget waits up to Config.BufferWait for
 // another connection to give some back, then is refused RATE_LIMITED
 // (retry after BufferWait) and the rest of its body is skipped, so the
@@ -133,6 +138,34 @@ func (b *bufBudget) inUse() int64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.mu.used
+}
+
+// respKeep is the heap a queued GET response may take without budget;
+// maxPooledBufs bounds the vectors a pooled response or a connection's
+// writer keeps between requests.
+const (
+	respKeep      = 4 << 10
+	maxPooledBufs = 1024
+)
+
+// getResponseCost is the heap a GET response of n keys may take until it
+// is written: its table (8 + 5n bytes), its write vector (n+2 slices) and
+// its pinned views (n), plus the response itself.
+func getResponseCost(n int) int64 { return int64(8 + 5*n + 24*(n+2) + 32*n + 256) }
+
+// chargeResponse takes budget for a GET response of n keys when it is
+// larger than respKeep, and returns what it took; the writer gives it back
+// once the response is written.
+func (c *conn) chargeResponse(n int) (int64, error) {
+	cost := getResponseCost(n)
+	if cost <= respKeep {
+		return 0, nil
+	}
+	if !c.s.bufs.acquire(cost, c.s.cfg.BufferWait, c.s.done) {
+		c.s.bufs.refused.Add(1)
+		return 0, c.errBuffersExhausted()
+	}
+	return cost, nil
 }
 
 // errBuffersExhausted answers a request refused for want of budget.
