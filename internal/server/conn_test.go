@@ -374,3 +374,36 @@ func TestQueuedGetResponsesCharged(t *testing.T) {
 		c.nc.Close()
 	})
 }
+
+// TestParkedWaitCharged: a parked WAIT holds budget until it is answered.
+func TestParkedWaitCharged(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := startBubble(t, nil)
+		defer b.Stop(t)
+		blob := mustCanonical(t, testNamespace("acme"))
+		id := testID(9)
+		key := mustKey(t, id)
+		leader, joiner := b.pipeHello(t, srcA, "acme"), b.pipeHello(t, srcA, "acme")
+		lead := leader.acquire(blob, key)[0]
+		join := joiner.acquire(blob, key)[0]
+		if lead.Outcome != wire.AcquireLead || join.Outcome != wire.AcquireJoined {
+			t.Fatalf("acquire: %+v / %+v", lead, join)
+		}
+		req := wire.WaitRequest{Namespace: blob, TimeoutMillis: 10000, Fills: []uint64{join.Token.Fill}}
+		joiner.send(wire.OpWait, req.AppendTo(nil))
+		synctest.Wait()
+		if used := b.srv.bufs.inUse(); used != waitCost(1) {
+			t.Fatalf("parked WAIT holds %d bytes of budget, want %d", used, waitCost(1))
+		}
+		if st := leader.commit(blob, lead.Token, id, randomPayload(20<<10, 3)); st != wire.StatusStored {
+			t.Fatalf("commit: %s", st)
+		}
+		joiner.recv()
+		synctest.Wait()
+		if used := b.srv.bufs.inUse(); used != 0 {
+			t.Fatalf("answered WAIT still holds %d bytes of budget", used)
+		}
+		leader.nc.Close()
+		joiner.nc.Close()
+	})
+}

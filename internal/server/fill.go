@@ -305,6 +305,10 @@ func (c *conn) handleWait(h wire.Header, body []byte) error {
 	if _, err := c.namespace(h.Op, req.Namespace); err != nil {
 		return err
 	}
+	charged := waitCost(len(req.Fills))
+	if err := c.chargeQueued(charged); err != nil {
+		return err
+	}
 	timeout := min(time.Duration(req.TimeoutMillis)*time.Millisecond, maxWait)
 	ws := make([]*directory.Waiter, len(req.Fills))
 	c.fills.mu.Lock()
@@ -361,6 +365,7 @@ func (c *conn) handleWait(h wire.Header, body []byte) error {
 			}
 		}
 		r := newResponse(h.Op)
+		r.charged = charged // the writer gives it back
 		r.meta = resp.AppendTo(r.meta)
 		r.finish(h, 0, 0)
 		c.sendAsync(r)

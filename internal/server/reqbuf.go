@@ -24,7 +24,8 @@ import (
 //
 // A GET response of many keys waits for the writer with a table and
 // vectors that grow with its key count: above respKeep it is charged to the
-// same budget until it is written. The writer drops a vector (its own, or
+// same budget until it is written. So is every parked WAIT (a goroutine
+// and a list of fills) until it is answered. The writer drops a vector (its own, or
 // a pooled response's) larger than maxPooledBufs after use.
 //
 // A request that cannot get budget waits up to Config.BufferWait for
@@ -64,13 +65,15 @@ func MaxRequestCost(l wire.Limits) int64 {
 }
 
 // bufBudget is a byte budget shared by every connection's request
-// buffers.
+// buffers. Taking and giving back are lock-free; only a request that has
+// to wait takes the mutex.
 type bufBudget struct {
-	limit int64
-	mu    struct {
+	limit   int64
+	used    atomic.Int64
+	waiting atomic.Int32 // requests waiting for bytes
+	mu      struct {
 		sync.Mutex
-		used  int64
-		freed chan struct{} // closed (and replaced) when bytes are given back
+		freed chan struct{} // closed (and replaced) when bytes are given back while some wait
 	}
 	refused atomic.Uint64 // requests refused for want of budget
 	waits   atomic.Uint64 // requests that had to wait for budget
@@ -82,32 +85,42 @@ func newBufBudget(limit int64) *bufBudget {
 	return b
 }
 
-// try takes n bytes if they are free; otherwise it returns a channel that
-// is closed when bytes are next given back.
-func (b *bufBudget) try(n int64) (bool, <-chan struct{}) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.mu.used+n <= b.limit {
-		b.mu.used += n
-		return true, nil
+// try takes n bytes if they are free.
+func (b *bufBudget) try(n int64) bool {
+	for {
+		u := b.used.Load()
+		if u+n > b.limit {
+			return false
+		}
+		if b.used.CompareAndSwap(u, u+n) {
+			return true
+		}
 	}
-	return false, b.mu.freed
 }
 
 // acquire takes n bytes, waiting up to wait (or until done closes) for
 // them. It reports whether it got them.
 func (b *bufBudget) acquire(n int64, wait time.Duration, done <-chan struct{}) bool {
-	ok, freed := b.try(n)
-	if ok {
+	if b.try(n) {
 		return true
 	}
 	if n > b.limit {
 		return false
 	}
 	b.waits.Add(1)
+	b.waiting.Add(1)
+	defer b.waiting.Add(-1)
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	for {
+		// Take the channel before trying: bytes given back after the try
+		// close this channel, since waiting is already counted.
+		b.mu.Lock()
+		freed := b.mu.freed
+		b.mu.Unlock()
+		if b.try(n) {
+			return true
+		}
 		select {
 		case <-freed:
 		case <-t.C:
@@ -115,30 +128,25 @@ func (b *bufBudget) acquire(n int64, wait time.Duration, done <-chan struct{}) b
 		case <-done:
 			return false
 		}
-		if ok, freed = b.try(n); ok {
-			return true
-		}
 	}
 }
 
-// release gives n bytes back and wakes the waiters.
+// release gives n bytes back and wakes the waiters, if any.
 func (b *bufBudget) release(n int64) {
 	if n <= 0 {
 		return
 	}
-	b.mu.Lock()
-	b.mu.used -= n
-	close(b.mu.freed)
-	b.mu.freed = make(chan struct{})
-	b.mu.Unlock()
+	b.used.Add(-n)
+	if b.waiting.Load() > 0 {
+		b.mu.Lock()
+		close(b.mu.freed)
+		b.mu.freed = make(chan struct{})
+		b.mu.Unlock()
+	}
 }
 
 // inUse returns the bytes taken.
-func (b *bufBudget) inUse() int64 {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.mu.used
-}
+func (b *bufBudget) inUse() int64 { return b.used.Load() }
 
 // respKeep is the heap a queued GET response may take without budget;
 // maxPooledBufs bounds the vectors a pooled response or a connection's
@@ -153,6 +161,10 @@ const (
 // its pinned views (n), plus the response itself.
 func getResponseCost(n int) int64 { return int64(8 + 5*n + 24*(n+2) + 32*n + 256) }
 
+// waitCost is the heap a parked WAIT of n fills takes until it is
+// answered: its goroutine, its waiter list and its answer.
+func waitCost(n int) int64 { return int64(8<<10 + 48*n + 256) }
+
 // chargeResponse takes budget for a GET response of n keys when it is
 // larger than respKeep, and returns what it took; the writer gives it back
 // once the response is written.
@@ -161,11 +173,17 @@ func (c *conn) chargeResponse(n int) (int64, error) {
 	if cost <= respKeep {
 		return 0, nil
 	}
-	if !c.s.bufs.acquire(cost, c.s.cfg.BufferWait, c.s.done) {
+	return cost, c.chargeQueued(cost)
+}
+
+// chargeQueued takes n bytes of budget for something the writer gives
+// back (a queued response, a parked WAIT).
+func (c *conn) chargeQueued(n int64) error {
+	if !c.s.bufs.acquire(n, c.s.cfg.BufferWait, c.s.done) {
 		c.s.bufs.refused.Add(1)
-		return 0, c.errBuffersExhausted()
+		return c.errBuffersExhausted()
 	}
-	return cost, nil
+	return nil
 }
 
 // errBuffersExhausted answers a request refused for want of budget.
