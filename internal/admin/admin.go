@@ -24,6 +24,7 @@ var gauges = map[string]bool{
 	"hot_bytes_mapped": true, "hot_capacity_bytes": true, "hot_leases_active": true, "hot_pinned": true,
 	"fill_epoch": true, "fill_live": true, "fill_waiters": true,
 	"go_heap_inuse_bytes": true, "go_gc_pause_p50_ns": true, "go_gc_pause_p99_ns": true, "go_gc_pause_max_ns": true,
+	"conns_unauthenticated": true, "request_buffer_bytes": true, "request_buffer_limit_bytes": true,
 }
 
 // collector exports STAT entries as gpucache_* metrics on each scrape, so
