@@ -83,7 +83,8 @@ type conn struct {
 	tableHeld int64
 	// unauthAddr is the source address under which the connection counts
 	// as unauthenticated (Server.mu.unauth) until its first HELLO; "" after.
-	// Guarded by Server.mu.
+	// Set by accept before the reader starts, then cleared under Server.mu
+	// by the reader's goroutine only, which may read it without the lock.
 	unauthAddr string
 	// helloBy is when a connection that has no session must have one
 	// (HelloTimeout); zero while a session is open.
