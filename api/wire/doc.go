@@ -731,12 +731,19 @@
 //   - the idle time between requests: it closes an idle connection without a
 //     response;
 //   - the time to read one frame once its header has begun;
-//   - the time to write its responses.
+//   - the time to write its responses;
+//   - the time from connecting (TLS handshake included) to a successful
+//     HELLO, and again from a session's end (UNAUTHENTICATED) to the next
+//     HELLO: a client sends HELLO at once.
 //
 // If a deadline passes in the middle of a frame, the server closes the
 // connection, because the stream is out of sync. The reference server
-// (internal/server) uses 5 minutes idle, 30 s per frame read and 30 s per
-// write by default.
+// (internal/server) uses 5 minutes idle, 30 s per frame read (from the
+// frame's first byte), 30 s per write and 5 s to HELLO by default. It also
+// closes, on accept, a connection from a source address that already has
+// too many connections without a session (64 by default), and answers
+// RATE_LIMITED, with a retry-after, to a request it has no memory for
+// (its request-buffer budget is exhausted): the request is not executed.
 //
 // A client puts a deadline on every request. When a deadline passes, the
 // client treats the request as a miss: no payload, recompute. The response

@@ -26,6 +26,7 @@ var gauges = map[string]bool{
 	"cold_bytes_held": true, "cold_bytes_limit": true, "cold_bytes_batched": true, "cold_packs_pending": true,
 	"cold_write_degraded": true, "cold_store_connected": true,
 	"go_heap_inuse_bytes": true, "go_gc_pause_p50_ns": true, "go_gc_pause_p99_ns": true, "go_gc_pause_max_ns": true,
+	"conns_unauthenticated": true, "request_buffer_bytes": true, "request_buffer_limit_bytes": true,
 }
 
 // collector exports STAT entries as gpucache_* metrics on each scrape, so

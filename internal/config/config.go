@@ -115,6 +115,22 @@ type Config struct {
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
 	// DrainTimeout bounds graceful shutdown. Default 15s.
 	DrainTimeout time.Duration `yaml:"drain_timeout"`
+	// HelloTimeout closes a connection that has not completed HELLO (TLS
+	// handshake included) this long after accept. Default 5s.
+	HelloTimeout time.Duration `yaml:"hello_timeout"`
+	// MaxUnauthPerAddr bounds the connections from one source IP address
+	// that have not completed HELLO; more are closed on accept. Default 64.
+	MaxUnauthPerAddr int `yaml:"max_unauth_per_addr"`
+	// RequestBuffers bounds the memory of request buffers (large bodies,
+	// PUT and FILL_COMMIT tables) across all connections, above 16KiB per
+	// connection; see docs/OPERATIONS.md, "Memory bound". Default 128MiB.
+	RequestBuffers ByteSize `yaml:"request_buffers"`
+	// AdminMaxConns bounds open admin HTTP connections; more are closed on
+	// accept. Default 64.
+	AdminMaxConns int `yaml:"admin_max_conns"`
+	// AdminIdleTimeout closes an idle keep-alive admin HTTP connection.
+	// Default 30s.
+	AdminIdleTimeout time.Duration `yaml:"admin_idle_timeout"`
 
 	// ColdStore selects the cold tier: fs (a local directory, the embedded
 	// default), s3 (any S3-compatible server) or off. Default fs.
@@ -197,6 +213,12 @@ func Default() Config {
 		LogLevel:     "info",
 		LogFormat:    "text",
 
+		HelloTimeout:     5 * time.Second,
+		MaxUnauthPerAddr: 64,
+		RequestBuffers:   128 << 20,
+		AdminMaxConns:    64,
+		AdminIdleTimeout: 30 * time.Second,
+
 		ReplayWindow:    5 * time.Minute,
 		ReplayMaxNonces: 1 << 20,
 		AuditLog:        "stderr",
@@ -276,7 +298,7 @@ func (c *Config) fields() []field {
 		{"tls_client_ca", "CA bundle (PEM) that client certificates must chain to (mTLS)", (*strVal)(&c.TLSClientCA)},
 		{"seal_grace", "how long a replaced seal key still verifies", (*durVal)(&c.SealGrace)},
 		{"seal_hot_reads", "seal blocks in DRAM too and verify them on every read (needs seal_keys)", (*boolVal)(&c.SealHotReads)},
-	}, c.clusterFields()...)
+	}, append(c.clusterFields(), c.connFields()...)...)
 }
 
 // EnvName returns the environment variable for a YAML key.
@@ -363,6 +385,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := c.validateCluster(); err != nil {
+		return err
+	}
+	if err := c.validateConn(); err != nil {
 		return err
 	}
 	if !pow2(c.HotMinClass) || !pow2(c.HotMaxClass) {

@@ -84,6 +84,13 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 	if opts.Stderr == nil {
 		opts.Stderr = os.Stderr
 	}
+	if soft, hard, err := raiseFDLimit(); err != nil {
+		log.Warn("cannot read RLIMIT_NOFILE; max_conns is not checked against it", "err", err)
+	} else if err := checkFDLimit(cfg, soft, hard); err != nil {
+		return err
+	} else {
+		log.Debug("file descriptor limit", "soft", soft, "hard", hard, "needed", fdsNeeded(cfg))
+	}
 	hotPol, err := hotPolicy(cfg)
 	if err != nil {
 		return err
@@ -165,6 +172,10 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 		IdleTimeout:  cfg.IdleTimeout,
 		MaxConns:     cfg.MaxConns,
 		Guard:        sec.guard,
+
+		HelloTimeout:     cfg.HelloTimeout,
+		MaxUnauthPerAddr: cfg.MaxUnauthPerAddr,
+		RequestBuffers:   int64(cfg.RequestBuffers),
 	}
 	if cfg.SealHotReads {
 		scfg.HotSeal = sec.keyring
@@ -263,10 +274,11 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 			return err
 		}
 		addrs.Admin = aln.Addr().String()
+		aln = newCapListener(aln, cfg.AdminMaxConns) // inside TLS: handshakes count too
 		if tc := sec.tlsConfig(); tc != nil {
 			aln = tls.NewListener(aln, tc)
 		}
-		hs = &http.Server{Handler: adm, ReadHeaderTimeout: 10 * time.Second}
+		hs = newAdminServer(adm, cfg)
 		go func() { adminErr <- hs.Serve(aln) }()
 	}
 	hup := make(chan os.Signal, 1)

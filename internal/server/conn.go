@@ -72,7 +72,23 @@ type conn struct {
 	// nsRights are the session's rights on ns's model, under the policy of
 	// sess.epoch.
 	nsRights acl.Right
-	body     []byte // scratch for request bodies
+	// body is the scratch for request bodies and tables; it grows as bytes
+	// arrive (readGrow), and what it holds above keepBuf is charged to the
+	// server's request-buffer budget (held) and given back when the
+	// connection goes idle (shrink).
+	body []byte
+	held int64 // request-buffer budget this connection holds
+	// tableHeld is the part of held charged for decoding a large table into
+	// putReq or fillReq; it is released after the request.
+	tableHeld int64
+	// unauthAddr is the source address under which the connection counts
+	// as unauthenticated (Server.mu.unauth) until its first HELLO; "" after.
+	// Set by accept before the reader starts, then cleared under Server.mu
+	// by the reader's goroutine only, which may read it without the lock.
+	unauthAddr string
+	// helloBy is when a connection that has no session must have one
+	// (HelloTimeout); zero while a session is open.
+	helloBy time.Time
 	// Reused request messages; their slices alias body.
 	getReq    wire.GetRequest
 	lookupReq wire.LookupRequest
@@ -121,6 +137,8 @@ func (c *conn) serve() {
 		c.writeLoop()
 	}()
 	err := c.readLoop()
+	c.endRequest()
+	c.shrink()
 	c.leaveFills() // parked WAITs answer first, so the queue is still open
 	close(c.out)
 	<-writerDone
@@ -132,20 +150,26 @@ func (c *conn) serve() {
 }
 
 // readLoop reads and executes requests until EOF, an unrecoverable stream
-// error, or drain.
+// error, a deadline, or drain.
+//
+// Deadlines: while no byte of a frame has arrived, the idle timeout applies;
+// from a frame's first byte, its header and body must arrive within the
+// read timeout ("a frame started is a frame timed"). Until HELLO succeeds,
+// both are capped by the hello deadline.
 func (c *conn) readLoop() error {
 	var hb [wire.HeaderSize]byte
 	for {
+		c.endRequest()
 		c.state.Lock()
 		if c.state.draining {
 			c.state.Unlock()
 			return nil
 		}
 		c.state.idle = true
-		c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.IdleTimeout))
+		c.nc.SetReadDeadline(c.deadline(c.s.cfg.IdleTimeout))
 		c.state.Unlock()
 
-		_, err := io.ReadFull(c.br, hb[:])
+		_, err := c.br.Peek(1)
 
 		c.state.Lock()
 		c.state.idle = false
@@ -153,11 +177,16 @@ func (c *conn) readLoop() error {
 		c.state.Unlock()
 		if err != nil {
 			if draining || errors.Is(err, os.ErrDeadlineExceeded) {
+				c.timedOut(err)
 				return nil
 			}
 			return err
 		}
-		c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.ReadTimeout))
+		c.nc.SetReadDeadline(c.deadline(c.s.cfg.ReadTimeout))
+		if _, err := io.ReadFull(c.br, hb[:]); err != nil {
+			c.timedOut(err)
+			return err
+		}
 
 		h, err := wire.DecodeHeader(hb[:])
 		if err == nil {
@@ -178,6 +207,7 @@ func (c *conn) readLoop() error {
 			}
 			if err := c.skip(int64(h.BodyLen)); err != nil {
 				c.release()
+				c.timedOut(err)
 				return err
 			}
 			c.sendError(h, err)
@@ -185,8 +215,33 @@ func (c *conn) readLoop() error {
 		}
 		if err := c.handle(h); err != nil {
 			// The stream broke while reading a body: nothing more to do.
+			c.timedOut(err)
 			return err
 		}
+	}
+}
+
+// deadline is the read deadline for a wait of d from now: capped by the
+// hello deadline while the connection has no session.
+func (c *conn) deadline(d time.Duration) time.Time {
+	now := time.Now()
+	if c.hello {
+		c.helloBy = time.Time{}
+	} else if c.helloBy.IsZero() {
+		c.helloBy = now.Add(c.s.cfg.HelloTimeout)
+	}
+	t := now.Add(d)
+	if !c.hello && c.helloBy.Before(t) {
+		t = c.helloBy
+	}
+	return t
+}
+
+// timedOut counts a connection closed by its hello deadline.
+func (c *conn) timedOut(err error) {
+	if !c.hello && errors.Is(err, os.ErrDeadlineExceeded) && !time.Now().Before(c.helloBy) {
+		c.s.stats.helloTimeouts.Add(1)
+		c.s.log.Debug("no HELLO within hello_timeout; closing connection", "remote", c.nc.RemoteAddr(), "hello_timeout", c.s.cfg.HelloTimeout)
 	}
 }
 
@@ -215,14 +270,12 @@ func (c *conn) readInto(dst []byte) error {
 }
 
 // readBody reads a whole body of n bytes (n already bounded by the caller)
-// into the connection's scratch buffer.
+// into the connection's scratch buffer, growing it as bytes arrive. An
+// error that is a *wire.Error (request buffers exhausted) leaves the stream
+// in sync after n-len(b) more bytes are skipped; any other error is the
+// stream's.
 func (c *conn) readBody(n uint32) ([]byte, error) {
-	if cap(c.body) < int(n) {
-		c.body = make([]byte, n)
-	}
-	b := c.body[:n]
-	_, err := io.ReadFull(c.br, b)
-	return b, err
+	return c.readGrow(0, int(n))
 }
 
 // namespace decodes and checks a namespace blob against the session tenant
@@ -268,6 +321,9 @@ type response struct {
 	views []hot.View  // pinned blocks the payload slices alias
 	lease hot.LeaseID // taken from the registry by the reader; released after the write
 	op    wire.Opcode
+	// charged is the request-buffer budget the response holds (a large GET
+	// table, reqbuf.go); the writer gives it back after the write.
+	charged int64
 }
 
 var responsePool = sync.Pool{New: func() any { return &response{meta: make([]byte, 0, 256)} }}
@@ -285,6 +341,11 @@ func (r *response) reset() {
 	r.views = r.views[:0]
 	r.meta = r.meta[:0]
 	r.lease = 0
+	r.charged = 0
+	if cap(r.views) > maxPooledBufs || cap(r.bufs) > maxPooledBufs || cap(r.meta) > respKeep {
+		// A large GET's arrays were paid from the budget: do not keep them.
+		r.bufs, r.views, r.meta = nil, nil, make([]byte, 0, 256)
+	}
 	responsePool.Put(r)
 }
 
@@ -395,6 +456,9 @@ func (c *conn) writeBatch(batch []*response) {
 			c.s.stats.bytesOut.Add(n)
 		}
 		clear(c.w.store) // drop references to slab memory
+		if cap(c.w.store) > maxPooledBufs {
+			c.w.store = nil // a burst of large GETs: do not keep its vector
+		}
 	}
 	for _, r := range batch {
 		for _, v := range r.views {
@@ -403,6 +467,7 @@ func (c *conn) writeBatch(batch []*response) {
 		if r.lease != 0 {
 			c.s.store.ReleaseLease(r.lease)
 		}
+		c.s.bufs.release(r.charged)
 		r.reset()
 		<-c.slots
 	}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/binary"
 	"errors"
 	"io"
 	"sync"
@@ -193,14 +194,24 @@ func (c *conn) handleFillCommit(h wire.Header) error {
 	return nil
 }
 
-func (c *conn) fillTableMax() uint32 {
-	return 4 + wire.MaxNamespaceLen + 4 + c.s.cfg.Limits.MaxBatch*uint32(wire.FillBlockSize(0)) + 4*wire.MaxRequestTokens
+func (c *conn) fillTableMax() uint32 { return fillTableMax(c.s.cfg.Limits) }
+
+// fillTableMax bounds a FILL_COMMIT table under l, as putTableMax a PUT's.
+func fillTableMax(l wire.Limits) uint32 {
+	return 4 + wire.MaxNamespaceLen + 4 + l.MaxBatch*uint32(wire.FillBlockSize(0)) + 4*wire.MaxRequestTokens
 }
 
 // readTable reads the u32 table length and the table of a body that
 // carries payload (PUT, FILL_COMMIT). When ok is false the request has been
 // answered (or the stream broke, err != nil) and the caller stops; rest is
 // the body left after the table.
+//
+// The table's first field, the namespace, is read and checked (tenant,
+// ACL: the rights op needs) before the rest of the table: a session that
+// may not write never makes the server read, or size a buffer for, a
+// table it declares. The rest then grows the connection's buffer as it
+// arrives, within the request-buffer budget (reqbuf.go); a table that
+// cannot get budget is answered RATE_LIMITED and skipped.
 func (c *conn) readTable(h wire.Header, max uint32) (table []byte, rest int64, ok bool, err error) {
 	if h.BodyLen < 4 {
 		err := c.skipThenError(h, int64(h.BodyLen), wire.Errorf(wire.CodeMalformed, "%s body of %d bytes has no table", h.Op, h.BodyLen))
@@ -219,10 +230,42 @@ func (c *conn) readTable(h wire.Header, max uint32) (table []byte, rest int64, o
 	if err != nil {
 		return nil, 0, false, c.skipThenError(h, rest, err)
 	}
-	table, err = c.readBody(metaLen)
-	if err != nil {
+	refuse := func(read int, err error) (bool, error) {
+		if errors.As(err, new(*wire.Error)) {
+			return false, c.skipThenError(h, rest-int64(read), err)
+		}
 		c.release()
-		return nil, 0, false, err
+		return false, err
+	}
+	// The namespace: u32 length, then the blob.
+	nsEnd := min(int(metaLen), 4)
+	table, err = c.readGrow(0, nsEnd)
+	if err != nil {
+		ok, err = refuse(len(table), err)
+		return nil, 0, ok, err
+	}
+	if nsEnd == 4 {
+		n := binary.LittleEndian.Uint32(table)
+		if n > wire.MaxNamespaceLen || uint64(n) > uint64(metaLen)-4 {
+			return nil, 0, false, c.skipThenError(h, rest-4,
+				wire.Errorf(wire.CodeMalformed, "%s namespace of %d bytes does not fit the %d-byte table (at most %d)", h.Op, n, metaLen, wire.MaxNamespaceLen))
+		}
+		nsEnd += int(n)
+		if table, err = c.readGrow(4, int(n)); err != nil {
+			ok, err = refuse(len(table), err)
+			return nil, 0, ok, err
+		}
+		if _, err := c.namespace(h.Op, table[4:nsEnd]); err != nil {
+			return nil, 0, false, c.skipThenError(h, rest-int64(nsEnd), err)
+		}
+	}
+	if table, err = c.readGrow(nsEnd, int(metaLen)-nsEnd); err != nil {
+		ok, err = refuse(len(table), err)
+		return nil, 0, ok, err
+	}
+	// Decoding allocates about as much again (token ids, entries).
+	if err := c.chargeTable(metaLen); err != nil {
+		return nil, 0, false, c.skipThenError(h, rest-int64(metaLen), err)
 	}
 	return table, rest - int64(metaLen), true, nil
 }
@@ -260,6 +303,10 @@ func (c *conn) handleWait(h wire.Header, body []byte) error {
 		return err
 	}
 	if _, err := c.namespace(h.Op, req.Namespace); err != nil {
+		return err
+	}
+	charged := waitCost(len(req.Fills))
+	if err := c.chargeQueued(charged); err != nil {
 		return err
 	}
 	timeout := min(time.Duration(req.TimeoutMillis)*time.Millisecond, maxWait)
@@ -318,6 +365,7 @@ func (c *conn) handleWait(h wire.Header, body []byte) error {
 			}
 		}
 		r := newResponse(h.Op)
+		r.charged = charged // the writer gives it back
 		r.meta = resp.AppendTo(r.meta)
 		r.finish(h, 0, 0)
 		c.sendAsync(r)

@@ -68,6 +68,10 @@ func (c *conn) handle(h wire.Header) error {
 	}
 	body, err := c.readBody(h.BodyLen)
 	if err != nil {
+		if errors.As(err, new(*wire.Error)) {
+			// No request-buffer budget: skip the rest, answer the error.
+			return c.skipThenError(h, int64(h.BodyLen)-int64(len(body)), err)
+		}
 		c.release()
 		return err
 	}
@@ -134,6 +138,7 @@ func (c *conn) handleHello(h wire.Header, body []byte) (closeConn bool, err erro
 		return false, wire.Errorf(wire.CodeTenantMismatch, "session tenant is %q; a connection cannot change tenant", c.tenant)
 	}
 	c.hello, c.tenant, c.version = true, s.Tenant, v
+	c.s.authenticated(c)
 	c.sess.Session, c.sess.epoch, c.sess.authFails = s, c.s.guard.Epoch(), 0
 	c.sess.counters = c.s.tenants.get(s.Tenant)
 	c.nsBlob = nil
@@ -194,11 +199,18 @@ func (c *conn) handleGet(h wire.Header, body []byte) error {
 	if err := c.checkOwned(st, req.Keys); err != nil {
 		return err
 	}
+	// The response's table and vectors grow with the key count and wait
+	// for the writer: a large one is paid from the request-buffer budget.
+	charged, err := c.chargeResponse(len(req.Keys))
+	if err != nil {
+		return err
+	}
 	unknown := st.unknown()
 	if unknown {
 		c.s.stats.modeRefused.Add(uint64(len(req.Keys)))
 	}
 	r := newResponse(h.Op)
+	r.charged = charged
 	// The lease is released even when the mode makes every key a miss.
 	if req.LeaseID != 0 && c.s.takeLease(hot.LeaseID(req.LeaseID), c.tenant) {
 		r.lease = hot.LeaseID(req.LeaseID)

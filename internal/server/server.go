@@ -36,16 +36,36 @@ type Config struct {
 	Name string
 	// Logger receives connection-level events. Default slog.Default().
 	Logger *slog.Logger
-	// ReadTimeout bounds reading one frame once its header has started.
+	// ReadTimeout bounds reading one frame, header and body, from the
+	// moment its first byte arrives ("a frame started is a frame timed").
 	// Default 30s.
 	ReadTimeout time.Duration
 	// WriteTimeout bounds writing one batch of responses. Default 30s.
 	WriteTimeout time.Duration
-	// IdleTimeout closes a connection that sends no request for this long.
-	// Default 5m.
+	// IdleTimeout closes a connection that sends no byte of a new request
+	// for this long. Default 5m.
 	IdleTimeout time.Duration
 	// MaxConns bounds open connections; more are closed on accept. Default 4096.
 	MaxConns int
+	// HelloTimeout bounds the time from accept (TLS handshake included)
+	// until HELLO succeeds; a connection that has not authenticated by then
+	// is closed. A session that ends (expired credential) has HelloTimeout
+	// again to send HELLO. Default 5s.
+	HelloTimeout time.Duration
+	// MaxUnauthPerAddr bounds the connections from one source IP address
+	// that have not completed HELLO; more are closed on accept, so silent
+	// connections from one address cannot take every slot. Default 64.
+	MaxUnauthPerAddr int
+	// RequestBuffers is the budget, in bytes, of request buffers above the
+	// first 16 KiB of each connection (reqbuf.go): large request bodies,
+	// PUT and FILL_COMMIT tables and their decoded form, across all
+	// connections. It must hold the largest table a request may carry.
+	// Default 128 MiB.
+	RequestBuffers int64
+	// BufferWait bounds how long a request waits for RequestBuffers
+	// budget; then it is refused RATE_LIMITED (retry after BufferWait)
+	// and its body skipped. Default 1s.
+	BufferWait time.Duration
 	// Directory coordinates single-flight fills. Default: a directory of its
 	// own for shard Shard, closed by Shutdown.
 	Directory *directory.Directory
@@ -108,7 +128,18 @@ type Hooks struct {
 	// reservation, with the session's tenant and the reservation's error
 	// (nil: the payload is read next).
 	Reserved func(tenant string, err error)
+	// AcceptFailed is called each time accept fails and Serve backs off
+	// for backoff before trying again.
+	AcceptFailed func(err error, backoff time.Duration)
 }
+
+// Defaults of the connection limits.
+const (
+	defaultHelloTimeout     = 5 * time.Second
+	defaultMaxUnauthPerAddr = 64
+	defaultRequestBuffers   = 128 << 20
+	defaultBufferWait       = time.Second
+)
 
 func (c Config) withDefaults() (Config, error) {
 	if c.Store == nil {
@@ -146,6 +177,18 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxConns <= 0 {
 		c.MaxConns = 4096
 	}
+	if c.HelloTimeout <= 0 {
+		c.HelloTimeout = defaultHelloTimeout
+	}
+	if c.MaxUnauthPerAddr <= 0 {
+		c.MaxUnauthPerAddr = defaultMaxUnauthPerAddr
+	}
+	if c.RequestBuffers <= 0 {
+		c.RequestBuffers = defaultRequestBuffers
+	}
+	if c.BufferWait <= 0 {
+		c.BufferWait = defaultBufferWait
+	}
 	if c.Hooks == nil {
 		c.Hooks = &Hooks{}
 	}
@@ -164,6 +207,10 @@ func (c Config) withDefaults() (Config, error) {
 	if c.HotSeal != nil && c.Store.TagSize() < HotTagSize {
 		return c, fmt.Errorf("%w: HotSeal needs a store with TagSize >= %d", ErrConfig, HotTagSize)
 	}
+	if need := MaxRequestCost(c.Limits); c.RequestBuffers < need {
+		return c, fmt.Errorf("%w: RequestBuffers %d cannot hold the largest request table (%d bytes with max_batch %d)",
+			ErrConfig, c.RequestBuffers, need, c.Limits.MaxBatch)
+	}
 	return c, nil
 }
 
@@ -177,12 +224,17 @@ type Server struct {
 	sealer  *hotSealer // nil unless Config.HotSeal
 	log     *slog.Logger
 	stats   counters
+	bufs    *bufBudget // request buffers of every connection
 
 	mu struct {
 		sync.Mutex
 		listeners map[net.Listener]struct{}
 		conns     map[*conn]struct{}
 		closing   bool
+		// unauth counts, by source address, the connections that have not
+		// completed HELLO (conn.unauthAddr); an address at
+		// MaxUnauthPerAddr gets no more.
+		unauth map[string]int
 	}
 	leases leaseRegistry
 	wg     sync.WaitGroup // one per connection
@@ -203,7 +255,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, store: cfg.Store, guard: cfg.Guard, sealer: newHotSealer(cfg.HotSeal), log: cfg.Logger, done: make(chan struct{}), dir: cfg.Directory,
-		expireKick: make(chan struct{}, 1)}
+		expireKick: make(chan struct{}, 1), bufs: newBufBudget(cfg.RequestBuffers)}
 	if s.dir == nil {
 		d, err := directory.New(directory.Config{Shard: cfg.Shard, FillDeadline: cfg.FillDeadline})
 		if err != nil {
@@ -213,14 +265,20 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.mu.listeners = make(map[net.Listener]struct{})
 	s.mu.conns = make(map[*conn]struct{})
+	s.mu.unauth = make(map[string]int)
 	return s, nil
 }
 
 // Limits returns the limits the server announces.
 func (s *Server) Limits() wire.Limits { return s.cfg.Limits }
 
-// Serve accepts connections on ln until Shutdown. It returns nil after
-// Shutdown and the accept error otherwise. Serve closes ln.
+// Serve accepts connections on ln until Shutdown, or until ln is closed
+// by someone else. It returns nil after Shutdown and the accept error
+// (net.ErrClosed) when ln was closed under it. Every other accept error
+// (EMFILE, ENFILE, ECONNABORTED, ...) is counted and retried after a
+// bounded exponential backoff (5ms doubling to 1s): a node out of file
+// descriptors keeps serving the connections it has and accepts again when
+// some close. Serve closes ln.
 func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Lock()
 	if s.mu.closing {
@@ -243,6 +301,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		ln.Close()
 	}()
 	var backoff time.Duration
+	var failing uint64 // accept errors in a row
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
@@ -251,50 +310,113 @@ func (s *Server) Serve(ln net.Listener) error {
 				return nil
 			default:
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				// Temporary (e.g. EMFILE surfaces as a timeout-like error):
-				// back off instead of spinning.
-				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-				s.log.Warn("accept failed; backing off", "err", err, "backoff", backoff)
-				select {
-				case <-time.After(backoff):
-				case <-s.done:
-					return nil
-				}
-				continue
+			if errors.Is(err, net.ErrClosed) {
+				return err
 			}
-			return err
+			s.stats.acceptErrors.Add(1)
+			failing++
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			if failing == 1 || backoff == time.Second {
+				// Once when the errors start, then at most once a second.
+				s.log.Warn("accept failed; backing off and serving open connections", "err", err, "backoff", backoff, "failures", failing)
+			}
+			if h := s.cfg.Hooks.AcceptFailed; h != nil {
+				h(err, backoff)
+			}
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+			case <-s.done:
+				t.Stop()
+				return nil
+			}
+			continue
 		}
-		backoff = 0
+		if failing > 0 {
+			s.log.Info("accept recovered", "failures", failing)
+		}
+		backoff, failing = 0, 0
 		s.accept(nc)
 	}
 }
 
 func (s *Server) accept(nc net.Conn) {
+	addr := sourceAddr(nc.RemoteAddr())
 	s.mu.Lock()
-	if s.mu.closing || len(s.mu.conns) >= s.cfg.MaxConns {
-		full := !s.mu.closing
+	full := len(s.mu.conns) >= s.cfg.MaxConns
+	unauthFull := s.mu.unauth[addr] >= s.cfg.MaxUnauthPerAddr
+	if s.mu.closing || full || unauthFull {
+		closing := s.mu.closing
 		s.mu.Unlock()
 		s.stats.connsRejected.Add(1)
-		if full {
+		switch {
+		case closing:
+		case full:
 			s.log.Warn("connection limit reached; closing new connection", "remote", nc.RemoteAddr(), "max_conns", s.cfg.MaxConns)
+		default:
+			s.stats.unauthRejected.Add(1)
+			s.log.Debug("too many unauthenticated connections from one address; closing new connection",
+				"remote", nc.RemoteAddr(), "max_unauth_per_addr", s.cfg.MaxUnauthPerAddr)
 		}
 		nc.Close()
 		return
 	}
 	c := newConn(s, nc)
+	c.unauthAddr = addr
+	s.mu.unauth[addr]++
 	s.mu.conns[c] = struct{}{}
 	s.wg.Add(1)
 	s.mu.Unlock()
 	s.stats.connsAccepted.Add(1)
 	s.stats.connsOpen.Add(1)
+	s.stats.connsUnauth.Add(1)
 	go c.serve()
+}
+
+// authenticated frees c's place among its address's unauthenticated
+// connections, once: its first successful HELLO. Reader only.
+func (s *Server) authenticated(c *conn) {
+	if c.unauthAddr == "" {
+		return
+	}
+	s.mu.Lock()
+	s.dropUnauthLocked(c)
+	s.mu.Unlock()
+}
+
+func (s *Server) dropUnauthLocked(c *conn) {
+	if c.unauthAddr == "" {
+		return
+	}
+	if n := s.mu.unauth[c.unauthAddr] - 1; n > 0 {
+		s.mu.unauth[c.unauthAddr] = n
+	} else {
+		delete(s.mu.unauth, c.unauthAddr)
+	}
+	c.unauthAddr = ""
+	s.stats.connsUnauth.Add(-1)
+}
+
+// sourceAddr is the key connections from one source share: the remote IP
+// address (the port differs per connection), or the whole address for
+// non-IP transports.
+func sourceAddr(a net.Addr) string {
+	if a == nil {
+		return ""
+	}
+	if ta, ok := a.(*net.TCPAddr); ok {
+		return ta.IP.String()
+	}
+	if host, _, err := net.SplitHostPort(a.String()); err == nil {
+		return host
+	}
+	return a.String()
 }
 
 func (s *Server) forget(c *conn) {
 	s.mu.Lock()
 	delete(s.mu.conns, c)
+	s.dropUnauthLocked(c)
 	s.mu.Unlock()
 	s.stats.connsOpen.Add(-1)
 	if h := s.cfg.Hooks.ConnClosed; h != nil {
@@ -374,4 +496,8 @@ type counters struct {
 	hotSealFailures atomic.Uint64 // hot blocks that failed their seal
 	wrongEpoch      atomic.Uint64 // requests refused WRONG_EPOCH
 	modeRefused     atomic.Uint64 // blocks refused because of the control mode (read-only, unknown)
+	acceptErrors    atomic.Uint64 // failed accepts (each backed off)
+	connsUnauth     atomic.Int64  // open connections that have not completed HELLO
+	unauthRejected  atomic.Uint64 // connections closed on accept: their address had MaxUnauthPerAddr unauthenticated
+	helloTimeouts   atomic.Uint64 // connections closed by HelloTimeout
 }

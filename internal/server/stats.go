@@ -156,6 +156,7 @@ func (s *Server) Stats() []wire.StatEntry {
 	if s.cfg.ColdStats != nil {
 		e = append(e, s.cfg.ColdStats()...)
 	}
+	e = append(e, s.connStats()...)
 	return e
 }
 
