@@ -47,7 +47,8 @@ type Config struct {
 	// It must hold ReplayTenantNonces for every tenant. Default 1048576.
 	ReplayMaxNonces int `yaml:"replay_max_nonces"`
 	// ReplayTenantNonces bounds the nonces remembered for one tenant, so
-	// one tenant's stamps never crowd out another's. Default 65536.
+	// one tenant's stamps never crowd out another's. Default 0: a share,
+	// ReplayMaxNonces / max(16, tenants), at most 65536 (TenantNonces).
 	ReplayTenantNonces int `yaml:"replay_tenant_nonces"`
 	// AuditLog is where audit events go as JSON lines: "stderr", "off" or
 	// a file path (appended). Default stderr.
@@ -225,7 +226,6 @@ func Default() Config {
 		SealGrace:       24 * time.Hour,
 
 		ReplayMaxFuture:    5 * time.Second,
-		ReplayTenantNonces: 1 << 16,
 
 		ColdStore:         "fs",
 		ColdDir:           "./gpucache-data",
@@ -291,7 +291,7 @@ func (c *Config) fields() []field {
 		{"replay_window", "how far a mutating request's stamp may be behind the clock", (*durVal)(&c.ReplayWindow)},
 		{"replay_max_future", "how far a mutating request's stamp may be ahead of the clock", (*durVal)(&c.ReplayMaxFuture)},
 		{"replay_max_nonces", "nonces remembered by the replay window, all tenants together", (*intVal)(&c.ReplayMaxNonces)},
-		{"replay_tenant_nonces", "nonces remembered by the replay window for one tenant", (*intVal)(&c.ReplayTenantNonces)},
+		{"replay_tenant_nonces", "nonces remembered by the replay window for one tenant (0: replay_max_nonces / max(16, tenants), at most 65536)", (*intVal)(&c.ReplayTenantNonces)},
 		{"audit_log", `audit events: "stderr", "off" or a file path`, (*strVal)(&c.AuditLog)},
 		{"tls_cert", "TLS certificate chain (PEM) for the data and admin listeners", (*strVal)(&c.TLSCert)},
 		{"tls_key", "TLS private key (PEM)", (*strVal)(&c.TLSKey)},

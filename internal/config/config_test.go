@@ -221,7 +221,8 @@ func TestReplayValidation(t *testing.T) {
 		{"replay_tenant_nonces: 10\n", "replay_tenant_nonces"},
 		{"replay_max_nonces: 4096\nreplay_tenant_nonces: 8192\n", "replay_tenant_nonces"},
 		{"replay_max_nonces: 2048\nreplay_tenant_nonces: 1024\n" + tenants(3), "3 tenants"},
-		{tenants(17), "replay_max_nonces"},
+		{"replay_tenant_nonces: 65536\n" + tenants(17), "replay_max_nonces"},
+		{"replay_max_nonces: 6400\n" + tenants(101), "replay_tenant_nonces 63 not in"},
 	} {
 		path := filepath.Join(dir, "c.yaml")
 		os.WriteFile(path, []byte(tc.yaml), 0o600)
@@ -231,7 +232,7 @@ func TestReplayValidation(t *testing.T) {
 		}
 	}
 	for _, ok := range []string{
-		"", tenants(16), "replay_max_nonces: 2048\nreplay_tenant_nonces: 1024\n" + tenants(2),
+		"", tenants(16), tenants(17), "replay_max_nonces: 4096\n" + tenants(2), "replay_max_nonces: 2048\nreplay_tenant_nonces: 1024\n" + tenants(2),
 		"replay_max_future: 30s\nreplay_tenant_nonces: 1024\n" + tenants(100),
 	} {
 		path := filepath.Join(dir, "c.yaml")
@@ -241,8 +242,17 @@ func TestReplayValidation(t *testing.T) {
 			t.Errorf("%q: %v", ok, err)
 			continue
 		}
-		if ok == "" && (c.ReplayMaxFuture != 5*time.Second || c.ReplayTenantNonces != 1<<16 || c.ReplayMaxNonces != 1<<20) {
+		if ok == "" && (c.ReplayMaxFuture != 5*time.Second || c.TenantNonces() != 1<<16 || c.ReplayMaxNonces != 1<<20) {
 			t.Errorf("defaults: %v %d %d", c.ReplayMaxFuture, c.ReplayTenantNonces, c.ReplayMaxNonces)
+		}
+	}
+	// Unset, the per-tenant budget is a share of the total among
+	// max(16, tenants), at most 65536.
+	for _, tc := range []struct{ max, tenants, want int }{{1 << 20, 0, 1 << 16}, {1 << 20, 100, 10485}, {4096, 2, 256}, {1 << 24, 16, 1 << 16}} {
+		c := Default()
+		c.ReplayMaxNonces, c.Tenants = tc.max, make([]TenantConfig, tc.tenants)
+		if got := c.TenantNonces(); got != tc.want {
+			t.Errorf("TenantNonces(max %d, %d tenants) = %d, want %d", tc.max, tc.tenants, got, tc.want)
 		}
 	}
 	c, err := Load([]string{"--replay-max-future", "2s", "--replay-tenant-nonces", "4096"}, env(nil), io.Discard)

@@ -177,13 +177,25 @@ func (c Config) validateReplayBudgets() error {
 	if c.ReplayMaxFuture <= 0 || c.ReplayMaxFuture > c.ReplayWindow {
 		return bad("replay_max_future %s not in (0, replay_window %s]", c.ReplayMaxFuture, c.ReplayWindow)
 	}
-	if c.ReplayTenantNonces < 64 || c.ReplayTenantNonces > c.ReplayMaxNonces {
-		return bad("replay_tenant_nonces %d not in [64, replay_max_nonces %d]", c.ReplayTenantNonces, c.ReplayMaxNonces)
+	tn := c.TenantNonces()
+	if c.ReplayTenantNonces < 0 || tn < 64 || tn > c.ReplayMaxNonces {
+		return bad("replay_tenant_nonces %d not in [64, replay_max_nonces %d]", tn, c.ReplayMaxNonces)
 	}
-	if n, fit := len(c.Tenants), c.ReplayMaxNonces/c.ReplayTenantNonces; c.AuthEnabled() && n > fit {
+	if n, fit := len(c.Tenants), c.ReplayMaxNonces/tn; c.AuthEnabled() && n > fit {
 		return bad("replay_max_nonces %d holds replay_tenant_nonces %d for %d tenants, but %d tenants are configured: "+
 			"raise replay_max_nonces to at least %d or lower replay_tenant_nonces to at most %d",
-			c.ReplayMaxNonces, c.ReplayTenantNonces, fit, n, n*c.ReplayTenantNonces, c.ReplayMaxNonces/n)
+			c.ReplayMaxNonces, tn, fit, n, n*tn, c.ReplayMaxNonces/n)
 	}
 	return nil
+}
+
+// TenantNonces is the replay window's nonce budget for one tenant:
+// ReplayTenantNonces when set, otherwise a share of ReplayMaxNonces among
+// max(16, configured tenants), at most 65536. The share leaves room for
+// tenants a reload adds, up to 16.
+func (c Config) TenantNonces() int {
+	if c.ReplayTenantNonces > 0 {
+		return c.ReplayTenantNonces
+	}
+	return min(1<<16, c.ReplayMaxNonces/max(16, len(c.Tenants)))
 }

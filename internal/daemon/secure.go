@@ -71,7 +71,7 @@ func newSecure(cfg config.Config, log *slog.Logger, stderr io.Writer, getenv fun
 		return fail(err)
 	}
 	w, err := replay.New(replay.Config{Window: cfg.ReplayWindow, MaxFuture: cfg.ReplayMaxFuture,
-		MaxNonces: cfg.ReplayMaxNonces, TenantNonces: cfg.ReplayTenantNonces})
+		MaxNonces: cfg.ReplayMaxNonces, TenantNonces: cfg.TenantNonces()})
 	if err != nil {
 		return fail(err)
 	}
