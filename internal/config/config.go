@@ -225,7 +225,7 @@ func Default() Config {
 		AuditLog:        "stderr",
 		SealGrace:       24 * time.Hour,
 
-		ReplayMaxFuture:    5 * time.Second,
+		ReplayMaxFuture: 5 * time.Second,
 
 		ColdStore:         "fs",
 		ColdDir:           "./gpucache-data",
