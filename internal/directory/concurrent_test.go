@@ -36,13 +36,15 @@ func TestFillDeadlineExpires(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const deadline = 10 * time.Second
 		d := newDir(t, Config{FillDeadline: deadline, MaxTurns: 3})
+		start := time.Now()
+		lead(t, d, req("a", "k", 1)) // never finishes
+		// The expirer starts once the fill exists: this expirer has no kick
+		// for a new leader (the server's has), so one started first could
+		// read "no deadline" and sleep its hour (seen under CPU load).
 		stop := make(chan struct{})
 		done := make(chan struct{})
 		go func() { expirer(d, stop); close(done) }()
 		defer func() { close(stop); <-done }()
-
-		start := time.Now()
-		lead(t, d, req("a", "k", 1)) // never finishes
 		type event struct {
 			owner uint64
 			kind  NoticeKind
