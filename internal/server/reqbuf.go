@@ -33,8 +33,11 @@ import (
 // tenant's sessions together may hold at most Config.TenantRequestBuffers,
 // and connections that have no session yet (HELLO and PING bodies before
 // HELLO succeeds) at most the pre-session bucket, preSessionBuffers: a few
-// of the largest bodies such a connection may send. A charge must fit its
-// owner's share and the total. The default tenant share is a fair one:
+// of the largest bodies such a connection may send. (A bucket of its own,
+// rather than the per-address cap on unauthenticated connections, bounds
+// them: source addresses are many, so that cap bounds no total. A HELLO
+// is too small to need budget, so a full bucket delays no session.) A
+// charge must fit its owner's share and the total. The default tenant share is a fair one:
 // what the pre-session bucket leaves of the total, divided among the
 // tenants (by 2 in open mode), and never less than MaxRequestCost, so every
 // tenant can always make its largest request. Shares that sum to at most
