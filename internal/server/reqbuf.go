@@ -37,10 +37,10 @@ import (
 // rather than the per-address cap on unauthenticated connections, bounds
 // them: source addresses are many, so that cap bounds no total. A HELLO
 // is too small to need budget, so a full bucket delays no session.) A
-// charge must fit its owner's share and the total. The default tenant share is a fair one:
-// what the pre-session bucket leaves of the total, divided among the
-// tenants (by 2 in open mode), and never less than MaxRequestCost, so every
-// tenant can always make its largest request. Shares that sum to at most
+// charge must fit its owner's share and the total. The default tenant
+// share is a fair one: what the pre-session bucket leaves of the total,
+// divided among the tenants (by 2 in open mode), and never less than
+// MaxRequestCost, so every tenant can always make its largest request. Shares that sum to at most
 // the total make it unexhaustable by one tenant: a tenant at its share
 // leaves the others theirs.
 //
