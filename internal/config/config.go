@@ -99,6 +99,10 @@ type Config struct {
 	// TenantFills caps the fills one tenant has in flight. Default 0: a
 	// fair share of the 65536 fill slots, as for tenant_hold_bytes.
 	TenantFills int `yaml:"tenant_fills"`
+	// TenantRequestBuffers caps the request-buffer bytes one tenant's
+	// sessions hold together (see TenantRequestBufferCap). Default 0: a fair
+	// share of request_buffers, as for tenant_hold_bytes.
+	TenantRequestBuffers ByteSize `yaml:"tenant_request_buffers"`
 
 	// MaxConns bounds open client connections. Default 4096.
 	MaxConns int `yaml:"max_conns"`
@@ -265,6 +269,7 @@ func (c *Config) fields() []field {
 		{"max_lease_ttl", "longest lease TTL granted", (*durVal)(&c.MaxLeaseTTL)},
 		{"tenant_hold_bytes", "hot-tier bytes one tenant may hold in leases and PUTs in flight (0: fair share)", &c.TenantHoldBytes},
 		{"tenant_fills", "fills one tenant may have in flight (0: fair share)", (*intVal)(&c.TenantFills)},
+		{"tenant_request_buffers", "request-buffer bytes one tenant may hold (0: fair share)", &c.TenantRequestBuffers},
 		{"max_conns", "most open client connections", (*intVal)(&c.MaxConns)},
 		{"max_in_flight", "most requests in flight per connection", (*intVal)(&c.MaxInFlight)},
 		{"max_batch", "most keys per request", (*intVal)(&c.MaxBatch)},

@@ -1,11 +1,16 @@
 package config
 
-import "fmt"
+import (
+	"fmt"
 
-// Per-tenant shares of the hot tier and of the fill table (issue 12,
-// defect 6; docs/adr/0013-per-tenant-fair-share.md). What one tenant can
-// hold back from the others is capped: hot-tier bytes in leases and PUTs
-// in flight, live leases, and fills in flight. Unless set, each cap is a
+	"github.com/gpucache/gpucache/api/wire"
+)
+
+// Per-tenant shares of the hot tier, of the fill table and of the
+// request buffers (issue 12, defects 6 and 4;
+// docs/adr/0013-per-tenant-fair-share.md). What one tenant can hold back
+// from the others is capped: hot-tier bytes in leases and PUTs in flight,
+// live leases, fills in flight, and request-buffer bytes. Unless set, each cap is a
 // fair share: the whole divided by the number of configured tenants, or by
 // OpenModeShares in open mode (no tenants: any HELLO names its own tenant,
 // so the split only stops one runaway client taking everything).
@@ -53,7 +58,29 @@ func (c Config) TenantLeaseCap(maxLeases int) int {
 	return max(maxLeases/c.TenantShares(), 1)
 }
 
-// validateTenantShares checks tenant_hold_bytes and tenant_fills.
+// PreSessionBuffers is the part of request_buffers kept for connections
+// that have not completed HELLO: room for 4 of the largest bodies such a
+// connection may send (a control body of maxBatch keys). It mirrors the
+// server's pre-session bucket.
+func PreSessionBuffers(maxBatch int) ByteSize {
+	return ByteSize(4 * (4 + wire.MaxNamespaceLen + 8 + 4 + maxBatch*wire.KeySize + 64))
+}
+
+// TenantRequestBufferCap returns the request-buffer bytes one tenant's
+// sessions may hold together: tenant_request_buffers, or what the
+// pre-session bucket leaves of request_buffers divided by TenantShares,
+// but never less than the largest request (MinRequestBuffers) nor more
+// than request_buffers. It mirrors server.FairRequestBufferShare.
+func (c Config) TenantRequestBufferCap() int64 {
+	if c.TenantRequestBuffers > 0 {
+		return int64(c.TenantRequestBuffers)
+	}
+	share := (int64(c.RequestBuffers) - int64(PreSessionBuffers(c.MaxBatch))) / int64(c.TenantShares())
+	return min(max(share, int64(MinRequestBuffers(c.MaxBatch))), int64(c.RequestBuffers))
+}
+
+// validateTenantShares checks tenant_hold_bytes, tenant_fills and
+// tenant_request_buffers.
 func (c Config) validateTenantShares() error {
 	if c.TenantHoldBytes != 0 && (c.TenantHoldBytes < c.HotMaxClass || c.TenantHoldBytes > c.HotCapacity) {
 		return fmt.Errorf("%w: tenant_hold_bytes %s must be 0 (a fair share) or between hot_max_class %s and hot_capacity %s",
@@ -61,6 +88,10 @@ func (c Config) validateTenantShares() error {
 	}
 	if c.TenantFills < 0 || c.TenantFills > FillSlots {
 		return fmt.Errorf("%w: tenant_fills %d must be 0 (a fair share) or 1..%d", ErrInvalid, c.TenantFills, FillSlots)
+	}
+	if min := MinRequestBuffers(c.MaxBatch); c.TenantRequestBuffers != 0 && (c.TenantRequestBuffers < min || c.TenantRequestBuffers > c.RequestBuffers) {
+		return fmt.Errorf("%w: tenant_request_buffers %s must be 0 (a fair share) or between the largest request table's %s (max_batch %d) and request_buffers %s",
+			ErrInvalid, c.TenantRequestBuffers, min, c.MaxBatch, c.RequestBuffers)
 	}
 	return nil
 }

@@ -176,6 +176,8 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 		HelloTimeout:     cfg.HelloTimeout,
 		MaxUnauthPerAddr: cfg.MaxUnauthPerAddr,
 		RequestBuffers:   int64(cfg.RequestBuffers),
+
+		TenantRequestBuffers: cfg.TenantRequestBufferCap(),
 	}
 	if cfg.SealHotReads {
 		scfg.HotSeal = sec.keyring
@@ -233,7 +235,7 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 		if err := sec.reload(next, actor); err != nil {
 			return err
 		}
-		applyTenantShares(log, next, store, dir)
+		applyTenantShares(log, next, store, dir, srv)
 		return nil
 	}
 	adm.HandleAdmin("reload", func(w http.ResponseWriter, _ *http.Request, actor string) {

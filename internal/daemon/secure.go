@@ -259,7 +259,7 @@ func restartOnly(prev, next config.Config) []string {
 	var out []string
 	pv, nv := reflect.ValueOf(prev), reflect.ValueOf(next)
 	live := map[string]bool{"Tenants": true, "SealKeys": true, "SealGrace": true, "LogLevel": true,
-		"TenantHoldBytes": true, "TenantFills": true}
+		"TenantHoldBytes": true, "TenantFills": true, "TenantRequestBuffers": true}
 	for i := 0; i < pv.NumField(); i++ {
 		f := pv.Type().Field(i)
 		if live[f.Name] {

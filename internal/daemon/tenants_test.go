@@ -3,14 +3,19 @@ package daemon
 import (
 	"context"
 	"errors"
+	"net/http"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/client"
 	"github.com/gpucache/gpucache/internal/config"
 	"github.com/gpucache/gpucache/internal/directory"
 	"github.com/gpucache/gpucache/internal/hot"
 	"github.com/gpucache/gpucache/internal/identity"
+	"github.com/gpucache/gpucache/internal/server"
 )
 
 // TestDaemonCapsTenantLeases: the daemon hands tenant_hold_bytes to the
@@ -63,7 +68,9 @@ func TestDaemonCapsTenantLeases(t *testing.T) {
 }
 
 // TestApplyTenantShares: a reload that changes the number of tenants
-// changes each tenant's share of the hot tier and of the fill table.
+// changes each tenant's share of the hot tier, of the fill table and of
+// the request buffers (over the running request_buffers, which a reload
+// does not change).
 func TestApplyTenantShares(t *testing.T) {
 	c := testConfig()
 	c.HotCapacity, c.HotSlab, c.HotMaxClass = 8<<20, 1<<20, 1<<20
@@ -78,11 +85,25 @@ func TestApplyTenantShares(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dir.Close()
+	srv, err := server.New(server.Config{Store: store, Directory: dir, Logger: quiet(),
+		Limits:         wire.Limits{MaxBatch: uint32(c.MaxBatch)},
+		RequestBuffers: int64(c.RequestBuffers), TenantRequestBuffers: c.TenantRequestBufferCap()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown(context.Background())
+	if _, share := srv.RequestBuffers(); share != (int64(c.RequestBuffers)-int64(config.PreSessionBuffers(c.MaxBatch)))/2 {
+		t.Fatalf("open mode: request-buffer share %d", share)
+	}
 
 	next := c
 	next.Tenants = make([]config.TenantConfig, 4) // 2 MiB each
 	next.TenantFills = 3
-	applyTenantShares(quiet(), next, store, dir)
+	next.RequestBuffers *= 2 // needs a restart: the share divides the running budget
+	applyTenantShares(quiet(), next, store, dir, srv)
+	if _, share := srv.RequestBuffers(); share != (int64(c.RequestBuffers)-int64(config.PreSessionBuffers(c.MaxBatch)))/4 {
+		t.Fatalf("4 tenants: request-buffer share %d", share)
+	}
 	var ns identity.NamespaceDigest
 	for i := range 3 {
 		_, err := store.ReserveBlock(ns, identity.BlockKey{byte(i)}, identity.BlockKey{}, hot.BlockMeta{Tenant: "a"}, 1<<20)
@@ -100,5 +121,62 @@ func TestApplyTenantShares(t *testing.T) {
 		} else if res.Outcome != want {
 			t.Fatalf("fill %d: %v", i, res.Outcome)
 		}
+	}
+}
+
+// TestDaemonRequestBufferShare: the daemon gives the server the fair
+// request-buffer share at start (half of what the pre-session bucket
+// leaves, in open mode), and a reload that sets tenant_request_buffers
+// applies it, as /metrics shows.
+func TestDaemonRequestBufferShare(t *testing.T) {
+	c := testConfig()
+	c.AuditLog = "off"
+	next := c
+	next.TenantRequestBuffers = 40 << 20
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan Addrs, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- RunWith(ctx, c, quiet(), Options{Ready: func(a Addrs) { ready <- a },
+			Reload: func() (config.Config, error) { return next, nil }})
+	}()
+	var a Addrs
+	select {
+	case a = <-ready:
+	case err := <-done:
+		cancel()
+		t.Fatalf("node did not start: %v", err)
+	}
+	share := func() int64 {
+		_, metrics := httpGet(t, "http://"+a.Admin+"/metrics")
+		for _, line := range strings.Split(metrics, "\n") {
+			if v, ok := strings.CutPrefix(line, "gpucache_request_buffer_tenant_limit_bytes "); ok {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					t.Fatalf("%q: %v", line, err)
+				}
+				return int64(f)
+			}
+		}
+		t.Fatalf("no gpucache_request_buffer_tenant_limit_bytes in /metrics")
+		return 0
+	}
+	if got, want := share(), c.TenantRequestBufferCap(); got != want {
+		t.Errorf("share at start %d, want %d (fair, open mode)", got, want)
+	}
+	resp, err := http.Post("http://"+a.Admin+"/admin/reload", "text/plain", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("reload: %s", resp.Status)
+	}
+	if got := share(); got != 40<<20 {
+		t.Errorf("share after a reload that set 40MiB: %d", got)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

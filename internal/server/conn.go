@@ -76,8 +76,9 @@ type conn struct {
 	// arrive (readGrow), and what it holds above keepBuf is charged to the
 	// server's request-buffer budget (held) and given back when the
 	// connection goes idle (shrink).
-	body []byte
-	held int64 // request-buffer budget this connection holds
+	body   []byte
+	held   int64  // request-buffer budget this connection holds
+	heldBy string // the owner held is charged to (reqbuf.go)
 	// tableHeld is the part of held charged for decoding a large table into
 	// putReq or fillReq; it is released after the request.
 	tableHeld int64
@@ -323,7 +324,7 @@ type response struct {
 	op    wire.Opcode
 	// charged is the request-buffer budget the response holds (a large GET
 	// table, reqbuf.go); the writer gives it back after the write.
-	charged int64
+	charged bufCharge
 }
 
 var responsePool = sync.Pool{New: func() any { return &response{meta: make([]byte, 0, 256)} }}
@@ -341,7 +342,7 @@ func (r *response) reset() {
 	r.views = r.views[:0]
 	r.meta = r.meta[:0]
 	r.lease = 0
-	r.charged = 0
+	r.charged = bufCharge{}
 	if cap(r.views) > maxPooledBufs || cap(r.bufs) > maxPooledBufs || cap(r.meta) > respKeep {
 		// A large GET's arrays were paid from the budget: do not keep them.
 		r.bufs, r.views, r.meta = nil, nil, make([]byte, 0, 256)

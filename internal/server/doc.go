@@ -19,7 +19,9 @@
 // and rights of a PUT or FILL_COMMIT are checked before its table is
 // read; and what a connection holds above 16 KiB (large bodies and
 // tables, large queued GET responses, parked WAITs) comes from one
-// server-wide budget, Config.RequestBuffers. Accept errors other than a
+// server-wide budget, Config.RequestBuffers, of which one tenant holds at
+// most its share, Config.TenantRequestBuffers, and connections without a
+// session a small pre-session bucket. Accept errors other than a
 // closed listener (EMFILE, ENFILE) back off and Serve goes on.
 //
 // One host copy at most: a PUT payload is read from the socket straight into

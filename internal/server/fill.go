@@ -305,8 +305,8 @@ func (c *conn) handleWait(h wire.Header, body []byte) error {
 	if _, err := c.namespace(h.Op, req.Namespace); err != nil {
 		return err
 	}
-	charged := waitCost(len(req.Fills))
-	if err := c.chargeQueued(charged); err != nil {
+	charged, err := c.chargeQueued(waitCost(len(req.Fills)))
+	if err != nil {
 		return err
 	}
 	timeout := min(time.Duration(req.TimeoutMillis)*time.Millisecond, maxWait)

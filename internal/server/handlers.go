@@ -15,8 +15,10 @@ import (
 )
 
 // controlBodyMax bounds the body of every request but PUT.
-func (c *conn) controlBodyMax() uint32 {
-	return 4 + wire.MaxNamespaceLen + 8 + 4 + c.s.cfg.Limits.MaxBatch*wire.KeySize + 64
+func (c *conn) controlBodyMax() uint32 { return controlBodyMax(c.s.cfg.Limits) }
+
+func controlBodyMax(l wire.Limits) uint32 {
+	return 4 + wire.MaxNamespaceLen + 8 + 4 + l.MaxBatch*wire.KeySize + 64
 }
 
 // handle executes one request whose header passed CheckRequest and whose
@@ -52,6 +54,7 @@ func (c *conn) handle(h wire.Header) error {
 			return c.skipThenError(h, int64(h.BodyLen), err)
 		}
 	}
+	c.ownBuffers()
 	switch h.Op {
 	case wire.OpPut:
 		return c.handlePut(h)

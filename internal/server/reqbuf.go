@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,11 +29,27 @@ import (
 // and a list of fills) until it is answered. The writer drops a vector (its own, or
 // a pooled response's) larger than maxPooledBufs after use.
 //
-// A request that cannot get budget waits up to Config.BufferWait for
-// another connection to give some back, then is refused RATE_LIMITED
-// (retry after BufferWait) and the rest of its body is skipped, so the
-// stream stays in sync. The budget thus bounds the memory all request
-// buffers take, whatever the clients declare or how slowly they send.
+// Within the budget each owner has a share (issue 12; ADR 0013): a
+// tenant's sessions together may hold at most Config.TenantRequestBuffers,
+// and connections that have no session yet (HELLO and PING bodies before
+// HELLO succeeds) at most the pre-session bucket, preSessionBuffers: a few
+// of the largest bodies such a connection may send. (A bucket of its own,
+// rather than the per-address cap on unauthenticated connections, bounds
+// them: source addresses are many, so that cap bounds no total. A HELLO
+// is too small to need budget, so a full bucket delays no session.) A
+// charge must fit its owner's share and the total. The default tenant
+// share is a fair one: what the pre-session bucket leaves of the total,
+// divided among the tenants (by 2 in open mode), and never less than
+// MaxRequestCost, so every tenant can always make its largest request. Shares that sum to at most
+// the total make it unexhaustable by one tenant: a tenant at its share
+// leaves the others theirs.
+//
+// A request that cannot get budget (its owner at its share, or the total
+// spent) waits up to Config.BufferWait for bytes to be given back, then is
+// refused RATE_LIMITED (retry after BufferWait) and the rest of its body is
+// skipped, so the stream stays in sync. The budget thus bounds the memory
+// all request buffers take, whatever the clients declare or how slowly
+// they send, and a tenant's share bounds what it can take from the others.
 
 // keepBuf is the part of a connection's request buffer that needs no
 // budget: it holds every usual request (a GET of a few hundred keys, a PUT
@@ -64,48 +81,110 @@ func MaxRequestCost(l wire.Limits) int64 {
 	return int64(t) + tableDecodeCost(t)
 }
 
-// bufBudget is a byte budget shared by every connection's request
-// buffers. Taking and giving back are lock-free; only a request that has
-// to wait takes the mutex.
-type bufBudget struct {
-	limit   int64
-	used    atomic.Int64
-	waiting atomic.Int32 // requests waiting for bytes
-	mu      struct {
-		sync.Mutex
-		freed chan struct{} // closed (and replaced) when bytes are given back while some wait
+// preSessionBodies is how many of the largest pre-session bodies the
+// pre-session bucket holds at once.
+const preSessionBodies = 4
+
+// preSessionBuffers is the pre-session bucket under limits: room for
+// preSessionBodies bodies of the largest size a request before HELLO may
+// send. A HELLO (a few hundred bytes) needs none of it.
+func preSessionBuffers(l wire.Limits) int64 {
+	if l.MaxBatch == 0 {
+		l.MaxBatch = wire.DefaultMaxBatch
 	}
-	refused atomic.Uint64 // requests refused for want of budget
-	waits   atomic.Uint64 // requests that had to wait for budget
+	return preSessionBodies * int64(controlBodyMax(l))
 }
 
-func newBufBudget(limit int64) *bufBudget {
-	b := &bufBudget{limit: limit}
+// FairRequestBufferShare is the default share of one tenant of a
+// request-buffer budget of total bytes under limits, with shares tenants
+// (2 in open mode): (total - pre-session bucket) / shares, at least
+// MaxRequestCost(limits) and at most total.
+func FairRequestBufferShare(total int64, limits wire.Limits, shares int) int64 {
+	share := (total - preSessionBuffers(limits)) / int64(max(shares, 1))
+	return min(max(share, MaxRequestCost(limits)), total)
+}
+
+// preSession is the owner of the charges of a connection without a
+// session. A session's tenant is never empty (open mode names
+// security.DefaultTenant; authenticated tenants have names).
+const preSession = ""
+
+// bufCharge is budget taken by one owner.
+type bufCharge struct {
+	owner string // a tenant, or preSession
+	n     int64
+}
+
+// bufBudget is a byte budget shared by every connection's request buffers,
+// and within it a share for each owner (a tenant's sessions together, or
+// the connections without a session). Taking and giving back lock one
+// mutex; only requests above keepBuf do either.
+type bufBudget struct {
+	limit    int64        // the total
+	preLimit int64        // the pre-session bucket
+	share    atomic.Int64 // one tenant's share
+	used     atomic.Int64 // bytes taken by all owners; written under mu
+	waiting  atomic.Int32 // requests waiting for bytes
+	mu       struct {
+		sync.Mutex
+		freed chan struct{} // closed (and replaced) when bytes are given back while some wait
+		// owners holds the bytes each owner has taken. An owner is removed
+		// when it holds none, so the map holds at most one entry per
+		// connection holding budget.
+		owners map[string]int64
+	}
+	refused      atomic.Uint64 // requests refused for want of budget
+	shareRefused atomic.Uint64 // of them, refused at their owner's share
+	waits        atomic.Uint64 // requests that had to wait for budget
+}
+
+func newBufBudget(limit, preLimit, share int64) *bufBudget {
+	b := &bufBudget{limit: limit, preLimit: preLimit}
+	b.share.Store(share)
 	b.mu.freed = make(chan struct{})
+	b.mu.owners = make(map[string]int64)
 	return b
 }
 
-// try takes n bytes if they are free.
-func (b *bufBudget) try(n int64) bool {
-	for {
-		u := b.used.Load()
-		if u+n > b.limit {
-			return false
-		}
-		if b.used.CompareAndSwap(u, u+n) {
-			return true
-		}
+// ownerLimit is the share of owner.
+func (b *bufBudget) ownerLimit(owner string) int64 {
+	if owner == preSession {
+		return b.preLimit
 	}
+	return b.share.Load()
 }
 
-// acquire takes n bytes, waiting up to wait (or until done closes) for
-// them. It reports whether it got them.
-func (b *bufBudget) acquire(n int64, wait time.Duration, done <-chan struct{}) bool {
-	if b.try(n) {
-		return true
+// tryLocked takes c.n bytes for c.owner if they fit both its share and the
+// total. atShare reports that the owner's share is what they did not fit.
+// Caller holds mu.
+func (b *bufBudget) tryLocked(c bufCharge) (ok, atShare bool) {
+	held := b.mu.owners[c.owner]
+	if held+c.n > b.ownerLimit(c.owner) {
+		return false, true
 	}
-	if n > b.limit {
-		return false
+	if b.used.Load()+c.n > b.limit {
+		return false, false
+	}
+	b.mu.owners[c.owner] = held + c.n
+	b.used.Add(c.n)
+	return true, false
+}
+
+// acquire takes c.n bytes for c.owner, waiting up to wait (or until done
+// closes) for them. It reports whether it got them and, if not, whether
+// the owner's share (rather than the total) was what was short.
+func (b *bufBudget) acquire(c bufCharge, wait time.Duration, done <-chan struct{}) (ok, atShare bool) {
+	b.mu.Lock()
+	ok, atShare = b.tryLocked(c)
+	b.mu.Unlock()
+	if ok {
+		return true, false
+	}
+	if c.n > b.ownerLimit(c.owner) {
+		return false, true
+	}
+	if c.n > b.limit {
+		return false, false
 	}
 	b.waits.Add(1)
 	b.waiting.Add(1)
@@ -113,36 +192,85 @@ func (b *bufBudget) acquire(n int64, wait time.Duration, done <-chan struct{}) b
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	for {
-		// Take the channel before trying: bytes given back after the try
-		// close this channel, since waiting is already counted.
+		// Take the channel with the try: bytes given back after it close
+		// this channel, since waiting is already counted.
 		b.mu.Lock()
+		ok, atShare = b.tryLocked(c)
 		freed := b.mu.freed
 		b.mu.Unlock()
-		if b.try(n) {
-			return true
+		if ok {
+			return true, false
 		}
 		select {
 		case <-freed:
 		case <-t.C:
-			return false
+			return false, atShare
 		case <-done:
-			return false
+			return false, atShare
 		}
 	}
 }
 
-// release gives n bytes back and wakes the waiters, if any.
-func (b *bufBudget) release(n int64) {
-	if n <= 0 {
+// release gives c.n bytes of c.owner back and wakes the waiters, if any.
+func (b *bufBudget) release(c bufCharge) {
+	if c.n <= 0 {
 		return
 	}
-	b.used.Add(-n)
+	b.mu.Lock()
+	if held := b.mu.owners[c.owner] - c.n; held > 0 {
+		b.mu.owners[c.owner] = held
+	} else {
+		delete(b.mu.owners, c.owner)
+	}
+	b.used.Add(-c.n)
 	if b.waiting.Load() > 0 {
-		b.mu.Lock()
 		close(b.mu.freed)
 		b.mu.freed = make(chan struct{})
-		b.mu.Unlock()
 	}
+	b.mu.Unlock()
+}
+
+// heldBy returns the bytes owner holds.
+func (b *bufBudget) heldBy(owner string) int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.mu.owners[owner]
+}
+
+// checkTenantRequestBuffers checks a tenant's share against the total and
+// the largest request.
+func checkTenantRequestBuffers(share, total int64, l wire.Limits) error {
+	if need := MaxRequestCost(l); share < need || share > total {
+		return fmt.Errorf("%w: TenantRequestBuffers %d must be between the largest request's %d bytes (max_batch %d) and RequestBuffers %d",
+			ErrConfig, share, need, l.MaxBatch, total)
+	}
+	return nil
+}
+
+// SetTenantRequestBuffers sets one tenant's share of the request buffers
+// (Config.TenantRequestBuffers), for a reload that changed it or the
+// number of tenants. What tenants hold already is kept; the share applies
+// to what they take next. A share out of range is ErrConfig and changes
+// nothing.
+func (s *Server) SetTenantRequestBuffers(share int64) error {
+	if err := checkTenantRequestBuffers(share, s.bufs.limit, s.cfg.Limits); err != nil {
+		return err
+	}
+	s.bufs.share.Store(share)
+	s.bufs.mu.Lock()
+	if s.bufs.waiting.Load() > 0 {
+		// A larger share may let a waiting request through.
+		close(s.bufs.mu.freed)
+		s.bufs.mu.freed = make(chan struct{})
+	}
+	s.bufs.mu.Unlock()
+	return nil
+}
+
+// RequestBuffers returns the request-buffer budget and one tenant's share
+// of it.
+func (s *Server) RequestBuffers() (total, tenantShare int64) {
+	return s.bufs.limit, s.bufs.share.Load()
 }
 
 // inUse returns the bytes taken.
@@ -168,28 +296,69 @@ func waitCost(n int) int64 { return int64(8<<10 + 48*n + 256) }
 // chargeResponse takes budget for a GET response of n keys when it is
 // larger than respKeep, and returns what it took; the writer gives it back
 // once the response is written.
-func (c *conn) chargeResponse(n int) (int64, error) {
+func (c *conn) chargeResponse(n int) (bufCharge, error) {
 	cost := getResponseCost(n)
 	if cost <= respKeep {
-		return 0, nil
+		return bufCharge{}, nil
 	}
-	return cost, c.chargeQueued(cost)
+	return c.chargeQueued(cost)
 }
 
-// chargeQueued takes n bytes of budget for something the writer gives
-// back (a queued response, a parked WAIT).
-func (c *conn) chargeQueued(n int64) error {
-	if !c.s.bufs.acquire(n, c.s.cfg.BufferWait, c.s.done) {
-		c.s.bufs.refused.Add(1)
-		return c.errBuffersExhausted()
+// chargeQueued takes n bytes of budget, from the session's share, for
+// something the writer gives back (a queued response, a parked WAIT).
+func (c *conn) chargeQueued(n int64) (bufCharge, error) {
+	ch := bufCharge{owner: c.bufOwner(), n: n}
+	if err := c.acquire(ch); err != nil {
+		return bufCharge{}, err
 	}
-	return nil
+	return ch, nil
 }
 
-// errBuffersExhausted answers a request refused for want of budget.
-func (c *conn) errBuffersExhausted() error {
-	return &wire.Error{Code: wire.CodeRateLimited, RetryAfter: c.s.cfg.BufferWait,
-		Message: "the server's request buffers (request_buffers) are exhausted; retry after the retry-after"}
+// acquire takes ch from the budget, or answers why it could not.
+func (c *conn) acquire(ch bufCharge) error {
+	ok, atShare := c.s.bufs.acquire(ch, c.s.cfg.BufferWait, c.s.done)
+	if ok {
+		return nil
+	}
+	c.s.bufs.refused.Add(1)
+	if atShare {
+		c.s.bufs.shareRefused.Add(1)
+	}
+	return c.errBuffersExhausted(ch.owner, atShare)
+}
+
+// errBuffersExhausted answers a request refused for want of budget: its
+// owner at its share, or the whole budget spent.
+func (c *conn) errBuffersExhausted(owner string, atShare bool) error {
+	msg := "the server's request buffers (request_buffers) are exhausted; retry after the retry-after"
+	switch {
+	case atShare && owner == preSession:
+		msg = "the request buffers of connections without a session are exhausted; send a small HELLO first, or retry after the retry-after"
+	case atShare:
+		msg = "the tenant's share of the request buffers (tenant_request_buffers) is exhausted; retry after the retry-after"
+	}
+	return &wire.Error{Code: wire.CodeRateLimited, RetryAfter: c.s.cfg.BufferWait, Message: msg}
+}
+
+// bufOwner is the owner the connection's charges go to now: its session's
+// tenant, or preSession before HELLO succeeds.
+func (c *conn) bufOwner() string {
+	if c.hello {
+		return c.tenant
+	}
+	return preSession
+}
+
+// ownBuffers makes the connection's buffers belong to its current owner
+// before a request is read: when HELLO opened a session (or a session
+// ended) since its buffers were charged, it gives them back first, so
+// every byte is released to the owner that took it. Between requests the
+// buffers hold nothing that is needed.
+func (c *conn) ownBuffers() {
+	if o := c.bufOwner(); o != c.heldBy {
+		c.shrink()
+		c.heldBy = o
+	}
 }
 
 // charge takes n bytes of budget for this connection.
@@ -197,9 +366,11 @@ func (c *conn) charge(n int64) error {
 	if n <= 0 {
 		return nil
 	}
-	if !c.s.bufs.acquire(n, c.s.cfg.BufferWait, c.s.done) {
-		c.s.bufs.refused.Add(1)
-		return c.errBuffersExhausted()
+	if c.held == 0 {
+		c.heldBy = c.bufOwner()
+	}
+	if err := c.acquire(bufCharge{owner: c.heldBy, n: n}); err != nil {
+		return err
 	}
 	c.held += n
 	return nil
@@ -256,7 +427,7 @@ func (c *conn) endRequest() {
 	if c.tableHeld > 0 {
 		c.putReq, c.fillReq = wire.PutRequest{}, wire.FillCommitRequest{}
 		c.held -= c.tableHeld
-		c.s.bufs.release(c.tableHeld)
+		c.s.bufs.release(bufCharge{owner: c.heldBy, n: c.tableHeld})
 		c.tableHeld = 0
 	}
 	if c.held > 0 && c.br.Buffered() == 0 {
@@ -277,7 +448,7 @@ func (c *conn) shrink() {
 		c.putReq, c.fillReq = wire.PutRequest{}, wire.FillCommitRequest{}
 		c.tableHeld = 0
 	}
-	c.s.bufs.release(c.held)
+	c.s.bufs.release(bufCharge{owner: c.heldBy, n: c.held})
 	c.held = 0
 }
 
@@ -292,5 +463,9 @@ func (s *Server) connStats() []wire.StatEntry {
 		{Name: "request_buffer_limit_bytes", Value: uint64(s.bufs.limit)},
 		{Name: "request_buffer_waits", Value: s.bufs.waits.Load()},
 		{Name: "request_buffer_refused", Value: s.bufs.refused.Load()},
+		{Name: "request_buffer_share_refused", Value: s.bufs.shareRefused.Load()},
+		{Name: "request_buffer_tenant_limit_bytes", Value: uint64(s.bufs.share.Load())},
+		{Name: "request_buffer_presession_bytes", Value: uint64(max(s.bufs.heldBy(preSession), 0))},
+		{Name: "request_buffer_presession_limit_bytes", Value: uint64(s.bufs.preLimit)},
 	}
 }

@@ -62,6 +62,12 @@ type Config struct {
 	// connections. It must hold the largest table a request may carry.
 	// Default 128 MiB.
 	RequestBuffers int64
+	// TenantRequestBuffers is one tenant's share of RequestBuffers: all its
+	// sessions together hold at most this much (reqbuf.go). It must be at
+	// least MaxRequestCost and at most RequestBuffers. Default: the open-mode
+	// fair share, FairRequestBufferShare(RequestBuffers, Limits, 2); the
+	// daemon sets the share for its number of tenants.
+	TenantRequestBuffers int64
 	// BufferWait bounds how long a request waits for RequestBuffers
 	// budget; then it is refused RATE_LIMITED (retry after BufferWait)
 	// and its body skipped. Default 1s.
@@ -139,6 +145,7 @@ const (
 	defaultMaxUnauthPerAddr = 64
 	defaultRequestBuffers   = 128 << 20
 	defaultBufferWait       = time.Second
+	defaultBufferShares     = 2 // as config.OpenModeShares
 )
 
 func (c Config) withDefaults() (Config, error) {
@@ -211,6 +218,12 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: RequestBuffers %d cannot hold the largest request table (%d bytes with max_batch %d)",
 			ErrConfig, c.RequestBuffers, need, c.Limits.MaxBatch)
 	}
+	if c.TenantRequestBuffers == 0 {
+		c.TenantRequestBuffers = FairRequestBufferShare(c.RequestBuffers, c.Limits, defaultBufferShares)
+	}
+	if err := checkTenantRequestBuffers(c.TenantRequestBuffers, c.RequestBuffers, c.Limits); err != nil {
+		return c, err
+	}
 	return c, nil
 }
 
@@ -255,7 +268,8 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, store: cfg.Store, guard: cfg.Guard, sealer: newHotSealer(cfg.HotSeal), log: cfg.Logger, done: make(chan struct{}), dir: cfg.Directory,
-		expireKick: make(chan struct{}, 1), bufs: newBufBudget(cfg.RequestBuffers)}
+		expireKick: make(chan struct{}, 1),
+		bufs:       newBufBudget(cfg.RequestBuffers, preSessionBuffers(cfg.Limits), cfg.TenantRequestBuffers)}
 	if s.dir == nil {
 		d, err := directory.New(directory.Config{Shard: cfg.Shard, FillDeadline: cfg.FillDeadline})
 		if err != nil {
