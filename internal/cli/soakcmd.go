@@ -105,7 +105,7 @@ func (f *soakFlags) config() (soak.Config, error) {
 	if err != nil {
 		return cfg, err
 	}
-	cfg.NodeCmd = []string{self, "soak", "node"}
+	cfg.Helper = []string{self, "soak"}
 	return cfg, nil
 }
 
@@ -149,10 +149,14 @@ func findBinary(flagVal, name, env string) (string, error) {
 }
 
 func runSoak(ctx context.Context, args []string, std Stdio) error {
-	if len(args) > 0 && args[0] == "node" {
-		// Internal: a failpoint node the soak runs (see soak.NodeMain).
-		if code := soak.NodeMain(ctx, args[1:], std.In, std.Out, std.Err); code != 0 {
-			return fmt.Errorf("%w: node exited %d", errReported, code)
+	if len(args) > 0 && (args[0] == "node" || args[0] == "etcd") {
+		// Internal: the soak's helper processes (soak.NodeMain, soak.EtcdMain).
+		helper := soak.NodeMain
+		if args[0] == "etcd" {
+			helper = soak.EtcdMain
+		}
+		if code := helper(ctx, args[1:], std.In, std.Out, std.Err); code != 0 {
+			return fmt.Errorf("%w: soak %s exited %d", errReported, args[0], code)
 		}
 		return nil
 	}

@@ -113,10 +113,11 @@ type Config struct {
 
 	// Gpucached is the gpucached binary (required).
 	Gpucached string
-	// NodeCmd runs a node whose failpoints the soak arms: the daemon's
-	// flags are appended and NodeMain must answer on stdin/stdout (the
-	// CLI passes {gpucache, soak, node}). Required.
-	NodeCmd []string
+	// Helper is the command that runs the soak's helper processes: the
+	// soak appends "node" and gpucached's flags for a node whose
+	// failpoints it arms (NodeMain), or "etcd" and its flags for etcd
+	// (EtcdMain). The CLI passes {its own binary, "soak"}. Required.
+	Helper []string
 	// Versitygw is the S3 server binary (required).
 	Versitygw string
 	// Dir is the work directory (configs, logs, data); it must exist.
@@ -280,8 +281,8 @@ func (c Config) Validate() error {
 		return bad("hot capacity %d not in 4MiB..64GiB", c.HotCapacity)
 	case c.Thresholds.GoroutinesAbs < 0 || c.Thresholds.GoroutinesRel < 0 || c.Thresholds.RSSAbs < 0 || c.Thresholds.RSSRel < 0:
 		return bad("thresholds must not be negative")
-	case c.Gpucached == "" || len(c.NodeCmd) == 0 || c.Versitygw == "" || c.Dir == "":
-		return bad("the gpucached binary, the node command, the versitygw binary and the work directory are required")
+	case c.Gpucached == "" || len(c.Helper) == 0 || c.Versitygw == "" || c.Dir == "":
+		return bad("the gpucached binary, the helper command, the versitygw binary and the work directory are required")
 	}
 	known := AllFaults()
 	seen := map[string]bool{}

@@ -176,9 +176,9 @@ func (s *soak) faults() map[string]*fault {
 		FaultEtcd: {
 			name: FaultEtcd, target: "etcd",
 			means:  "every cluster node's control plane is live again, every view holds n1, n2 and n3, and every cluster node stores and serves hits again",
-			inject: func(context.Context) error { s.etcd.stop(); return nil },
+			inject: func(context.Context) error { s.etcd.kill(); return nil },
 			effect: s.modes,
-			heal:   func(context.Context) error { return s.etcd.start() },
+			heal:   s.etcd.start,
 			recovery: func(ctx context.Context) func(context.Context) string {
 				checks := []func(context.Context) string{s.fullView}
 				for _, n := range s.cluster {
@@ -206,7 +206,8 @@ func (s *soak) faults() map[string]*fault {
 				return err
 			},
 			effect: func(context.Context) string {
-				return fmt.Sprintf("ballast %d bytes filled the %d-byte tmpfs", s.ballast, s.disk.size)
+				size, _, _ := s.disk.state()
+				return fmt.Sprintf("a %d-byte ballast filled the %d-byte tmpfs", s.ballast, size)
 			},
 			heal: func(context.Context) error { return s.disk.free() },
 			recovery: func(ctx context.Context) func(context.Context) string {
@@ -228,7 +229,7 @@ func (s *soak) faults() map[string]*fault {
 	} else {
 		fs[FaultPartition].notRun = "NOT_RUN: " + s.nsWhy
 	}
-	if !s.disk.mounted {
+	if _, mounted, _ := s.disk.state(); !mounted {
 		fs[FaultFullDisk].notRun = "NOT_RUN: " + s.diskWhy
 	}
 	failpoint := func(name, fp, mode string, n *node, means string, recovery func(ctx context.Context) func(context.Context) string) *fault {

@@ -161,7 +161,10 @@ type Sample struct {
 	Mapped     int64     `json:"hot_mapped_bytes"` // hot tier slabs mapped: RSS − Mapped is the rest of the process
 	Goroutines int       `json:"goroutines"`
 	HeapInuse  int64     `json:"heap_inuse_bytes"`
-	Err        string    `json:"error,omitempty"`
+	// LiveHeap is the heap live after the last GC: the GC's next goal
+	// divided by (1 + GOGC/100). Unlike RSS it does not keep a peak.
+	LiveHeap int64  `json:"live_heap_bytes"`
+	Err      string `json:"error,omitempty"`
 }
 
 // Rest is the resident memory outside the hot tier's slabs.
@@ -205,6 +208,13 @@ func (a *admin) sample(ctx context.Context, n *node, tries int) Sample {
 		}
 		if h := int64(m.get("go_memstats_heap_inuse_bytes")); s.HeapInuse == 0 || h < s.HeapInuse {
 			s.HeapInuse = h
+		}
+		gogc := m.get("go_gc_gogc_percent")
+		if gogc <= 0 {
+			gogc = 100
+		}
+		if l := int64(m.get("go_memstats_next_gc_bytes") / (1 + gogc/100)); s.LiveHeap == 0 || l < s.LiveHeap {
+			s.LiveHeap = l
 		}
 		s.Err = ""
 	}

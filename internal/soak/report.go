@@ -37,9 +37,13 @@ type Report struct {
 	Faults  []FaultRecord `json:"faults"`
 	Summary []FaultCount  `json:"fault_summary"`
 	Phases  []PhaseRecord `json:"phases"`
-	Crashes []string      `json:"crashes,omitempty"`
-	RSS     []NodeRSS     `json:"rss"`
-	Samples []Sample      `json:"-"` // written to rss.csv
+	Drifts  []Drift       `json:"drifts,omitempty"`
+	// Counters are each node's gpucache_* counters at the end (non-zero
+	// ones; a restarted node's count from its restart).
+	Counters map[string]map[string]float64 `json:"node_counters"`
+	Crashes  []string                      `json:"crashes,omitempty"`
+	RSS      []NodeRSS                     `json:"rss"`
+	Samples  []Sample                      `json:"-"` // written to rss.csv
 
 	Violations []string `json:"violations,omitempty"` // the first few, with times
 	Failures   []string `json:"failures,omitempty"`   // the checks that failed; empty: the soak passed
@@ -96,6 +100,8 @@ type PhaseRecord struct {
 // PhaseNode compares one node between a phase's start and end.
 type PhaseNode struct {
 	Node            string `json:"node"`
+	PIDStart        int    `json:"pid_start"`
+	PIDEnd          int    `json:"pid_end"`
 	Compared        bool   `json:"compared"` // false: restarted within the phase, or not measured
 	Note            string `json:"note,omitempty"`
 	GoroutinesStart int    `json:"goroutines_start"`
@@ -106,7 +112,27 @@ type PhaseNode struct {
 	RestStart       int64  `json:"rest_start"` // RSS − hot_bytes_mapped
 	RestEnd         int64  `json:"rest_end"`
 	RestMax         int64  `json:"rest_limit"`
+	LiveStart       int64  `json:"live_heap_start"`
+	LiveEnd         int64  `json:"live_heap_end"`
 	Grew            bool   `json:"grew"`
+}
+
+// Drift compares one node process from the start of the second cycle to
+// the end of the run: growth too slow for one phase to show adds up over
+// the cycles of a long run. The first cycle is left out: caches (refill
+// manifests, pointers) fill during it.
+type Drift struct {
+	Node           string `json:"node"`
+	PID            int    `json:"pid"`
+	From           string `json:"from_phase"`
+	To             string `json:"to_phase"`
+	GoroutinesFrom int    `json:"goroutines_from"`
+	GoroutinesTo   int    `json:"goroutines_to"`
+	GoroutinesMax  int    `json:"goroutines_limit"`
+	RestFrom       int64  `json:"rest_from"`
+	RestTo         int64  `json:"rest_to"`
+	RestMax        int64  `json:"rest_limit"`
+	Grew           bool   `json:"grew"`
 }
 
 // NodeRSS sums up one node's samples.
@@ -117,7 +143,8 @@ type NodeRSS struct {
 	Min     int64  `json:"min"`
 	Max     int64  `json:"max"`
 	Last    int64  `json:"last"`
-	MaxRest int64  `json:"max_rest"` // largest RSS − hot_bytes_mapped
+	MaxRest int64  `json:"max_rest"`      // largest RSS − hot_bytes_mapped
+	MaxLive int64  `json:"max_live_heap"` // largest live heap
 	PIDs    int    `json:"processes"`
 }
 
@@ -127,8 +154,8 @@ func (s *soak) compare(start, end map[string]Sample) []PhaseNode {
 	var out []PhaseNode
 	for _, n := range s.nodes {
 		a, b := start[n.spec.name], end[n.spec.name]
-		pn := PhaseNode{Node: n.spec.name, GoroutinesStart: a.Goroutines, GoroutinesEnd: b.Goroutines,
-			RSSStart: a.RSS, RSSEnd: b.RSS, RestStart: a.Rest(), RestEnd: b.Rest()}
+		pn := PhaseNode{Node: n.spec.name, PIDStart: a.PID, PIDEnd: b.PID, GoroutinesStart: a.Goroutines, GoroutinesEnd: b.Goroutines,
+			RSSStart: a.RSS, RSSEnd: b.RSS, RestStart: a.Rest(), RestEnd: b.Rest(), LiveStart: a.LiveHeap, LiveEnd: b.LiveHeap}
 		switch {
 		case a.Err != "" || b.Err != "" || a.PID == 0 || b.PID == 0:
 			pn.Note = strings.TrimSpace("not measured: " + a.Err + " " + b.Err)
@@ -136,12 +163,55 @@ func (s *soak) compare(start, end map[string]Sample) []PhaseNode {
 			pn.Note = fmt.Sprintf("restarted (pid %d -> %d)", a.PID, b.PID)
 		default:
 			pn.Compared = true
-			pn.GoroutinesMax = int(float64(a.Goroutines)*(1+th.GoroutinesRel)) + th.GoroutinesAbs
-			pn.RestMax = int64(float64(a.Rest())*(1+th.RSSRel)) + th.RSSAbs
+			pn.GoroutinesMax, pn.RestMax = th.limits(a.Goroutines, a.Rest())
 			pn.Grew = b.Goroutines > pn.GoroutinesMax || b.Rest() > pn.RestMax
 		}
 		out = append(out, pn)
 	}
+	return out
+}
+
+// limits returns the most goroutines and RSS outside the hot tier that a
+// phase starting at g and rest may end with.
+func (t Thresholds) limits(g int, rest int64) (int, int64) {
+	return int(float64(g)*(1+t.GoroutinesRel)) + t.GoroutinesAbs, int64(float64(rest)*(1+t.RSSRel)) + t.RSSAbs
+}
+
+// drifts compares each node process from the start of the first phase of
+// cycle 2 it lived through to the end of the last phase it lived through.
+func drifts(phases []PhaseRecord, th Thresholds) []Drift {
+	type mark struct {
+		phase string
+		pn    PhaseNode
+	}
+	first, last := map[string]mark{}, map[string]mark{}
+	for _, p := range phases {
+		if p.Cycle < 2 {
+			continue
+		}
+		for _, n := range p.Nodes {
+			if !n.Compared {
+				continue
+			}
+			key := fmt.Sprintf("%s/%d", n.Node, n.PIDStart)
+			if _, ok := first[key]; !ok {
+				first[key] = mark{p.Fault, n}
+			}
+			last[key] = mark{p.Fault, n}
+		}
+	}
+	var out []Drift
+	for key, f := range first {
+		l := last[key]
+		d := Drift{Node: f.pn.Node, PID: f.pn.PIDStart, From: f.phase, To: l.phase,
+			GoroutinesFrom: f.pn.GoroutinesStart, GoroutinesTo: l.pn.GoroutinesEnd, RestFrom: f.pn.RestStart, RestTo: l.pn.RestEnd}
+		d.GoroutinesMax, d.RestMax = th.limits(d.GoroutinesFrom, d.RestFrom)
+		d.Grew = d.GoroutinesTo > d.GoroutinesMax || d.RestTo > d.RestMax
+		out = append(out, d)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		return out[i].Node < out[j].Node || (out[i].Node == out[j].Node && out[i].PID < out[j].PID)
+	})
 	return out
 }
 
@@ -165,6 +235,7 @@ func (s *soak) fill(r *Report) {
 	r.Reasons = h.reasonList()
 	r.Violations = h.exampleList()
 
+	size, mounted, grown := s.disk.state()
 	var names []string
 	for _, n := range s.nodes {
 		desc := n.spec.name
@@ -185,13 +256,13 @@ func (s *soak) fill(r *Report) {
 		Payload:  fmt.Sprintf("%d..%d bytes, derived from the key", cfg.MinPayload, cfg.MaxPayload),
 		Chains:   fmt.Sprintf("%d hot + %d scan chains of %d blocks per tenant (alpha, beta, open); scan share %.2f", cfg.HotChains, cfg.ScanChains, cfg.ChainBlocks, cfg.ScanShare),
 		Schedule: fmt.Sprintf("warm-up %v; each fault: hold %v, recover within %v, settle %v; cycle %s", cfg.Schedule.Warmup, cfg.Schedule.Hold, cfg.Schedule.Recover, cfg.Schedule.Settle, strings.Join(cfg.Schedule.Faults, ",")),
-		Nodes:    names, Thresholds: cfg.Thresholds, TmpfsGrowths: s.disk.grown,
+		Nodes:    names, Thresholds: cfg.Thresholds, TmpfsGrowths: grown,
 		Netns: "off: " + s.nsWhy, Tmpfs: "off: " + s.diskWhy}
 	if s.ns != nil {
 		r.Setup.Netns = fmt.Sprintf("%s (node %s, etcd at %s)", s.ns.name, s.ns.nodeIP, s.ns.etcdIP)
 	}
-	if s.disk.mounted {
-		r.Setup.Tmpfs = fmt.Sprintf("%s, %d bytes", s.disk.mount, s.disk.size)
+	if mounted {
+		r.Setup.Tmpfs = fmt.Sprintf("%s, %d bytes at the end", s.disk.mount, size)
 	}
 
 	s.mu.Lock()
@@ -212,6 +283,7 @@ func (s *soak) fill(r *Report) {
 		nr.Samples++
 		nr.Min, nr.Max, nr.Last = min(nr.Min, sm.RSS), max(nr.Max, sm.RSS), sm.RSS
 		nr.MaxRest = max(nr.MaxRest, sm.Rest())
+		nr.MaxLive = max(nr.MaxLive, sm.LiveHeap)
 		pids[sm.Node][sm.PID] = true
 	}
 	for _, n := range s.nodes {
@@ -276,6 +348,13 @@ func (s *soak) fill(r *Report) {
 			}
 		}
 	}
+	r.Drifts = drifts(r.Phases, cfg.Thresholds)
+	for _, d := range r.Drifts {
+		if d.Grew {
+			fail("%s (pid %d) grew from phase %s of cycle 2 to phase %s at the end: goroutines %d -> %d (limit %d), RSS outside the hot tier %d -> %d MiB (limit %d MiB)",
+				d.Node, d.PID, d.From, d.To, d.GoroutinesFrom, d.GoroutinesTo, d.GoroutinesMax, d.RestFrom>>20, d.RestTo>>20, d.RestMax>>20)
+		}
+	}
 	for _, c := range r.Crashes {
 		fail("%s", c)
 	}
@@ -314,9 +393,9 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	fmt.Fprintln(w, "RSS per node (MiB):")
 	tw = tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "node\tsamples\tprocesses\tfirst\tmin\tmax\tlast\tmax outside hot tier")
+	fmt.Fprintln(tw, "node\tsamples\tprocesses\tfirst\tmin\tmax\tlast\tmax outside hot tier\tmax live heap")
 	for _, n := range r.RSS {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", n.Node, n.Samples, n.PIDs, n.First>>20, n.Min>>20, n.Max>>20, n.Last>>20, n.MaxRest>>20)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", n.Node, n.Samples, n.PIDs, n.First>>20, n.Min>>20, n.Max>>20, n.Last>>20, n.MaxRest>>20, n.MaxLive>>20)
 	}
 	tw.Flush()
 	grew, compared := 0, 0
@@ -333,6 +412,10 @@ func (r *Report) WriteText(w io.Writer) {
 	th := r.Setup.Thresholds
 	fmt.Fprintf(w, "phases: %d, %d node comparisons, %d grew (limits: goroutines ×%.2f + %d; RSS outside the hot tier ×%.2f + %d MiB)\n",
 		len(r.Phases), compared, grew, 1+th.GoroutinesRel, th.GoroutinesAbs, 1+th.RSSRel, th.RSSAbs>>20)
+	for _, d := range r.Drifts {
+		fmt.Fprintf(w, "drift %s (pid %d), cycle 2 to the end: goroutines %d -> %d (limit %d), RSS outside the hot tier %d -> %d MiB (limit %d MiB)\n",
+			d.Node, d.PID, d.GoroutinesFrom, d.GoroutinesTo, d.GoroutinesMax, d.RestFrom>>20, d.RestTo>>20, d.RestMax>>20)
+	}
 	for _, c := range r.Crashes {
 		fmt.Fprintln(w, "crash:", c)
 	}
@@ -365,12 +448,12 @@ func (r *Report) WriteFiles(dir string) error {
 		return err
 	}
 	w := csv.NewWriter(f)
-	w.Write([]string{"time", "node", "pid", "rss_bytes", "hot_mapped_bytes", "goroutines", "heap_inuse_bytes", "error"})
+	w.Write([]string{"time", "node", "pid", "rss_bytes", "hot_mapped_bytes", "goroutines", "heap_inuse_bytes", "live_heap_bytes", "error"})
 	samples := append([]Sample(nil), r.Samples...)
 	sort.SliceStable(samples, func(i, j int) bool { return samples[i].At.Before(samples[j].At) })
 	for _, s := range samples {
 		w.Write([]string{s.At.Format(time.RFC3339Nano), s.Node, strconv.Itoa(s.PID), strconv.FormatInt(s.RSS, 10),
-			strconv.FormatInt(s.Mapped, 10), strconv.Itoa(s.Goroutines), strconv.FormatInt(s.HeapInuse, 10), s.Err})
+			strconv.FormatInt(s.Mapped, 10), strconv.Itoa(s.Goroutines), strconv.FormatInt(s.HeapInuse, 10), strconv.FormatInt(s.LiveHeap, 10), s.Err})
 	}
 	w.Flush()
 	if err := w.Error(); err != nil {

@@ -142,11 +142,11 @@ func (s *soak) setup(ctx context.Context) error {
 	}
 	s.fsManifests = filepath.Join(s.disk.coldDir, "objects", "manifests")
 
-	// etcd, embedded.
-	if s.etcd, err = newEtcd(filepath.Join(dir, "etcd"), etcdHosts); err != nil {
+	// etcd, in a helper process.
+	if s.etcd, err = newEtcd(cfg.Helper, filepath.Join(dir, "etcd"), filepath.Join(dir, "etcd.log"), etcdHosts); err != nil {
 		return err
 	}
-	if err := s.etcd.start(); err != nil {
+	if err := s.etcd.start(ctx); err != nil {
 		return err
 	}
 	s.progress("etcd serving on %s", s.etcd.endpoint("127.0.0.1"))
@@ -190,7 +190,7 @@ func (s *soak) setup(ctx context.Context) error {
 
 	nodeCmd := func(control bool) []string {
 		if control {
-			return cfg.NodeCmd
+			return append(append([]string(nil), cfg.Helper...), "node")
 		}
 		return []string{cfg.Gpucached}
 	}
@@ -341,6 +341,9 @@ func (s *soak) sampler(ctx context.Context, done chan<- struct{}) {
 			return
 		case <-t.C:
 		}
+		if err := s.disk.maintain(); err != nil {
+			s.progress("cold disk: %v", err)
+		}
 		var line []string
 		for _, n := range s.nodes {
 			sm := s.admin.sample(ctx, n, 1)
@@ -358,7 +361,7 @@ func (s *soak) sampler(ctx context.Context, done chan<- struct{}) {
 				t.Reset(every)
 			}
 			s.mu.Unlock()
-			line = append(line, fmt.Sprintf("%s rss=%dMiB g=%d", sm.Node, sm.RSS>>20, sm.Goroutines))
+			line = append(line, fmt.Sprintf("%s rss=%dMiB live=%dMiB g=%d", sm.Node, sm.RSS>>20, sm.LiveHeap>>20, sm.Goroutines))
 		}
 		s.progress("%s | %s", s.h.line(), strings.Join(line, " "))
 	}
@@ -423,6 +426,21 @@ func (s *soak) run(ctx context.Context) (*Report, error) {
 	l.stop()
 	stopSampler()
 	<-samplerDone
+	rep.Counters = map[string]map[string]float64{}
+	for _, n := range s.nodes {
+		_, _, adm := n.snapshot()
+		m, err := s.admin.metrics(ctx, adm)
+		if err != nil {
+			continue
+		}
+		c := map[string]float64{}
+		for k, v := range m {
+			if strings.HasPrefix(k, "gpucache_") && v != 0 {
+				c[k] = v
+			}
+		}
+		rep.Counters[n.spec.name] = c
+	}
 	s.fill(rep)
 	return rep, nil
 }
@@ -478,7 +496,7 @@ func (s *soak) teardown() {
 		s.s3.kill()
 	}
 	if s.etcd != nil {
-		s.etcd.stop()
+		s.etcd.kill()
 	}
 	if s.ns != nil {
 		s.ns.teardown()

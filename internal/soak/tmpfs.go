@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -15,21 +16,25 @@ import (
 // coldDisk is the open node's cold-tier disk: a tmpfs of a fixed size,
 // mounted by the soak, with the node's cold_dir inside. The full-disk
 // fault writes a ballast file until the file system answers ENOSPC; heal
-// removes it. If the node's own data has filled more than half of the
-// disk by then, heal also grows the tmpfs (remount, doubling, at most
-// maxTmpfs), so that recovery stays possible on a long run: the cold tier
-// reclaims nothing for a day.
+// removes it. The cold tier reclaims nothing for a day, so on a long run
+// the node's own packs would fill the disk for good: outside the fault,
+// the soak grows the tmpfs (a remount that doubles it, at most maxTmpfs)
+// whenever the node's data passes three quarters of it, so the disk is
+// full only when the schedule says so.
 type coldDisk struct {
 	mount   string // the tmpfs mount point
 	coldDir string // the node's cold_dir, under mount
 	ballast string
-	size    int64 // current tmpfs size
-	mounted bool
-	grown   int // remounts that grew it
+
+	mu      sync.Mutex
+	size    int64 // guarded by mu: current tmpfs size
+	mounted bool  // guarded by mu
+	full    bool  // guarded by mu: the fault holds the disk full
+	grown   int   // guarded by mu: remounts that grew it
 }
 
 // maxTmpfs caps the tmpfs's growth.
-const maxTmpfs = 2 << 30
+const maxTmpfs = 4 << 30
 
 // tmpfsUnavailable says why no tmpfs can be mounted here, or "".
 func tmpfsUnavailable() string {
@@ -59,6 +64,9 @@ func newColdDisk(dir string, size int64, mount bool) (*coldDisk, error) {
 
 // fill writes the ballast until the disk is full and returns its size.
 func (d *coldDisk) fill() (int64, error) {
+	d.mu.Lock()
+	d.full = true
+	d.mu.Unlock()
 	f, err := os.OpenFile(d.ballast, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return 0, err
@@ -82,20 +90,30 @@ func (d *coldDisk) fill() (int64, error) {
 	return n, nil
 }
 
-// free removes the ballast, growing the tmpfs when the node's data uses
-// more than half of it.
+// free removes the ballast and makes room as maintain does.
 func (d *coldDisk) free() error {
 	if err := os.Remove(d.ballast); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	if !d.mounted {
+	d.mu.Lock()
+	d.full = false
+	d.mu.Unlock()
+	return d.maintain()
+}
+
+// maintain grows the tmpfs when the node's data uses more than three
+// quarters of it, unless the fault holds it full.
+func (d *coldDisk) maintain() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.mounted || d.full {
 		return nil
 	}
 	used, err := diskUsed(d.mount)
 	if err != nil {
 		return err
 	}
-	if used*2 < d.size || d.size*2 > maxTmpfs {
+	if used*4 < d.size*3 || d.size*2 > maxTmpfs {
 		return nil
 	}
 	next := d.size * 2
@@ -108,8 +126,16 @@ func (d *coldDisk) free() error {
 	return nil
 }
 
+func (d *coldDisk) state() (size int64, mounted bool, grown int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.size, d.mounted, d.grown
+}
+
 // unmount unmounts the tmpfs (lazily, should a file still be open).
 func (d *coldDisk) unmount() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	if d.mounted {
 		exec.Command("umount", "-l", d.mount).Run()
 		d.mounted = false
