@@ -69,6 +69,9 @@ type Schedule struct {
 	// Settle is plain load after a recovery, before the phase's end sample.
 	// Default 10s.
 	Settle time.Duration
+	// Cycles, when positive, ends the load after this many cycles of
+	// Faults (Duration still bounds the run). Default 0: until Duration.
+	Cycles int
 }
 
 // Config configures a soak. Zero fields take the defaults of Default.
@@ -267,6 +270,8 @@ func (c Config) Validate() error {
 		return bad("scan share %v not in [0, 1]", c.ScanShare)
 	case c.SampleEvery < 100*time.Millisecond:
 		return bad("sample period %v is below 100ms", c.SampleEvery)
+	case c.Schedule.Cycles < 0:
+		return bad("schedule: cycles %d is negative", c.Schedule.Cycles)
 	case c.Schedule.Warmup < 0 || c.Schedule.Hold <= 0 || c.Schedule.Recover <= 0 || c.Schedule.Settle < 0:
 		return bad("schedule: warmup and settle must not be negative, hold and recover must be positive")
 	case c.Schedule.Hold > time.Hour || c.Schedule.Recover > time.Hour || c.Schedule.Settle > time.Hour || c.Schedule.Warmup > time.Hour:

@@ -28,6 +28,9 @@ type FaultRecord struct {
 	// Effect is what the soak saw at the end of the hold: evidence that
 	// the fault took hold (modes, failpoint hits, bytes of ballast).
 	Effect string `json:"effect,omitempty"`
+	// Steps says when each condition of the recovery first held, after
+	// the heal.
+	Steps string `json:"steps,omitempty"`
 	// Waiting lists what was still missing when the recovery bound ran out.
 	Waiting string `json:"waiting,omitempty"`
 	Error   string `json:"error,omitempty"`
@@ -46,7 +49,7 @@ type fault struct {
 	// recovery snapshots what the check compares against, just after the
 	// heal, and returns the check: it answers "" once the fault has
 	// recovered, else what is still missing.
-	recovery func(ctx context.Context) func(ctx context.Context) string
+	recovery func(ctx context.Context) []check
 }
 
 // counter reads one figure of a node's /metrics; -1 if it cannot be read.
@@ -59,85 +62,88 @@ func (s *soak) counter(ctx context.Context, n *node, name string) float64 {
 	return m.get(name)
 }
 
-// grows returns a check that a node's counter passes its value at the heal.
-func (s *soak) grows(ctx context.Context, n *node, name string) func(ctx context.Context) string {
+// check is one condition of a recovery: fn answers "" once it holds,
+// else what is still missing.
+type check struct {
+	name string
+	fn   func(ctx context.Context) string
+}
+
+// grows is a check that a node's counter passes its value at the heal.
+func (s *soak) grows(ctx context.Context, n *node, name string) check {
 	base := s.counter(ctx, n, name)
-	return func(ctx context.Context) string {
+	short := strings.TrimPrefix(name, "gpucache_")
+	return check{n.spec.name + " " + short + " grows", func(ctx context.Context) string {
 		if v := s.counter(ctx, n, name); v < 0 || v <= base {
-			return fmt.Sprintf("%s %s still %v", n.spec.name, name, max(v, base))
+			return fmt.Sprintf("%s %s still %v", n.spec.name, short, max(v, base))
 		}
 		return ""
-	}
+	}}
 }
 
 // anyGrows is grows over several nodes: one of them must pass its base.
-func (s *soak) anyGrows(ctx context.Context, nodes []*node, name string) func(ctx context.Context) string {
-	checks := make([]func(context.Context) string, len(nodes))
+func (s *soak) anyGrows(ctx context.Context, nodes []*node, name string) check {
+	checks := make([]check, len(nodes))
 	for i, n := range nodes {
 		checks[i] = s.grows(ctx, n, name)
 	}
-	return func(ctx context.Context) string {
+	short := strings.TrimPrefix(name, "gpucache_")
+	return check{"a cluster node's " + short + " grows", func(ctx context.Context) string {
 		for _, c := range checks {
-			if c(ctx) == "" {
+			if c.fn(ctx) == "" {
 				return ""
 			}
 		}
-		return "no cluster node's " + name + " grew"
-	}
+		return "no cluster node's " + short + " grew"
+	}}
 }
 
-// live checks that a cluster node's control plane is live.
-func (s *soak) live(n *node) func(ctx context.Context) string {
-	return func(ctx context.Context) string {
+// live is a check that a cluster node's control plane is live.
+func (s *soak) live(n *node) check {
+	return check{n.spec.name + " live", func(ctx context.Context) string {
 		if m := s.counter(ctx, n, "gpucache_control_mode"); m != 0 {
 			return fmt.Sprintf("%s control mode %v (0 is live)", n.spec.name, m)
 		}
 		return ""
-	}
+	}}
 }
 
-// fullView checks that every cluster node's view holds every member.
-func (s *soak) fullView(ctx context.Context) string {
-	want := []string{}
-	for _, n := range s.cluster {
-		want = append(want, n.spec.name)
-	}
-	w := strings.Join(want, ",")
-	for _, n := range s.cluster {
-		_, _, adm := n.snapshot()
-		v, err := s.admin.view(ctx, adm)
-		if err != nil {
-			return fmt.Sprintf("%s view: %v", n.spec.name, err)
-		}
-		if v.ids() != w {
-			return fmt.Sprintf("%s sees members %s, want %s", n.spec.name, v.ids(), w)
-		}
-	}
-	return ""
+// servesAgain is a check that a node stores and serves hits again.
+func (s *soak) servesAgain(ctx context.Context, n *node) []check {
+	return []check{s.grows(ctx, n, "gpucache_hot_puts"), s.grows(ctx, n, "gpucache_blocks_hit")}
 }
 
-// newer checks that a cold tier wrote a manifest after the heal: the
+// fullView is a check that every cluster node's view holds every member.
+func (s *soak) fullView() check {
+	return check{"full view", func(ctx context.Context) string {
+		want := []string{}
+		for _, n := range s.cluster {
+			want = append(want, n.spec.name)
+		}
+		w := strings.Join(want, ",")
+		for _, n := range s.cluster {
+			_, _, adm := n.snapshot()
+			v, err := s.admin.view(ctx, adm)
+			if err != nil {
+				return fmt.Sprintf("%s view: %v", n.spec.name, err)
+			}
+			if v.ids() != w {
+				return fmt.Sprintf("%s sees members %s, want %s", n.spec.name, v.ids(), w)
+			}
+		}
+		return ""
+	}}
+}
+
+// newer is a check that a cold tier wrote a manifest after the heal: the
 // newest directory time under root passes the heal time.
-func newer(root string, since time.Time) func(ctx context.Context) string {
-	return func(context.Context) string {
+func newer(what, root string, since time.Time) check {
+	return check{what + " write-behind writes a manifest", func(context.Context) string {
 		if t := newestUnder(root); !t.After(since) {
 			return "no manifest written under " + root + " since the heal"
 		}
 		return ""
-	}
-}
-
-// all combines checks: "" only when every one answers "".
-func all(checks ...func(ctx context.Context) string) func(ctx context.Context) string {
-	return func(ctx context.Context) string {
-		var missing []string
-		for _, c := range checks {
-			if m := c(ctx); m != "" {
-				missing = append(missing, m)
-			}
-		}
-		return strings.Join(missing, "; ")
-	}
+	}}
 }
 
 // modes describes the control modes of the cluster nodes.
@@ -152,9 +158,6 @@ func (s *soak) modes(ctx context.Context) string {
 // faults builds the soak's faults.
 func (s *soak) faults() map[string]*fault {
 	n1, n2, n3, open := s.cluster[0], s.cluster[1], s.cluster[2], s.open
-	servesAgain := func(ctx context.Context, n *node) func(ctx context.Context) string {
-		return all(s.grows(ctx, n, "gpucache_blocks_hit"), s.grows(ctx, n, "gpucache_hot_puts"))
-	}
 	fs := map[string]*fault{
 		FaultKill9: {
 			name: FaultKill9, target: "n1",
@@ -169,8 +172,8 @@ func (s *soak) faults() map[string]*fault {
 				return fmt.Sprintf("n1 pid %d killed (exit: %v)", p.pid, p.err)
 			},
 			heal: n1.restart,
-			recovery: func(ctx context.Context) func(context.Context) string {
-				return all(s.fullView, s.live(n1), servesAgain(ctx, n1))
+			recovery: func(ctx context.Context) []check {
+				return append([]check{s.fullView(), s.live(n1)}, s.servesAgain(ctx, n1)...)
 			},
 		},
 		FaultEtcd: {
@@ -179,12 +182,12 @@ func (s *soak) faults() map[string]*fault {
 			inject: func(context.Context) error { s.etcd.kill(); return nil },
 			effect: s.modes,
 			heal:   s.etcd.start,
-			recovery: func(ctx context.Context) func(context.Context) string {
-				checks := []func(context.Context) string{s.fullView}
+			recovery: func(ctx context.Context) []check {
+				checks := []check{s.fullView()}
 				for _, n := range s.cluster {
-					checks = append(checks, s.live(n), servesAgain(ctx, n))
+					checks = append(append(checks, s.live(n)), s.servesAgain(ctx, n)...)
 				}
-				return all(checks...)
+				return checks
 			},
 		},
 		FaultS3: {
@@ -193,8 +196,8 @@ func (s *soak) faults() map[string]*fault {
 			inject: func(context.Context) error { s.s3.kill(); return nil },
 			effect: func(context.Context) string { return "versitygw killed" },
 			heal:   s.s3.start,
-			recovery: func(ctx context.Context) func(context.Context) string {
-				return all(newer(s.s3Manifests, time.Now()), s.anyGrows(ctx, s.cluster, "gpucache_cold_refill_hits"))
+			recovery: func(ctx context.Context) []check {
+				return []check{newer("S3", s.s3Manifests, time.Now()), s.anyGrows(ctx, s.cluster, "gpucache_cold_refill_hits")}
 			},
 		},
 		FaultFullDisk: {
@@ -210,16 +213,16 @@ func (s *soak) faults() map[string]*fault {
 				return fmt.Sprintf("a %d-byte ballast filled the %d-byte tmpfs", s.ballast, size)
 			},
 			heal: func(context.Context) error { return s.disk.free() },
-			recovery: func(ctx context.Context) func(context.Context) string {
-				return all(newer(s.fsManifests, time.Now()), s.grows(ctx, open, "gpucache_blocks_hit"))
+			recovery: func(ctx context.Context) []check {
+				return []check{newer("open's fs", s.fsManifests, time.Now()), s.grows(ctx, open, "gpucache_blocks_hit")}
 			},
 		},
 		FaultPartition: {
 			name: FaultPartition, target: "n2<->etcd",
 			means:  "n2's control plane is live again, every view holds n1, n2 and n3, and n2 stores and serves hits again",
 			effect: s.modes,
-			recovery: func(ctx context.Context) func(context.Context) string {
-				return all(s.fullView, s.live(n2), servesAgain(ctx, n2))
+			recovery: func(ctx context.Context) []check {
+				return append([]check{s.fullView(), s.live(n2)}, s.servesAgain(ctx, n2)...)
 			},
 		},
 	}
@@ -232,7 +235,7 @@ func (s *soak) faults() map[string]*fault {
 	if _, mounted, _ := s.disk.state(); !mounted {
 		fs[FaultFullDisk].notRun = "NOT_RUN: " + s.diskWhy
 	}
-	failpoint := func(name, fp, mode string, n *node, means string, recovery func(ctx context.Context) func(context.Context) string) *fault {
+	failpoint := func(name, fp, mode string, n *node, means string, recovery func(ctx context.Context) []check) *fault {
 		f := &fault{name: name, target: n.spec.name, means: means, recovery: recovery}
 		hits := func() int {
 			r, err := n.command("hits " + fp)
@@ -259,28 +262,28 @@ func (s *soak) faults() map[string]*fault {
 	}
 	fs[FaultS3Unavailable] = failpoint(FaultS3Unavailable, "s3_unavailable", "fail", n3,
 		"n3 refills a block from S3 again",
-		func(ctx context.Context) func(context.Context) string {
-			return s.grows(ctx, n3, "gpucache_cold_refill_hits")
+		func(ctx context.Context) []check {
+			return []check{s.grows(ctx, n3, "gpucache_cold_refill_hits")}
 		})
 	fs[FaultS3Slow] = failpoint(FaultS3Slow, "s3_slow", "hang", n3,
 		"n3 refills a block from S3 again",
-		func(ctx context.Context) func(context.Context) string {
-			return s.grows(ctx, n3, "gpucache_cold_refill_hits")
+		func(ctx context.Context) []check {
+			return []check{s.grows(ctx, n3, "gpucache_cold_refill_hits")}
 		})
 	fs[FaultControlPlane] = failpoint(FaultControlPlane, "control_plane_loss", "fail", n3,
 		"n3's control plane is live again, every view holds n1, n2 and n3, and n3 stores and serves hits again",
-		func(ctx context.Context) func(context.Context) string {
-			return all(s.fullView, s.live(n3), servesAgain(ctx, n3))
+		func(ctx context.Context) []check {
+			return append([]check{s.fullView(), s.live(n3)}, s.servesAgain(ctx, n3)...)
 		})
 	fs[FaultStorageLoss] = failpoint(FaultStorageLoss, "storage_loss", "fail", open,
 		"the open node refills a block from its fs cold tier again",
-		func(ctx context.Context) func(context.Context) string {
-			return s.grows(ctx, open, "gpucache_cold_refill_hits")
+		func(ctx context.Context) []check {
+			return []check{s.grows(ctx, open, "gpucache_cold_refill_hits")}
 		})
 	fs[FaultNVMeTimeout] = failpoint(FaultNVMeTimeout, "nvme_timeout", "hang", open,
 		"the open node refills a block from its fs cold tier again",
-		func(ctx context.Context) func(context.Context) string {
-			return s.grows(ctx, open, "gpucache_cold_refill_hits")
+		func(ctx context.Context) []check {
+			return []check{s.grows(ctx, open, "gpucache_cold_refill_hits")}
 		})
 	return fs
 }
@@ -312,20 +315,40 @@ func (s *soak) runFault(ctx context.Context, f *fault, cycle int) FaultRecord {
 		r.Error = "heal: " + err.Error()
 		return r
 	}
-	check := f.recovery(ctx)
+	// Each condition is latched the first time it holds; the fault has
+	// recovered when every one has held since the heal.
+	checks := f.recovery(ctx)
+	passed := make([]time.Duration, len(checks))
 	deadline := time.Now().Add(s.cfg.Schedule.Recover)
 	for {
-		missing := check(ctx)
-		if missing == "" {
+		var missing []string
+		for i, c := range checks {
+			if passed[i] > 0 {
+				continue
+			}
+			if m := c.fn(ctx); m != "" {
+				missing = append(missing, m)
+				continue
+			}
+			passed[i] = max(time.Since(r.HealedAt), time.Nanosecond)
+		}
+		if len(missing) == 0 {
 			r.Recovered, r.RecoveredAt = true, time.Now().UTC()
 			r.RecoverySec = r.RecoveredAt.Sub(r.HealedAt).Seconds()
 			break
 		}
 		if time.Now().After(deadline) || !sleepCtx(ctx, recoveryPoll) {
-			r.Waiting = missing
+			r.Waiting = strings.Join(missing, "; ")
 			break
 		}
 	}
+	var steps []string
+	for i, c := range checks {
+		if passed[i] > 0 {
+			steps = append(steps, fmt.Sprintf("%s +%.1fs", c.name, passed[i].Seconds()))
+		}
+	}
+	r.Steps = strings.Join(steps, ", ")
 	s.progress("fault %s (cycle %d): %s", f.name, cycle, r.status())
 	return r
 }
@@ -337,9 +360,9 @@ func (r FaultRecord) status() string {
 	case r.Error != "":
 		return "ERROR " + r.Error
 	case r.Recovered:
-		return fmt.Sprintf("recovered %.1fs after the heal (%s)", r.RecoverySec, r.Effect)
+		return fmt.Sprintf("recovered %.1fs after the heal [%s] (%s)", r.RecoverySec, r.Steps, r.Effect)
 	}
-	return "NOT RECOVERED: " + r.Waiting + " (" + r.Effect + ")"
+	return "NOT RECOVERED: " + r.Waiting + " [held: " + r.Steps + "] (" + r.Effect + ")"
 }
 
 // sleepCtx waits d; false if ctx ends first.

@@ -131,6 +131,53 @@ func (l *load) start(ctx context.Context) {
 	}
 }
 
+// prime PUTs every chain of every tenant once, with the workers in
+// parallel and unpaced, so that the hot tiers are full and the scan
+// chains have gone through write-behind before the first fault: the cold
+// tier then has blocks to refill from the start.
+func (l *load) prime(ctx context.Context) {
+	type job struct {
+		t  *tenant
+		ch *chain
+	}
+	jobs := make(chan job)
+	var wg sync.WaitGroup
+	for range l.cfg.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobs {
+				all := make([]int, len(j.ch.keys))
+				for i := range all {
+					all[i] = i
+				}
+				l.put(ctx, j.t, j.ch, all)
+			}
+		}()
+	}
+	defer func() {
+		close(jobs)
+		wg.Wait()
+	}()
+	for i := 0; ; i++ {
+		sent := false
+		for _, t := range l.tenants { // interleave tenants, hot chains first
+			if i >= len(t.ks.chains) {
+				continue
+			}
+			select {
+			case jobs <- job{t, &t.ks.chains[i]}:
+				sent = true
+			case <-ctx.Done():
+				return
+			}
+		}
+		if !sent {
+			return
+		}
+	}
+}
+
 // stop ends the load and waits for every worker; idempotent.
 func (l *load) stop() {
 	if !l.stopping.Swap(true) {

@@ -412,6 +412,25 @@ func (r *Report) WriteText(w io.Writer) {
 	th := r.Setup.Thresholds
 	fmt.Fprintf(w, "phases: %d, %d node comparisons, %d grew (limits: goroutines ×%.2f + %d; RSS outside the hot tier ×%.2f + %d MiB)\n",
 		len(r.Phases), compared, grew, 1+th.GoroutinesRel, th.GoroutinesAbs, 1+th.RSSRel, th.RSSAbs>>20)
+	if len(r.Counters) > 0 {
+		fmt.Fprintln(w, "node counters at the end (since each node's last start):")
+		tw = tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
+		names := []string{"blocks_hit", "blocks_miss", "cold_refill_hits", "cold_refill_misses", "hot_evictions", "hot_put_rejects", "readonly_refused", "wrong_epoch"}
+		fmt.Fprintln(tw, "node\t"+strings.Join(names, "\t"))
+		var nodes []string
+		for n := range r.Counters {
+			nodes = append(nodes, n)
+		}
+		sort.Strings(nodes)
+		for _, n := range nodes {
+			row := []string{n}
+			for _, k := range names {
+				row = append(row, strconv.FormatFloat(metrics(r.Counters[n]).get("gpucache_"+k), 'f', -1, 64))
+			}
+			fmt.Fprintln(tw, strings.Join(row, "\t"))
+		}
+		tw.Flush()
+	}
 	for _, d := range r.Drifts {
 		fmt.Fprintf(w, "drift %s (pid %d), cycle 2 to the end: goroutines %d -> %d (limit %d), RSS outside the hot tier %d -> %d MiB (limit %d MiB)\n",
 			d.Node, d.PID, d.GoroutinesFrom, d.GoroutinesTo, d.GoroutinesMax, d.RestFrom>>20, d.RestTo>>20, d.RestMax>>20)

@@ -249,7 +249,7 @@ func (s *soak) setup(ctx context.Context) error {
 func (s *soak) awaitView(ctx context.Context, bound time.Duration) error {
 	deadline := time.Now().Add(bound)
 	for {
-		missing := s.fullView(ctx)
+		missing := s.fullView().fn(ctx)
 		if missing == "" {
 			return nil
 		}
@@ -381,6 +381,9 @@ func (s *soak) run(ctx context.Context) (*Report, error) {
 	defer func() { stopSampler(); <-samplerDone }()
 
 	l := newLoad(s.cfg, s.h, tenants)
+	s.progress("priming: every chain of every tenant PUT once")
+	l.prime(ctx)
+	s.progress("primed: %s", s.h.line())
 	l.start(ctx)
 	defer l.stop()
 	end := s.start.Add(s.cfg.Duration)
@@ -403,6 +406,9 @@ func (s *soak) run(ctx context.Context) (*Report, error) {
 		}
 		k := i % len(s.cfg.Schedule.Faults)
 		if k == 0 {
+			if s.cfg.Schedule.Cycles > 0 && cycle == s.cfg.Schedule.Cycles {
+				break
+			}
 			cycle++
 		}
 		f := faults[s.cfg.Schedule.Faults[k]]
