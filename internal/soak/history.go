@@ -98,8 +98,8 @@ func (h *history) call(kind string, el time.Duration) {
 	s.lat[min(bits.Len64(us), latBuckets-1)].Add(1)
 }
 
-// block checks one block read from the cache.
-func (h *history) block(kind string, k client.BlockKey, r client.GetResult) {
+// block checks one block read from the cache by tenant.
+func (h *history) block(kind, tenant string, k client.BlockKey, r client.GetResult) {
 	switch {
 	case r.Hit && r.Reason != nil:
 		h.unexplained.Add(1)
@@ -116,7 +116,7 @@ func (h *history) block(kind string, k client.BlockKey, r client.GetResult) {
 		h.violation(fmt.Sprintf("%s: block %x is a miss without a reason", kind, k[:6]))
 	default:
 		h.missReason.Add(1)
-		h.reason("miss:" + reasonClass(r.Reason))
+		h.reason(tenant + " miss:" + reasonClass(r.Reason))
 	}
 }
 

@@ -225,7 +225,7 @@ func (l *load) op(ctx context.Context, rng *rand.Rand) {
 		cancel()
 		switch {
 		case err != nil:
-			l.h.reason("lookup:" + reasonClass(err))
+			l.h.reason(t.name + " lookup:" + reasonClass(err))
 		case hits < 0 || hits > len(ch.keys):
 			l.h.lookupBad.Add(1)
 			l.h.violation("lookup answered more hits than keys")
@@ -249,7 +249,7 @@ func (l *load) op(ctx context.Context, rng *rand.Rand) {
 		l.h.call(callDelete, time.Since(start))
 		cancel()
 		if err != nil {
-			l.h.reason("delete:" + reasonClass(err))
+			l.h.reason(t.name + " delete:" + reasonClass(err))
 		}
 		l.get(ctx, t, callGet, ch.keys[last:], 0)
 	}
@@ -275,7 +275,7 @@ func (l *load) get(ctx context.Context, t *tenant, kind string, keys []client.Bl
 			l.h.violation(kind + ": fewer results than keys")
 			continue
 		}
-		l.h.block(kind, keys[i], res[i])
+		l.h.block(kind, t.name, keys[i], res[i])
 		if !res[i].Hit {
 			missed = append(missed, i)
 		}
@@ -296,7 +296,7 @@ func (l *load) put(ctx context.Context, t *tenant, ch *chain, idx []int) {
 	st, err := t.st.Put(c, t.ks.ns, client.BlocksOf(ids, payloads))
 	l.h.call(callPut, time.Since(start))
 	if err != nil {
-		l.h.reason("put:" + reasonClass(err))
+		l.h.reason(t.name + " put:" + reasonClass(err))
 		l.h.notStored.Add(int64(len(idx)))
 		return
 	}
@@ -309,7 +309,7 @@ func (l *load) put(ctx context.Context, t *tenant, ch *chain, idx []int) {
 			l.h.violation("put: a valid block was refused with " + s.String())
 		default:
 			l.h.notStored.Add(1)
-			l.h.reason("put_status:" + s.String())
+			l.h.reason(t.name + " put_status:" + s.String())
 		}
 	}
 }
@@ -333,7 +333,7 @@ func (l *load) getOrFill(ctx context.Context, t *tenant, ch *chain) {
 			l.h.fillErrors.Add(1)
 			l.h.violation("get_or_fill failed with its context alive: " + err.Error())
 		}
-		l.h.reason("get_or_fill:" + reasonClass(err))
+		l.h.reason(t.name + " get_or_fill:" + reasonClass(err))
 		return
 	}
 	if len(got) != len(ch.keys) {

@@ -79,7 +79,6 @@ type nodeSpec struct {
 	control bool     // failpoints are armed over stdin
 	logPath string   // stderr goes here, appended across restarts
 	cluster bool     // a member of the cluster
-	faults  []string // the failpoints it may arm
 }
 
 // node is one running node; restarts replace its process.

@@ -376,7 +376,7 @@ func (r *Report) WriteText(w io.Writer) {
 		fmt.Fprintf(tw, "%s\t%d\t%.3g\t%.3g\t%.3g\t%.1f\t%d\n", c.Kind, c.Calls, c.P50Ms, c.P99Ms, c.P999Ms, c.WorstMs, c.Overruns)
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "miss and error reasons: %s\n", strings.Join(r.Reasons, " "))
+	fmt.Fprintf(w, "miss and error reasons: %s\n", strings.Join(r.Reasons, ", "))
 	fmt.Fprintln(w, "faults:")
 	tw = tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "fault\tinjected\trecovered\tworst recovery s\tnote")

@@ -448,6 +448,9 @@ func (s *soak) run(ctx context.Context) (*Report, error) {
 		rep.Counters[n.spec.name] = c
 	}
 	s.fill(rep)
+	if err := ctx.Err(); err != nil {
+		rep.Failures = append(rep.Failures, "interrupted before the end: "+err.Error())
+	}
 	return rep, nil
 }
 

@@ -97,12 +97,12 @@ func TestHistoryChecksEveryBlock(t *testing.T) {
 	good := o.Payload(k)
 	bad := bytes.Clone(good)
 	bad[0] ^= 0xff
-	h.block(callGet, k, client.GetResult{Hit: true, Data: good})
-	h.block(callGet, k, client.GetResult{Hit: true, Data: bad})
-	h.block(callGet, k, client.GetResult{Reason: client.ErrNotCached})
-	h.block(callGet, k, client.GetResult{Reason: &wire.Error{Code: wire.CodeWrongEpoch}})
-	h.block(callGet, k, client.GetResult{})
-	h.block(callGet, k, client.GetResult{Hit: true, Data: good, Reason: client.ErrTimeout})
+	h.block(callGet, "alpha", k, client.GetResult{Hit: true, Data: good})
+	h.block(callGet, "alpha", k, client.GetResult{Hit: true, Data: bad})
+	h.block(callGet, "alpha", k, client.GetResult{Reason: client.ErrNotCached})
+	h.block(callGet, "alpha", k, client.GetResult{Reason: &wire.Error{Code: wire.CodeWrongEpoch}})
+	h.block(callGet, "alpha", k, client.GetResult{})
+	h.block(callGet, "alpha", k, client.GetResult{Hit: true, Data: good, Reason: client.ErrTimeout})
 	if h.verified.Load() != 1 || h.wrong.Load() != 1 || h.missReason.Load() != 2 || h.unexplained.Load() != 2 {
 		t.Fatalf("verified %d wrong %d missed %d unexplained %d", h.verified.Load(), h.wrong.Load(), h.missReason.Load(), h.unexplained.Load())
 	}
@@ -110,7 +110,7 @@ func TestHistoryChecksEveryBlock(t *testing.T) {
 		t.Fatalf("blocks checked %d, want 6", h.blocksChecked())
 	}
 	reasons := strings.Join(h.reasonList(), " ")
-	if !strings.Contains(reasons, "miss:not_cached=1") || !strings.Contains(reasons, "miss:server:WRONG_EPOCH=1") {
+	if !strings.Contains(reasons, "alpha miss:not_cached=1") || !strings.Contains(reasons, "alpha miss:server:WRONG_EPOCH=1") {
 		t.Fatalf("reasons %q", reasons)
 	}
 	if ex := strings.Join(h.exampleList(), "\n"); !strings.Contains(ex, "WRONG PAYLOAD") || !strings.Contains(ex, "without a reason") {
