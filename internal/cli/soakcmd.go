@@ -21,7 +21,7 @@ type soakFlags struct {
 	warmup, hold, recover      time.Duration
 	settle, sampleEvery        time.Duration
 	ops                        int64
-	workers                    int
+	workers, cycles            int
 	rate, scanShare            float64
 	minPayload, maxPayload     string
 	chainBlocks                int
@@ -39,6 +39,7 @@ func (f *soakFlags) register(fs *flag.FlagSet) {
 	d := soak.Default()
 	fs.DurationVar(&f.duration, "duration", d.Duration, "how long the load runs (at most 72h); the fault in progress then finishes")
 	fs.Int64Var(&f.ops, "ops", 0, "also stop once this many client calls have been checked (0: --duration only)")
+	fs.IntVar(&f.cycles, "cycles", 0, "also stop after this many cycles of --faults (0: --duration only)")
 	fs.IntVar(&f.workers, "workers", d.Workers, "load goroutines")
 	fs.Float64Var(&f.rate, "rate", 0, "cap on operations per second across workers (0: unpaced)")
 	fs.DurationVar(&f.opTimeout, "op-timeout", d.OpTimeout, "deadline of each client call")
@@ -58,7 +59,7 @@ func (f *soakFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.gpucached, "gpucached", "", "the gpucached `binary` (default: gpucached beside this binary, then in PATH)")
 	fs.StringVar(&f.versitygw, "versitygw", "", "the versitygw `binary` (default: $GPUCACHE_VERSITYGW, .cache/bin/versitygw of the module, then PATH)")
 	fs.StringVar(&f.dir, "dir", "", "work `directory` for configs, logs, data and the report (default ./gpucache-soak-<time>)")
-	fs.BoolVar(&f.keepData, "keep-data", false, "keep the S3, etcd and cold-disk data after the run (logs and the report are always kept)")
+	fs.BoolVar(&f.keepData, "keep-data", false, "keep the S3, etcd and cold-disk data and the run's secrets after the run (logs and the report are always kept)")
 	fs.StringVar(&f.netns, "netns", d.Netns, "run n2 in a network namespace for the partition: auto (when root) or off")
 	fs.StringVar(&f.tmpfs, "tmpfs", d.Tmpfs, "mount a tmpfs for the open node's cold tier (full disk): auto (when root) or off")
 	fs.StringVar(&f.tmpfsSize, "tmpfs-size", "64MiB", "the tmpfs's `size`")
@@ -70,7 +71,7 @@ func (f *soakFlags) register(fs *flag.FlagSet) {
 func (f *soakFlags) config() (soak.Config, error) {
 	cfg := soak.Config{Duration: f.duration, Ops: f.ops, Workers: f.workers, Rate: f.rate, OpTimeout: f.opTimeout,
 		OverrunSlack: f.slack, ChainBlocks: f.chainBlocks, HotChains: f.hotChains, ScanChains: f.scanChains, ScanShare: f.scanShare,
-		Schedule:    soak.Schedule{Warmup: f.warmup, Hold: f.hold, Recover: f.recover, Settle: f.settle},
+		Schedule:    soak.Schedule{Warmup: f.warmup, Hold: f.hold, Recover: f.recover, Settle: f.settle, Cycles: f.cycles},
 		SampleEvery: f.sampleEvery, Netns: f.netns, Tmpfs: f.tmpfs, Seed: f.seed}
 	sizes := []struct {
 		name string
@@ -192,7 +193,7 @@ func runSoak(ctx context.Context, args []string, std Stdio) error {
 	fmt.Fprintf(std.Err, "gpucache soak: work directory %s\n", cfg.Dir)
 	rep, runErr := soak.Run(ctx, cfg)
 	if !f.keepData {
-		for _, d := range []string{"s3", "etcd", "open-disk"} {
+		for _, d := range []string{"s3", "etcd", "open-disk", "secrets"} {
 			os.RemoveAll(filepath.Join(cfg.Dir, d))
 		}
 	}
