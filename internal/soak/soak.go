@@ -185,7 +185,7 @@ func (s *soak) setup(ctx context.Context) error {
 	maxClass := max(minClass, pow2AtLeast(cfg.MaxPayload))
 	slab := max(4<<20, maxClass)
 	common := fmt.Sprintf("hot_capacity: %d\nhot_min_class: %d\nhot_max_class: %d\nhot_slab: %d\n"+
-		"cold_flush_interval: 1s\ncold_pending: 8MiB\nlog_level: info\ndrain_timeout: 10s\n",
+		"cold_flush_interval: 1s\ncold_pending: 8MiB\nlog_level: info\ndrain_timeout: 10s\nmax_conns: 512\n",
 		cfg.HotCapacity, minClass, maxClass, slab)
 
 	nodeCmd := func(control bool) []string {
