@@ -398,6 +398,27 @@ func (r *Report) WriteText(w io.Writer) {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", n.Node, n.Samples, n.PIDs, n.First>>20, n.Min>>20, n.Max>>20, n.Last>>20, n.MaxRest>>20, n.MaxLive>>20)
 	}
 	tw.Flush()
+	if len(r.Phases) > 0 {
+		fmt.Fprintln(w, "RSS over time (MiB, at each phase's end; outside the hot tier in brackets):")
+		tw = tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
+		head := []string{"time", "phase"}
+		for _, n := range r.Phases[0].Nodes {
+			head = append(head, n.Node)
+		}
+		fmt.Fprintln(tw, strings.Join(head, "\t"))
+		step := max(1, (len(r.Phases)+19)/20) // at most 20 rows, the last phase always
+		for i, p := range r.Phases {
+			if i%step != 0 && i != len(r.Phases)-1 {
+				continue
+			}
+			row := []string{p.End.Format("15:04:05"), fmt.Sprintf("%s #%d", p.Fault, p.Cycle)}
+			for _, n := range p.Nodes {
+				row = append(row, fmt.Sprintf("%d (%d)", n.RSSEnd>>20, n.RestEnd>>20))
+			}
+			fmt.Fprintln(tw, strings.Join(row, "\t"))
+		}
+		tw.Flush()
+	}
 	grew, compared := 0, 0
 	for _, p := range r.Phases {
 		for _, n := range p.Nodes {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -287,5 +289,44 @@ func TestPhaseGrowth(t *testing.T) {
 	d := drifts(phases, th)
 	if len(d) != 1 || !d[0].Grew || d[0].From != "y" || d[0].To != "z" || d[0].RestFrom != 40<<20 || d[0].RestTo != 90<<20 {
 		t.Fatalf("drifts %+v", d)
+	}
+}
+
+// TestReportOutputs: the text report states the verdict, every fault
+// (NOT_RUN with its reason) and RSS per node; the files hold the JSON
+// report and one CSV row per sample.
+func TestReportOutputs(t *testing.T) {
+	at := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	r := &Report{Calls: 10, Blocks: Blocks{Checked: 40, Verified: 30, Missed: 10},
+		Faults:  []FaultRecord{{Fault: FaultKill9, Cycle: 1, Recovered: true, RecoverySec: 1.5, HealedAt: at}, {Fault: FaultPartition, Cycle: 1, NotRun: "NOT_RUN: not root"}},
+		Summary: []FaultCount{{Fault: FaultKill9, Injected: 1, Recovered: 1, WorstSec: 1.5}, {Fault: FaultPartition, NotRun: "NOT_RUN: not root"}},
+		Phases:  []PhaseRecord{{Fault: FaultKill9, Cycle: 1, End: at, Nodes: []PhaseNode{{Node: "n1", RSSEnd: 80 << 20, RestEnd: 40 << 20}}}},
+		RSS:     []NodeRSS{{Node: "n1", Samples: 2, First: 50 << 20, Min: 50 << 20, Max: 90 << 20, Last: 80 << 20}},
+		Samples: []Sample{{At: at, Node: "n1", PID: 7, RSS: 50 << 20}, {At: at.Add(time.Second), Node: "n1", PID: 7, RSS: 80 << 20}}}
+	var b strings.Builder
+	r.WriteText(&b)
+	out := b.String()
+	for _, want := range []string{"SOAK PASS", "10 client calls checked", "NOT_RUN: not root", "kill9 #1", "n1    2", "12:00:00  kill9 #1  80 (40)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("text report lacks %q:\n%s", want, out)
+		}
+	}
+	r.Failures = []string{"1 wrong payloads"}
+	b.Reset()
+	r.WriteText(&b)
+	if !strings.Contains(b.String(), "SOAK FAIL") || !strings.Contains(b.String(), "FAILED: 1 wrong payloads") {
+		t.Errorf("a failed report does not say so:\n%s", b.String())
+	}
+	dir := t.TempDir()
+	if err := r.WriteFiles(dir); err != nil {
+		t.Fatal(err)
+	}
+	csv, err := os.ReadFile(filepath.Join(dir, "rss.csv"))
+	if err != nil || strings.Count(string(csv), "\n") != 3 || !strings.Contains(string(csv), ",n1,7,83886080,") {
+		t.Fatalf("rss.csv: %v\n%s", err, csv)
+	}
+	js, err := os.ReadFile(filepath.Join(dir, "report.json"))
+	if err != nil || !strings.Contains(string(js), `"client_calls": 10`) || !strings.Contains(string(js), `"not_run": "NOT_RUN: not root"`) {
+		t.Fatalf("report.json: %v\n%s", err, js)
 	}
 }
