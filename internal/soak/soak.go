@@ -152,14 +152,19 @@ func (s *soak) setup(ctx context.Context) error {
 	s.progress("etcd serving on %s", s.etcd.endpoint("127.0.0.1"))
 
 	// The S3 server.
-	port, err := freePort(s3Host)
-	if err != nil {
-		return err
-	}
-	s.s3 = &s3server{bin: cfg.Versitygw, addr: fmt.Sprintf("%s:%d", s3Host, port), data: filepath.Join(dir, "s3"),
+	s.s3 = &s3server{bin: cfg.Versitygw, data: filepath.Join(dir, "s3"),
 		logPath: filepath.Join(dir, "versitygw.log"), access: "soak-" + randomHex(6), secret: randomHex(20)}
-	if err := s.s3.start(ctx); err != nil {
-		return err
+	for try := 0; ; try++ { // the free port may be taken before versitygw binds it: retry on another
+		port, err := freePort(s3Host)
+		if err != nil {
+			return err
+		}
+		s.s3.addr = fmt.Sprintf("%s:%d", s3Host, port)
+		if err = s.s3.start(ctx); err == nil {
+			break
+		} else if try == 2 || ctx.Err() != nil {
+			return err
+		}
 	}
 	s.s3Manifests = filepath.Join(s.s3.data, Bucket, "cluster", "manifests")
 	s.progress("versitygw serving on %s", s.s3.addr)
