@@ -51,6 +51,8 @@ Commands:
   replay   replay a Mooncake trace: simulate the hot tier's policies (table, --json,
            --plot), or --live against a running gpucached (hit ratio, throughput,
            latency): gpucache replay --trace FILE [--live --addr HOST:PORT]
+  soak     robustness soak: 3 cluster nodes + an open node, etcd and S3 (versitygw),
+           faults on a schedule, every payload checked (gpucache soak --duration 5m)
   version  print the client and protocol versions
 
 Common flags (every command but version):
@@ -102,6 +104,8 @@ func Main(ctx context.Context, args []string, std Stdio) int {
 		err = runColdDemo(ctx, rest, std)
 	case "replay":
 		err = runReplay(ctx, rest, std)
+	case "soak":
+		err = runSoak(ctx, rest, std)
 	case "version", "--version":
 		fmt.Fprintln(std.Out, versionLine())
 		return exitOK
