@@ -79,6 +79,11 @@ import (
 )
 
 // Config configures a Tier.
+// DefaultManifestCacheBytes bounds the heap the refill's cache of verified
+// manifests keeps alive, unless Config.Refill.ManifestCacheBytes says
+// otherwise. It is a term of the daemon's memory bound (OPERATIONS.md).
+const DefaultManifestCacheBytes int64 = 32 << 20
+
 type Config struct {
 	// Store is the cold object store (required).
 	Store cold.Store
@@ -304,6 +309,9 @@ func New(cfg Config) (*Tier, error) {
 	rc := cfg.Refill
 	if rc.ManifestCache == 0 {
 		rc.ManifestCache = 4096 // verified manifests never change
+	}
+	if rc.ManifestCacheBytes == 0 {
+		rc.ManifestCacheBytes = DefaultManifestCacheBytes
 	}
 	if rc.PointerTTL == 0 {
 		rc.PointerTTL = 5 * time.Second

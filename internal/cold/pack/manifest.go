@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"unsafe"
 
 	"github.com/gpucache/gpucache/internal/cold"
 	"github.com/gpucache/gpucache/internal/identity"
@@ -112,6 +113,15 @@ type Manifest struct {
 	// Canonical alias it, capacity-capped. Nil unless decoded.
 	sealed  []byte
 	nsCanon []byte
+}
+
+// MemCost estimates the heap bytes a decoded manifest keeps alive: the
+// private copy of its sealed bytes, the identities decoded from them (token
+// ids, strings; about as many bytes again), and per range the Range, the
+// index entry and the namespace fields. It overestimates, so that a cache
+// bounded by it stays under its bound.
+func (m *Manifest) MemCost() int64 {
+	return 3*int64(len(m.sealed)) + int64(len(m.Ranges))*(int64(unsafe.Sizeof(Range{}))+128) + 1024
 }
 
 // NamespaceDigest returns the digest of the manifest's namespace.

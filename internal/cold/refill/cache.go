@@ -20,6 +20,8 @@ type caches struct {
 	manifests map[string]*pack.Manifest // guarded by mu
 	pointers  map[string]ptrEntry       // guarded by mu
 	maxM      int
+	maxBytes  int64 // 0: no byte bound
+	bytes     int64 // MemCost of the cached manifests; guarded by mu
 	ttl       time.Duration
 	now       func() time.Time
 }
@@ -37,7 +39,7 @@ func newCaches(cfg Config) *caches {
 		return nil
 	}
 	return &caches{manifests: make(map[string]*pack.Manifest), pointers: make(map[string]ptrEntry),
-		maxM: cfg.ManifestCache, ttl: cfg.PointerTTL, now: cfg.Now}
+		maxM: cfg.ManifestCache, maxBytes: cfg.ManifestCacheBytes, ttl: cfg.PointerTTL, now: cfg.Now}
 }
 
 func (c *caches) manifest(key string) (*pack.Manifest, bool) {
@@ -54,15 +56,35 @@ func (c *caches) putManifest(key string, m *pack.Manifest) {
 	if c == nil || c.maxM <= 0 {
 		return
 	}
+	cost := m.MemCost()
+	if c.maxBytes > 0 && cost > c.maxBytes {
+		return // larger than the whole cache: used for this call only
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.manifests) >= c.maxM {
-		for k := range c.manifests { // drop an arbitrary entry
-			delete(c.manifests, k)
+	if old, ok := c.manifests[key]; ok {
+		c.bytes -= old.MemCost()
+		delete(c.manifests, key)
+	}
+	for k, old := range c.manifests { // drop arbitrary entries until it fits
+		if len(c.manifests) < c.maxM && (c.maxBytes <= 0 || c.bytes+cost <= c.maxBytes) {
 			break
 		}
+		c.bytes -= old.MemCost()
+		delete(c.manifests, k)
 	}
 	c.manifests[key] = m
+	c.bytes += cost
+}
+
+// manifestBytes returns the MemCost of the cached manifests.
+func (c *caches) manifestBytes() int64 {
+	if c == nil {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.bytes
 }
 
 func (c *caches) pointer(key string) (pack.Pointer, bool) {
@@ -100,5 +122,8 @@ func (c *caches) forget(ptrKey, manifestKey string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.pointers, ptrKey)
-	delete(c.manifests, manifestKey)
+	if m, ok := c.manifests[manifestKey]; ok {
+		c.bytes -= m.MemCost()
+		delete(c.manifests, manifestKey)
+	}
 }

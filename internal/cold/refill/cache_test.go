@@ -5,6 +5,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/gpucache/gpucache/internal/identity"
 )
 
 // TestCachesSaveRequestsAndFailSafe: with the manifest cache and a pointer
@@ -59,5 +61,59 @@ func TestCachesSaveRequestsAndFailSafe(t *testing.T) {
 	}
 	if got := e.calls(); got != 3 {
 		t.Fatalf("after the stale entries were dropped: %d store calls, want 3", got)
+	}
+}
+
+// TestManifestCacheBoundedByBytes: the manifest cache keeps at most
+// ManifestCacheBytes of manifests (by MemCost) whatever its count bound
+// allows, and a manifest evicted for room is read again on its next refill.
+// Before the byte bound, a count of 4,096 manifests of large packs of small
+// blocks held hundreds of MiB (found by the soak: the open node's heap grew
+// with every pack it refilled from).
+func TestManifestCacheBoundedByBytes(t *testing.T) {
+	const packs, blocks = 24, 32
+	ns := testNamespace("acme")
+	var ids [][]identity.CacheIdentity
+	var payloads [][][]byte
+	var cost int64
+	e := newEnv(t, Config{ManifestCache: 4096, PointerTTL: time.Minute})
+	for i := range packs {
+		c := chain(t, ns, blocks, uint32(1000+i))
+		p, pl := buildPack(t, c, 64)
+		e.publish(p)
+		ids, payloads = append(ids, c), append(payloads, pl)
+	}
+	ctx := context.Background()
+	dst := make([]byte, 64)
+	refillAll := func(e *env) {
+		t.Helper()
+		for i := range packs {
+			if _, res, err := e.r.RefillBlock(ctx, ids[i][blocks-1], dst); !res.Hit || err != nil || !bytes.Equal(dst, payloads[i][blocks-1]) {
+				t.Fatalf("pack %d: %v %v", i, res, err)
+			}
+		}
+	}
+	refillAll(e)
+	cost = e.r.cache.manifestBytes() / packs // every manifest cached: no byte bound
+	if cost <= 0 {
+		t.Fatalf("per-manifest cost %d", cost)
+	}
+
+	limit := 5 * cost
+	b := newEnv(t, Config{ManifestCache: 4096, ManifestCacheBytes: limit, PointerTTL: time.Minute})
+	for i := range packs {
+		p, _ := buildPack(t, ids[i], 64)
+		b.publish(p)
+	}
+	refillAll(b)
+	if got := b.r.cache.manifestBytes(); got > limit || got < limit-cost {
+		t.Fatalf("cached manifest bytes %d, want within (%d, %d]", got, limit-cost, limit)
+	}
+	if n := len(b.r.cache.manifests); n != 5 {
+		t.Fatalf("%d manifests cached, want 5", n)
+	}
+	refillAll(b) // evicted manifests are read again: still hits
+	if got := b.r.cache.manifestBytes(); got > limit {
+		t.Fatalf("after a second round: %d > %d", got, limit)
 	}
 }

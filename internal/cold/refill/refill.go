@@ -124,6 +124,11 @@ type Config struct {
 	// (they are content-addressed, so they never change; their seals are
 	// still verified again on every refill). 0 disables it.
 	ManifestCache int
+	// ManifestCacheBytes bounds the heap the cached manifests keep alive
+	// (pack.Manifest.MemCost): a manifest of a large pack of small blocks
+	// holds thousands of identities, so a count alone does not bound
+	// memory. 0 means no byte bound beyond ManifestCache.
+	ManifestCacheBytes int64
 	// PointerTTL keeps pointers across calls for this long. A stale pointer
 	// can only cause a miss. 0 disables it.
 	PointerTTL time.Duration
