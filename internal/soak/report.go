@@ -177,17 +177,24 @@ func (t Thresholds) limits(g int, rest int64) (int, int64) {
 	return int(float64(g)*(1+t.GoroutinesRel)) + t.GoroutinesAbs, int64(float64(rest)*(1+t.RSSRel)) + t.RSSAbs
 }
 
-// drifts compares each node process from the start of the first phase of
-// cycle 2 it lived through to the end of the last phase it lived through.
+// drifts compares each node process that was already running at the start
+// of cycle 2 (its bounded caches warmed during cycle 1) from there to the
+// end of the last phase it lived through. A process started later (n1,
+// restarted every cycle) would be measured from a cold start, which is
+// warm-up, not drift: its phases are still checked one by one.
 func drifts(phases []PhaseRecord, th Thresholds) []Drift {
 	type mark struct {
 		phase string
 		pn    PhaseNode
 	}
 	first, last := map[string]mark{}, map[string]mark{}
-	for _, p := range phases {
+	base := -1 // index of the first phase of cycle 2
+	for i, p := range phases {
 		if p.Cycle < 2 {
 			continue
+		}
+		if base < 0 {
+			base = i
 		}
 		for _, n := range p.Nodes {
 			if !n.Compared {
@@ -195,6 +202,9 @@ func drifts(phases []PhaseRecord, th Thresholds) []Drift {
 			}
 			key := fmt.Sprintf("%s/%d", n.Node, n.PIDStart)
 			if _, ok := first[key]; !ok {
+				if i != base {
+					continue // started after the baseline
+				}
 				first[key] = mark{p.Fault, n}
 			}
 			last[key] = mark{p.Fault, n}
