@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/gpucache/gpucache/internal/cold"
+	"github.com/gpucache/gpucache/internal/cold/coldtest"
 	"github.com/gpucache/gpucache/internal/cold/pack"
 	"github.com/gpucache/gpucache/internal/cold/s3store"
 	"github.com/gpucache/gpucache/internal/cold/s3store/s3test"
@@ -20,35 +20,6 @@ import (
 	"github.com/gpucache/gpucache/internal/identity"
 	"github.com/gpucache/gpucache/internal/security/seal"
 )
-
-// logRecorder is a slog.Handler that keeps every record, at every level.
-type logRecorder struct {
-	mu   sync.Mutex
-	recs []slog.Record // guarded by mu
-}
-
-func (h *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
-func (h *logRecorder) Handle(_ context.Context, r slog.Record) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.recs = append(h.recs, r.Clone())
-	return nil
-}
-func (h *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *logRecorder) WithGroup(string) slog.Handler      { return h }
-
-// lines returns the messages of the records at level or above.
-func (h *logRecorder) lines(level slog.Level) []string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var out []string
-	for _, r := range h.recs {
-		if r.Level >= level {
-			out = append(out, r.Message)
-		}
-	}
-	return out
-}
 
 func countContaining(lines []string, sub string) int {
 	n := 0
@@ -72,7 +43,7 @@ func TestOutageThenRecoveryWritesBehind(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		reg := &degrade.Registry{}
 		mem := cold.NewMem()
-		logs := &logRecorder{}
+		logs := &coldtest.LogRecorder{}
 		const payload = 1024
 		const limit = 48 << 10
 		tr := newTier(t, memAsS3{mem}, func(c *Config) {
@@ -161,7 +132,7 @@ func TestOutageThenRecoveryWritesBehind(t *testing.T) {
 		cancel()
 		<-done
 
-		lines := logs.lines(slog.LevelInfo)
+		lines := logs.Lines(slog.LevelInfo)
 		for _, want := range []string{"writes failing", "writes recovered", "budget full", "room again"} {
 			if n := countContaining(lines, want); n != 1 {
 				t.Fatalf("%d log lines with %q, want 1; lines: %q", n, want, lines)
@@ -184,7 +155,7 @@ func (p permanentStore) Put(context.Context, string, []byte, cold.PutOptions) er
 // given up at the flush that failed it: its bytes go back to the budget,
 // and the loss is counted and logged once for the flush.
 func TestGivenUpPacksReleaseTheirBytes(t *testing.T) {
-	logs := &logRecorder{}
+	logs := &coldtest.LogRecorder{}
 	tr := newTier(t, permanentStore{cold.NewMem()}, func(c *Config) { c.Logger = slog.New(logs); c.PackBlocks = 4 })
 	ns := testNS("acme")
 	d, _ := ns.Digest()
@@ -205,7 +176,7 @@ func TestGivenUpPacksReleaseTheirBytes(t *testing.T) {
 	if st.PacksGivenUp != 3 || st.BlocksGivenUp != 12 || st.BytesGivenUp == 0 || st.HeldBytes != 0 || st.SinkPending != 0 || st.SinkFailed != 3 {
 		t.Fatalf("after the flush: %+v", st)
 	}
-	lines := logs.lines(slog.LevelWarn)
+	lines := logs.Lines(slog.LevelWarn)
 	if n := countContaining(lines, "gave up packs"); n != 1 {
 		t.Fatalf("%d 'gave up' lines, want 1 for the flush: %q", n, lines)
 	}
@@ -276,7 +247,7 @@ func TestOutageRealS3(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	logs := &logRecorder{}
+	logs := &coldtest.LogRecorder{}
 	tr := newTier(t, store, func(c *Config) { c.PendingBytes = 1 << 20; c.Logger = slog.New(logs) })
 	ctx := context.Background()
 	ns := testNS("acme")
@@ -323,7 +294,7 @@ func TestOutageRealS3(t *testing.T) {
 	if st := tr.Stats(); st.WriteDegraded || st.HeldBytes != 0 || st.WriteOutages != 1 {
 		t.Fatalf("stats after the outage: %+v", st)
 	}
-	lines := logs.lines(slog.LevelInfo)
+	lines := logs.Lines(slog.LevelInfo)
 	if countContaining(lines, "writes failing") != 1 || countContaining(lines, "writes recovered") != 1 {
 		t.Fatalf("log lines %q, want one 'writes failing' and one 'writes recovered'", lines)
 	}

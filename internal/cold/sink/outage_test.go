@@ -5,43 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/gpucache/gpucache/internal/cold"
+	"github.com/gpucache/gpucache/internal/cold/coldtest"
 )
-
-// logRecorder is a slog.Handler that keeps every record, at every level.
-type logRecorder struct {
-	mu   sync.Mutex
-	recs []slog.Record
-}
-
-func (h *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
-func (h *logRecorder) Handle(_ context.Context, r slog.Record) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.recs = append(h.recs, r.Clone())
-	return nil
-}
-func (h *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *logRecorder) WithGroup(string) slog.Handler      { return h }
-
-// count returns how many records at level or above have msg containing sub.
-func (h *logRecorder) count(level slog.Level, sub string) int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	n := 0
-	for _, r := range h.recs {
-		if r.Level >= level && strings.Contains(r.Message, sub) {
-			n++
-		}
-	}
-	return n
-}
 
 // An outage much longer than MaxWriteAttempts drains: no job is charged,
 // none moves to the failed queue, each probe costs outageStreak store
@@ -49,7 +20,7 @@ func (h *logRecorder) count(level slog.Level, sub string) int {
 // once the store answers every job is written by the next due drain.
 func TestOutageKeepsJobsAndResumes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		logs := &logRecorder{}
+		logs := &coldtest.LogRecorder{}
 		const backoff, maxBackoff = time.Second, 8 * time.Second
 		s, st := newTestSink(t, Config{RetryBackoff: backoff, MaxRetryBackoff: maxBackoff, Logger: slog.New(logs)})
 		var down sync.Mutex
@@ -132,13 +103,13 @@ func TestOutageKeepsJobsAndResumes(t *testing.T) {
 		if got.Degraded || got.Recoveries != 1 || got.Jobs != 0 || got.Bytes != 0 || got.FailedTotal != 0 {
 			t.Fatalf("stats after recovery %+v", got)
 		}
-		if n := logs.count(slog.LevelWarn, "writes failing"); n != 1 {
+		if n := logs.Count(slog.LevelWarn, "writes failing"); n != 1 {
 			t.Fatalf("%d 'writes failing' lines, want 1", n)
 		}
-		if n := logs.count(slog.LevelInfo, "writes recovered"); n != 1 {
+		if n := logs.Count(slog.LevelInfo, "writes recovered"); n != 1 {
 			t.Fatalf("%d 'writes recovered' lines, want 1", n)
 		}
-		if n := logs.count(slog.LevelInfo, ""); n != 2 {
+		if n := logs.Count(slog.LevelInfo, ""); n != 2 {
 			t.Fatalf("%d lines at Info or above, want 2 (one state change each way)", n)
 		}
 		// A second outage is a second pair of lines.
@@ -149,7 +120,7 @@ func TestOutageKeepsJobsAndResumes(t *testing.T) {
 		if rep := s.DrainReport(bg); !rep.Outage {
 			t.Fatalf("second outage: %+v", rep)
 		}
-		if n := logs.count(slog.LevelWarn, "writes failing"); n != 2 {
+		if n := logs.Count(slog.LevelWarn, "writes failing"); n != 2 {
 			t.Fatalf("%d 'writes failing' lines after a second outage, want 2", n)
 		}
 	})
