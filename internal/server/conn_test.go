@@ -240,22 +240,7 @@ func TestRequestBuffersBounded(t *testing.T) {
 		defer b.Stop(t)
 		blob := mustCanonical(t, testNamespace("acme"))
 		const attackers = 16
-		var writers sync.WaitGroup
-		var conns []*rawConn
-		for i := range attackers {
-			c := b.pipeHello(t, srcA, "acme")
-			conns = append(conns, c)
-			op := wire.OpPut
-			if i%2 == 1 {
-				op = wire.OpFillCommit
-			}
-			frame := bigTablePrefix(op, 7, blob, 4<<20, 1<<20)
-			writers.Add(1)
-			go func() {
-				defer writers.Done()
-				c.nc.Write(frame) // blocks while the server waits for budget
-			}()
-		}
+		conns, writers := b.stallTables(t, "acme", blob, attackers, false)
 		synctest.Wait()
 		if used := b.srv.bufs.inUse(); used > budget || used == 0 {
 			t.Fatalf("request buffers hold %d bytes, want 1..%d", used, budget)
@@ -406,4 +391,31 @@ func TestParkedWaitCharged(t *testing.T) {
 		leader.nc.Close()
 		joiner.nc.Close()
 	})
+}
+
+// stallTables opens n sessions of tenant from srcA, each sending a PUT or
+// FILL_COMMIT (alternately) that declares a 4 MiB table, sends 1 MiB of it
+// and stalls. The writes block while the server waits for request-buffer
+// budget; writers is done when every byte sent has been read. With
+// settleEach, the bubble settles after each connection, so each takes what
+// it can before the next starts.
+func (b *bubbleServer) stallTables(t *testing.T, tenant string, blob []byte, n int, settleEach bool) (conns []*rawConn, writers *sync.WaitGroup) {
+	t.Helper()
+	writers = &sync.WaitGroup{}
+	for i := range n {
+		c := b.pipeHello(t, srcA, tenant)
+		conns = append(conns, c)
+		op := wire.OpPut
+		if i%2 == 1 {
+			op = wire.OpFillCommit
+		}
+		frame := bigTablePrefix(op, 7, blob, 4<<20, 1<<20)
+		writers.Go(func() {
+			c.nc.Write(frame) // blocks while the server waits for budget
+		})
+		if settleEach {
+			synctest.Wait()
+		}
+	}
+	return conns, writers
 }

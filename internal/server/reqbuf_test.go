@@ -124,23 +124,7 @@ func TestTenantAtItsBufferShareDoesNotStarveAnother(t *testing.T) {
 		b := startBubble(t, bufferShareConfig)
 		defer b.Stop(t)
 		blob := mustCanonical(t, testNamespace("acme"))
-		var writers sync.WaitGroup
-		var stalled []*rawConn
-		for i := range 24 { // 48 MiB wanted: more than the whole budget
-			c := b.pipeHello(t, srcA, "acme")
-			stalled = append(stalled, c)
-			op := wire.OpPut
-			if i%2 == 1 {
-				op = wire.OpFillCommit
-			}
-			frame := bigTablePrefix(op, 7, blob, 4<<20, 1<<20)
-			writers.Add(1)
-			go func() {
-				defer writers.Done()
-				c.nc.Write(frame) // blocks while the server waits for budget
-			}()
-			synctest.Wait() // each connection takes what it can before the next
-		}
+		stalled, writers := b.stallTables(t, "acme", blob, 24, true) // 48 MiB wanted: more than the whole budget
 		if statValue(b.srv, "request_buffer_waits") == 0 {
 			t.Fatal("no request of acme waited for budget")
 		}
