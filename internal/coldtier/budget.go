@@ -6,7 +6,8 @@ import (
 
 // Metadata allowance of one block in a pack (blockCost): its manifest
 // record holds its canonical identity (the namespace's canonical bytes,
-// then parent, position, tokens, valid length) and its range (key, offset,
+// then parent, position, tokens, valid length, or an opaque-key block's
+// name) and its range (key, offset,
 // length, checksum); its pointer object names the namespace, the block and
 // the manifest (key, digest, size). blockSlack covers those fixed fields
 // with room to spare, and the pack's own header, manifest header, pack key
@@ -18,7 +19,7 @@ const blockSlack = 1024
 // costLocked returns the budget bytes a block takes while it waits: its
 // payload plus its share of the pack's metadata. t.mu must be held.
 func (t *Tier) costLocked(tl tail, payload int) int64 {
-	return int64(payload) + 4*int64(tl.tokLen) + 2*int64(t.mu.nsCanon[tl.ns]) + blockSlack
+	return int64(payload) + 4*int64(tl.tokLen) + int64(len(tl.opaque)) + 2*int64(t.mu.nsCanon[tl.ns]) + blockSlack
 }
 
 // pointersOf counts a job's pointer objects: one per block.

@@ -190,6 +190,7 @@ type tail struct {
 	valid    uint32
 	tokOff   uint32
 	tokLen   uint32
+	opaque   string // the name of an opaque-key block (tokLen is then 0)
 }
 
 type batch struct {
@@ -339,7 +340,7 @@ func (t *Tier) Remember(id identity.CacheIdentity) {
 	if err != nil {
 		return
 	}
-	t.RememberKeyed(id, d, identity.KeyFor(d, id.Parent, id.Tokens, id.ValidLength))
+	t.RememberKeyed(id, d, id.KeyIn(d))
 }
 
 // RememberKeyed is Remember for a caller that already holds the block's
@@ -365,7 +366,8 @@ func (t *Tier) RememberKeyed(id identity.CacheIdentity, d identity.NamespaceDige
 	t.compactLocked()
 	off := uint32(len(t.mu.tokens))
 	t.mu.tokens = append(t.mu.tokens, id.Tokens...)
-	t.mu.tails[key] = tail{ns: ni, parent: id.Parent, position: id.Position, valid: id.ValidLength, tokOff: off, tokLen: uint32(len(id.Tokens))}
+	t.mu.tails[key] = tail{ns: ni, parent: id.Parent, position: id.Position, valid: id.ValidLength, tokOff: off, tokLen: uint32(len(id.Tokens)),
+		opaque: string(id.Opaque)}
 	t.st.remembered.Add(1)
 }
 
@@ -427,6 +429,9 @@ func (t *Tier) batchLocked(ns identity.NamespaceDigest, tl tail, payload []byte,
 	nsv := t.mu.namespaces[tl.ns]
 	id := identity.CacheIdentity{Namespace: nsv, Parent: tl.parent, Position: tl.position,
 		Tokens: append([]uint32(nil), t.mu.tokens[tl.tokOff:tl.tokOff+tl.tokLen]...), ValidLength: tl.valid}
+	if tl.opaque != "" {
+		id.Tokens, id.Opaque = nil, []byte(tl.opaque)
+	}
 	b := t.mu.batches[ns]
 	if b == nil {
 		b = &batch{ns: nsv}

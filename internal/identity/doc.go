@@ -29,6 +29,25 @@
 // with the zero key as the parent of the first block. Position is not hashed
 // into the key: the parent key already commits to the whole prefix, and so to
 // the block's position. Position is part of the full identity encoding, which
-// is what a reader compares. Golden vectors in testdata/golden.json pin these
+// is what a reader compares.
+//
+// # Opaque-key blocks
+//
+// A client that names its blocks by keys of its own (LMCache chunk keys over
+// RESP) stores opaque-key blocks: CacheIdentity.Opaque holds the name, and
+// parent, position, tokens and valid length are zero. Such an identity
+// encodes as
+//
+//	"GCID" | u8 version (1) | u8 field count (16) | namespace fields | 20 opaque name
+//
+// and its key is
+//
+//	SHA-256("gpucache/opaquekey/v1\x00" || namespace digest || u32 len(name) || name)
+//
+// The domain string keeps every opaque key apart from every token-chain key;
+// the namespace digest binds tenant, model, dtype and layout exactly as for a
+// token chain. testdata/opaque_golden.json pins these bytes.
+//
+// Golden vectors in testdata/golden.json pin these
 // bytes so other languages can match them; testdata/README.md describes them.
 package identity

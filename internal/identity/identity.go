@@ -27,6 +27,9 @@ const (
 	MaxCanonicalLen = 4096
 	// MaxBlockTokens bounds Layout.BlockTokens and len(Tokens) of one block.
 	MaxBlockTokens = 1 << 16
+	// MaxOpaqueLen bounds CacheIdentity.Opaque, the name of an opaque-key
+	// block, in bytes.
+	MaxOpaqueLen = 1024
 )
 
 // BlockKey names one block of KV cache. It is a SHA-256 that chains over the
@@ -85,6 +88,13 @@ type CacheIdentity struct {
 	Position    uint64   // token offset of the block's first token
 	Tokens      []uint32 // the block's token ids, 1..BlockTokens of them
 	ValidLength uint32   // tokens whose KV the payload holds, 1..len(Tokens)
+	// Opaque, when not empty, makes this an opaque-key block: a block a
+	// client names by a key of its own (an LMCache chunk key over RESP)
+	// rather than by a token chain. Its identity is the namespace and
+	// these bytes (1..MaxOpaqueLen); Parent, Position, Tokens and
+	// ValidLength must then be zero. Its key is OpaqueKey, whose domain
+	// separation keeps it apart from every token-chain key.
+	Opaque []byte
 }
 
 // Field tags of the canonical encoding, in encoding order.
@@ -108,14 +118,18 @@ const (
 	tagPosition
 	tagValidLength
 	tagTokens
+	// tagOpaque is the one block field of an opaque-key identity.
+	tagOpaque
 	numNamespaceTags = int(tagBlockTokens)
 )
 
 var (
-	nsMagic    = [4]byte{'G', 'C', 'N', 'S'}
-	idMagic    = [4]byte{'G', 'C', 'I', 'D'}
-	keyDomain  = []byte("gpucache/blockkey/v1\x00")
-	encVersion = byte(1)
+	nsMagic   = [4]byte{'G', 'C', 'N', 'S'}
+	idMagic   = [4]byte{'G', 'C', 'I', 'D'}
+	keyDomain = []byte("gpucache/blockkey/v1\x00")
+	// opaqueDomain separates opaque-key blocks from token-chain blocks.
+	opaqueDomain = []byte("gpucache/opaquekey/v1\x00")
+	encVersion   = byte(1)
 )
 
 type strField struct {
@@ -317,6 +331,15 @@ func (c CacheIdentity) Validate() error {
 	if err := c.Namespace.Validate(); err != nil {
 		return err
 	}
+	if len(c.Opaque) > 0 {
+		switch {
+		case len(c.Opaque) > MaxOpaqueLen:
+			return fmt.Errorf("%w: opaque name is %d bytes, limit %d", ErrInvalid, len(c.Opaque), MaxOpaqueLen)
+		case len(c.Tokens) != 0 || c.ValidLength != 0 || c.Position != 0 || !c.Parent.IsZero():
+			return fmt.Errorf("%w: an opaque-key identity has no parent, position, tokens or valid_length", ErrInvalid)
+		}
+		return nil
+	}
 	if len(c.Tokens) == 0 {
 		return fmt.Errorf("%w: field tokens is empty", ErrInvalid)
 	}
@@ -341,6 +364,13 @@ func (c CacheIdentity) Canonical() ([]byte, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
+	if len(c.Opaque) > 0 {
+		b := make([]byte, 0, 256+len(c.Opaque))
+		b = append(b, idMagic[:]...)
+		b = append(b, encVersion, byte(numNamespaceTags+1))
+		b = c.Namespace.appendFields(b)
+		return appendField(b, tagOpaque, c.Opaque), nil
+	}
 	b := make([]byte, 0, 256+4*len(c.Tokens))
 	b = append(b, idMagic[:]...)
 	b = append(b, encVersion, byte(tagTokens))
@@ -363,7 +393,37 @@ func (c CacheIdentity) Key() (BlockKey, error) {
 	if err != nil {
 		return BlockKey{}, err
 	}
-	return KeyFor(d, c.Parent, c.Tokens, c.ValidLength), nil
+	return c.KeyIn(d), nil
+}
+
+// KeyIn returns the block key of the identity given its namespace digest d
+// (the caller computed and trusts it): OpaqueKey for an opaque-key
+// identity, KeyFor for a token-chain one. Like KeyFor, it never fails.
+func (c CacheIdentity) KeyIn(d NamespaceDigest) BlockKey {
+	if len(c.Opaque) > 0 {
+		return OpaqueKey(d, c.Opaque)
+	}
+	return KeyFor(d, c.Parent, c.Tokens, c.ValidLength)
+}
+
+// OpaqueKey computes the key of an opaque-key block:
+//
+//	SHA-256("gpucache/opaquekey/v1\x00" || ns digest || u32le(len(name)) || name)
+//
+// The domain string differs from KeyFor's from its tenth byte on, so no
+// opaque-key block can share a key with a token-chain block (up to SHA-256
+// collisions). The caller bounds name (MaxOpaqueLen); OpaqueKey never fails.
+func OpaqueKey(ns NamespaceDigest, name []byte) BlockKey {
+	h := sha256.New()
+	h.Write(opaqueDomain)
+	h.Write(ns[:])
+	var n [4]byte
+	binary.LittleEndian.PutUint32(n[:], uint32(len(name)))
+	h.Write(n[:])
+	h.Write(name)
+	var k BlockKey
+	h.Sum(k[:0])
+	return k
 }
 
 // KeyFor computes a block key:

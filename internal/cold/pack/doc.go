@@ -76,7 +76,8 @@
 //	C ×   range record:
 //	        4    u32 identity length L, at most maxIdentityLen
 //	        L    full canonical CacheIdentity ("GCID", identity/doc.go)
-//	        32   block key = identity.KeyFor(namespace digest, parent, tokens, valid length)
+//	        32   block key = identity.KeyFor(namespace digest, parent, tokens, valid length),
+//	             or identity.OpaqueKey(namespace digest, name) for an opaque-key identity
 //	        8    u64 offset in the pack object
 //	        8    u64 length, >= 1
 //	        32   SHA-256 of the payload

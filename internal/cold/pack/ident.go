@@ -19,6 +19,10 @@ import (
 const (
 	// idHeader is "GCID" | version 1 | 19 fields (identity/doc.go).
 	idHeader = "GCID\x01\x13"
+	// opaqueHeader is "GCID" | version 1 | 16 fields: the namespace and
+	// the name of an opaque-key block (tag 20).
+	opaqueHeader = "GCID\x01\x10"
+	tagOpaque    = 20
 	// nsHeader is "GCNS" | version 1 | 15 fields.
 	nsHeader = "GCNS\x01\x0f"
 	// nsFields is the number of namespace fields inside an identity.
@@ -29,6 +33,18 @@ const (
 	maxIdentityLen = identity.MaxCanonicalLen + 4*5 + 32 + 8 + 4 + 4*identity.MaxBlockTokens
 )
 
+// identityHeader reports whether b starts with a canonical identity header
+// (ok), and whether it is the opaque-key form.
+func identityHeader(b []byte) (opaque, ok bool) {
+	switch {
+	case len(b) >= len(idHeader) && string(b[:len(idHeader)]) == idHeader:
+		return false, true
+	case len(b) >= len(opaqueHeader) && string(b[:len(opaqueHeader)]) == opaqueHeader:
+		return true, true
+	}
+	return false, false
+}
+
 // decodeIdentity parses a canonical CacheIdentity encoding. Errors wrap
 // cold.ErrCorrupt.
 func decodeIdentity(b []byte) (identity.CacheIdentity, error) {
@@ -36,7 +52,8 @@ func decodeIdentity(b []byte) (identity.CacheIdentity, error) {
 	if len(b) > maxIdentityLen {
 		return id, fmt.Errorf("%w: identity is %d bytes, limit %d", cold.ErrCorrupt, len(b), maxIdentityLen)
 	}
-	if len(b) < len(idHeader) || string(b[:len(idHeader)]) != idHeader {
+	opaque, ok := identityHeader(b)
+	if !ok {
 		return id, fmt.Errorf("%w: identity: bad header", cold.ErrCorrupt)
 	}
 	// Walk the 15 namespace fields to find where they end.
@@ -56,6 +73,9 @@ func decodeIdentity(b []byte) (identity.CacheIdentity, error) {
 		return id, fmt.Errorf("%w: identity namespace: %w", cold.ErrCorrupt, err)
 	}
 	id.Namespace = ns
+	if opaque {
+		return decodeOpaque(id, b, end)
+	}
 
 	v, end, err := tlv(b, end, 16)
 	if err != nil {
@@ -92,6 +112,30 @@ func decodeIdentity(b []byte) (identity.CacheIdentity, error) {
 	for i := range id.Tokens {
 		id.Tokens[i] = binary.LittleEndian.Uint32(v[4*i:])
 	}
+	again, err := id.Canonical()
+	if err != nil {
+		return id, fmt.Errorf("%w: identity: %w", cold.ErrCorrupt, err)
+	}
+	if !bytes.Equal(again, b) {
+		return id, fmt.Errorf("%w: identity: not a canonical encoding", cold.ErrCorrupt)
+	}
+	return id, nil
+}
+
+// decodeOpaque reads the name field of an opaque-key identity whose
+// namespace fields end at off.
+func decodeOpaque(id identity.CacheIdentity, b []byte, off int) (identity.CacheIdentity, error) {
+	v, end, err := tlv(b, off, tagOpaque)
+	if err != nil {
+		return id, err
+	}
+	if end != len(b) {
+		return id, fmt.Errorf("%w: identity: %d trailing bytes", cold.ErrCorrupt, len(b)-end)
+	}
+	if len(v) == 0 || len(v) > identity.MaxOpaqueLen {
+		return id, fmt.Errorf("%w: identity: opaque name is %d bytes", cold.ErrCorrupt, len(v))
+	}
+	id.Opaque = append([]byte(nil), v...)
 	again, err := id.Canonical()
 	if err != nil {
 		return id, fmt.Errorf("%w: identity: %w", cold.ErrCorrupt, err)

@@ -388,7 +388,7 @@ func DecodeManifest(b []byte) (*Manifest, error) {
 		switch {
 		case id.Namespace != ns:
 			r.fail("range %d: identity of namespace %q/%q, manifest namespace %q/%q", i, id.Tenant, id.ModelID, ns.Tenant, ns.ModelID)
-		case rg.Key != identity.KeyFor(m.nsDigest, id.Parent, id.Tokens, id.ValidLength):
+		case rg.Key != id.KeyIn(m.nsDigest):
 			r.fail("range %d: key %s is not the key of its identity", i, rg.Key)
 		case rg.Length == 0:
 			r.fail("range %d: empty payload", i)

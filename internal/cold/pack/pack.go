@@ -158,13 +158,14 @@ func build(ns identity.Namespace, blocks []Block, s Sealer) (*Pack, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: block %d: %w", ErrInvalid, i, err)
 		}
-		k := identity.KeyFor(nsd, b.Identity.Parent, b.Identity.Tokens, b.Identity.ValidLength)
+		k := b.Identity.KeyIn(nsd)
 		if j, dup := seen[k]; dup {
 			return nil, fmt.Errorf("%w: blocks %d and %d have the same key %s", ErrInvalid, j, i, k)
 		}
 		seen[k] = i
 		id := b.Identity
 		id.Tokens = append([]uint32(nil), id.Tokens...)
+		id.Opaque = append([]byte(nil), id.Opaque...)
 		m.Ranges[i] = Range{
 			Identity:  id,
 			Canonical: c,

@@ -414,5 +414,5 @@ func prepare(id identity.CacheIdentity) (want, error) {
 	if err != nil {
 		return want{}, fmt.Errorf("%w: expected identity: %w", ErrInvalidRequest, err)
 	}
-	return want{id: id, canon: c, nsd: d, key: identity.KeyFor(d, id.Parent, id.Tokens, id.ValidLength)}, nil
+	return want{id: id, canon: c, nsd: d, key: id.KeyIn(d)}, nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpucache/gpucache/internal/cold"
 	"github.com/gpucache/gpucache/internal/cold/pack"
+	"github.com/gpucache/gpucache/internal/identity"
 )
 
 func TestRefillRoundTrip(t *testing.T) {
@@ -194,5 +195,30 @@ func TestConcurrentRefills(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+// TestRefillOpaqueKey: an opaque-key block (RESP, issue 13) refills by
+// namespace and key like a token-chain block; another namespace misses.
+func TestRefillOpaqueKey(t *testing.T) {
+	e := newEnv(t, Config{})
+	ctx := context.Background()
+	ns := testNamespace("acme")
+	id := identity.CacheIdentity{Namespace: ns, Opaque: []byte("model@00000000@0@abc")}
+	want := bytes.Repeat([]byte{0x5a}, 4096)
+	p, err := pack.Build(ns, []pack.Block{{Identity: id, Payload: want}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.publish(p)
+	k, _ := id.Key()
+	dst := filled(5000)
+	n, res, err := e.r.RefillKey(ctx, ns, k, dst)
+	if err != nil || !res.Hit || !bytes.Equal(dst[:n], want) {
+		t.Fatalf("refill: n=%d %v %v", n, res, err)
+	}
+	other := testNamespace("globex")
+	if n, res, _ := e.r.RefillKey(ctx, other, k, filled(5000)); res.Hit || n != 0 {
+		t.Fatal("another tenant's namespace hit the block")
 	}
 }
