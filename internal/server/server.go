@@ -118,6 +118,9 @@ type Config struct {
 	// wire.VersionMax; more than wire.VersionMax is ErrConfig. 1 pins the previous protocol (a rolling
 	// upgrade runs new binaries pinned until every node is upgraded).
 	MaxVersion uint8
+	// Forwarder, when set, serves RESP operations on keys another member
+	// owns (forwarder.go). Nil: every key is served locally.
+	Forwarder Forwarder
 	// Hooks are test hooks; nil in production.
 	Hooks *Hooks
 }
