@@ -118,6 +118,16 @@ type Config struct {
 	// wire.VersionMax; more than wire.VersionMax is ErrConfig. 1 pins the previous protocol (a rolling
 	// upgrade runs new binaries pinned until every node is upgraded).
 	MaxVersion uint8
+	// ColdPresent, when set, reports whether the cold tier holds the block
+	// (namespace digest d, key), from memory, without a payload read (an
+	// index of the cold tier's pointers). A true answer may be stale (a GET
+	// may still miss); false is never wrong right after a publish. LOOKUP
+	// and RESP EXISTS count such blocks as present. Nil: DRAM only.
+	ColdPresent func(d identity.NamespaceDigest, key identity.BlockKey) bool
+	// ColdDelete, when set, hides the block in the cold tier (its pointer
+	// goes, and no pending write-behind brings it back), so a GET after a
+	// DELETE or RESP DEL misses. Nil: DELETE touches DRAM only.
+	ColdDelete func(ctx context.Context, ns identity.Namespace, d identity.NamespaceDigest, key identity.BlockKey) error
 	// Forwarder, when set, serves RESP operations on keys another member
 	// owns (forwarder.go). Nil: every key is served locally.
 	Forwarder Forwarder
