@@ -16,7 +16,6 @@ import (
 	"github.com/gpucache/gpucache/client"
 	"github.com/gpucache/gpucache/internal/control"
 	"github.com/gpucache/gpucache/internal/identity"
-	"github.com/gpucache/gpucache/internal/security"
 	"github.com/gpucache/gpucache/internal/server"
 	"github.com/gpucache/gpucache/internal/servertest"
 )
@@ -436,7 +435,6 @@ func statsOf(f *Forwarder) map[string]uint64 {
 	return m
 }
 
-var _ = security.Guard{}
 
 type testWriter struct{ t *testing.T }
 
