@@ -57,7 +57,8 @@ const MaxRESPMetadata = 4096
 // AUTHs (as maxAuthFailures for HELLO).
 const maxRESPAuthFailures = maxAuthFailures
 
-// respReadArgs are the reader's bounds below the last argument.
+// respReadLimits are the reader's bounds below the last argument; the
+// last (the SET value) is bounded by the hot tier's largest block.
 var respReadLimits = resp.Limits{MaxArgs: 1024, MaxArg: 4096, MaxArgBytes: 64 << 10}
 
 // respCounters are the RESP endpoint's own figures.
