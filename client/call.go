@@ -59,8 +59,9 @@ type call struct {
 
 	// GET only: the caller's memory, written by the reader only while the
 	// call is filling. dst nil means allocate each payload.
-	dst [][]byte
-	res []GetResult
+	dst   [][]byte
+	res   []GetResult
+	alloc func(n int) []byte // dst nil: WithAlloc's allocator, or nil to make
 }
 
 func newCall(op wire.Opcode) *call { return &call{op: op, done: make(chan struct{})} }

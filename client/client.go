@@ -267,8 +267,9 @@ func (c *Client) nsBlob(ns Namespace) ([]byte, error) {
 // request is one frame of a logical operation and what became of it.
 type request struct {
 	frame
-	dst [][]byte    // GET: destination buffers, or nil
-	res []GetResult // GET: the results this request fills
+	dst   [][]byte           // GET: destination buffers, or nil
+	alloc func(n int) []byte // GET without dst: WithAlloc, or nil
+	res   []GetResult        // GET: the results this request fills
 
 	cl  *call // the call of the last attempt
 	cn  *conn // the connection of the last attempt
@@ -316,7 +317,7 @@ func (c *Client) execOnce(ctx context.Context, reqs []*request, pin *conn) {
 	for i, r := range reqs {
 		r.ok, r.err, r.cn = false, nil, cn
 		r.cl = newCall(r.op)
-		r.cl.dst, r.cl.res = r.dst, r.res
+		r.cl.dst, r.cl.res, r.cl.alloc = r.dst, r.res, r.alloc
 		inFlight, err := cn.start(ctx, r.cl, &r.frame)
 		if !inFlight {
 			for _, r := range reqs[i:] {

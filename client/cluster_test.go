@@ -191,7 +191,7 @@ func TestClusterRoutesByOwner(t *testing.T) {
 			t.Fatalf("%s holds %d blocks, owns %d", nd.id, got, len(per[nd]))
 		}
 		direct := dialTest(t, nd.addr, nil)
-		if direct.ProtocolVersion() != wire.Version2 {
+		if direct.ProtocolVersion() != wire.VersionMax {
 			t.Fatalf("session version %d", direct.ProtocolVersion())
 		}
 		for _, r := range direct.Get(ctx, ns, per[nd]) {
@@ -643,7 +643,7 @@ func TestClientVersionAndWrongEpoch(t *testing.T) {
 	rs := startServer(t, "127.0.0.1:0", wire.Limits{})
 	c := dialTest(t, rs.Addr, nil)
 	ctx := testCtx(t)
-	if c.ProtocolVersion() != wire.Version2 {
+	if c.ProtocolVersion() != wire.VersionMax {
 		t.Fatalf("version %d", c.ProtocolVersion())
 	}
 	if v, err := c.Members(ctx); err != nil || v.Epoch != 0 || len(v.Members) != 0 {

@@ -15,6 +15,7 @@ type GetOption func(*getOptions)
 
 type getOptions struct {
 	lease LeaseID
+	alloc func(n int) []byte // WithAlloc; nil: make
 }
 
 // WithLease passes a lease taken by Lookup; the server releases it once it
@@ -97,6 +98,8 @@ func (c *Client) get(ctx context.Context, ns Namespace, keys []BlockKey, dst [][
 		}
 		if dst != nil {
 			r.dst = dst[off:end]
+		} else {
+			r.alloc = o.alloc
 		}
 		reqs = append(reqs, r)
 		off = end

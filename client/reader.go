@@ -187,7 +187,18 @@ func (c *conn) readGet(h wire.Header, cl *call) error {
 			continue
 		}
 		var buf []byte
-		if cl.dst == nil {
+		if cl.dst == nil && cl.alloc != nil {
+			if buf = cl.alloc(ln); len(buf) != ln {
+				if _, err := c.br.Discard(ln); err != nil {
+					err = lost(err)
+					cl.failFill(err, i)
+					return err
+				}
+				left -= int64(ln)
+				cl.res[i] = GetResult{Reason: fmt.Errorf("%w: no buffer for %d bytes", ErrShortBuffer, ln)}
+				continue
+			}
+		} else if cl.dst == nil {
 			buf = make([]byte, ln)
 		} else if d := cl.dst[i]; ln <= cap(d) {
 			buf = d[:ln]

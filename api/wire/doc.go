@@ -1,12 +1,14 @@
-// Package wire specifies the gpucache wire protocol, versions 1 and 2, and
+// Package wire specifies the gpucache wire protocol, versions 1, 2 and 3, and
 // implements its codec. This comment is the normative specification;
 // docs/PROTOCOL.md mirrors it. Where the two differ, this comment wins and
 // the difference is a bug.
 //
 // Version 1 is the single-node protocol. Version 2 adds cluster mode (ADR
 // 0008): the MEMBERS operation, the WRONG_EPOCH code and the ownership rules
-// of "Cluster mode (version 2)" below. Everything else is the same in both
-// versions.
+// of "Cluster mode (version 2)" below. Version 3 adds one operation,
+// PUT_OPAQUE, which stores opaque-key blocks (a RESP key under a tenant's
+// profile namespace, issue 13). Everything else is the same in every
+// version.
 //
 // # Conventions
 //
@@ -55,17 +57,17 @@
 // peer can therefore find where the next frame starts.
 //
 // The header's version byte is the frame format, FrameVersion = 1, not the
-// protocol version. Protocol versions 1 and 2 share it: every frame, request
-// or response, carries 1 there in either version. A request whose header
+// protocol version. Protocol versions 1, 2 and 3 share it: every frame,
+// request or response, carries 1 there in every version. A request whose header
 // carries another value is answered with UNSUPPORTED_VERSION. Its body is
 // read and discarded, and the connection stays usable.
 //
 // The protocol version is a property of the session, negotiated by HELLO.
-// The HELLO request and response bodies are the same in both versions and
+// The HELLO request and response bodies are the same in every version and
 // frozen, so every server can read them. The client sends the range of
 // versions it speaks, min_version..max_version. A server speaks every
-// version from 1 up to its maximum (VersionMax = 2; the reference server
-// can be pinned lower, --protocol-max 1, during a rolling upgrade). It
+// version from 1 up to its maximum (VersionMax = 3; the reference server
+// can be pinned lower, --protocol-max 1 or 2, during a rolling upgrade). It
 // negotiates
 //
 //	v = min(max_version, server maximum)
@@ -76,12 +78,13 @@
 //
 // The session's version decides:
 //   - which operations exist. An opcode introduced after the session's
-//     version (Opcode.Since: MEMBERS in a version-1 session) is answered
+//     version (Opcode.Since: MEMBERS in a version-1 session, PUT_OPAQUE
+//     in a version-1 or version-2 session) is answered
 //     UNKNOWN_OPCODE. Its body is skipped, and the connection stays usable;
 //   - which codes the server sends. It never sends a version-2 code
 //     (WRONG_EPOCH) to a version-1 session;
-//   - whether requests are checked for ownership: only in version 2 (see
-//     "Cluster mode (version 2)").
+//   - whether requests are checked for ownership: only in versions 2 and 3
+//     (see "Cluster mode (version 2)").
 //
 // # Flags
 //
@@ -90,7 +93,7 @@
 //	bit 2   STAMPED   request only: the body starts with a 24-byte replay stamp
 //	bits 3-15         reserved, zero
 //
-// Versions 1 and 2 define one request flag, STAMPED (ADR 0006). A stamped request's
+// Versions 1 to 3 define one request flag, STAMPED (ADR 0006). A stamped request's
 // body is a 24-byte stamp followed by the operation's own body; the body
 // length counts both. The stamp is
 //
@@ -114,7 +117,7 @@
 // MALFORMED, and the body is skipped.
 //
 // A server with authentication requires the stamp on the mutating operations
-// (PUT, DELETE, ACQUIRE, FILL_COMMIT, FILL_ABORT; Opcode.Mutating) and says so
+// (PUT, DELETE, ACQUIRE, FILL_COMMIT, FILL_ABORT, PUT_OPAQUE; Opcode.Mutating) and says so
 // in the HELLO session flags. It answers REPLAY to a missing stamp; a
 // timestamp older than its clock minus the replay window (replay_window,
 // default 5 minutes) or newer than its clock plus replay_max_future (default
@@ -164,8 +167,8 @@
 //     a non-empty tenant that differs is refused. A failed HELLO is
 //     UNAUTHENTICATED and opens no session; after three on one connection the
 //     server closes it. Each operation then needs a right on the namespace's
-//     model: read for LOOKUP, GET and WAIT; write for PUT, FILL_COMMIT and
-//     FILL_ABORT; read and write for DELETE and ACQUIRE (their answers reveal
+//     model: read for LOOKUP, GET and WAIT; write for PUT, FILL_COMMIT,
+//     FILL_ABORT and PUT_OPAQUE; read and write for DELETE and ACQUIRE (their answers reveal
 //     whether a block exists). A missing right is DENIED. STAT and MEMBERS
 //     carry no namespace and need no right, only the session. A tenant over
 //     its rate limit gets RATE_LIMITED with a retry-after; the request is
@@ -177,7 +180,7 @@
 // session's. A later HELLO for another tenant is TENANT_MISMATCH, and the
 // session keeps its tenant.
 //
-// LOOKUP, GET, PUT and DELETE each carry a namespace blob. The server checks
+// LOOKUP, GET, PUT, PUT_OPAQUE and DELETE each carry a namespace blob. The server checks
 // it before touching any block:
 //   - The blob must be a canonical identity namespace encoding that
 //     identity.DecodeNamespace accepts (see "Namespace blob" below).
@@ -204,6 +207,7 @@
 //	10     FILL_ABORT   1        give up led turns; each passes to the next waiter
 //	11     WAIT         1        long-poll for notices on fills this session joined
 //	12     MEMBERS      2        the node's view of the cluster: epoch and members
+//	13     PUT_OPAQUE   3        write opaque-key blocks (a name in place of tokens)
 //
 // Any other opcode is answered with UNKNOWN_OPCODE. Its body is skipped. So
 // is an opcode of a later version than the session's (see Versioning).
@@ -221,7 +225,7 @@
 //
 // Response, HelloResponse:
 //
-//	u8   version          negotiated version (1 or 2): the session's version
+//	u8   version          negotiated version (1, 2 or 3): the session's version
 //	str  server           free-form server name, for logs
 //	u32  max_frame        Limits.MaxFrame
 //	u32  max_batch        Limits.MaxBatch
@@ -476,6 +480,49 @@
 // computes owners from id, capacity and flags (see Placement below) and
 // dials addr.
 //
+// PUT_OPAQUE (13). Version 3. An opaque-key block is named by up to 1024
+// bytes (a RESP key) instead of a token chain; its identity is the
+// request's namespace plus that name (identity.CacheIdentity.Opaque), and
+// its key is
+//
+//	SHA-256("gpucache/opaquekey/v1\x00" | namespace digest |
+//	        u32 name length | name)
+//
+// (identity.OpaqueKey, its own domain, so it never equals a token-chain
+// key; internal/identity/testdata/golden.json gives vectors). GET, LOOKUP
+// and DELETE read and remove opaque-key blocks by key like any other. The
+// body is laid out as PUT's:
+//
+//	u32  table_length     bytes of table
+//	     table            PutOpaqueRequest
+//	     payloads         the payload of every entry, in table order
+//
+// The table, PutOpaqueRequest:
+//
+//	blob namespace
+//	u32  count            <= max_batch
+//	count × {             variable length: 38 + name_len bytes
+//	  key  key            identity.OpaqueKey(namespace digest, name)
+//	  u16  name_len       1..1024 (MaxOpaqueName)
+//	       name           the block's opaque name
+//	  u32  length         payload bytes
+//	}
+//
+// A name_len of 0 or over 1024 is MALFORMED. The payload total, the
+// per-block TOO_LARGE, the namespace checks, the right (write), the stamp
+// (it is mutating), the ownership check (every entry's key) and the control
+// modes are those of PUT. The server bounds the table by
+// 4 + 4096 + 4 + 1062 × max_batch bytes; a longer table is
+// BATCH_TOO_LARGE. Response, StatusResponse: STORED, EXISTS (the block is
+// already cached: chunks are immutable, the payload is discarded and the
+// stored bytes stay), TOO_LARGE, NO_SPACE, or KEY_MISMATCH (the key is not
+// OpaqueKey(namespace digest, name); nothing stored). A stored block enters
+// the cold tier's write-behind like a PUT block.
+//
+// Rolling upgrade: a client that negotiated version 1 or 2 does not send
+// PUT_OPAQUE (the reference client answers ErrUnsupported); a server
+// pinned below 3 answers it UNKNOWN_OPCODE and skips the body.
+//
 // # Block statuses
 //
 //	value name       used by   meaning
@@ -483,7 +530,8 @@
 //	1     MISS       GET       absent, expired, or under another namespace: no bytes
 //	                 DELETE    nothing to delete
 //	2     STORED     PUT       published
-//	3     EXISTS     PUT       the key is already cached; payload discarded
+//	3     EXISTS     PUT,      the key is already cached; payload discarded
+//	                 PUT_OPAQUE
 //	4     TOO_LARGE  PUT       larger than MaxPayload or the largest size class; discarded
 //	5     NO_SPACE   PUT       nothing evictable; discarded
 //	6     DELETED    DELETE    removed
@@ -491,10 +539,10 @@
 //	8     FENCED     FILL_*    the token's epoch is stale; nothing stored
 //	9     NOT_LEADER FILL_*    the token is not the fill's current turn
 //	10    ABORTED    FILL_ABORT the turn passed on
-//	11    KEY_MISMATCH PUT, FILL_COMMIT  the key does not derive from the
+//	11    KEY_MISMATCH PUT, FILL_COMMIT, PUT_OPAQUE  the key does not derive from the
 //	                 block's identity, or the identity is invalid; discarded
 //
-// In versions 1 and 2, a status greater than 11 is MALFORMED, and a GET
+// In versions 1, 2 and 3, a status greater than 11 is MALFORMED, and a GET
 // answer carries only HIT and MISS.
 //
 // # Errors
@@ -578,7 +626,7 @@
 //  3. reserved bytes are zero: MALFORMED;
 //  4. version byte is FrameVersion (1): UNSUPPORTED_VERSION;
 //  5. flags: MALFORMED;
-//  6. opcode is defined (1..12): UNKNOWN_OPCODE.
+//  6. opcode is defined (1..13): UNKNOWN_OPCODE.
 //
 // After the header, a request other than HELLO or PING before a successful
 // HELLO is HELLO_REQUIRED, and an opcode of a later version than the
@@ -606,10 +654,11 @@
 // computed by placement (below). Nodes learn the view from the control plane
 // (ADR 0007); clients learn it from the nodes, with MEMBERS (ADR 0008).
 //
-// Ownership. A node checks ownership only for a version-2 session, and not
+// Ownership. A node checks ownership only for a version-2 or version-3
+// session (below, "version-2 session" means either), and not
 // in the unknown control mode (there is no view to check against):
-//   - LOOKUP, GET, DELETE, ACQUIRE and PUT: every key of the request (of
-//     PUT: every entry's key) is checked against one view, after the body
+//   - LOOKUP, GET, DELETE, ACQUIRE, PUT and PUT_OPAQUE: every key of the
+//     request (of PUT and PUT_OPAQUE: every entry's key) is checked against one view, after the body
 //     has decoded and the namespace has passed its checks. If any key is not
 //     owned by this node under its current view, the whole request is
 //     refused with WRONG_EPOCH carrying that view's epoch, and nothing of it

@@ -19,10 +19,13 @@ const (
 	// code (ADR 0008). A session speaks the version HELLO negotiated; the
 	// frame header's version byte stays FrameVersion in both.
 	Version2 uint8 = 2
+	// Version3 adds PUT_OPAQUE: storing opaque-key blocks (a RESP key
+	// under a tenant's profile namespace; issue 13).
+	Version3 uint8 = 3
 	// VersionMax is the highest protocol version this package speaks.
-	VersionMax = Version2
+	VersionMax = Version3
 	// FrameVersion is the header's version byte: the frame layout, which
-	// protocol versions 1 and 2 share.
+	// every protocol version (1, 2 and 3) shares.
 	FrameVersion uint8 = 1
 	// HeaderSize is the fixed size of a frame header in every version.
 	HeaderSize = 24
@@ -72,8 +75,11 @@ const (
 	// OpMembers (version 2) returns the node's view of the cluster: its
 	// epoch and members, for client routing.
 	OpMembers Opcode = 12
+	// OpPutOpaque (version 3) stores opaque-key blocks: the server
+	// verifies each key as identity.OpaqueKey(namespace digest, name).
+	OpPutOpaque Opcode = 13
 	// OpMax is the highest opcode this package defines.
-	OpMax = OpMembers
+	OpMax = OpPutOpaque
 )
 
 func (o Opcode) String() string {
@@ -102,6 +108,8 @@ func (o Opcode) String() string {
 		return "WAIT"
 	case OpMembers:
 		return "MEMBERS"
+	case OpPutOpaque:
+		return "PUT_OPAQUE"
 	}
 	return fmt.Sprintf("OP(%d)", uint8(o))
 }
@@ -111,18 +119,21 @@ func (o Opcode) Known() bool { return o >= OpHello && o <= OpMax }
 
 // Since is the protocol version that introduced o.
 func (o Opcode) Since() uint8 {
-	if o == OpMembers {
+	switch o {
+	case OpMembers:
 		return Version2
+	case OpPutOpaque:
+		return Version3
 	}
 	return Version1
 }
 
 // Mutating reports whether o changes server state: PUT, DELETE, ACQUIRE,
-// FILL_COMMIT and FILL_ABORT. A server with authentication requires these
+// FILL_COMMIT, FILL_ABORT and PUT_OPAQUE. A server with authentication requires these
 // to carry a replay stamp (FlagStamped).
 func (o Opcode) Mutating() bool {
 	switch o {
-	case OpPut, OpDelete, OpAcquire, OpFillCommit, OpFillAbort:
+	case OpPut, OpDelete, OpAcquire, OpFillCommit, OpFillAbort, OpPutOpaque:
 		return true
 	}
 	return false

@@ -230,8 +230,8 @@ func TestCodes(t *testing.T) {
 	if len(names) != int(wire.CodeMax)+1 {
 		t.Errorf("table covers %d codes", len(names))
 	}
-	for op := wire.Opcode(0); op < 14; op++ {
-		if known := op >= 1 && op <= 12; op.Known() != known {
+	for op := wire.Opcode(0); op < 15; op++ {
+		if known := op >= 1 && op <= 13; op.Known() != known {
 			t.Errorf("%s.Known() = %v", op, op.Known())
 		}
 	}
@@ -315,7 +315,7 @@ func TestHelloAuthSection(t *testing.T) {
 }
 
 func TestMutatingOps(t *testing.T) {
-	want := map[wire.Opcode]bool{wire.OpPut: true, wire.OpDelete: true, wire.OpAcquire: true, wire.OpFillCommit: true, wire.OpFillAbort: true}
+	want := map[wire.Opcode]bool{wire.OpPut: true, wire.OpDelete: true, wire.OpAcquire: true, wire.OpFillCommit: true, wire.OpFillAbort: true, wire.OpPutOpaque: true}
 	for op := wire.Opcode(0); op <= wire.OpMax+1; op++ {
 		if op.Mutating() != want[op] {
 			t.Errorf("%s.Mutating() = %v", op, op.Mutating())

@@ -444,7 +444,7 @@ func TestMixedVersionCluster(t *testing.T) {
 	for _, m := range v.Members {
 		versions[m.ID] = m.ProtoVersion
 	}
-	if versions["n1"] != 1 || versions["n2"] != 2 {
+	if versions["n1"] != 1 || versions["n2"] != 3 {
 		t.Fatalf("registered versions %v", versions)
 	}
 	l := newClusterLoad(t, "mixed")
@@ -466,7 +466,7 @@ func TestMixedVersionCluster(t *testing.T) {
 	awaitView(t, n1, "n1 upgraded", func(v nodeView) bool {
 		for _, m := range v.Members {
 			if m.ID == "n1" {
-				return m.ProtoVersion == 2
+				return m.ProtoVersion == 3
 			}
 		}
 		return false

@@ -35,7 +35,7 @@ func (c *Config) clusterFields() []field {
 		{"member_lease_ttl", "etcd lease TTL of this node's membership", (*durVal)(&c.MemberLeaseTTL)},
 		{"control_grace", "how long to serve read-only while etcd is unreachable before every owner is unknown", (*durVal)(&c.ControlGrace)},
 		{"control_probe", "how often etcd reachability is checked", (*durVal)(&c.ControlProbe)},
-		{"protocol_max", "highest wire protocol version to negotiate (1 during a rolling upgrade from 1)", (*intVal)(&c.ProtocolMax)},
+		{"protocol_max", "highest wire protocol version to negotiate (the previous one during a rolling upgrade)", (*intVal)(&c.ProtocolMax)},
 		{"etcd_ca", "CA bundle (PEM) that verifies etcd's server certificate (required for https:// endpoints)", (*strVal)(&c.EtcdCA)},
 		{"etcd_cert", "client certificate (PEM) for etcd mTLS", (*strVal)(&c.EtcdCert)},
 		{"etcd_key", "client private key (PEM) for etcd mTLS", (*strVal)(&c.EtcdKey)},
@@ -106,8 +106,8 @@ func (c Config) validateCluster() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
 	}
-	if c.ProtocolMax < 1 || c.ProtocolMax > 2 {
-		return bad("protocol_max %d is not 1 or 2", c.ProtocolMax)
+	if c.ProtocolMax < 1 || c.ProtocolMax > 3 {
+		return bad("protocol_max %d is not 1, 2 or 3", c.ProtocolMax)
 	}
 	if !c.Clustered() {
 		return nil

@@ -209,6 +209,14 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 			return err
 		}
 		scfg.Cluster = node.cluster
+		fw, err := newForwarder(cfg, node, log) // RESP keys other members own
+		if err != nil {
+			ln.Close()
+			node.close()
+			return err
+		}
+		defer fw.Close()
+		scfg.Forwarder = fw
 	}
 	srv, err := server.New(scfg)
 	if err != nil {

@@ -163,10 +163,10 @@ func TestVersionNegotiation(t *testing.T) {
 		min, max uint8
 		want     uint8
 	}{
-		{"new client, new server", ts.addr, 1, wire.VersionMax, wire.Version2},
+		{"new client, new server", ts.addr, 1, wire.VersionMax, wire.Version3},
 		{"v1 client, new server", ts.addr, 1, 1, wire.Version1},
 		{"v2-only client, new server", ts.addr, 2, 2, wire.Version2},
-		{"client ahead of the server", ts.addr, 1, wire.VersionMax + 3, wire.Version2},
+		{"client ahead of the server", ts.addr, 1, wire.VersionMax + 3, wire.Version3},
 		{"new client, pinned server", pinned.addr, 1, wire.VersionMax, wire.Version1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -253,7 +253,7 @@ func TestWrongEpochPerOperation(t *testing.T) {
 	own, foreign := ownedIDs(t, v, "node-a", 2)
 	blob := mustCanonical(t, testNamespace("acme"))
 	c, resp := helloV(t, ts.addr, "acme", 1, wire.VersionMax)
-	if resp.Version != wire.Version2 {
+	if resp.Version != wire.VersionMax {
 		t.Fatalf("session version %d", resp.Version)
 	}
 	mixed := wireKeysOf(t, own[0], foreign[0]) // one foreign key spoils the batch
@@ -517,7 +517,7 @@ func TestMembersNeedsNoRight(t *testing.T) {
 		t.Fatalf("hello: %v", decodeErr(t, body))
 	}
 	var resp wire.HelloResponse
-	if err := resp.Decode(body); err != nil || resp.Version != wire.Version2 || resp.Session&wire.SessionStampRequired == 0 {
+	if err := resp.Decode(body); err != nil || resp.Version != wire.VersionMax || resp.Session&wire.SessionStampRequired == 0 {
 		t.Fatalf("hello: %+v %v", resp, err)
 	}
 	if m := c.members(); m.Epoch != 0 {

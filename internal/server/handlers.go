@@ -60,6 +60,8 @@ func (c *conn) handle(h wire.Header) error {
 		return c.handlePut(h)
 	case wire.OpFillCommit:
 		return c.handleFillCommit(h)
+	case wire.OpPutOpaque:
+		return c.handlePutOpaque(h)
 	}
 	if h.BodyLen > c.controlBodyMax() {
 		if err := c.skip(int64(h.BodyLen)); err != nil {

@@ -246,7 +246,7 @@ func (c *conn) authorize(op wire.Opcode, model string, need acl.Right) error {
 // operation whose answer reveals whether a block exists needs read.
 func need(op wire.Opcode) acl.Right {
 	switch op {
-	case wire.OpPut, wire.OpFillCommit, wire.OpFillAbort:
+	case wire.OpPut, wire.OpFillCommit, wire.OpFillAbort, wire.OpPutOpaque:
 		return acl.Write
 	case wire.OpDelete, wire.OpAcquire:
 		return acl.Read | acl.Write

@@ -1,0 +1,122 @@
+package server
+
+import (
+	"errors"
+
+	"github.com/gpucache/gpucache/api/wire"
+	"github.com/gpucache/gpucache/internal/hot"
+	"github.com/gpucache/gpucache/internal/identity"
+)
+
+// handlePutOpaque serves PUT_OPAQUE (protocol version 3): opaque-key
+// blocks, named by up to wire.MaxOpaqueName bytes (a RESP key) under the
+// request's namespace, whose key the server verifies as
+// identity.OpaqueKey(namespace digest, name). Everything else is PUT's:
+// the table is read and bounded first, then each payload goes straight
+// into a reserved slab slot; a block that cannot be stored has its bytes
+// discarded, so the stream stays in sync. A cluster forwards RESP SETs to
+// their owner with it (forward.go).
+func (c *conn) handlePutOpaque(h wire.Header) error {
+	table, rest, ok, err := c.readTable(h, c.putOpaqueTableMax())
+	if !ok {
+		return err
+	}
+	req := new(wire.PutOpaqueRequest)
+	total, err := req.Decode(table, c.s.cfg.Limits.MaxBatch)
+	if err == nil {
+		err = wire.CheckPayload(total, h.BodyLen, uint32(len(table)))
+	}
+	var ns identity.NamespaceDigest
+	if err == nil {
+		ns, err = c.namespace(h.Op, req.Namespace)
+	}
+	st := c.clusterState()
+	if err == nil && c.routes(st) {
+		for i := range req.Blocks {
+			if !st.owns(c.s.cfg.Cluster.self, identity.BlockKey(req.Blocks[i].Key)) {
+				err = c.wrongEpoch(st, req.Blocks[i].Key)
+				break
+			}
+		}
+	}
+	if err == nil {
+		err = c.allowBytes(total)
+	}
+	if err != nil {
+		return c.skipThenError(h, rest, err)
+	}
+	if st.storesNothing() {
+		return c.refusePut(h, rest, len(req.Blocks))
+	}
+	resp := wire.StatusResponse{Statuses: c.statuses[:0]}
+	resp.Statuses = append(resp.Statuses, make([]wire.Status, len(req.Blocks))...)
+	c.statuses = resp.Statuses
+	var stored uint64
+	for i := range req.Blocks {
+		ob := &req.Blocks[i]
+		st, err := c.putOpaqueOne(ns, ob)
+		if err != nil {
+			c.release()
+			return err
+		}
+		resp.Statuses[i] = st
+		if st == wire.StatusStored {
+			stored += uint64(ob.Len)
+		}
+	}
+	c.s.stats.bytesIn.Add(stored)
+	c.sess.counters.bytesIn.Add(stored)
+	c.reply(h, &resp)
+	return nil
+}
+
+// putOpaqueOne stores one opaque-key block whose payload is next on the
+// stream, once its key is verified against its name.
+func (c *conn) putOpaqueOne(ns identity.NamespaceDigest, ob *wire.OpaqueBlock) (wire.Status, error) {
+	key := identity.BlockKey(ob.Key)
+	if identity.OpaqueKey(ns, ob.Name) != key {
+		c.s.stats.keyMismatch.Add(1)
+		return wire.StatusKeyMismatch, c.skip(int64(ob.Len))
+	}
+	if ob.Len > c.s.cfg.Limits.MaxPayload {
+		return wire.StatusTooLarge, c.skip(int64(ob.Len))
+	}
+	// An opaque block has no chain: no parent, position 0, no tokens.
+	res, err := c.s.store.ReserveBlock(ns, key, identity.BlockKey{}, hot.BlockMeta{Tenant: c.tenant}, int(ob.Len))
+	if h := c.s.cfg.Hooks.Reserved; h != nil {
+		h(c.tenant, err)
+	}
+	if err != nil {
+		st := wire.StatusNoSpace
+		switch {
+		case errors.Is(err, hot.ErrExists):
+			// Chunks are immutable: the stored bytes stay.
+			st = wire.StatusExists
+		case errors.Is(err, hot.ErrTooLarge):
+			st = wire.StatusTooLarge
+		}
+		return st, c.skip(int64(ob.Len))
+	}
+	if err := c.readInto(res.Buf); err != nil {
+		c.s.store.Abort(res)
+		return 0, err
+	}
+	if c.s.sealer != nil {
+		if err := c.s.sealer.tag(c.s.store, res, ns, key); err != nil {
+			c.s.store.Abort(res)
+			c.s.log.Error("cannot seal a block; not stored", "err", err)
+			return wire.StatusNoSpace, nil
+		}
+	}
+	c.s.store.Commit(res)
+	if h := c.s.cfg.OnStored; h != nil {
+		h(identity.CacheIdentity{Namespace: c.ns, Opaque: ob.Name}, ns, key, c.nsBlob)
+	}
+	return wire.StatusStored, nil
+}
+
+// putOpaqueTableMax bounds a PUT_OPAQUE table: MaxBatch entries with the
+// longest names.
+func (c *conn) putOpaqueTableMax() uint32 {
+	return 4 + wire.MaxNamespaceLen + 4 + c.s.cfg.Limits.MaxBatch*uint32(wire.OpaqueBlockSize(wire.MaxOpaqueName))
+}
