@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/gpucache/gpucache/internal/cold"
 	"github.com/gpucache/gpucache/internal/cold/pack"
@@ -406,4 +408,55 @@ func TestIndexEntryBytes(t *testing.T) {
 		}
 		runtime.KeepAlive(x)
 	}
+}
+
+func (s *switchStore) List(ctx context.Context, prefix string, fn func(cold.ObjectInfo) error) error {
+	if err := s.err(); err != nil {
+		return err
+	}
+	return s.Store.List(ctx, prefix, fn)
+}
+
+// RunIndex retries a listing that failed (1s, doubling) and, with
+// IndexRescan, lists again to find pointers another writer published.
+func TestRunIndexRetriesAndRescans(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := cold.NewMem()
+		ns := testNS("acme")
+		d, _ := ns.Digest()
+		bs := mixedBlocks(t, ns, 1)
+		// Another node's tier writes the blocks to the shared store.
+		writer := newTier(t, mem, nil)
+		batchBlocks(writer, d, bs[:1])
+		flushAll(t, writer)
+
+		store := &switchStore{Store: mem}
+		store.down.Store(true)
+		tr := newTier(t, store, func(c *Config) { c.IndexRescan = time.Minute })
+		ctx, cancel := context.WithCancel(bg)
+		done := make(chan struct{})
+		go func() { defer close(done); tr.RunIndex(ctx) }()
+		synctest.Wait()
+		if st := tr.Stats(); st.IndexReady || st.IndexLoadErrors != 1 {
+			t.Fatalf("with the store down: %+v", st)
+		}
+		store.down.Store(false)
+		time.Sleep(time.Second) // the retry is due (fake clock)
+		synctest.Wait()
+		if st := tr.Stats(); !st.IndexReady || !tr.Present(d, bs[0].key) {
+			t.Fatalf("after the retry: %+v", st)
+		}
+		batchBlocks(writer, d, bs[1:])
+		flushAll(t, writer)
+		if tr.Present(d, bs[1].key) {
+			t.Fatal("present before the rescan")
+		}
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if !tr.Present(d, bs[1].key) || tr.Stats().IndexLoads != 2 {
+			t.Fatalf("after the rescan: present %v, %+v", tr.Present(d, bs[1].key), tr.Stats())
+		}
+		cancel()
+		<-done
+	})
 }
