@@ -257,6 +257,15 @@
 // the request's namespace. The run stops at the first key that is not cached.
 // Keys after that point are not reported, even if they are cached.
 //
+// Cached means in DRAM, or in the cold tier when the node has one: after
+// the leading run of DRAM hits the run goes on through the blocks the cold
+// tier's presence index holds (and DRAM blocks after them), since a GET
+// refills those. A cold hit is an answer from memory, without a payload
+// read; a GET after it may still miss (the block was reclaimed, the store
+// is down, a fingerprint collided), never return other bytes. The lease
+// covers only the leading run of DRAM hits: a block only in the cold tier
+// cannot be leased, and a GET refills it into DRAM.
+//
 // When lease_ttl_ms > 0 and hits > 0, the server leases keys[0..hits). It may
 // shorten the TTL to its own maximum. It may also take no lease, for example
 // when it holds too many; it then returns lease_id 0 and still reports hits.
@@ -364,6 +373,14 @@
 //	u32  count            = the request's key count
 //	count × u8 status     DELETED, MISS (absent or under another namespace) or
 //	                      BUSY (leased, pinned or being written; not removed)
+//
+// DELETE removes the block from DRAM and hides it in the cold tier: its
+// pointer object is deleted and no write-behind still pending brings it
+// back, so a later GET misses, on this node and after a restart. DELETED
+// means DRAM or the cold tier's index held it. BUSY is also the answer
+// when the DRAM copy went but the cold tier could not confirm the hide
+// (the store is unreachable, or its 2 s budget for the request ran out):
+// the cold copy may remain and the client should retry the DELETE.
 //
 // STAT (6). The request body is empty; a non-empty body is MALFORMED. The
 // response, StatResponse:

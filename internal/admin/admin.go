@@ -25,6 +25,7 @@ var gauges = map[string]bool{
 	"fill_epoch": true, "fill_live": true, "fill_waiters": true,
 	"cold_bytes_held": true, "cold_bytes_limit": true, "cold_bytes_batched": true, "cold_packs_pending": true,
 	"cold_write_degraded": true, "cold_store_connected": true,
+	"cold_index_entries": true, "cold_index_max": true, "cold_index_ready": true, "cold_hidden": true,
 	"go_heap_inuse_bytes": true, "go_gc_pause_p50_ns": true, "go_gc_pause_p99_ns": true, "go_gc_pause_max_ns": true,
 	"conns_unauthenticated": true, "request_buffer_bytes": true, "request_buffer_limit_bytes": true,
 	"request_buffer_tenant_limit_bytes": true, "request_buffer_presession_bytes": true, "request_buffer_presession_limit_bytes": true,

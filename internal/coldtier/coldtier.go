@@ -148,6 +148,14 @@ type Config struct {
 	// faults the store names (cold.DegradeFaults). Nil (production) injects
 	// nothing; the calls are still bounded.
 	Faults *degrade.Registry
+	// IndexMax bounds the presence index (index.go): at most this many
+	// blocks are indexed, about IndexEntryBytes of heap each. Default
+	// DefaultIndexMax (1<<20).
+	IndexMax int
+	// IndexRescan, when positive, makes RunIndex list the store again this
+	// often after its first listing, to find pointers other nodes
+	// published to a shared bucket. Default 0: list once.
+	IndexRescan time.Duration
 }
 
 // Stats counts the tier's work.
@@ -179,6 +187,18 @@ type Stats struct {
 	SinkRetries   uint64 // pack writes that failed transiently and were kept
 	WriteDegraded bool   // the sink found the store down and has not been answered since
 	WriteOutages  uint64 // times the sink found the store down
+
+	IndexEntries    int64  // blocks in the presence index
+	IndexMax        int64  // its bound: Config.IndexMax
+	IndexFull       uint64 // adds refused because the index was full
+	IndexReady      bool   // a listing of the whole store finished
+	IndexHits       uint64 // Present answers true
+	IndexListed     uint64 // pointer keys seen by listings
+	IndexLoads      uint64 // listings finished
+	IndexLoadErrors uint64 // listings failed (retried)
+	Deletes         uint64 // Delete calls
+	DeleteErrors    uint64 // Delete calls that returned an error
+	Hidden          int    // blocks hidden from refills by recent deletes
 }
 
 // tail is a remembered block identity, pointer-free: its tokens live in
@@ -209,6 +229,12 @@ type Tier struct {
 	stop        chan struct{}
 	keyring     *seal.Keyring // seals written manifests; nil: unsealed
 	onIntegrity func(refill.IntegrityEvent)
+	idx         *presenceIndex // index.go
+	hide        *hideSet       // index_delete.go
+	// queueMu is held while flush takes batches and queues their packs,
+	// and by Delete, so a block Delete takes out of the batches cannot be
+	// in a pack that reaches the sink after its Retract.
+	queueMu sync.Mutex
 
 	mu struct {
 		sync.Mutex
@@ -234,6 +260,7 @@ type Tier struct {
 		packsBuilt, packsQueued, packErrors, refillHits, refillMisses atomic.Uint64
 		refillIntegrity, spilled                                      atomic.Uint64
 		packsGivenUp, blocksGivenUp, bytesGivenUp                     atomic.Uint64
+		deletes, deleteErrors                                         atomic.Uint64
 	}
 }
 
@@ -279,7 +306,14 @@ func New(cfg Config) (*Tier, error) {
 	if cfg.RefillBudget <= 0 {
 		cfg.RefillBudget = 2 * time.Second
 	}
-	t := &Tier{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), keyring: cfg.Keyring, onIntegrity: cfg.OnIntegrity}
+	if cfg.IndexMax < 0 {
+		return nil, fmt.Errorf("gpucache/coldtier: index max %d < 0", cfg.IndexMax)
+	}
+	if cfg.IndexMax == 0 {
+		cfg.IndexMax = DefaultIndexMax
+	}
+	t := &Tier{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), keyring: cfg.Keyring, onIntegrity: cfg.OnIntegrity,
+		idx: newPresenceIndex(cfg.IndexMax)}
 	budget, err := sink.NewBudget(cfg.PendingBytes)
 	if err != nil {
 		return nil, err
@@ -303,7 +337,7 @@ func New(cfg Config) (*Tier, error) {
 	if writeBudget == 0 {
 		writeBudget = sink.DefaultPutTimeout
 	}
-	sk, err := sink.New(cold.WithDegrade(cfg.Store, cfg.Faults, writeBudget), sc)
+	sk, err := sink.New(publishStore{Store: cold.WithDegrade(cfg.Store, cfg.Faults, writeBudget), t: t}, sc)
 	if err != nil {
 		return nil, err
 	}
@@ -318,6 +352,7 @@ func New(cfg Config) (*Tier, error) {
 		rc.PointerTTL = 5 * time.Second
 	}
 	rc.Timeout = cfg.RefillBudget
+	t.hide = &hideSet{m: make(map[fingerprint]time.Time), ttl: rc.PointerTTL + cfg.RefillBudget}
 	rc.Keyring = cfg.Keyring
 	rc.OnIntegrity = t.integrity
 	rf, err := refill.New(cold.WithDegrade(cfg.Store, cfg.Faults, cfg.RefillBudget), rc)
@@ -504,26 +539,8 @@ func (t *Tier) Flush(ctx context.Context, force bool) sink.Report {
 func (t *Tier) flush(ctx context.Context, force, now bool) sink.Report {
 	t.flushMu.Lock()
 	defer t.flushMu.Unlock()
-	var ready []*batch
-	t.mu.Lock()
-	for d, b := range t.mu.batches {
-		if force || len(b.blocks) >= t.cfg.PackBlocks || b.bytes >= t.cfg.PackBytes {
-			ready = append(ready, b)
-			delete(t.mu.batches, d)
-		}
-	}
-	t.mu.Unlock()
 	var lost lossReport
-	for _, b := range ready {
-		for off := 0; off < len(b.blocks); off += t.cfg.PackBlocks {
-			end := min(off+t.cfg.PackBlocks, len(b.blocks))
-			var reserved int64
-			for _, c := range b.costs[off:end] {
-				reserved += c
-			}
-			t.queue(b.ns, b.blocks[off:end], reserved, &lost)
-		}
-	}
+	t.queueReady(force, &lost)
 	var rep sink.Report
 	if now {
 		rep = t.sk.DrainNow(ctx)
@@ -536,6 +553,32 @@ func (t *Tier) flush(ctx context.Context, force, now bool) sink.Report {
 	t.settleLosses(&lost)
 	t.logBudgetState()
 	return rep
+}
+
+// queueReady takes the batches ready to go (all of them when force) and
+// queues their packs on the sink, under queueMu (see Delete).
+func (t *Tier) queueReady(force bool, lost *lossReport) {
+	t.queueMu.Lock()
+	defer t.queueMu.Unlock()
+	var ready []*batch
+	t.mu.Lock()
+	for d, b := range t.mu.batches {
+		if force || len(b.blocks) >= t.cfg.PackBlocks || b.bytes >= t.cfg.PackBytes {
+			ready = append(ready, b)
+			delete(t.mu.batches, d)
+		}
+	}
+	t.mu.Unlock()
+	for _, b := range ready {
+		for off := 0; off < len(b.blocks); off += t.cfg.PackBlocks {
+			end := min(off+t.cfg.PackBlocks, len(b.blocks))
+			var reserved int64
+			for _, c := range b.costs[off:end] {
+				reserved += c
+			}
+			t.queue(b.ns, b.blocks[off:end], reserved, lost)
+		}
+	}
 }
 
 // queue builds one pack from blocks and queues it on the sink, moving the
@@ -652,11 +695,23 @@ func (t *Tier) Run(ctx context.Context, interval time.Duration) {
 // Result Missing(Unavailable) and an error wrapping degrade.ErrMiss (or
 // Missing(BreakerOpen) and no error once the refiller's breaker has opened).
 func (t *Tier) Refill(ctx context.Context, ns identity.Namespace, key identity.BlockKey, dst []byte) (int, refill.Result, error) {
+	d, derr := ns.Digest()
+	if derr == nil && t.refillHidden(d, key) {
+		t.st.refillMisses.Add(1)
+		return 0, refill.Missing(refill.NotFound), nil // deleted (index_delete.go)
+	}
+	gen := t.idx.adds.Load()
 	n, res, err := t.rf.RefillKey(ctx, ns, key, dst)
+	if res.Hit && t.refillHidden(d, key) {
+		n, res, err = missHidden(dst, n) // deleted while it ran
+	}
 	if res.Hit {
 		t.st.refillHits.Add(1)
 	} else {
 		t.st.refillMisses.Add(1)
+		if res.Reason == refill.NotFound && derr == nil {
+			t.idx.removeStale(t.idx.fp(d, key), gen) // no pointer: not present
+		}
 	}
 	return n, res, err
 }
@@ -677,6 +732,10 @@ func (t *Tier) Stats() Stats {
 		PacksBuilt: t.st.packsBuilt.Load(), PacksQueued: t.st.packsQueued.Load(), PackErrors: t.st.packErrors.Load(),
 		RefillHits: t.st.refillHits.Load(), RefillMisses: t.st.refillMisses.Load(), RefillIntegrity: t.st.refillIntegrity.Load(),
 		Spilled: t.st.spilled.Load(), PendingBytes: pending, SinkCompleted: ss.Completed, SinkFailed: ss.FailedTotal, RememberedBytes: remembered,
+
+		IndexEntries: t.idx.entries.Load(), IndexMax: t.idx.max, IndexFull: t.idx.full.Load(), IndexReady: t.idx.ready.Load(),
+		IndexHits: t.idx.hits.Load(), IndexListed: t.idx.listed.Load(), IndexLoads: t.idx.loads.Load(), IndexLoadErrors: t.idx.loadErr.Load(),
+		Deletes: t.st.deletes.Load(), DeleteErrors: t.st.deleteErrors.Load(), Hidden: t.hide.len(),
 	}
 }
 

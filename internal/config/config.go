@@ -163,6 +163,16 @@ type Config struct {
 	// evicted blocks waiting to be packed and their packs until written,
 	// during a store outage too; more are dropped. Default 64MiB.
 	ColdPending ByteSize `yaml:"cold_pending"`
+	// ColdIndexMax bounds the cold presence index (entries, about 64 bytes
+	// of heap each): LOOKUP and RESP EXISTS count the blocks it holds as
+	// present. Past it nothing is added and the rest answer absent (a GET
+	// still refills them). Default 1048576 (64 MiB of heap at most).
+	ColdIndexMax int `yaml:"cold_index_max"`
+	// ColdIndexRescan is how often the presence index lists the cold store
+	// again after the listing at start, to find pointers other nodes wrote
+	// to a shared bucket. Default 0: 1m in a cluster, never on a single
+	// node; negative: never.
+	ColdIndexRescan time.Duration `yaml:"cold_index_rescan"`
 	// S3Endpoint, S3Region, S3Bucket, S3Prefix, S3AccessKey, S3SecretKey
 	// and S3PathStyle configure cold_store: s3. The keys default to the
 	// AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY environment variables.
@@ -243,6 +253,7 @@ func Default() Config {
 		ColdSpillOnDrain:  true,
 		ColdFlushInterval: time.Second,
 		ColdPending:       64 << 20,
+		ColdIndexMax:      1 << 20,
 		S3Region:          "us-east-1",
 		S3PathStyle:       true,
 
@@ -290,6 +301,8 @@ func (c *Config) fields() []field {
 		{"cold_spill_on_drain", "on graceful shutdown, write the blocks still in DRAM to the cold tier", (*boolVal)(&c.ColdSpillOnDrain)},
 		{"cold_flush_interval", "how often evicted blocks are packed and written", (*durVal)(&c.ColdFlushInterval)},
 		{"cold_pending", "bytes the write-behind may hold: evicted blocks and their packs until written (more are dropped)", &c.ColdPending},
+		{"cold_index_max", "most blocks in the cold presence index (about 64 bytes each)", (*intVal)(&c.ColdIndexMax)},
+		{"cold_index_rescan", "how often the cold presence index lists the store again (0: 1m clustered, else never; negative: never)", (*durVal)(&c.ColdIndexRescan)},
 		{"s3_endpoint", "S3 endpoint URL, e.g. http://127.0.0.1:7070", (*strVal)(&c.S3Endpoint)},
 		{"s3_region", "S3 region", (*strVal)(&c.S3Region)},
 		{"s3_bucket", "S3 bucket", (*strVal)(&c.S3Bucket)},
@@ -478,6 +491,9 @@ func (c Config) Validate() error {
 	}
 	if c.ColdPending < 0 {
 		return bad("cold_pending must not be negative")
+	}
+	if c.ColdIndexMax < 1 || c.ColdIndexMax > 1<<30 {
+		return bad("cold_index_max must be 1..1073741824, got %d", c.ColdIndexMax)
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

@@ -90,6 +90,7 @@ func openCold(ctx context.Context, cfg config.Config, log *slog.Logger, sec *sec
 		return nil, nil, fmt.Errorf("cold tier: unknown cold_store %q", cfg.ColdStore)
 	}
 	tcfg := coldtier.Config{Store: store, PendingBytes: int64(cfg.ColdPending), Logger: log, Faults: faults}
+	indexConfig(&tcfg, cfg) // coldindex.go
 	if sec != nil {
 		// Manifests are sealed with the current seal key and verified on
 		// every refill; a failed check is a miss and an audit event.
@@ -124,6 +125,7 @@ func (c *coldNode) run(ctx context.Context, flushEvery time.Duration) {
 	if c.check != nil {
 		wg.Go(func() { c.connect(ctx) })
 	}
+	wg.Go(func() { c.tier.RunIndex(ctx) }) // coldindex.go
 	c.tier.Run(ctx, flushEvery)
 	wg.Wait()
 }

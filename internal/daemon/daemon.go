@@ -194,6 +194,7 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 			return n, res.Hit
 		}
 		scfg.ColdStats = cn.stats
+		wireColdIndex(&scfg, cn) // coldindex.go: ColdPresent, ColdDelete, index STATs
 	}
 	scfg.MaxVersion = uint8(cfg.ProtocolMax)
 	scfg.RESPProfiles = respProfiles(cfg)

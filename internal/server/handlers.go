@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -186,6 +187,9 @@ func (c *conn) handleLookup(h wire.Header, body []byte) error {
 	if id != 0 {
 		c.s.addLease(id, c.tenant, granted)
 	}
+	// Blocks after the DRAM run that the cold tier holds count as hits
+	// too (the lease covers the DRAM run only): coldpresence.go.
+	hits = c.coldRun(ns, keys, hits)
 	resp := wire.LookupResponse{Hits: uint32(hits), LeaseID: uint64(id), LeaseTTLMillis: uint32(granted / time.Millisecond)}
 	c.reply(h, &resp)
 	return nil
@@ -435,16 +439,17 @@ func (c *conn) handleDelete(h wire.Header, body []byte) error {
 		return err
 	}
 	resp := wire.StatusResponse{Statuses: make([]wire.Status, len(req.Keys))}
+	// The cold copy is hidden too (coldpresence.go), within one deadline
+	// for the whole request.
+	ctx, cancel := context.WithTimeout(context.Background(), coldDeleteTimeout)
+	defer cancel()
 	for i, k := range req.Keys {
 		deleted, busy := c.s.store.Delete(ns, identity.BlockKey(k))
-		switch {
-		case deleted:
-			resp.Statuses[i] = wire.StatusDeleted
-		case busy:
-			resp.Statuses[i] = wire.StatusBusy
-		default:
-			resp.Statuses[i] = wire.StatusMiss
+		if busy {
+			resp.Statuses[i] = wire.StatusBusy // not deleted anywhere: retry
+			continue
 		}
+		resp.Statuses[i] = c.coldDelete(ctx, ns, identity.BlockKey(k), deleted)
 	}
 	c.reply(h, &resp)
 	return nil

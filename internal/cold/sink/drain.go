@@ -246,8 +246,14 @@ func (s *Sink) write(ctx context.Context, e *entry, answered *bool) error {
 		if sha256.Sum256(o.Body) != o.Digest {
 			return fmt.Errorf("job %d: %v %q: body changed after admission: %w", e.id, o.Kind, o.Key, cold.ErrCorrupt)
 		}
-		if o.Kind == KindPointer && !s.claimPointer(o.Key, e.id) {
-			s.superseded.Add(1)
+		if o.Kind == KindPointer {
+			skip, err := s.writePointer(ctx, e.id, o, answered)
+			if err != nil {
+				return fmt.Errorf("job %d: put %v %q: %w", e.id, o.Kind, o.Key, err)
+			}
+			if skip {
+				s.superseded.Add(1)
+			}
 			e.written++
 			continue
 		}
@@ -257,6 +263,23 @@ func (s *Sink) write(ctx context.Context, e *entry, answered *bool) error {
 		e.written++
 	}
 	return nil
+}
+
+// writePointer claims and writes one pointer while holding ptrTok, so a
+// Retract either comes before the claim (the write is skipped) or waits
+// for the PUT to end. skip reports a write skipped: a later job claimed
+// the pointer, or it was retracted.
+func (s *Sink) writePointer(ctx context.Context, id JobID, o *Object, answered *bool) (skip bool, err error) {
+	select {
+	case s.ptrTok <- struct{}{}:
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+	defer func() { <-s.ptrTok }()
+	if !s.claimPointer(o.Key, id) {
+		return true, nil
+	}
+	return false, s.put(ctx, o, answered)
 }
 
 // claimPointer records that job id is about to write pointer key, and

@@ -188,6 +188,10 @@ type Sink struct {
 	// drainTok is a one-slot semaphore: whoever holds it is the only drain.
 	// Close takes it for good.
 	drainTok chan struct{}
+	// ptrTok is a one-slot semaphore held across a pointer's claim and its
+	// PUT, and by Retract: a retracted pointer is never written after
+	// Retract returns (retract.go).
+	ptrTok chan struct{}
 
 	closeCtx    context.Context // cancelled by Close; interrupts a drain
 	closeCancel context.CancelFunc
@@ -244,6 +248,7 @@ func New(store cold.Store, cfg Config) (*Sink, error) {
 		backoff:    cfg.RetryBackoff,
 		maxBackoff: cfg.MaxRetryBackoff,
 		drainTok:   make(chan struct{}, 1),
+		ptrTok:     make(chan struct{}, 1),
 	}
 	if s.maxJobs == 0 {
 		s.maxJobs = DefaultMaxJobs

@@ -1,0 +1,75 @@
+package daemon
+
+import (
+	"context"
+	"time"
+
+	"github.com/gpucache/gpucache/api/wire"
+	"github.com/gpucache/gpucache/internal/coldtier"
+	"github.com/gpucache/gpucache/internal/config"
+	"github.com/gpucache/gpucache/internal/identity"
+	"github.com/gpucache/gpucache/internal/server"
+)
+
+// clusterIndexRescan is cold_index_rescan's default in a cluster: nodes
+// share the bucket, so each lists it again this often to see the blocks
+// the others wrote (a drained node's spill, above all).
+const clusterIndexRescan = time.Minute
+
+// indexConfig sets the presence index's bounds from the config.
+func indexConfig(tc *coldtier.Config, cfg config.Config) {
+	tc.IndexMax = cfg.ColdIndexMax
+	switch r := cfg.ColdIndexRescan; {
+	case r > 0:
+		tc.IndexRescan = r
+	case r == 0 && cfg.Clustered():
+		tc.IndexRescan = clusterIndexRescan
+	}
+}
+
+// wireColdIndex gives the server the cold tier's presence index (LOOKUP
+// and RESP EXISTS count cold blocks) and its delete (DELETE and RESP DEL
+// hide the cold copy), and adds the index's entries to STAT.
+func wireColdIndex(scfg *server.Config, cn *coldNode) {
+	tier := cn.tier
+	if tier == nil {
+		return
+	}
+	scfg.ColdPresent = tier.Present
+	scfg.ColdDelete = func(ctx context.Context, ns identity.Namespace, d identity.NamespaceDigest, key identity.BlockKey) error {
+		_, err := tier.Delete(ctx, ns, d, key)
+		return err
+	}
+	base := scfg.ColdStats
+	scfg.ColdStats = func() []wire.StatEntry {
+		var e []wire.StatEntry
+		if base != nil {
+			e = base()
+		}
+		return append(e, indexStats(tier.Stats())...)
+	}
+}
+
+// indexStats are the presence index's and the deletes' STAT entries
+// (gauges are listed in internal/admin's gauges map).
+func indexStats(st coldtier.Stats) []wire.StatEntry {
+	b := uint64(0)
+	if st.IndexReady {
+		b = 1
+	}
+	return []wire.StatEntry{
+		// Gauges.
+		{Name: "cold_index_entries", Value: uint64(max(st.IndexEntries, 0))},
+		{Name: "cold_index_max", Value: uint64(max(st.IndexMax, 0))},
+		{Name: "cold_index_ready", Value: b},
+		{Name: "cold_hidden", Value: uint64(max(st.Hidden, 0))},
+		// Counters.
+		{Name: "cold_index_full", Value: st.IndexFull},
+		{Name: "cold_index_hits", Value: st.IndexHits},
+		{Name: "cold_index_listed", Value: st.IndexListed},
+		{Name: "cold_index_loads", Value: st.IndexLoads},
+		{Name: "cold_index_load_errors", Value: st.IndexLoadErrors},
+		{Name: "cold_deletes", Value: st.Deletes},
+		{Name: "cold_delete_errors", Value: st.DeleteErrors},
+	}
+}

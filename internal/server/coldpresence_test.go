@@ -1,0 +1,158 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/gpucache/gpucache/api/wire"
+	"github.com/gpucache/gpucache/internal/identity"
+)
+
+// fakeCold is a cold tier as the ColdPresent/ColdDelete hooks see it.
+type fakeCold struct {
+	mu      sync.Mutex
+	present map[identity.NamespaceDigest]map[identity.BlockKey]bool
+	fail    error // ColdDelete's answer when set
+	deletes int
+}
+
+func (f *fakeCold) has(d identity.NamespaceDigest, k identity.BlockKey) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.present[d][k]
+}
+
+func (f *fakeCold) add(d identity.NamespaceDigest, k identity.BlockKey) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.present[d] == nil {
+		f.present[d] = map[identity.BlockKey]bool{}
+	}
+	f.present[d][k] = true
+}
+
+func (f *fakeCold) del(_ context.Context, _ identity.Namespace, d identity.NamespaceDigest, k identity.BlockKey) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.deletes++
+	if f.fail != nil {
+		return f.fail
+	}
+	delete(f.present[d], k)
+	return nil
+}
+
+func (f *fakeCold) deleteCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.deletes
+}
+
+func startColdPresence(t *testing.T) (*testServer, *fakeCold) {
+	fc := &fakeCold{present: map[identity.NamespaceDigest]map[identity.BlockKey]bool{}}
+	ts := startServer(t, func(c *Config) {
+		c.ColdPresent = fc.has
+		c.ColdDelete = fc.del
+	})
+	return ts, fc
+}
+
+func deleteKeys(t *testing.T, c *rawConn, blob []byte, keys []wire.Key) []wire.Status {
+	t.Helper()
+	h, body := c.roundTrip(wire.OpDelete, (&wire.DeleteRequest{Namespace: blob, Keys: keys}).AppendTo(nil))
+	if h.Flags&wire.FlagError != 0 {
+		t.Fatalf("delete: %v", decodeErr(t, body))
+	}
+	var resp wire.StatusResponse
+	if err := resp.Decode(body, wire.DefaultMaxBatch); err != nil {
+		t.Fatal(err)
+	}
+	return resp.Statuses
+}
+
+// LOOKUP counts the blocks after the DRAM run that the cold tier holds,
+// and leases only the DRAM run; another tenant's namespace gets nothing.
+func TestLookupCountsColdBlocks(t *testing.T) {
+	ts, fc := startColdPresence(t)
+	ns := testNamespace("acme")
+	d, _ := ns.Digest()
+	blob := mustCanonical(t, ns)
+	ids := tenantChain(t, "acme", 3, 5)
+	c := helloConn(t, ts.addr, "acme")
+	// Block 0 in DRAM, 1-2 cold, 3 in DRAM, 4 nowhere.
+	for _, i := range []int{0, 3} {
+		if st := c.put(blob, ids[i], randomPayload(4096, byte(i))); st != wire.StatusStored {
+			t.Fatalf("put %d: %s", i, st)
+		}
+	}
+	fc.add(d, mustKey(t, ids[1]))
+	fc.add(d, mustKey(t, ids[2]))
+	keys := wireKeysOf(t, ids...)
+	l := c.lookup(blob, 10_000, keys)
+	if l.Hits != 4 || l.LeaseID == 0 {
+		t.Fatalf("lookup: hits %d lease %d, want 4 hits and a lease", l.Hits, l.LeaseID)
+	}
+	// The lease covers the DRAM run (block 0) only: block 3, in DRAM after
+	// the cold blocks, is not pinned by it.
+	if _, busy := ts.store.Delete(d, mustKey(t, ids[0])); !busy {
+		t.Fatal("block 0 is not leased")
+	}
+	if deleted, busy := ts.store.Delete(d, mustKey(t, ids[3])); !deleted || busy {
+		t.Fatalf("block 3: deleted %v busy %v; the lease must cover the DRAM run only", deleted, busy)
+	}
+	// A run that starts in the cold tier.
+	if l := c.lookup(blob, 0, keys[1:]); l.Hits != 2 || l.LeaseID != 0 {
+		t.Fatalf("cold-first lookup: %+v", l)
+	}
+
+	// Another tenant sends the same keys under its own namespace: misses.
+	o := helloConn(t, ts.addr, "other")
+	if l := o.lookup(mustCanonical(t, testNamespace("other")), 0, keys[1:3]); l.Hits != 0 {
+		t.Fatalf("another tenant: %d hits", l.Hits)
+	}
+}
+
+// DELETE removes the DRAM copy and hides the cold copy; a cold tier that
+// cannot confirm answers BUSY.
+func TestDeleteHidesColdCopy(t *testing.T) {
+	ts, fc := startColdPresence(t)
+	ns := testNamespace("acme")
+	d, _ := ns.Digest()
+	blob := mustCanonical(t, ns)
+	ids := tenantChain(t, "acme", 4, 3)
+	c := helloConn(t, ts.addr, "acme")
+	if st := c.put(blob, ids[0], randomPayload(4096, 1)); st != wire.StatusStored {
+		t.Fatal(st)
+	}
+	fc.add(d, mustKey(t, ids[0]))
+	fc.add(d, mustKey(t, ids[1]))
+	sts := deleteKeys(t, c, blob, wireKeysOf(t, ids...))
+	want := []wire.Status{wire.StatusDeleted, wire.StatusDeleted, wire.StatusMiss}
+	for i := range want {
+		if sts[i] != want[i] {
+			t.Fatalf("statuses %v, want %v", sts, want)
+		}
+	}
+	if fc.deleteCount() != 3 || fc.has(d, mustKey(t, ids[0])) || fc.has(d, mustKey(t, ids[1])) {
+		t.Fatalf("cold deletes %d, present after %v %v", fc.deleteCount(), fc.has(d, mustKey(t, ids[0])), fc.has(d, mustKey(t, ids[1])))
+	}
+	if l := c.lookup(blob, 0, wireKeysOf(t, ids...)); l.Hits != 0 {
+		t.Fatalf("lookup after delete: %d hits", l.Hits)
+	}
+
+	// The cold tier cannot be reached: the DRAM copy goes, BUSY says so.
+	if st := c.put(blob, ids[2], randomPayload(4096, 2)); st != wire.StatusStored {
+		t.Fatal(st)
+	}
+	fc.mu.Lock()
+	fc.fail = errors.New("store unreachable (test)")
+	fc.mu.Unlock()
+	if sts := deleteKeys(t, c, blob, wireKeysOf(t, ids[2])); sts[0] != wire.StatusBusy {
+		t.Fatalf("delete with the cold tier down: %v, want BUSY", sts)
+	}
+	if l := c.lookup(blob, 0, wireKeysOf(t, ids[2])); l.Hits != 0 {
+		t.Fatal("the DRAM copy survived a delete whose cold part failed")
+	}
+}
