@@ -16,6 +16,12 @@ import (
 // returns once the cold presence index has listed the store.
 func runIndexed(t *testing.T, c config.Config, body func(addr string)) {
 	t.Helper()
+	runIndexedAddrs(t, c, func(a Addrs) { body(a.Data) })
+}
+
+// runIndexedAddrs is runIndexed for a body that needs every listener.
+func runIndexedAddrs(t *testing.T, c config.Config, body func(a Addrs)) {
+	t.Helper()
 	w := &watchLog{}
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan Addrs, 1)
@@ -30,7 +36,7 @@ func runIndexed(t *testing.T, c config.Config, body func(addr string)) {
 		t.Fatalf("node did not start: %v", err)
 	}
 	waitFor(t, w.when("cold presence index listed"), "the cold presence index listed the store")
-	body(a.Data)
+	body(a)
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
