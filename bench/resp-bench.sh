@@ -24,6 +24,9 @@
 #   OUT         results directory; default bench/results. The table goes to
 #               OUT/resp-bench-<stamp>.md, raw CSV to OUT/resp-bench-<stamp>/
 #   PROFILE_SECONDS  length of the PROFILE=1 profile; default 10
+#   RESP_PORT   measure an endpoint already listening on 127.0.0.1:RESP_PORT
+#               instead of starting gpucached (its admin address, for
+#               PROFILE=1, in ADMIN_PORT); the caller prepares its profile
 #
 # No pipelining (-P 1), persistence off on redis-server (--save '' --appendonly
 # no), gpucached with its cold tier off: DRAM against DRAM. Client and servers
@@ -65,8 +68,10 @@ mkdir -p "$RAW/logs"
 REPORT="$OUT/resp-bench-$stamp.md"
 WORKDIR=$(mktemp -d)
 
-log "building gpucached"
-(cd "$ROOT" && go build -o "$WORKDIR/gpucached" ./cmd/gpucached)
+if [[ -z ${RESP_PORT:-} ]]; then
+	log "building gpucached"
+	(cd "$ROOT" && go build -o "$WORKDIR/gpucached" ./cmd/gpucached)
+fi
 
 free_port REDIS_PORT
 log "redis-server on 127.0.0.1:$REDIS_PORT (persistence off)"
@@ -75,27 +80,33 @@ redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no --d
 PIDS+=($!)
 wait_port "$REDIS_PORT" "$!" 10 || die "redis-server did not start (see $RAW/logs/redis-server.log)"
 
-free_port GPC_PORT
-free_port GPC_ADMIN
-free_port GPC_RESP
-# Open mode on loopback: the RESP tenant is "default"; its profile accepts
-# any key and any length up to the largest block.
-cat >"$WORKDIR/gpucached.yaml" <<EOF
-resp_listen: 127.0.0.1:$GPC_RESP
-resp_profiles:
-  default:
-    model: bench/any
-    dtype: bytes
-    key_format: any
-    variable_length: true
-EOF
-log "gpucached on 127.0.0.1:$GPC_PORT, RESP on 127.0.0.1:$GPC_RESP (cold tier off, hot $HOT_CAPACITY)"
-"$WORKDIR/gpucached" --config "$WORKDIR/gpucached.yaml" --listen "127.0.0.1:$GPC_PORT" \
-	--admin-listen "127.0.0.1:$GPC_ADMIN" --cold-store off --hot-capacity "$HOT_CAPACITY" \
-	--hot-max-class 64MiB --audit-log off >"$RAW/logs/gpucached.log" 2>&1 3>&- &
-GPC_PID=$!
-PIDS+=("$GPC_PID")
-wait_port "$GPC_RESP" "$GPC_PID" 60 || die "gpucached did not start (see $RAW/logs/gpucached.log)"
+if [[ -n ${RESP_PORT:-} ]]; then
+	GPC_RESP=$RESP_PORT
+	GPC_ADMIN=${ADMIN_PORT:-}
+	log "measuring the endpoint on 127.0.0.1:$GPC_RESP"
+else
+	free_port GPC_PORT
+	free_port GPC_ADMIN
+	free_port GPC_RESP
+	# Open mode on loopback: the RESP tenant is "default"; its profile accepts
+	# any key and any length up to the largest block.
+	cat >"$WORKDIR/gpucached.yaml" <<-EOF
+	resp_listen: 127.0.0.1:$GPC_RESP
+	resp_profiles:
+	  default:
+	    model: bench/any
+	    dtype: bytes
+	    key_format: any
+	    variable_length: true
+	EOF
+	log "gpucached on 127.0.0.1:$GPC_PORT, RESP on 127.0.0.1:$GPC_RESP (cold tier off, hot $HOT_CAPACITY)"
+	"$WORKDIR/gpucached" --config "$WORKDIR/gpucached.yaml" --listen "127.0.0.1:$GPC_PORT" \
+		--admin-listen "127.0.0.1:$GPC_ADMIN" --cold-store off --hot-capacity "$HOT_CAPACITY" \
+		--hot-max-class 64MiB --audit-log off >"$RAW/logs/gpucached.log" 2>&1 3>&- &
+	GPC_PID=$!
+	PIDS+=("$GPC_PID")
+	wait_port "$GPC_RESP" "$GPC_PID" 60 || die "gpucached did not start (see $RAW/logs/gpucached.log)"
+fi
 
 {
 	machine_info
@@ -182,7 +193,7 @@ fi
 			r = S[i] SUBSEP C[j] SUBSEP op SUBSEP "redis"; g = S[i] SUBSEP C[j] SUBSEP op SUBSEP "gpucache"
 			if (!(r in rps) || !(g in rps)) continue
 			rr = median(rps[r]); gr = median(rps[g])
-			printf "| %s | %s | %s | %.0f | %.0f | %.2f | %.3f / %.3f | %.3f / %.3f |\n", S[i], C[j], toupper(op), rr, gr, rr > 0 ? gr / rr : 0, median(p50[r]), median(p99[r]), median(p50[g]), median(p99[g])
+			printf "| %s | %s | %s | %.0f | %.0f | %.2f | %.3f / %.3f | %.3f / %.3f |\n", S[i], C[j], toupper(op), rr, gr, (rr > 0 ? gr / rr : 0), median(p50[r]), median(p99[r]), median(p50[g]), median(p99[g])
 		}
 	}' "$RAW/results.tsv"
 } >"$REPORT"
