@@ -131,6 +131,12 @@ type Config struct {
 	// Forwarder, when set, serves RESP operations on keys another member
 	// owns (forwarder.go). Nil: every key is served locally.
 	Forwarder Forwarder
+	// RESPProfiles are the RESP endpoint's profiles, by tenant (resp.go):
+	// the namespace and value rules of everything a tenant stores over
+	// RESP. In open mode the tenant is security.DefaultTenant. A tenant
+	// without a profile can authenticate but not read or write. Nil: no
+	// tenant can use RESP data commands.
+	RESPProfiles map[string]RESPProfile
 	// Hooks are test hooks; nil in production.
 	Hooks *Hooks
 }
@@ -307,6 +313,12 @@ func (s *Server) Limits() wire.Limits { return s.cfg.Limits }
 // descriptors keeps serving the connections it has and accepts again when
 // some close. Serve closes ln.
 func (s *Server) Serve(ln net.Listener) error {
+	return s.serve(ln, func(c *conn) { c.serve() })
+}
+
+// serve accepts connections on ln, running run on each in a goroutine of
+// its own (the native protocol, or RESP).
+func (s *Server) serve(ln net.Listener, run func(*conn)) error {
 	s.mu.Lock()
 	if s.mu.closing {
 		s.mu.Unlock()
@@ -363,11 +375,15 @@ func (s *Server) Serve(ln net.Listener) error {
 			s.log.Info("accept recovered", "failures", failing)
 		}
 		backoff, failing = 0, 0
-		s.accept(nc)
+		if c := s.accept(nc); c != nil {
+			go run(c)
+		}
 	}
 }
 
-func (s *Server) accept(nc net.Conn) {
+// accept registers a new connection, or closes it (server closing, full,
+// or too many unauthenticated connections from its address) and returns nil.
+func (s *Server) accept(nc net.Conn) *conn {
 	addr := sourceAddr(nc.RemoteAddr())
 	s.mu.Lock()
 	full := len(s.mu.conns) >= s.cfg.MaxConns
@@ -386,7 +402,7 @@ func (s *Server) accept(nc net.Conn) {
 				"remote", nc.RemoteAddr(), "max_unauth_per_addr", s.cfg.MaxUnauthPerAddr)
 		}
 		nc.Close()
-		return
+		return nil
 	}
 	c := newConn(s, nc)
 	c.unauthAddr = addr
@@ -397,7 +413,7 @@ func (s *Server) accept(nc net.Conn) {
 	s.stats.connsAccepted.Add(1)
 	s.stats.connsOpen.Add(1)
 	s.stats.connsUnauth.Add(1)
-	go c.serve()
+	return c
 }
 
 // authenticated frees c's place among its address's unauthenticated
@@ -527,4 +543,5 @@ type counters struct {
 	connsUnauth     atomic.Int64  // open connections that have not completed HELLO
 	unauthRejected  atomic.Uint64 // connections closed on accept: their address had MaxUnauthPerAddr unauthenticated
 	helloTimeouts   atomic.Uint64 // connections closed by HelloTimeout
+	resp            respCounters  // the RESP endpoint's (resp.go)
 }

@@ -157,6 +157,7 @@ func (s *Server) Stats() []wire.StatEntry {
 		e = append(e, s.cfg.ColdStats()...)
 	}
 	e = append(e, s.connStats()...)
+	e = append(e, s.respStats()...)
 	return e
 }
 

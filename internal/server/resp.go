@@ -1,0 +1,381 @@
+package server
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/gpucache/gpucache/api/wire"
+	"github.com/gpucache/gpucache/internal/identity"
+	"github.com/gpucache/gpucache/internal/resp"
+	"github.com/gpucache/gpucache/internal/security/acl"
+)
+
+// The RESP2 endpoint (issue 13; docs/PROTOCOL.md, "RESP2 endpoint").
+//
+// ServeRESP serves the Redis protocol subset LMCache's remote tiers use
+// over the same hot tier, cold tier, directory, guard, seals and
+// statistics as the native protocol. A RESP connection is a *conn of the
+// server's (so MaxConns, MaxUnauthPerAddr, HelloTimeout as the AUTH
+// timeout, IdleTimeout, ReadTimeout, WriteTimeout and Shutdown apply to
+// it unchanged) run by respConn's loop instead of the native reader and
+// writer: one goroutine reads a command, executes it and writes its reply;
+// replies of pipelined commands are gathered and written when nothing
+// more is buffered.
+//
+// A key K of tenant T is the opaque-key block {Namespace: T's profile
+// namespace, Opaque: K}, stored under identity.OpaqueKey(digest, K).
+
+// RESPProfile binds what a tenant stores over RESP (which carries no
+// identity) to a namespace, and says which values it accepts.
+type RESPProfile struct {
+	// Namespace is the namespace of every block the tenant stores over
+	// RESP; its Tenant is set to the tenant's name.
+	Namespace identity.Namespace
+	// ChunkBytes is the length every value must have (LMCache's chunk of
+	// chunk_size tokens), unless VariableLength. In-process "metadata"
+	// values are exempt (at most MaxRESPMetadata bytes).
+	ChunkBytes int
+	// VariableLength accepts values of any length up to the hot tier's
+	// largest block.
+	VariableLength bool
+	// AnyKey accepts keys that are not LMCache keys (key_format: any);
+	// false (key_format: lmcache) refuses them.
+	AnyKey bool
+}
+
+// MaxRESPMetadata bounds the value of an in-process "...metadata" key:
+// LMCache's RemoteMetadata is 28 bytes for one KV group.
+const MaxRESPMetadata = 4096
+
+// maxRESPAuthFailures closes a RESP connection after this many failed
+// AUTHs (as maxAuthFailures for HELLO).
+const maxRESPAuthFailures = maxAuthFailures
+
+// respReadArgs are the reader's bounds below the last argument.
+var respReadLimits = resp.Limits{MaxArgs: 1024, MaxArg: 4096, MaxArgBytes: 64 << 10}
+
+// respCounters are the RESP endpoint's own figures.
+type respCounters struct {
+	conns      atomic.Uint64 // RESP connections accepted
+	commands   atomic.Uint64 // commands executed
+	setExists  atomic.Uint64 // SETs of a key already stored: +OK, bytes left alone
+	errors     atomic.Uint64 // -ERR replies
+	protocol   atomic.Uint64 // connections closed for a protocol error
+	forwarded  atomic.Uint64 // commands forwarded to the key's owner
+	authFailed atomic.Uint64 // failed AUTHs
+}
+
+func (s *Server) respStats() []wire.StatEntry {
+	r := &s.stats.resp
+	return []wire.StatEntry{
+		{Name: "resp_conns_accepted", Value: r.conns.Load()},
+		{Name: "resp_commands", Value: r.commands.Load()},
+		{Name: "resp_set_exists", Value: r.setExists.Load()},
+		{Name: "resp_errors", Value: r.errors.Load()},
+		{Name: "resp_protocol_errors", Value: r.protocol.Load()},
+		{Name: "resp_forwarded", Value: r.forwarded.Load()},
+		{Name: "resp_auth_failures", Value: r.authFailed.Load()},
+	}
+}
+
+// ServeRESP accepts RESP2 connections on ln until Shutdown, as Serve does
+// for the native protocol. It closes ln.
+func (s *Server) ServeRESP(ln net.Listener) error {
+	return s.serve(ln, func(c *conn) {
+		s.stats.resp.conns.Add(1)
+		newRESPConn(c).serve()
+	})
+}
+
+// respConn is one RESP connection's state; its goroutine owns all of it.
+type respConn struct {
+	c      *conn // server bookkeeping, deadlines, drain state, session
+	r      *resp.Reader
+	out    []byte      // replies not yet written
+	bufs   net.Buffers // writev scratch
+	secret string      // the AUTH password, for forwarded operations
+	prof   *RESPProfile
+	ns     identity.Namespace
+	nsDig  identity.NamespaceDigest
+	nsCan  []byte // ns canonical encoding, for OnStored
+	rights acl.Right
+	epoch  uint64 // guard epoch rights were computed at
+	quit   bool
+	// open is true in open mode: no AUTH needed.
+	open bool
+}
+
+func newRESPConn(c *conn) *respConn {
+	lim := respReadLimits
+	lim.MaxBulk = int64(c.s.cfg.Limits.MaxPayload)
+	rc := &respConn{c: c, r: resp.NewReader(c.br, c.nc, lim)}
+	if c.s.guard.Policy().Open() {
+		rc.open = true
+		rc.login(sessionOpen(), "")
+	}
+	return rc
+}
+
+func (rc *respConn) serve() {
+	c := rc.c
+	err := rc.loop()
+	rc.flush() // the last replies: a protocol error's, -WRONGPASS, QUIT's +OK
+
+	c.nc.Close()
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+		c.s.log.Debug("RESP connection closed", "remote", c.nc.RemoteAddr(), "err", err)
+	}
+	c.s.forget(c)
+}
+
+// loop reads and executes commands until EOF, QUIT, a protocol error (its
+// -ERR queued), a deadline or drain.
+func (rc *respConn) loop() error {
+	c := rc.c
+	for !rc.quit {
+		if c.br.Buffered() == 0 {
+			if err := rc.flush(); err != nil {
+				return err
+			}
+		}
+		c.state.Lock()
+		if c.state.draining {
+			c.state.Unlock()
+			return nil
+		}
+		c.state.idle = true
+		c.nc.SetReadDeadline(c.deadline(c.s.cfg.IdleTimeout))
+		c.state.Unlock()
+		_, err := c.br.Peek(1)
+		c.state.Lock()
+		c.state.idle = false
+		draining := c.state.draining
+		c.state.Unlock()
+		if err != nil {
+			if draining || errors.Is(err, os.ErrDeadlineExceeded) {
+				c.timedOut(err)
+				return nil
+			}
+			return err
+		}
+		c.nc.SetReadDeadline(c.deadline(c.s.cfg.ReadTimeout))
+		cmd, err := rc.r.ReadCommand()
+		if err != nil {
+			if errors.Is(err, resp.ErrProtocol) {
+				c.s.stats.resp.protocol.Add(1)
+				rc.errorf("ERR Protocol error: %s", trimProtocol(err))
+			}
+			c.timedOut(err)
+			return err
+		}
+		c.s.stats.resp.commands.Add(1)
+		if err := rc.dispatch(cmd); err != nil {
+			return err
+		}
+		// A command that left its last argument unread has failed before
+		// reading it: skip it to stay in sync.
+		if err := rc.r.SkipPending(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// trimProtocol is the reader's message without its package prefix.
+func trimProtocol(err error) string {
+	m := err.Error()
+	const p = "gpucache/resp: protocol error: "
+	if len(m) > len(p) && m[:len(p)] == p {
+		return m[len(p):]
+	}
+	return m
+}
+
+// flush writes the queued replies.
+func (rc *respConn) flush() error {
+	if len(rc.out) == 0 {
+		return nil
+	}
+	rc.c.nc.SetWriteDeadline(time.Now().Add(rc.c.s.cfg.WriteTimeout))
+	_, err := rc.c.nc.Write(rc.out)
+	rc.out = rc.out[:0]
+	if cap(rc.out) > 64<<10 {
+		rc.out = nil
+	}
+	return err
+}
+
+// writeBulk writes the queued replies and a bulk reply of payload with one
+// vectored write: the payload goes straight from its memory (a slab view).
+func (rc *respConn) writeBulk(payload []byte) error {
+	rc.out = resp.AppendBulkHeader(rc.out, len(payload))
+	rc.bufs = append(rc.bufs[:0], rc.out, payload, crlf)
+	rc.c.nc.SetWriteDeadline(time.Now().Add(rc.c.s.cfg.WriteTimeout))
+	bufs := rc.bufs
+	_, err := bufs.WriteTo(rc.c.nc)
+	clear(rc.bufs[:3])
+	rc.out = rc.out[:0]
+	if err == nil {
+		rc.c.s.stats.bytesOut.Add(uint64(len(payload)))
+	}
+	return err
+}
+
+var crlf = []byte("\r\n")
+
+func (rc *respConn) reply(b []byte) { rc.out = append(rc.out, b...) }
+
+func (rc *respConn) int(n int64) { rc.out = resp.AppendInt(rc.out, n) }
+
+// errorf queues an error reply; format starts with the error kind.
+func (rc *respConn) errorf(format string, args ...any) {
+	rc.c.s.stats.resp.errors.Add(1)
+	rc.out = resp.AppendError(rc.out, fmt.Sprintf(format, args...))
+}
+
+// upper returns the ASCII upper case of a command name (at most 32 bytes
+// looked at; longer names are unknown anyway).
+func upper(dst *[32]byte, b []byte) []byte {
+	if len(b) > len(dst) {
+		return nil
+	}
+	out := dst[:len(b)]
+	for i, ch := range b {
+		if 'a' <= ch && ch <= 'z' {
+			ch -= 'a' - 'A'
+		}
+		out[i] = ch
+	}
+	return out
+}
+
+// printable renders a client-sent name for an error reply: at most 64
+// bytes, control characters and non-ASCII escaped.
+func printable(b []byte) string {
+	if len(b) > 64 {
+		b = b[:64]
+	}
+	var sb bytes.Buffer
+	for _, ch := range b {
+		if ch < 0x20 || ch >= 0x7f || ch == '\'' {
+			fmt.Fprintf(&sb, "\\x%02x", ch)
+			continue
+		}
+		sb.WriteByte(ch)
+	}
+	return sb.String()
+}
+
+// dispatch executes one command. A returned error closes the connection.
+func (rc *respConn) dispatch(cmd resp.Command) error {
+	var nb [32]byte
+	name := upper(&nb, cmd.Args[0])
+	args := cmd.Args[1:]
+	nargs := len(args)
+	if cmd.Pending >= 0 {
+		nargs++
+	}
+	switch string(name) {
+	case "AUTH":
+		return rc.auth(args, cmd.Pending)
+	case "PING":
+		switch {
+		case nargs == 0:
+			rc.reply(resp.Pong)
+		case nargs == 1 && cmd.Pending < 0:
+			rc.out = resp.AppendBulk(rc.out, args[0])
+		default:
+			rc.errorf("ERR wrong number of arguments for 'ping' command")
+		}
+		return nil
+	case "QUIT":
+		rc.reply(resp.OK)
+		rc.quit = true
+		return nil
+	}
+	if !rc.c.hello {
+		rc.errorf("NOAUTH Authentication required.")
+		return nil
+	}
+	switch string(name) {
+	case "SELECT":
+		if nargs != 1 || cmd.Pending >= 0 {
+			rc.errorf("ERR wrong number of arguments for 'select' command")
+		} else if _, ok := parseUint(args[0]); !ok {
+			rc.errorf("ERR value is not an integer or out of range")
+		} else {
+			rc.reply(resp.OK) // one keyspace per tenant: every index is it
+		}
+	case "CLIENT":
+		rc.reply(resp.OK)
+	case "CONFIG":
+		rc.config(args)
+	case "SET":
+		return rc.set(args, cmd.Pending)
+	case "GET":
+		if nargs != 1 || cmd.Pending >= 0 {
+			rc.errorf("ERR wrong number of arguments for 'get' command")
+			return nil
+		}
+		return rc.get(args[0])
+	case "EXISTS":
+		if nargs < 1 || cmd.Pending >= 0 {
+			rc.errorf("ERR wrong number of arguments for 'exists' command")
+			return nil
+		}
+		rc.exists(args)
+	case "DEL":
+		if nargs < 1 || cmd.Pending >= 0 {
+			rc.errorf("ERR wrong number of arguments for 'del' command")
+			return nil
+		}
+		rc.del(args)
+	default:
+		rc.errorf("ERR unknown command '%s'", printable(cmd.Args[0]))
+	}
+	return nil
+}
+
+// config answers CONFIG GET for the two settings redis-benchmark reads at
+// start (save, appendonly), as a server without persistence would, and
+// an empty array for anything else; other CONFIG subcommands are refused.
+func (rc *respConn) config(args [][]byte) {
+	var nb [32]byte
+	if len(args) != 2 || string(upper(&nb, args[0])) != "GET" {
+		rc.errorf("ERR only CONFIG GET is supported")
+		return
+	}
+	var val string
+	switch string(upper(&nb, args[1])) {
+	case "SAVE":
+	case "APPENDONLY":
+		val = "no"
+	default:
+		rc.out = resp.AppendArrayHeader(rc.out, 0)
+		return
+	}
+	rc.out = resp.AppendArrayHeader(rc.out, 2)
+	rc.out = resp.AppendBulk(rc.out, args[1])
+	rc.out = resp.AppendBulk(rc.out, []byte(val))
+}
+
+// parseUint parses a decimal of 1..9 digits.
+func parseUint(b []byte) (uint32, bool) {
+	if len(b) == 0 || len(b) > 9 {
+		return 0, false
+	}
+	var v uint32
+	for _, ch := range b {
+		if ch < '0' || ch > '9' {
+			return 0, false
+		}
+		v = v*10 + uint32(ch-'0')
+	}
+	return v, true
+}
