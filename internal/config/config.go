@@ -31,6 +31,11 @@ type Config struct {
 	// AdminListen serves /metrics, /healthz, /readyz and /debug/pprof.
 	// "off" disables it. Default 127.0.0.1:9401.
 	AdminListen string `yaml:"admin_listen"`
+	// RESPListen serves the RESP2 (Redis protocol) endpoint for LMCache
+	// (resp.go). Default "off".
+	RESPListen string `yaml:"resp_listen"`
+	// RESPProfile is the RESP profile in open mode (YAML only; resp.go).
+	RESPProfile *RESPProfileConfig `yaml:"resp_profile"`
 
 	// Tenants turn authentication on (YAML only; see TenantConfig). Without
 	// tenants the node runs in open mode, which is allowed on loopback only:
@@ -199,6 +204,7 @@ func Default() Config {
 	return Config{
 		Listen:       "127.0.0.1:9400",
 		AdminListen:  "127.0.0.1:9401",
+		RESPListen:   "off",
 		HotCapacity:  1 << 30,
 		HotMinClass:  16 << 10,
 		HotMaxClass:  4 << 20,
@@ -303,7 +309,7 @@ func (c *Config) fields() []field {
 		{"tls_client_ca", "CA bundle (PEM) that client certificates must chain to (mTLS)", (*strVal)(&c.TLSClientCA)},
 		{"seal_grace", "how long a replaced seal key still verifies", (*durVal)(&c.SealGrace)},
 		{"seal_hot_reads", "seal blocks in DRAM too and verify them on every read (needs seal_keys)", (*boolVal)(&c.SealHotReads)},
-	}, append(c.clusterFields(), c.connFields()...)...)
+	}, append(append(c.clusterFields(), c.connFields()...), c.respFields()...)...)
 }
 
 // EnvName returns the environment variable for a YAML key.
@@ -449,6 +455,9 @@ func (c Config) Validate() error {
 		return bad("lease_ttl %s exceeds max_lease_ttl %s", c.LeaseTTL, c.MaxLeaseTTL)
 	}
 	if err := c.validateTenantShares(); err != nil {
+		return err
+	}
+	if err := c.validateRESP(); err != nil {
 		return err
 	}
 	switch c.ColdStore {

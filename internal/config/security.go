@@ -32,6 +32,9 @@ type TenantConfig struct {
 	OpsBurst    int      `yaml:"ops_burst"`
 	BytesPerSec ByteSize `yaml:"bytes_per_sec"`
 	BytesBurst  ByteSize `yaml:"bytes_burst"`
+	// RESP is the tenant's RESP profile (resp.go); nil: the tenant cannot
+	// use RESP data commands.
+	RESP *RESPProfileConfig `yaml:"resp"`
 }
 
 // SecretConfig names where a secret is read from: a file (its content,

@@ -34,6 +34,7 @@ const Version = "0.1.0"
 type Addrs struct {
 	Data  string
 	Admin string // "" when the admin listener is off
+	RESP  string // "" when resp_listen is off (resp.go)
 }
 
 // NewLogger builds the structured logger the config asks for.
@@ -195,6 +196,7 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 		scfg.ColdStats = cn.stats
 	}
 	scfg.MaxVersion = uint8(cfg.ProtocolMax)
+	scfg.RESPProfiles = respProfiles(cfg)
 	ln, err := listen("listen", cfg.Listen)
 	if err != nil {
 		return err
@@ -289,6 +291,14 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 		defer signal.Stop(hup)
 	}
 
+	respWait, err := startRESP(cfg, srv, sec.tlsConfig(), &addrs, log)
+	if err != nil {
+		ln.Close()
+		if hs != nil {
+			hs.Close()
+		}
+		return err
+	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	adm.SetReady(true)
@@ -355,6 +365,7 @@ wait:
 	if err := srv.Shutdown(dctx); err != nil {
 		log.Warn("drain deadline passed; connections closed", "err", err)
 	}
+	respWait()
 	if hs != nil {
 		hs.Shutdown(dctx)
 	}

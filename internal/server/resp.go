@@ -298,6 +298,11 @@ func (rc *respConn) dispatch(cmd resp.Command) error {
 		rc.reply(resp.OK)
 		rc.quit = true
 		return nil
+	case "HELLO":
+		// Unknown, before and after AUTH: a client that tries RESP3 stays
+		// on RESP2.
+		rc.errorf("ERR unknown command '%s'", printable(cmd.Args[0]))
+		return nil
 	}
 	if !rc.c.hello {
 		rc.errorf("NOAUTH Authentication required.")

@@ -390,4 +390,3 @@ func (rc *respConn) del(keys [][]byte) {
 	}
 	rc.int(n)
 }
-
