@@ -92,12 +92,13 @@ else
 	# any key and any length up to the largest block.
 	cat >"$WORKDIR/gpucached.yaml" <<-EOF
 	resp_listen: 127.0.0.1:$GPC_RESP
-	resp_profiles:
-	  default:
-	    model: bench/any
-	    dtype: bytes
-	    key_format: any
-	    variable_length: true
+	resp_profile:
+	  model: bench/any
+	  config_revision: bench
+	  tokenizer_revision: bench
+	  dtype: bytes
+	  key_format: any
+	  variable_length: true
 	EOF
 	log "gpucached on 127.0.0.1:$GPC_PORT, RESP on 127.0.0.1:$GPC_RESP (cold tier off, hot $HOT_CAPACITY)"
 	"$WORKDIR/gpucached" --config "$WORKDIR/gpucached.yaml" --listen "127.0.0.1:$GPC_PORT" \

@@ -181,7 +181,7 @@ class RedisPyProtocol(unittest.TestCase):
             p.exists(key + "metadata")
             p.get(key + "metadata")
             p.get(key + "kv_bytes")
-            p.get(key + "absent")
+            p.get(lmcache_key(unique("pipeline-absent")) + "kv_bytes")
             p.delete(key + "kv_bytes", key + "metadata")
             p.exists(key + "metadata")
             res = p.execute()
