@@ -1,0 +1,210 @@
+#!/usr/bin/env bash
+# bench/resp-bench.sh — one load generator, two servers: redis-benchmark
+# (Debian redis-tools) drives a redis-server and gpucached's RESP endpoint
+# with the same commands, sizes, connections and key space, and prints a
+# markdown table (issue 13's "Benchmark" acceptance).
+#
+# Usage:
+#   bench/resp-bench.sh                 # 3 repetitions, alternating servers
+#   REPS=1 SIZES=64KiB CONNS=1 bench/resp-bench.sh   # smoke
+#   PROFILE=1 bench/resp-bench.sh       # also a CPU profile of gpucached under
+#                                       # GET 1MiB -c 8 (admin /debug/pprof)
+#
+# Environment:
+#   REPS        repetitions; the table shows medians; default 3. Each repetition
+#               runs every case on both servers, the first server alternating
+#   SIZES       value sizes; default "64KiB 1MiB 32MiB"
+#   CONNS       redis-benchmark -c values; default "1 8"
+#   REQS_64KiB, REQS_1MiB, REQS_32MiB   requests per run (-n); defaults
+#               20000, 2000, 200
+#   KEYS_64KiB, KEYS_1MiB, KEYS_32MiB   key space (-r), the same on both
+#               servers; defaults 256, 256, 16. Each server is prefilled
+#               (12 x KEYS SETs) before the measured runs, so GETs hit
+#   HOT_CAPACITY  gpucached --hot-capacity; default 2GiB (holds every key space)
+#   OUT         results directory; default bench/results. The table goes to
+#               OUT/resp-bench-<stamp>.md, raw CSV to OUT/resp-bench-<stamp>/
+#   PROFILE_SECONDS  length of the PROFILE=1 profile; default 10
+#   RESP_PORT   measure an endpoint already listening on 127.0.0.1:RESP_PORT
+#               instead of starting gpucached (its admin address, for
+#               PROFILE=1, in ADMIN_PORT); the caller prepares its profile
+#
+# No pipelining (-P 1), persistence off on redis-server (--save '' --appendonly
+# no), gpucached with its cold tier off: DRAM against DRAM. Client and servers
+# share this host's CPUs; nothing is pinned. gpucached's chunks are immutable:
+# a SET of a key that exists answers +OK and keeps the stored bytes, so after
+# the prefill its SET runs measure the acknowledged re-put LMCache makes of a
+# chunk it already stored, while Redis overwrites the value.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+. "$ROOT/bench/log.sh" resp-bench
+. "$ROOT/bench/lib.sh"
+
+REPS=${REPS:-3}
+SIZES=${SIZES:-"64KiB 1MiB 32MiB"}
+CONNS=${CONNS:-"1 8"}
+HOT_CAPACITY=${HOT_CAPACITY:-2GiB}
+OUT=${OUT:-$ROOT/bench/results}
+PROFILE=${PROFILE:-0}
+PROFILE_SECONDS=${PROFILE_SECONDS:-10}
+
+bytes_of() { # bytes_of 64KiB -> 65536
+	case $1 in
+	*KiB) echo $((${1%KiB} << 10)) ;;
+	*MiB) echo $((${1%MiB} << 20)) ;;
+	*) echo "$1" ;;
+	esac
+}
+reqs_of() { local v="REQS_$1" d; case $1 in 64KiB) d=20000 ;; 1MiB) d=2000 ;; 32MiB) d=200 ;; *) d=1000 ;; esac; echo "${!v:-$d}"; }
+keys_of() { local v="KEYS_$1" d; case $1 in 32MiB) d=16 ;; *) d=256 ;; esac; echo "${!v:-$d}"; }
+
+for t in redis-server redis-benchmark redis-cli go; do
+	command -v "$t" >/dev/null 2>&1 || die "$t is missing (apt-get install redis-server redis-tools)"
+done
+
+stamp=$(date -u +%Y%m%dT%H%M%SZ)
+mkdir -p "$OUT"
+RAW="$OUT/resp-bench-$stamp"
+mkdir -p "$RAW/logs"
+REPORT="$OUT/resp-bench-$stamp.md"
+WORKDIR=$(mktemp -d)
+
+if [[ -z ${RESP_PORT:-} ]]; then
+	log "building gpucached"
+	(cd "$ROOT" && go build -o "$WORKDIR/gpucached" ./cmd/gpucached)
+fi
+
+free_port REDIS_PORT
+log "redis-server on 127.0.0.1:$REDIS_PORT (persistence off)"
+redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no --daemonize no \
+	--dir "$WORKDIR" --logfile "" >"$RAW/logs/redis-server.log" 2>&1 3>&- &
+PIDS+=($!)
+wait_port "$REDIS_PORT" "$!" 10 || die "redis-server did not start (see $RAW/logs/redis-server.log)"
+
+if [[ -n ${RESP_PORT:-} ]]; then
+	GPC_RESP=$RESP_PORT
+	GPC_ADMIN=${ADMIN_PORT:-}
+	log "measuring the endpoint on 127.0.0.1:$GPC_RESP"
+else
+	free_port GPC_PORT
+	free_port GPC_ADMIN
+	free_port GPC_RESP
+	# Open mode on loopback: the RESP tenant is "default"; its profile accepts
+	# any key and any length up to the largest block.
+	cat >"$WORKDIR/gpucached.yaml" <<-EOF
+	resp_listen: 127.0.0.1:$GPC_RESP
+	resp_profile:
+	  model: bench/any
+	  config_revision: bench
+	  tokenizer_revision: bench
+	  dtype: bytes
+	  key_format: any
+	  variable_length: true
+	EOF
+	log "gpucached on 127.0.0.1:$GPC_PORT, RESP on 127.0.0.1:$GPC_RESP (cold tier off, hot $HOT_CAPACITY)"
+	"$WORKDIR/gpucached" --config "$WORKDIR/gpucached.yaml" --listen "127.0.0.1:$GPC_PORT" \
+		--admin-listen "127.0.0.1:$GPC_ADMIN" --cold-store off --hot-capacity "$HOT_CAPACITY" \
+		--hot-max-class 64MiB --audit-log off >"$RAW/logs/gpucached.log" 2>&1 3>&- &
+	GPC_PID=$!
+	PIDS+=("$GPC_PID")
+	wait_port "$GPC_RESP" "$GPC_PID" 60 || die "gpucached did not start (see $RAW/logs/gpucached.log)"
+fi
+
+{
+	machine_info
+	printf 'redis\t%s\n' "$(redis-server --version)"
+	printf 'redis_benchmark\t%s\n' "$(redis-benchmark --version 2>/dev/null || echo unknown)"
+	printf 'lscpu\t%s\n' "$(lscpu 2>/dev/null | awk -F': *' '/^Model name|^CPU\(s\)|^Hypervisor vendor|^Thread/ {printf "%s=%s; ", $1, $2}')"
+} >"$RAW/machine.txt"
+
+port_of() { [[ $1 == redis ]] && echo "$REDIS_PORT" || echo "$GPC_RESP"; }
+
+# bench_one SERVER SIZE CONNS OP REP: one redis-benchmark run; appends
+# "server size conns op rep rps p50 p99" to RAW/results.tsv.
+bench_one() {
+	local server=$1 size=$2 conns=$3 op=$4 rep=$5 csv line
+	csv="$RAW/$server-$size-c$conns-$op-r$rep.csv"
+	redis-benchmark -h 127.0.0.1 -p "$(port_of "$server")" -c "$conns" -P 1 \
+		-n "$(reqs_of "$size")" -r "$(keys_of "$size")" -d "$(bytes_of "$size")" \
+		-t "$op" --csv --precision 3 >"$csv" 2>"$RAW/logs/$server-$size-c$conns-$op-r$rep.err" ||
+		die "redis-benchmark against $server failed (see $RAW/logs)"
+	# "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
+	line=$(awk -F'","' -v OP="${op^^}" 'index($1, "\"" OP) == 1 {gsub(/"/, "", $0); print; exit}' "$csv")
+	[[ -n $line ]] || die "no $op result in $csv"
+	awk -F, -v s="$server" -v z="$size" -v c="$conns" -v o="$op" -v r="$rep" \
+		'{printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s, z, c, o, r, $2, $5, $7}' <<<"$line" >>"$RAW/results.tsv"
+	log "$server $size c=$conns $op rep $rep: $(cut -f6- <<<"$(tail -1 "$RAW/results.tsv")" | tr '\t' ' ') (rps p50 p99 ms)"
+}
+
+prefill() { # prefill SERVER SIZE: every key of the key space written once
+	local keys
+	keys=$(keys_of "$2")
+	redis-benchmark -h 127.0.0.1 -p "$(port_of "$1")" -c 8 -P 1 -n $((keys * 12)) -r "$keys" \
+		-d "$(bytes_of "$2")" -t set -q >/dev/null 2>>"$RAW/logs/prefill.err" || die "prefill of $1 failed"
+}
+
+: >"$RAW/results.tsv"
+for size in $SIZES; do
+	log "prefill $size (both servers)"
+	prefill redis "$size"
+	prefill gpucache "$size"
+done
+for ((rep = 1; rep <= REPS; rep++)); do
+	order="redis gpucache"
+	((rep % 2 == 0)) && order="gpucache redis"
+	for size in $SIZES; do
+		for conns in $CONNS; do
+			for op in set get; do
+				for server in $order; do
+					bench_one "$server" "$size" "$conns" "$op" "$rep"
+				done
+			done
+		done
+	done
+done
+
+if [[ $PROFILE == 1 ]]; then
+	log "CPU profile of gpucached: GET 1MiB -c 8 for ${PROFILE_SECONDS}s"
+	curl -sf -o "$RAW/gpucached-get-1MiB-c8.pprof" \
+		"http://127.0.0.1:$GPC_ADMIN/debug/pprof/profile?seconds=$PROFILE_SECONDS" 3>&- &
+	curl_pid=$!
+	redis-benchmark -h 127.0.0.1 -p "$GPC_RESP" -c 8 -P 1 -n $((2000 * PROFILE_SECONDS)) -r 256 \
+		-d 1048576 -t get -q >/dev/null 2>&1 || true
+	wait "$curl_pid" || log "profile download failed"
+	[[ -s $RAW/gpucached-get-1MiB-c8.pprof ]] &&
+		(cd "$ROOT" && go tool pprof -top -nodecount=30 "$WORKDIR/gpucached" "$RAW/gpucached-get-1MiB-c8.pprof" \
+			>"$RAW/gpucached-get-1MiB-c8.top.txt" 2>&1) &&
+		log "profile: $RAW/gpucached-get-1MiB-c8.top.txt"
+fi
+
+# The table: medians over the repetitions.
+{
+	echo "| size | conns | op | redis rps | gpucache rps | ratio | redis p50 / p99 ms | gpucache p50 / p99 ms |"
+	echo "|---|---:|---|---:|---:|---:|---:|---:|"
+	awk -F'\t' -v sizes="$SIZES" -v conns="$CONNS" '
+	function median(list,    a, n, i, j, t) {
+		n = split(list, a, " ")
+		for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
+		return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+	}
+	{ k = $2 SUBSEP $3 SUBSEP $4 SUBSEP $1; rps[k] = rps[k] " " $6; p50[k] = p50[k] " " $7; p99[k] = p99[k] " " $8 }
+	END {
+		ns = split(sizes, S, " "); nc = split(conns, C, " ")
+		for (i = 1; i <= ns; i++) for (j = 1; j <= nc; j++) for (o = 1; o <= 2; o++) {
+			op = o == 1 ? "set" : "get"
+			r = S[i] SUBSEP C[j] SUBSEP op SUBSEP "redis"; g = S[i] SUBSEP C[j] SUBSEP op SUBSEP "gpucache"
+			if (!(r in rps) || !(g in rps)) continue
+			rr = median(rps[r]); gr = median(rps[g])
+			printf "| %s | %s | %s | %.0f | %.0f | %.2f | %.3f / %.3f | %.3f / %.3f |\n", S[i], C[j], toupper(op), rr, gr, (rr > 0 ? gr / rr : 0), median(p50[r]), median(p99[r]), median(p50[g]), median(p99[g])
+		}
+	}' "$RAW/results.tsv"
+} >"$REPORT"
+{
+	echo
+	echo "Machine and versions:"
+	echo
+	sed 's/^/    /' "$RAW/machine.txt"
+	echo
+	echo "redis-benchmark -P 1, $REPS repetitions (medians), servers alternating; requests per run: 64KiB $(reqs_of 64KiB), 1MiB $(reqs_of 1MiB), 32MiB $(reqs_of 32MiB); key space (-r): $(keys_of 64KiB), $(keys_of 1MiB), $(keys_of 32MiB)."
+} >>"$REPORT"
+cat "$REPORT"
+log "report: $REPORT (raw: $RAW)"
