@@ -661,6 +661,20 @@ func (t *Tier) Refill(ctx context.Context, ns identity.Namespace, key identity.B
 	return n, res, err
 }
 
+// RefillInto is Refill for a caller that allocates the destination once
+// the payload's length is known (refill.RefillKeyInto): a server reserves a
+// hot-tier slot in alloc and the payload is read straight into it. On a
+// miss after alloc, the buffer it returned is zeroed and must be discarded.
+func (t *Tier) RefillInto(ctx context.Context, ns identity.Namespace, key identity.BlockKey, alloc func(n int) ([]byte, bool)) (int, refill.Result, error) {
+	n, res, err := t.rf.RefillKeyInto(ctx, ns, key, alloc)
+	if res.Hit {
+		t.st.refillHits.Add(1)
+	} else {
+		t.st.refillMisses.Add(1)
+	}
+	return n, res, err
+}
+
 // Stats returns the tier's counters.
 func (t *Tier) Stats() Stats {
 	t.mu.Lock()

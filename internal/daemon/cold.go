@@ -16,6 +16,7 @@ import (
 	"github.com/gpucache/gpucache/internal/coldtier"
 	"github.com/gpucache/gpucache/internal/config"
 	"github.com/gpucache/gpucache/internal/degrade"
+	"github.com/gpucache/gpucache/internal/identity"
 )
 
 // coldConnectBackoff bounds the wait between background checks of a cold
@@ -156,6 +157,14 @@ func (c *coldNode) connect(ctx context.Context) {
 		wait = min(2*wait, coldConnectMax)
 		t.Reset(wait)
 	}
+}
+
+// refill is the server's ColdRefill: the tier reads the block's payload
+// straight into the hot-tier slot alloc reserves once the manifest gives
+// its length, so a refill holds no payload on the Go heap (ADR 0015).
+func (c *coldNode) refill(ctx context.Context, ns identity.Namespace, key identity.BlockKey, alloc func(n int) ([]byte, bool)) (int, bool) {
+	n, res, _ := c.tier.RefillInto(ctx, ns, key, alloc)
+	return n, res.Hit
 }
 
 // degraded is /readyz's reason the node is degraded, "" when it is not.
