@@ -84,6 +84,20 @@ import (
 // otherwise. It is a term of the daemon's memory bound (OPERATIONS.md).
 const DefaultManifestCacheBytes int64 = 32 << 20
 
+// DefaultPendingBytes is Config.PendingBytes unless set: four 64 MiB
+// blocks (the hot tier's default largest class, ADR 0015) with their
+// metadata, so a burst of evicted LMCache chunks is written behind rather
+// than dropped while the previous pack is still being written.
+const DefaultPendingBytes int64 = 256 << 20
+
+// MaxBlockOverhead bounds the metadata allowance one block takes from
+// PendingBytes on top of its payload (costLocked): its token ids (at most
+// identity.MaxBlockTokens of 4 bytes), its namespace's canonical encoding
+// twice (at most identity.MaxCanonicalLen each), an opaque name (at most
+// identity.MaxOpaqueLen) and blockSlack, rounded up to 1 MiB. A budget
+// below the largest payload plus this drops every block of that size.
+const MaxBlockOverhead int64 = 1 << 20
+
 type Config struct {
 	// Store is the cold object store (required).
 	Store cold.Store
@@ -99,7 +113,9 @@ type Config struct {
 	// packs queued on the sink, pending or failed, until they are written
 	// or given up. Evicted blocks beyond it are dropped. These bytes live
 	// on the Go heap, so this is also the write-behind's heap budget (plus
-	// the one pack being built). Default 64 MiB.
+	// the one pack being built). Default DefaultPendingBytes (256 MiB);
+	// it must hold one largest block plus MaxBlockOverhead, or that
+	// block is always dropped.
 	PendingBytes int64
 	// RememberBlocks bounds the identities kept for blocks in the hot tier.
 	// Default 1<<20.
@@ -250,7 +266,7 @@ func New(cfg Config) (*Tier, error) {
 		cfg.PackBytes = 64 << 20
 	}
 	if cfg.PendingBytes <= 0 {
-		cfg.PendingBytes = 64 << 20
+		cfg.PendingBytes = DefaultPendingBytes
 	}
 	if cfg.RememberBlocks <= 0 {
 		cfg.RememberBlocks = 1 << 20

@@ -76,7 +76,8 @@ type Config struct {
 	// HotMinClass is the smallest slot size class. Default 16KiB.
 	HotMinClass ByteSize `yaml:"hot_min_class"`
 	// HotMaxClass is the largest slot size class and so the largest block.
-	// Default 4MiB.
+	// Default 64MiB: an LMCache chunk of 256 tokens is 32MiB for
+	// Llama-3-8B in fp16 (ADR 0015).
 	HotMaxClass ByteSize `yaml:"hot_max_class"`
 	// HotSlab is the size of one mmap'd slab; at most HotCapacity. Default
 	// 64MiB.
@@ -110,7 +111,8 @@ type Config struct {
 	MaxInFlight int `yaml:"max_in_flight"`
 	// MaxBatch bounds keys per request. Default 1024.
 	MaxBatch int `yaml:"max_batch"`
-	// MaxFrame bounds one frame body. Default 65MiB.
+	// MaxFrame bounds one frame body. Default 65MiB: one hot_max_class
+	// block of 64MiB plus 1MiB for its PUT table or GET response table.
 	MaxFrame ByteSize `yaml:"max_frame"`
 	// ReadTimeout bounds reading one request. Default 30s.
 	ReadTimeout time.Duration `yaml:"read_timeout"`
@@ -156,7 +158,9 @@ type Config struct {
 	ColdFlushInterval time.Duration `yaml:"cold_flush_interval"`
 	// ColdPending bounds the bytes the write-behind holds (on the Go heap):
 	// evicted blocks waiting to be packed and their packs until written,
-	// during a store outage too; more are dropped. Default 64MiB.
+	// during a store outage too; more are dropped. It must hold one
+	// hot_max_class block plus 1MiB of metadata when the write-behind is
+	// on. Default 256MiB (four 64MiB blocks).
 	ColdPending ByteSize `yaml:"cold_pending"`
 	// S3Endpoint, S3Region, S3Bucket, S3Prefix, S3AccessKey, S3SecretKey
 	// and S3PathStyle configure cold_store: s3. The keys default to the
@@ -201,7 +205,7 @@ func Default() Config {
 		AdminListen:  "127.0.0.1:9401",
 		HotCapacity:  1 << 30,
 		HotMinClass:  16 << 10,
-		HotMaxClass:  4 << 20,
+		HotMaxClass:  64 << 20,
 		HotSlab:      64 << 20,
 		HotPrefault:  "populate",
 		HotPolicy:    BuiltinHotPolicy,
@@ -236,7 +240,7 @@ func Default() Config {
 		ColdWriteBehind:   true,
 		ColdSpillOnDrain:  true,
 		ColdFlushInterval: time.Second,
-		ColdPending:       64 << 20,
+		ColdPending:       256 << 20,
 		S3Region:          "us-east-1",
 		S3PathStyle:       true,
 
@@ -425,7 +429,8 @@ func (c Config) Validate() error {
 		return bad("hot_policy %q is not one of %s", c.HotPolicy, strings.Join(HotPolicies(), ", "))
 	}
 	if uint64(c.MaxFrame) < uint64(c.HotMaxClass)+4096 || c.MaxFrame > 1<<31 {
-		return bad("max_frame %s must hold one hot_max_class block plus 4KiB and be at most 2GiB", c.MaxFrame)
+		return bad("max_frame %s must hold one hot_max_class block (%s) plus 4KiB and be at most 2GiB; hot_max_class + 1MiB (%s) fits any PUT table",
+			c.MaxFrame, c.HotMaxClass, c.HotMaxClass+1<<20)
 	}
 	for _, n := range []struct {
 		name string
@@ -470,6 +475,10 @@ func (c Config) Validate() error {
 	if c.ColdPending < 0 {
 		return bad("cold_pending must not be negative")
 	}
+	if need := c.HotMaxClass + ColdBlockOverhead; c.ColdStore != "off" && c.ColdWriteBehind && c.ColdPending < need {
+		return bad("cold_pending %s cannot hold one hot_max_class block (%s) plus its %s of metadata: every evicted block of that size would be dropped; set cold_pending to at least %s, lower hot_max_class, or set cold_write_behind: false",
+			c.ColdPending, c.HotMaxClass, ColdBlockOverhead, need)
+	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
 	default:
@@ -480,6 +489,11 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
+
+// ColdBlockOverhead is the metadata allowance the write-behind charges one
+// evicted block on top of its payload, at most (coldtier.MaxBlockOverhead):
+// cold_pending must hold hot_max_class plus this.
+const ColdBlockOverhead ByteSize = 1 << 20
 
 // BuiltinHotPolicy names the hot store's built-in order (hot.Config.Policy
 // nil): prefix-aware LRU.

@@ -91,6 +91,8 @@ func openCold(ctx context.Context, cfg config.Config, log *slog.Logger, sec *sec
 		return nil, nil, fmt.Errorf("cold tier: unknown cold_store %q", cfg.ColdStore)
 	}
 	tcfg := coldtier.Config{Store: store, PendingBytes: int64(cfg.ColdPending), Logger: log, Faults: faults}
+	// A refill may download one hot_max_class block (ADR 0015).
+	tcfg.Refill.Budget = max(refill.Default().Budget, int64(cfg.HotMaxClass))
 	if sec != nil {
 		// Manifests are sealed with the current seal key and verified on
 		// every refill; a failed check is a miss and an audit event.
