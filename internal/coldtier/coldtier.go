@@ -531,13 +531,22 @@ func (t *Tier) flush(ctx context.Context, force, now bool) sink.Report {
 	t.mu.Unlock()
 	var lost lossReport
 	for _, b := range ready {
-		for off := 0; off < len(b.blocks); off += t.cfg.PackBlocks {
-			end := min(off+t.cfg.PackBlocks, len(b.blocks))
-			var reserved int64
-			for _, c := range b.costs[off:end] {
-				reserved += c
+		// A pack takes at most PackBlocks blocks, and closes once its
+		// payload reaches PackBytes: with 64 MiB blocks (ADR 0015) a pack
+		// in the making is at most PackBytes plus one block, not a whole
+		// budget's worth.
+		for off := 0; off < len(b.blocks); {
+			end, reserved, bytes := off, int64(0), int64(0)
+			for end < len(b.blocks) && end-off < t.cfg.PackBlocks && bytes < t.cfg.PackBytes {
+				reserved += b.costs[end]
+				bytes += int64(len(b.blocks[end].Payload))
+				end++
 			}
 			t.queue(b.ns, b.blocks[off:end], reserved, &lost)
+			// The pack holds its own copy now: drop the blocks', so the
+			// heap never holds both for the rest of this flush.
+			clear(b.blocks[off:end])
+			off = end
 		}
 	}
 	var rep sink.Report

@@ -80,3 +80,30 @@ func TestMaxBlockOverheadBoundsTheAllowance(t *testing.T) {
 		t.Fatalf("MaxBlockOverhead %d < the largest allowance %d", MaxBlockOverhead, most)
 	}
 }
+
+// TestPacksCloseAtPackBytes: a flush cuts a namespace's batch into packs
+// of at most PackBytes plus one block, so the pack the heap builds stays
+// bounded with large blocks, and every block still refills.
+func TestPacksCloseAtPackBytes(t *testing.T) {
+	tr := newTier(t, cold.NewMem(), func(c *Config) { c.PackBytes = 1 << 20 })
+	ns := testNS("acme")
+	d, _ := ns.Digest()
+	var keys []identity.BlockKey
+	for i := range 5 {
+		id := identity.CacheIdentity{Namespace: ns, Opaque: []byte{'b', byte('0' + i)}}
+		k := id.KeyIn(d)
+		tr.Remember(id)
+		tr.Evicted(d, k, identity.BlockKey{}, 0, payloadOf(k, 600<<10))
+		keys = append(keys, k)
+	}
+	rep := tr.Flush(context.Background(), true)
+	if st := tr.Stats(); st.PacksBuilt != 3 || rep.Completed != 3 {
+		t.Fatalf("5 blocks of 600 KiB with PackBytes 1 MiB: %d packs built, %d written; want 3 (2+2+1)", st.PacksBuilt, rep.Completed)
+	}
+	for _, k := range keys {
+		buf := make([]byte, 600<<10)
+		if n, res, _ := tr.Refill(context.Background(), ns, k, buf); !res.Hit || !bytes.Equal(buf[:n], payloadOf(k, 600<<10)) {
+			t.Fatalf("refill: %v", res)
+		}
+	}
+}
