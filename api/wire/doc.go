@@ -763,7 +763,7 @@
 //	MaxInFlight      announced  most requests in flight on one connection.
 //	                            Default 64
 //	MaxPayload       announced  largest payload of one block. Set by the
-//	                            server's hot tier (4 MiB by default)
+//	                            server's hot tier (64 MiB by default, ADR 0015)
 //	MaxStringLen     fixed      256 bytes per str
 //	MaxNamespaceLen  fixed      4096 bytes per namespace blob
 //	                            (identity.MaxCanonicalLen)

@@ -84,6 +84,20 @@ import (
 // otherwise. It is a term of the daemon's memory bound (OPERATIONS.md).
 const DefaultManifestCacheBytes int64 = 32 << 20
 
+// DefaultPendingBytes is Config.PendingBytes unless set: four 64 MiB
+// blocks (the hot tier's default largest class, ADR 0015) with their
+// metadata, so a burst of evicted LMCache chunks is written behind rather
+// than dropped while the previous pack is still being written.
+const DefaultPendingBytes int64 = 256 << 20
+
+// MaxBlockOverhead bounds the metadata allowance one block takes from
+// PendingBytes on top of its payload (costLocked): its token ids (at most
+// identity.MaxBlockTokens of 4 bytes), its namespace's canonical encoding
+// twice (at most identity.MaxCanonicalLen each), an opaque name (at most
+// identity.MaxOpaqueLen) and blockSlack, rounded up to 1 MiB. A budget
+// below the largest payload plus this drops every block of that size.
+const MaxBlockOverhead int64 = 1 << 20
+
 type Config struct {
 	// Store is the cold object store (required).
 	Store cold.Store
@@ -99,7 +113,9 @@ type Config struct {
 	// packs queued on the sink, pending or failed, until they are written
 	// or given up. Evicted blocks beyond it are dropped. These bytes live
 	// on the Go heap, so this is also the write-behind's heap budget (plus
-	// the one pack being built). Default 64 MiB.
+	// the one pack being built). Default DefaultPendingBytes (256 MiB);
+	// it must hold one largest block plus MaxBlockOverhead, or that
+	// block is always dropped.
 	PendingBytes int64
 	// RememberBlocks bounds the identities kept for blocks in the hot tier.
 	// Default 1<<20.
@@ -277,7 +293,7 @@ func New(cfg Config) (*Tier, error) {
 		cfg.PackBytes = 64 << 20
 	}
 	if cfg.PendingBytes <= 0 {
-		cfg.PendingBytes = 64 << 20
+		cfg.PendingBytes = DefaultPendingBytes
 	}
 	if cfg.RememberBlocks <= 0 {
 		cfg.RememberBlocks = 1 << 20
@@ -570,13 +586,22 @@ func (t *Tier) queueReady(force bool, lost *lossReport) {
 	}
 	t.mu.Unlock()
 	for _, b := range ready {
-		for off := 0; off < len(b.blocks); off += t.cfg.PackBlocks {
-			end := min(off+t.cfg.PackBlocks, len(b.blocks))
-			var reserved int64
-			for _, c := range b.costs[off:end] {
-				reserved += c
+		// A pack takes at most PackBlocks blocks, and closes once its
+		// payload reaches PackBytes: with 64 MiB blocks (ADR 0015) a pack
+		// in the making is at most PackBytes plus one block, not a whole
+		// budget's worth.
+		for off := 0; off < len(b.blocks); {
+			end, reserved, bytes := off, int64(0), int64(0)
+			for end < len(b.blocks) && end-off < t.cfg.PackBlocks && bytes < t.cfg.PackBytes {
+				reserved += b.costs[end]
+				bytes += int64(len(b.blocks[end].Payload))
+				end++
 			}
 			t.queue(b.ns, b.blocks[off:end], reserved, lost)
+			// The pack holds its own copy now: drop the blocks', so the
+			// heap never holds both for the rest of this flush.
+			clear(b.blocks[off:end])
+			off = end
 		}
 	}
 }
@@ -712,6 +737,20 @@ func (t *Tier) Refill(ctx context.Context, ns identity.Namespace, key identity.B
 		if res.Reason == refill.NotFound && derr == nil {
 			t.idx.removeStale(t.idx.fp(d, key), gen) // no pointer: not present
 		}
+	}
+	return n, res, err
+}
+
+// RefillInto is Refill for a caller that allocates the destination once
+// the payload's length is known (refill.RefillKeyInto): a server reserves a
+// hot-tier slot in alloc and the payload is read straight into it. On a
+// miss after alloc, the buffer it returned is zeroed and must be discarded.
+func (t *Tier) RefillInto(ctx context.Context, ns identity.Namespace, key identity.BlockKey, alloc func(n int) ([]byte, bool)) (int, refill.Result, error) {
+	n, res, err := t.rf.RefillKeyInto(ctx, ns, key, alloc)
+	if res.Hit {
+		t.st.refillHits.Add(1)
+	} else {
+		t.st.refillMisses.Add(1)
 	}
 	return n, res, err
 }

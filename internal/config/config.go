@@ -81,7 +81,8 @@ type Config struct {
 	// HotMinClass is the smallest slot size class. Default 16KiB.
 	HotMinClass ByteSize `yaml:"hot_min_class"`
 	// HotMaxClass is the largest slot size class and so the largest block.
-	// Default 4MiB.
+	// Default 64MiB: an LMCache chunk of 256 tokens is 32MiB for
+	// Llama-3-8B in fp16 (ADR 0015).
 	HotMaxClass ByteSize `yaml:"hot_max_class"`
 	// HotSlab is the size of one mmap'd slab; at most HotCapacity. Default
 	// 64MiB.
@@ -115,7 +116,8 @@ type Config struct {
 	MaxInFlight int `yaml:"max_in_flight"`
 	// MaxBatch bounds keys per request. Default 1024.
 	MaxBatch int `yaml:"max_batch"`
-	// MaxFrame bounds one frame body. Default 65MiB.
+	// MaxFrame bounds one frame body. Default 65MiB: one hot_max_class
+	// block of 64MiB plus 1MiB for its PUT table or GET response table.
 	MaxFrame ByteSize `yaml:"max_frame"`
 	// ReadTimeout bounds reading one request. Default 30s.
 	ReadTimeout time.Duration `yaml:"read_timeout"`
@@ -161,7 +163,9 @@ type Config struct {
 	ColdFlushInterval time.Duration `yaml:"cold_flush_interval"`
 	// ColdPending bounds the bytes the write-behind holds (on the Go heap):
 	// evicted blocks waiting to be packed and their packs until written,
-	// during a store outage too; more are dropped. Default 64MiB.
+	// during a store outage too; more are dropped. It must hold one
+	// hot_max_class block plus 1MiB of metadata when the write-behind is
+	// on. Default 256MiB (four 64MiB blocks).
 	ColdPending ByteSize `yaml:"cold_pending"`
 	// ColdIndexMax bounds the cold presence index (entries, about 64 bytes
 	// of heap each): LOOKUP and RESP EXISTS count the blocks it holds as
@@ -217,7 +221,7 @@ func Default() Config {
 		RESPListen:   "off",
 		HotCapacity:  1 << 30,
 		HotMinClass:  16 << 10,
-		HotMaxClass:  4 << 20,
+		HotMaxClass:  64 << 20,
 		HotSlab:      64 << 20,
 		HotPrefault:  "populate",
 		HotPolicy:    BuiltinHotPolicy,
@@ -252,7 +256,7 @@ func Default() Config {
 		ColdWriteBehind:   true,
 		ColdSpillOnDrain:  true,
 		ColdFlushInterval: time.Second,
-		ColdPending:       64 << 20,
+		ColdPending:       256 << 20,
 		ColdIndexMax:      1 << 20,
 		S3Region:          "us-east-1",
 		S3PathStyle:       true,
@@ -444,7 +448,8 @@ func (c Config) Validate() error {
 		return bad("hot_policy %q is not one of %s", c.HotPolicy, strings.Join(HotPolicies(), ", "))
 	}
 	if uint64(c.MaxFrame) < uint64(c.HotMaxClass)+4096 || c.MaxFrame > 1<<31 {
-		return bad("max_frame %s must hold one hot_max_class block plus 4KiB and be at most 2GiB", c.MaxFrame)
+		return bad("max_frame %s must hold one hot_max_class block (%s) plus 4KiB and be at most 2GiB; hot_max_class + 1MiB (%s) fits any PUT table",
+			c.MaxFrame, c.HotMaxClass, c.HotMaxClass+1<<20)
 	}
 	for _, n := range []struct {
 		name string
@@ -495,6 +500,10 @@ func (c Config) Validate() error {
 	if c.ColdIndexMax < 1 || c.ColdIndexMax > 1<<30 {
 		return bad("cold_index_max must be 1..1073741824, got %d", c.ColdIndexMax)
 	}
+	if need := c.HotMaxClass + ColdBlockOverhead; c.ColdStore != "off" && c.ColdWriteBehind && c.ColdPending < need {
+		return bad("cold_pending %s cannot hold one hot_max_class block (%s) plus its %s of metadata: every evicted block of that size would be dropped; set cold_pending to at least %s, lower hot_max_class, or set cold_write_behind: false",
+			c.ColdPending, c.HotMaxClass, ColdBlockOverhead, need)
+	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
 	default:
@@ -505,6 +514,11 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
+
+// ColdBlockOverhead is the metadata allowance the write-behind charges one
+// evicted block on top of its payload, at most (coldtier.MaxBlockOverhead):
+// cold_pending must hold hot_max_class plus this.
+const ColdBlockOverhead ByteSize = 1 << 20
 
 // BuiltinHotPolicy names the hot store's built-in order (hot.Config.Policy
 // nil): prefix-aware LRU.

@@ -262,14 +262,14 @@ func TestReplayValidation(t *testing.T) {
 }
 
 func TestHotCapacityHoldsASlab(t *testing.T) {
-	_, err := Load([]string{"--hot-capacity", "16MiB"}, env(nil), io.Discard) // default hot_slab 64MiB
+	_, err := Load([]string{"--hot-capacity", "16MiB", "--hot-max-class", "4MiB"}, env(nil), io.Discard) // default hot_slab 64MiB
 	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "hot_capacity 16MiB is smaller than one hot_slab (64MiB)") ||
 		!strings.Contains(err.Error(), "set hot_slab") {
 		t.Fatalf("hot_capacity below hot_slab: %v", err)
 	}
 	for _, args := range [][]string{
-		{"--hot-capacity", "16MiB", "--hot-slab", "16MiB"},
-		{"--hot-capacity", "16MiB", "--hot-slab", "4MiB"},
+		{"--hot-capacity", "16MiB", "--hot-slab", "16MiB", "--hot-max-class", "16MiB"},
+		{"--hot-capacity", "16MiB", "--hot-slab", "4MiB", "--hot-max-class", "4MiB"},
 	} {
 		if _, err := Load(args, env(nil), io.Discard); err != nil {
 			t.Errorf("%v: %v", args, err)

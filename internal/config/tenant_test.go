@@ -34,7 +34,7 @@ func TestTenantShares(t *testing.T) {
 		t.Fatalf("flag and env: %v %s %d", err, got.TenantHoldBytes, got.TenantFills)
 	}
 	for _, args := range [][]string{
-		{"--tenant-hold-bytes", "1MiB"}, // below hot_max_class (4MiB)
+		{"--tenant-hold-bytes", "1MiB"}, // below hot_max_class (64MiB)
 		{"--tenant-hold-bytes", "2GiB"}, // above hot_capacity
 		{"--tenant-fills", "-1"},
 		{"--tenant-fills", "65537"},

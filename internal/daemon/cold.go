@@ -16,6 +16,7 @@ import (
 	"github.com/gpucache/gpucache/internal/coldtier"
 	"github.com/gpucache/gpucache/internal/config"
 	"github.com/gpucache/gpucache/internal/degrade"
+	"github.com/gpucache/gpucache/internal/identity"
 )
 
 // coldConnectBackoff bounds the wait between background checks of a cold
@@ -91,6 +92,8 @@ func openCold(ctx context.Context, cfg config.Config, log *slog.Logger, sec *sec
 	}
 	tcfg := coldtier.Config{Store: store, PendingBytes: int64(cfg.ColdPending), Logger: log, Faults: faults}
 	indexConfig(&tcfg, cfg) // coldindex.go
+	// A refill may download one hot_max_class block (ADR 0015).
+	tcfg.Refill.Budget = max(refill.Default().Budget, int64(cfg.HotMaxClass))
 	if sec != nil {
 		// Manifests are sealed with the current seal key and verified on
 		// every refill; a failed check is a miss and an audit event.
@@ -158,6 +161,14 @@ func (c *coldNode) connect(ctx context.Context) {
 		wait = min(2*wait, coldConnectMax)
 		t.Reset(wait)
 	}
+}
+
+// refill is the server's ColdRefill: the tier reads the block's payload
+// straight into the hot-tier slot alloc reserves once the manifest gives
+// its length, so a refill holds no payload on the Go heap (ADR 0015).
+func (c *coldNode) refill(ctx context.Context, ns identity.Namespace, key identity.BlockKey, alloc func(n int) ([]byte, bool)) (int, bool) {
+	n, res, _ := c.tier.RefillInto(ctx, ns, key, alloc)
+	return n, res.Hit
 }
 
 // degraded is /readyz's reason the node is degraded, "" when it is not.

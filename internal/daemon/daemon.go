@@ -189,10 +189,7 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 				tier.RememberKeyed(id, d, key)
 			}
 		}
-		scfg.ColdRefill = func(ctx context.Context, ns identity.Namespace, key identity.BlockKey, dst []byte) (int, bool) {
-			n, res, _ := tier.Refill(ctx, ns, key, dst)
-			return n, res.Hit
-		}
+		scfg.ColdRefill = cn.refill
 		scfg.ColdStats = cn.stats
 		wireColdIndex(&scfg, cn) // coldindex.go: ColdPresent, ColdDelete, index STATs
 	}

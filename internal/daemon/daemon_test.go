@@ -19,7 +19,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func testConfig() config.Config {
 	c := config.Default()
 	c.Listen, c.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
-	c.HotCapacity, c.HotSlab = 64<<20, 4<<20
+	c.HotCapacity, c.HotSlab, c.HotMaxClass = 64<<20, 4<<20, 4<<20 // the test sizes predate the 64 MiB default class
 	c.ColdStore = "off"
 	return c
 }

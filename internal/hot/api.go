@@ -49,7 +49,8 @@ type Config struct {
 	// Default 16 KiB.
 	MinClass int
 	// MaxClass is the largest slot size class in bytes, a power of two.
-	// Default 4 MiB. A payload larger than MaxClass gets ErrTooLarge.
+	// Default 64 MiB (at most the largest power of two within
+	// CapacityBytes). A payload larger than MaxClass gets ErrTooLarge.
 	MaxClass int
 	// SlabBytes is the size of one mmap'd slab (it holds slots of a single
 	// class; a class larger than SlabBytes gets one slot per slab). Default

@@ -2,6 +2,7 @@ package hot
 
 import (
 	"fmt"
+	"runtime"
 	"testing"
 )
 
@@ -73,7 +74,8 @@ func sizeName(n int) string {
 	return fmt.Sprintf("%dKiB", n>>10)
 }
 
-// benchStore is a 256 MiB store with the default classes and slabs.
+// benchStore is a 256 MiB store with the default classes (16 KiB..64 MiB)
+// and slabs.
 func benchStore(b *testing.B) *Store {
 	b.Helper()
 	return newTestStore(b, Config{CapacityBytes: 256 << 20})
@@ -127,6 +129,77 @@ func BenchmarkAcquireRelease(b *testing.B) {
 				s.Release(v)
 				i++
 			}
+		})
+	}
+}
+
+// largeSizes are LMCache chunk sizes (issue 13): 256 tokens of Llama-3-8B
+// in fp16 is 32 MiB; 64 MiB is the default largest class.
+var largeSizes = []int{32 << 20, 64 << 20}
+
+// reportHeap adds the Go heap in use after the loop, less the benchmark's
+// own payload buffer (own bytes), in MiB: the cached payload lives in slabs,
+// so it stays flat whatever the block size.
+func reportHeap(b *testing.B, own int) {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	b.ReportMetric(float64(int64(ms.HeapInuse)-int64(own))/(1<<20), "heap-MiB")
+}
+
+// BenchmarkLargePut measures a PUT of a large block into a full store of
+// 256 MiB with the default classes (16 KiB..64 MiB) and slabs: Reserve
+// (evicting the oldest block of the class), copy the payload into the
+// slot, Commit.
+func BenchmarkLargePut(b *testing.B) {
+	for _, size := range largeSizes {
+		b.Run(sizeName(size), func(b *testing.B) {
+			s := benchStore(b)
+			ns := nsOf(1)
+			src := payload(7, size)
+			id := uint64(1)
+			for int64(id)*int64(size) < 2*s.cfg.CapacityBytes {
+				put(b, s, ns, id, 0, size)
+				id++
+			}
+			b.SetBytes(int64(size))
+			for b.Loop() {
+				r, err := s.Reserve(ns, key(id), Key{}, 256, size)
+				if err != nil {
+					b.Fatal(err)
+				}
+				copy(r.Buf, src)
+				s.Commit(r)
+				id++
+			}
+			reportHeap(b, size)
+		})
+	}
+}
+
+// BenchmarkLargeGet measures a GET of a cached large block: Acquire, copy
+// the bytes out (as a socket write would read them), Release.
+func BenchmarkLargeGet(b *testing.B) {
+	for _, size := range largeSizes {
+		b.Run(sizeName(size), func(b *testing.B) {
+			s := benchStore(b)
+			ns := nsOf(1)
+			n := uint64(s.cfg.CapacityBytes / int64(size) / 2)
+			for id := uint64(1); id <= n; id++ {
+				put(b, s, ns, id, 0, size)
+			}
+			dst := make([]byte, size)
+			b.SetBytes(int64(size))
+			i := uint64(0)
+			for b.Loop() {
+				v, ok := s.Acquire(ns, key(1+i%n))
+				if !ok {
+					b.Fatal("miss")
+				}
+				copy(dst, v.Bytes)
+				s.Release(v)
+				i++
+			}
+			reportHeap(b, size)
 		})
 	}
 }

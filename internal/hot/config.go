@@ -14,7 +14,7 @@ import (
 const (
 	DefaultCapacityBytes       = 1 << 30
 	DefaultMinClass            = 16 << 10
-	DefaultMaxClass            = 4 << 20
+	DefaultMaxClass            = 64 << 20
 	DefaultSlabBytes           = 64 << 20
 	DefaultPrefault            = PrefaultPopulate
 	DefaultLeaseTTL            = 5 * time.Second
@@ -29,9 +29,12 @@ const (
 
 // WithDefaults returns c with every zero field set to its default.
 //
-// SlabBytes defaults to 64 MiB, or to CapacityBytes rounded down to a
-// multiple of 4 KiB when the capacity is smaller than that, so a small store
-// (tests, embedded use) needs no extra setting. EvictScan defaults to 1024.
+// MaxClass defaults to 64 MiB (an LMCache chunk of 256 tokens is 32 MiB for
+// Llama-3-8B in fp16; ADR 0015), or to the largest power of two within
+// CapacityBytes when the capacity is smaller. SlabBytes defaults to 64 MiB,
+// or to CapacityBytes rounded down to a multiple of 4 KiB when the capacity
+// is smaller than that, so a small store (tests, embedded use) needs no
+// extra setting. EvictScan defaults to 1024.
 // TenantHoldBytes defaults to half the capacity (at least MaxClass) and
 // TenantLeases to half of MaxLeases: one tenant always leaves the other
 // half to the rest.
@@ -44,6 +47,10 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MaxClass == 0 {
 		c.MaxClass = DefaultMaxClass
+		// A store smaller than that takes the largest class it can hold.
+		if c.CapacityBytes > 0 && c.CapacityBytes < DefaultMaxClass {
+			c.MaxClass = 1 << (bits.Len64(uint64(c.CapacityBytes)) - 1)
+		}
 	}
 	if c.SlabBytes == 0 {
 		c.SlabBytes = DefaultSlabBytes

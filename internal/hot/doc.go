@@ -6,7 +6,7 @@
 //
 // Payload bytes never live on the Go heap. They live in anonymous private
 // mappings (mmap MAP_ANON|MAP_PRIVATE), the slabs. A slab holds slots of one
-// power-of-two size class, MinClass..MaxClass (default 16 KiB..4 MiB); a
+// power-of-two size class, MinClass..MaxClass (default 16 KiB..64 MiB, ADR 0015); a
 // payload of n bytes takes a slot of the smallest class >= n (a zero-byte
 // payload takes a MinClass slot). A slab is SlabBytes long (default 64 MiB),
 // rounded down to whole slots, or one slot when the class is larger than

@@ -147,7 +147,8 @@ type testHooks struct {
 	waitRoom func()
 }
 
-// maxReserveAttempts bounds the find-space loop of one Reserve.
+// maxReserveAttempts bounds the find-space loop of one Reserve, on top of
+// the slabs one slab of the reserved class replaces (attemptsFor).
 const maxReserveAttempts = 64
 
 // New validates cfg (after WithDefaults) and returns an empty store. No slab
@@ -275,6 +276,7 @@ func (s *Store) ReserveBlock(ns Namespace, key, parent Key, meta BlockMeta, size
 		return Reservation{}, err
 	}
 	admitted := pol == nil || meta.Demand
+	maxAttempts := s.attemptsFor(k)
 	for attempt := 0; ; attempt++ {
 		if s.mu.closed {
 			s.mu.Unlock()
@@ -308,7 +310,7 @@ func (s *Store) ReserveBlock(ns Namespace, key, parent Key, meta BlockMeta, size
 			s.mu.Unlock()
 			return r, nil
 		}
-		if attempt >= maxReserveAttempts {
+		if attempt >= maxAttempts {
 			break
 		}
 		if sz := int64(s.cl.slabSize(k)); s.mu.budget+sz <= s.cfg.CapacityBytes {
@@ -360,6 +362,17 @@ func (s *Store) ReserveBlock(ns Namespace, key, parent Key, meta BlockMeta, size
 		break
 	}
 	return refuse(fmt.Errorf("%w: class %d bytes", ErrNoSpace, s.cl.size(k)))
+}
+
+// attemptsFor bounds the find-space passes of one Reserve of class k. A
+// slab of a large class (64 MiB for a 64 MiB LMCache chunk) may need the
+// memory of many smaller slabs when SlabBytes is small: each of them is
+// emptied and unmapped in a pass of its own before the large slab can be
+// mapped, so the bound grows by the number of SlabBytes mappings one slab
+// of class k takes. Without it a store of 1 MiB slabs answered ErrNoSpace
+// to a 64 MiB block with the whole store evictable.
+func (s *Store) attemptsFor(k int) int {
+	return maxReserveAttempts + s.cl.slabSize(k)/s.cfg.SlabBytes
 }
 
 // reserveSlotLocked creates the in-flight entry for a taken slot.

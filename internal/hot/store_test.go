@@ -301,13 +301,16 @@ func TestPrefaultModes(t *testing.T) {
 
 func TestConfig(t *testing.T) {
 	d := Config{}.WithDefaults()
-	if d.CapacityBytes != 1<<30 || d.MinClass != 16*kib || d.MaxClass != 4*mib || d.SlabBytes != 64*mib ||
+	if d.CapacityBytes != 1<<30 || d.MinClass != 16*kib || d.MaxClass != 64*mib || d.SlabBytes != 64*mib ||
 		d.Prefault != PrefaultPopulate || d.DefaultLeaseTTL != 5*time.Second || d.MaxLeaseTTL != 30*time.Second ||
 		d.MaxLeases != 65536 || d.EvictScan != 1024 || d.Now == nil {
 		t.Fatalf("defaults = %+v", d)
 	}
-	if small := (Config{CapacityBytes: 8 * mib}).WithDefaults(); small.SlabBytes != 8*mib {
-		t.Fatalf("small store SlabBytes = %d, want 8 MiB", small.SlabBytes)
+	if small := (Config{CapacityBytes: 8 * mib}).WithDefaults(); small.SlabBytes != 8*mib || small.MaxClass != 8*mib {
+		t.Fatalf("small store SlabBytes = %d, MaxClass = %d, want 8 MiB each", small.SlabBytes, small.MaxClass)
+	}
+	if odd := (Config{CapacityBytes: 48 * mib}).WithDefaults(); odd.MaxClass != 32*mib || odd.Validate() != nil {
+		t.Fatalf("48 MiB store MaxClass = %d (%v), want 32 MiB", odd.MaxClass, odd.Validate())
 	}
 	total, ok := memTotal()
 	if !ok {

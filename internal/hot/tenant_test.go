@@ -268,7 +268,7 @@ func TestTenantCaps(t *testing.T) {
 // TestTenantDefaults: half of the store and of MaxLeases, at least one
 // largest block; a cap below MaxClass is refused.
 func TestTenantDefaults(t *testing.T) {
-	c := Config{CapacityBytes: 64 * mib}.WithDefaults()
+	c := Config{CapacityBytes: 64 * mib, MaxClass: 4 * mib}.WithDefaults()
 	if c.TenantHoldBytes != 32*mib || c.TenantLeases != DefaultMaxLeases/2 {
 		t.Fatalf("defaults %d %d", c.TenantHoldBytes, c.TenantLeases)
 	}
@@ -276,7 +276,7 @@ func TestTenantDefaults(t *testing.T) {
 	if c.TenantHoldBytes != 4*mib {
 		t.Fatalf("small store: TenantHoldBytes %d, want one MaxClass block", c.TenantHoldBytes)
 	}
-	c = Config{CapacityBytes: 64 * mib, TenantHoldBytes: 1 * mib}.WithDefaults()
+	c = Config{CapacityBytes: 64 * mib, MaxClass: 4 * mib, TenantHoldBytes: 1 * mib}.WithDefaults()
 	if err := c.Validate(); !errors.Is(err, ErrConfig) {
 		t.Fatalf("TenantHoldBytes below MaxClass: %v", err)
 	}

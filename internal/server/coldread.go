@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/gpucache/gpucache/internal/directory"
@@ -12,10 +11,6 @@ import (
 
 // coldTimeout bounds one refill from the cold tier on a hot miss.
 const coldTimeout = 2 * time.Second
-
-// coldBufs holds MaxPayload-sized buffers for refills (a refill learns the
-// block's size from its manifest, after the read has to start).
-var coldBufs sync.Pool
 
 // refillMiss tries the cold tier for a block the hot tier does not have,
 // through the directory's single-flight: the first session to miss leads the
@@ -52,29 +47,38 @@ func (c *conn) refillMiss(d identity.NamespaceDigest, key identity.BlockKey) (ho
 		return hot.View{}, false
 	}
 	tok := res.Token
-	bp, _ := coldBufs.Get().(*[]byte)
-	if bp == nil || len(*bp) < int(c.s.cfg.Limits.MaxPayload) {
-		b := make([]byte, c.s.cfg.Limits.MaxPayload)
-		bp = &b
+	// The refill reads the payload straight into a hot-tier slot: it
+	// learns the length from the manifest, then alloc reserves the slot
+	// (charged to the tenant like a PUT), so no payload-sized buffer is
+	// ever on the Go heap, whatever MaxPayload is (ADR 0015). The parent,
+	// position and token count are not known here (a GET carries keys
+	// only); they only guide eviction order. A reader asked for the block,
+	// so the hot tier's admission policy is not consulted.
+	var r hot.Reservation
+	reserved := false
+	alloc := func(n int) ([]byte, bool) {
+		if reserved {
+			return nil, false // one slot per refill
+		}
+		var err error
+		r, err = c.s.store.ReserveBlock(d, key, identity.BlockKey{}, hot.BlockMeta{Demand: true, Tenant: c.tenant}, n)
+		if err != nil {
+			return nil, false
+		}
+		reserved = true
+		return r.Buf, true
 	}
-	defer coldBufs.Put(bp)
 	ctx, cancel := context.WithTimeout(context.Background(), coldTimeout)
-	n, ok := refill(ctx, c.ns, key, *bp)
+	n, ok := refill(ctx, c.ns, key, alloc)
 	cancel()
-	if !ok {
+	if !ok || !reserved || n != len(r.Buf) {
+		if reserved {
+			c.s.store.Abort(r) // the slot may hold part of a failed read: never published
+		}
 		c.s.dir.Fail(tok)
 		c.s.stats.coldMisses.Add(1)
 		return hot.View{}, false
 	}
-	// The parent, position and token count are not known here (a GET
-	// carries keys only); they only guide eviction order. A reader asked
-	// for the block, so the hot tier's admission policy is not consulted.
-	r, err := c.s.store.ReserveBlock(d, key, identity.BlockKey{}, hot.BlockMeta{Demand: true, Tenant: c.tenant}, n)
-	if err != nil {
-		c.s.dir.Fail(tok)
-		return hot.View{}, false
-	}
-	copy(r.Buf, (*bp)[:n])
 	if c.s.sealer != nil {
 		if err := c.s.sealer.tag(c.s.store, r, d, key); err != nil {
 			c.s.store.Abort(r)

@@ -90,10 +90,13 @@ type Config struct {
 	// for long. Nil by default.
 	OnStored func(id identity.CacheIdentity, ns identity.NamespaceDigest, key identity.BlockKey, nsCanonical []byte)
 	// ColdRefill, when set, is asked for a block the hot tier misses on
-	// GET: it reads the block (ns, key) from the cold tier into dst and
-	// reports its length, or false for a miss. Concurrent misses on one
-	// block share one refill through the directory.
-	ColdRefill func(ctx context.Context, ns identity.Namespace, key identity.BlockKey, dst []byte) (int, bool)
+	// GET: it reads the block (ns, key) from the cold tier and reports its
+	// length, or false for a miss. Once it knows the payload's length n it
+	// calls alloc(n) at most once, and reads the payload into the buffer
+	// alloc returns (a reserved hot-tier slot), or misses when alloc
+	// returns false. Concurrent misses on one block share one refill
+	// through the directory.
+	ColdRefill func(ctx context.Context, ns identity.Namespace, key identity.BlockKey, alloc func(n int) ([]byte, bool)) (int, bool)
 	// ColdStats, when set, returns the cold tier's STAT entries; Stats
 	// appends them after its own. Nil by default.
 	ColdStats func() []wire.StatEntry

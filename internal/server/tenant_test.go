@@ -57,8 +57,12 @@ func startTenantHarness(t *testing.T, cold map[identity.BlockKey][]byte) *tenant
 				h.reserved <- err
 			}
 		}}
-		c.ColdRefill = func(_ context.Context, _ identity.Namespace, key identity.BlockKey, dst []byte) (int, bool) {
+		c.ColdRefill = func(_ context.Context, _ identity.Namespace, key identity.BlockKey, alloc func(int) ([]byte, bool)) (int, bool) {
 			p, ok := cold[key]
+			if !ok {
+				return 0, false
+			}
+			dst, ok := alloc(len(p))
 			if !ok {
 				return 0, false
 			}

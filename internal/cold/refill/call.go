@@ -92,7 +92,7 @@ func (c *call) integrity(kind string, w want, keyID string, err error) {
 // (doc.go): pointer, manifest (size-bounded), decode and verify, seal, the
 // full identity byte for byte, budget, then and only then the payload read,
 // and its checksum.
-func (c *call) block(w want, dst []byte) (int, Result, error) {
+func (c *call) block(w want, dst dest) (int, Result, error) {
 	// 1. Pointer: a fixed-size object under a key derived from the
 	// expected identity.
 	ptrKey := pack.PointerKey(w.nsd, w.key)
@@ -186,9 +186,16 @@ func (c *call) manifest(w want, ptr pack.Pointer) (*pack.Manifest, Result, error
 	return m, Hit, nil
 }
 
+// dest is where a block's payload goes: a buffer the caller passed, or
+// (alloc set) one the caller hands out once the payload's length is known.
+type dest struct {
+	buf   []byte
+	alloc func(n int) ([]byte, bool)
+}
+
 // payload finds w's range in m, checks identity, budget and dst, reads the
 // payload into dst and checks its SHA-256.
-func (c *call) payload(w want, m *pack.Manifest, dst []byte) (int, Result, error) {
+func (c *call) payload(w want, m *pack.Manifest, d dest) (int, Result, error) {
 	// 4. The manifest's namespace and the block's full canonical identity
 	// must equal the expected ones byte for byte. The pointer and manifest
 	// keys already commit to the namespace digest and the block key; this
@@ -211,6 +218,16 @@ func (c *call) payload(w want, m *pack.Manifest, dst []byte) (int, Result, error
 	// 5. Budget, then the destination.
 	if rg.Length > uint64(max(c.budget, 0)) {
 		return 0, Missing(OverBudget), nil
+	}
+	dst := d.buf
+	if d.alloc != nil {
+		// Every check that needs no payload byte has passed: only now
+		// does the caller commit a destination (a hot-tier slot).
+		b, ok := d.alloc(int(rg.Length))
+		if !ok {
+			return 0, Missing(NoDestination), nil
+		}
+		dst = b
 	}
 	if rg.Length > uint64(len(dst)) {
 		return 0, Missing(ShortBuffer), fmt.Errorf("%w: payload %d bytes, dst %d", ErrShortBuffer, rg.Length, len(dst))

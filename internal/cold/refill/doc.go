@@ -11,6 +11,8 @@
 //	RefillMatching   the leading run of a chain of full identities
 //	RefillDegraded   RefillBlock with the smaller DegradedBudget, for a hot tier under pressure
 //	RefillForTenant  RefillBlock that first asserts the session's tenant is expected.Tenant
+//	RefillKey        one block by (namespace, key), for a server whose GET carries keys only
+//	RefillKeyInto    RefillKey into a buffer the caller allocates once the length is known
 //
 // Identity matching does not authenticate the caller or prove how the bytes
 // were computed; upstream authentication and authorization remain required.
@@ -94,6 +96,13 @@
 // mismatching payload read zeroes dst[:length]; nothing past the payload's
 // length is touched. A Refiller keeps no payload memory; manifests and
 // pointers are read into buffers it allocates per call and drops.
+//
+// RefillKeyInto takes no buffer: after step 5's budget check it asks the
+// caller's alloc for one of the payload's length, so a server can reserve a
+// hot-tier slot and have the payload read straight into slab memory, with
+// no payload-sized buffer on the Go heap (issue 13: 64 MiB blocks). A
+// refused alloc is Missing(NoDestination), before any payload read; the
+// caller discards an allocated buffer on any miss (it is zeroed).
 //
 // # Results and errors
 //

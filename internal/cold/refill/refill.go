@@ -60,6 +60,9 @@ const (
 	InvalidRequest
 	// ShortBuffer: see ErrShortBuffer.
 	ShortBuffer
+	// NoDestination: RefillKeyInto's alloc refused the payload's length
+	// (no room in the hot tier, say). Nothing was read.
+	NoDestination
 )
 
 var reasonNames = [...]string{
@@ -67,7 +70,7 @@ var reasonNames = [...]string{
 	IdentityMismatch: "identity_mismatch", OverBudget: "over_budget",
 	Unavailable: "unavailable", BreakerOpen: "breaker_open",
 	TenantMismatch: "tenant_mismatch", InvalidRequest: "invalid_request",
-	ShortBuffer: "short_buffer",
+	ShortBuffer: "short_buffer", NoDestination: "no_destination",
 }
 
 // String returns a metric-label-friendly name.
@@ -328,6 +331,31 @@ func (r *Refiller) RefillForTenant(ctx context.Context, tenant string, expected 
 // (a chain starts at position 0 with a zero parent); RefillKey does not
 // compare it separately. A zero key is refused without a store call.
 func (r *Refiller) RefillKey(ctx context.Context, ns identity.Namespace, key identity.BlockKey, dst []byte) (int, Result, error) {
+	return r.refillKey(ctx, ns, key, dest{buf: dst})
+}
+
+// RefillKeyInto is RefillKey for a caller that has no buffer until it
+// knows the payload's length: a server refilling straight into a hot-tier
+// slot, with no payload-sized buffer on the Go heap. Once the pointer, the
+// manifest, the seal, the identity and the budget have passed, and before
+// the payload read, it calls alloc(n) once with the payload's length n;
+// alloc returns a buffer of at least n bytes that the payload is read into
+// (buf[:n]), or false to end the refill as Missing(NoDestination). alloc
+// runs on the calling goroutine and is called at most once.
+//
+// When alloc was called and the refill still misses (the payload read
+// fails, or the bytes fail their checksum) buf[:n] is zeroed and the caller
+// must discard it: the buffer, whether or not alloc was called, is the
+// caller's before, during and after the call. On a hit it returns n and
+// Hit, and buf[:n] holds the payload.
+func (r *Refiller) RefillKeyInto(ctx context.Context, ns identity.Namespace, key identity.BlockKey, alloc func(n int) ([]byte, bool)) (int, Result, error) {
+	if alloc == nil {
+		return 0, Missing(InvalidRequest), fmt.Errorf("%w: nil alloc", ErrInvalidRequest)
+	}
+	return r.refillKey(ctx, ns, key, dest{alloc: alloc})
+}
+
+func (r *Refiller) refillKey(ctx context.Context, ns identity.Namespace, key identity.BlockKey, dst dest) (int, Result, error) {
 	d, err := ns.Digest()
 	if err != nil {
 		return 0, Missing(InvalidRequest), fmt.Errorf("%w: expected namespace: %w", ErrInvalidRequest, err)
@@ -374,7 +402,7 @@ func (r *Refiller) RefillMatching(ctx context.Context, expected []identity.Cache
 	defer c.end()
 	ns := make([]int, 0, len(wants))
 	for i, w := range wants {
-		n, res, err := c.block(w, dst[i])
+		n, res, err := c.block(w, dest{buf: dst[i]})
 		if !res.Hit {
 			return ns, res, err
 		}
@@ -394,7 +422,7 @@ func (r *Refiller) one(ctx context.Context, budget int64, expected identity.Cach
 		return 0, res, err
 	}
 	defer c.end()
-	return c.block(w, dst)
+	return c.block(w, dest{buf: dst})
 }
 
 // want is an expected identity with everything derived from it.

@@ -141,7 +141,7 @@ func TestCompleteIdentityMismatchesAreMissesBeforePayloadIO(t *testing.T) {
 			c, _, _ := e.r.begin(ctx, e.r.cfg.Budget)
 			defer c.end()
 			dst = filled(512)
-			n, res, err = c.payload(forged, genuine, dst)
+			n, res, err = c.payload(forged, genuine, dest{buf: dst})
 			expectMiss(t, n, res, IdentityMismatch, dst)
 			if err != nil || e.payloadReads() != 0 || !allAA(dst) {
 				t.Fatalf("stage check: %v, %d payload reads", err, e.payloadReads())
@@ -169,6 +169,10 @@ func entryPoints() map[string]entryPoint {
 		"RefillKey": func(r *Refiller, ctx context.Context, expected identity.CacheIdentity, dst []byte) (int, Result, error) {
 			k, _ := expected.Key() // an invalid identity gives the zero key, which RefillKey refuses
 			return r.RefillKey(ctx, expected.Namespace, k, dst)
+		},
+		"RefillKeyInto": func(r *Refiller, ctx context.Context, expected identity.CacheIdentity, dst []byte) (int, Result, error) {
+			k, _ := expected.Key()
+			return r.RefillKeyInto(ctx, expected.Namespace, k, func(int) ([]byte, bool) { return dst, true })
 		},
 		"RefillMatching": func(r *Refiller, ctx context.Context, expected identity.CacheIdentity, dst []byte) (int, Result, error) {
 			ns, res, err := r.RefillMatching(ctx, []identity.CacheIdentity{expected}, [][]byte{dst})
@@ -277,12 +281,12 @@ func TestEveryRefillEntryRequiresAndChecksExpectedIdentity(t *testing.T) {
 
 			// The right block key, the wrong position. RefillKey is given
 			// no position (a GET carries none; the chain implies it), so it
-			// reads the block the key names; the others compare the full
-			// identity and miss.
+			// reads the block the key names (so does RefillKeyInto); the
+			// others compare the full identity and miss.
 			e.reset()
 			dst = filled(512)
 			n, res, _ = refill(e.r, ctx, moved, dst)
-			if name == "RefillKey" {
+			if name == "RefillKey" || name == "RefillKeyInto" {
 				if !res.Hit || !bytes.Equal(dst, payloads[1]) {
 					t.Fatalf("RefillKey of the stored key: %v", res)
 				}
