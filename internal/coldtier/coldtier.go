@@ -746,11 +746,28 @@ func (t *Tier) Refill(ctx context.Context, ns identity.Namespace, key identity.B
 // hot-tier slot in alloc and the payload is read straight into it. On a
 // miss after alloc, the buffer it returned is zeroed and must be discarded.
 func (t *Tier) RefillInto(ctx context.Context, ns identity.Namespace, key identity.BlockKey, alloc func(n int) ([]byte, bool)) (int, refill.Result, error) {
-	n, res, err := t.rf.RefillKeyInto(ctx, ns, key, alloc)
+	d, derr := ns.Digest()
+	if derr == nil && t.refillHidden(d, key) {
+		t.st.refillMisses.Add(1)
+		return 0, refill.Missing(refill.NotFound), nil // deleted (index_delete.go)
+	}
+	gen := t.idx.adds.Load()
+	var dst []byte
+	n, res, err := t.rf.RefillKeyInto(ctx, ns, key, func(n int) ([]byte, bool) {
+		b, ok := alloc(n)
+		dst = b
+		return b, ok
+	})
+	if res.Hit && t.refillHidden(d, key) {
+		n, res, err = missHidden(dst, n) // deleted while it ran
+	}
 	if res.Hit {
 		t.st.refillHits.Add(1)
 	} else {
 		t.st.refillMisses.Add(1)
+		if res.Reason == refill.NotFound && derr == nil {
+			t.idx.removeStale(t.idx.fp(d, key), gen) // no pointer: not present
+		}
 	}
 	return n, res, err
 }

@@ -74,6 +74,19 @@ func wantRefill(t testing.TB, tr *Tier, ns identity.Namespace, b idxBlock, hit b
 	if !hit && n != 0 {
 		t.Fatalf("miss with n = %d", n)
 	}
+	// The server's path: the payload is read into a buffer allocated once
+	// its length is known (RefillInto). Deletes hide blocks from it too.
+	var into []byte
+	n, res, err = tr.RefillInto(bg, ns, b.key, func(n int) ([]byte, bool) { into = make([]byte, n); return into, true })
+	if res.Hit != hit {
+		t.Fatalf("RefillInto of %s: %v %v, want hit %v", b.key, res, err, hit)
+	}
+	if hit && !bytes.Equal(into[:n], payloadOf(b.key, 1024)) {
+		t.Fatalf("RefillInto of %s: wrong bytes", b.key)
+	}
+	if !hit && n != 0 {
+		t.Fatalf("RefillInto miss with n = %d", n)
+	}
 }
 
 // Blocks the tier publishes are present at once; a tier restarted over
