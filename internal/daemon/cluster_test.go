@@ -10,6 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/client"
 	"github.com/gpucache/gpucache/internal/cold/s3store/s3test"
 	"github.com/gpucache/gpucache/internal/config"
@@ -20,9 +25,6 @@ import (
 	"github.com/gpucache/gpucache/internal/server"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
-	"os"
-	"path/filepath"
-	"strings"
 )
 
 // clusterConfig is a test node of the cluster at endpoint.
@@ -97,8 +99,8 @@ func TestDegradeControlPlaneLoss(t *testing.T) {
 	ns, _, ids, keys, payloads := coldBlocks(t)
 	cl := writeBlocks(t, a.Data, ns, ids[:16], payloads[:16])
 	defer cl.Close()
-	if v := cl.ProtocolVersion(); v != 2 {
-		t.Fatalf("negotiated protocol %d, want 2", v)
+	if v := cl.ProtocolVersion(); v != wire.VersionMax {
+		t.Fatalf("negotiated protocol %d, want %d", v, wire.VersionMax)
 	}
 	get := func(i int) client.GetResult {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
