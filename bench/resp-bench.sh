@@ -16,11 +16,14 @@
 #   SIZES       value sizes; default "64KiB 1MiB 32MiB"
 #   CONNS       redis-benchmark -c values; default "1 8"
 #   REQS_64KiB, REQS_1MiB, REQS_32MiB   requests per run (-n); defaults
-#               20000, 2000, 200
-#   KEYS_64KiB, KEYS_1MiB, KEYS_32MiB   key space (-r), the same on both
-#               servers; defaults 256, 256, 16. Each server is prefilled
-#               (12 x KEYS SETs) before the measured runs, so GETs hit
-#   HOT_CAPACITY  gpucached --hot-capacity; default 2GiB (holds every key space)
+#               20000, 2000, 100. A SET run's key space (-r) is as large as
+#               the run, and both servers start it without those keys
+#               (FLUSHALL; DEL on gpucached), so most SETs store new values
+#   KEYS_64KiB, KEYS_1MiB, KEYS_32MiB   GET key space (-r), the same on both
+#               servers; defaults 256, 256, 16. Each key is SET once with
+#               redis-cli (and the last one read back) before a GET run, so
+#               every GET hits
+#   HOT_CAPACITY  gpucached --hot-capacity; default 4GiB (holds every key space)
 #   OUT         results directory; default bench/results. The table goes to
 #               OUT/resp-bench-<stamp>.md, raw CSV to OUT/resp-bench-<stamp>/
 #   PROFILE_SECONDS  length of the PROFILE=1 profile; default 10
@@ -30,10 +33,7 @@
 #
 # No pipelining (-P 1), persistence off on redis-server (--save '' --appendonly
 # no), gpucached with its cold tier off: DRAM against DRAM. Client and servers
-# share this host's CPUs; nothing is pinned. gpucached's chunks are immutable:
-# a SET of a key that exists answers +OK and keeps the stored bytes, so after
-# the prefill its SET runs measure the acknowledged re-put LMCache makes of a
-# chunk it already stored, while Redis overwrites the value.
+# share this host's CPUs; nothing is pinned.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 . "$ROOT/bench/log.sh" resp-bench
@@ -42,7 +42,7 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 REPS=${REPS:-3}
 SIZES=${SIZES:-"64KiB 1MiB 32MiB"}
 CONNS=${CONNS:-"1 8"}
-HOT_CAPACITY=${HOT_CAPACITY:-2GiB}
+HOT_CAPACITY=${HOT_CAPACITY:-4GiB}
 OUT=${OUT:-$ROOT/bench/results}
 PROFILE=${PROFILE:-0}
 PROFILE_SECONDS=${PROFILE_SECONDS:-10}
@@ -54,8 +54,11 @@ bytes_of() { # bytes_of 64KiB -> 65536
 	*) echo "$1" ;;
 	esac
 }
-reqs_of() { local v="REQS_$1" d; case $1 in 64KiB) d=20000 ;; 1MiB) d=2000 ;; 32MiB) d=200 ;; *) d=1000 ;; esac; echo "${!v:-$d}"; }
+reqs_of() { local v="REQS_$1" d; case $1 in 64KiB) d=20000 ;; 1MiB) d=2000 ;; 32MiB) d=100 ;; *) d=1000 ;; esac; echo "${!v:-$d}"; }
 keys_of() { local v="KEYS_$1" d; case $1 in 32MiB) d=16 ;; *) d=256 ;; esac; echo "${!v:-$d}"; }
+# The SET runs use a key space as large as the run, so most SETs store a
+# new value on both servers.
+set_keys_of() { reqs_of "$1"; }
 
 for t in redis-server redis-benchmark redis-cli go; do
 	command -v "$t" >/dev/null 2>&1 || die "$t is missing (apt-get install redis-server redis-tools)"
@@ -124,7 +127,7 @@ bench_one() {
 	local server=$1 size=$2 conns=$3 op=$4 rep=$5 csv line
 	csv="$RAW/$server-$size-c$conns-$op-r$rep.csv"
 	redis-benchmark -h 127.0.0.1 -p "$(port_of "$server")" -c "$conns" -P 1 \
-		-n "$(reqs_of "$size")" -r "$(keys_of "$size")" -d "$(bytes_of "$size")" \
+		-n "$(reqs_of "$size")" -r "$(if [[ $op == set ]]; then set_keys_of "$size"; else keys_of "$size"; fi)" -d "$(bytes_of "$size")" \
 		-t "$op" --csv --precision 3 >"$csv" 2>"$RAW/logs/$server-$size-c$conns-$op-r$rep.err" ||
 		die "redis-benchmark against $server failed (see $RAW/logs)"
 	# "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
@@ -135,28 +138,52 @@ bench_one() {
 	log "$server $size c=$conns $op rep $rep: $(cut -f6- <<<"$(tail -1 "$RAW/results.tsv")" | tr '\t' ' ') (rps p50 p99 ms)"
 }
 
-prefill() { # prefill SERVER SIZE: every key of the key space written once
-	local keys
+# The key names redis-benchmark uses: key:__rand_int__ with -r N is
+# key:000000000000 .. key:<N-1, 12 digits>.
+keyname() { printf 'key:%012d' "$1"; }
+
+# reset SERVER COUNT: the first COUNT keys are absent, so the SET run that
+# follows stores new values (gpucached keeps chunks immutable: a SET of a
+# key that exists leaves it alone, so without this its SETs would measure
+# acknowledged re-puts while Redis overwrites).
+reset() {
+	if [[ $1 == redis ]]; then
+		redis-cli -h 127.0.0.1 -p "$REDIS_PORT" FLUSHALL >/dev/null
+		return
+	fi
+	awk -v n="$2" 'BEGIN { for (i = 0; i < n; i += 100) { printf "DEL"; for (j = i; j < i + 100 && j < n; j++) printf " key:%012d", j; printf "\n" } }' |
+		redis-cli -h 127.0.0.1 -p "$GPC_RESP" >/dev/null
+}
+
+# prefill SERVER SIZE: every key of the GET key space holds a SIZE value
+# (deterministically, one redis-cli SET each), so every GET hits.
+prefill() {
+	local keys i val="$WORKDIR/value-$2"
 	keys=$(keys_of "$2")
-	redis-benchmark -h 127.0.0.1 -p "$(port_of "$1")" -c 8 -P 1 -n $((keys * 12)) -r "$keys" \
-		-d "$(bytes_of "$2")" -t set -q >/dev/null 2>>"$RAW/logs/prefill.err" || die "prefill of $1 failed"
+	[[ -s $val ]] || head -c "$(bytes_of "$2")" /dev/zero | tr '\0' x >"$val"
+	for ((i = 0; i < keys; i++)); do
+		redis-cli -h 127.0.0.1 -p "$(port_of "$1")" -x SET "$(keyname "$i")" <"$val" >/dev/null ||
+			die "prefill of $1 failed"
+	done
+	# Check it: the last key holds SIZE bytes (redis-cli adds a newline).
+	local got
+	got=$(redis-cli -h 127.0.0.1 -p "$(port_of "$1")" GET "$(keyname $((keys - 1)))" | wc -c)
+	[[ $got == "$(($(bytes_of "$2") + 1))" ]] || die "prefill of $1 $2: GET returned $((got - 1)) bytes"
 }
 
 : >"$RAW/results.tsv"
-for size in $SIZES; do
-	log "prefill $size (both servers)"
-	prefill redis "$size"
-	prefill gpucache "$size"
-done
 for ((rep = 1; rep <= REPS; rep++)); do
 	order="redis gpucache"
 	((rep % 2 == 0)) && order="gpucache redis"
 	for size in $SIZES; do
 		for conns in $CONNS; do
-			for op in set get; do
-				for server in $order; do
-					bench_one "$server" "$size" "$conns" "$op" "$rep"
-				done
+			for server in $order; do
+				reset "$server" "$(set_keys_of "$size")"
+				bench_one "$server" "$size" "$conns" set "$rep"
+			done
+			for server in $order; do
+				prefill "$server" "$size"
+				bench_one "$server" "$size" "$conns" get "$rep"
 			done
 		done
 	done
@@ -204,7 +231,7 @@ fi
 	echo
 	sed 's/^/    /' "$RAW/machine.txt"
 	echo
-	echo "redis-benchmark -P 1, $REPS repetitions (medians), servers alternating; requests per run: 64KiB $(reqs_of 64KiB), 1MiB $(reqs_of 1MiB), 32MiB $(reqs_of 32MiB); key space (-r): $(keys_of 64KiB), $(keys_of 1MiB), $(keys_of 32MiB)."
+	echo "redis-benchmark -P 1, $REPS repetitions (medians), servers alternating; requests per run: 64KiB $(reqs_of 64KiB), 1MiB $(reqs_of 1MiB), 32MiB $(reqs_of 32MiB); GET key space (-r): $(keys_of 64KiB), $(keys_of 1MiB), $(keys_of 32MiB), every key prefilled; SET key space = requests per run, absent at the start of each SET run."
 } >>"$REPORT"
 cat "$REPORT"
 log "report: $REPORT (raw: $RAW)"
