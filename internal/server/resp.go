@@ -66,6 +66,7 @@ type respCounters struct {
 	conns      atomic.Uint64 // RESP connections accepted
 	commands   atomic.Uint64 // commands executed
 	setExists  atomic.Uint64 // SETs of a key already stored: +OK, bytes left alone
+	setDropped atomic.Uint64 // SETs not stored for a transient fault: +OK, a later GET misses
 	errors     atomic.Uint64 // -ERR replies
 	protocol   atomic.Uint64 // connections closed for a protocol error
 	forwarded  atomic.Uint64 // commands forwarded to the key's owner
@@ -78,6 +79,7 @@ func (s *Server) respStats() []wire.StatEntry {
 		{Name: "resp_conns_accepted", Value: r.conns.Load()},
 		{Name: "resp_commands", Value: r.commands.Load()},
 		{Name: "resp_set_exists", Value: r.setExists.Load()},
+		{Name: "resp_set_dropped", Value: r.setDropped.Load()},
 		{Name: "resp_errors", Value: r.errors.Load()},
 		{Name: "resp_protocol_errors", Value: r.protocol.Load()},
 		{Name: "resp_forwarded", Value: r.forwarded.Load()},

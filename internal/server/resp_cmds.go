@@ -82,7 +82,10 @@ func (rc *respConn) set(args [][]byte, pending int64) error {
 		inline = args[1]
 		n = int64(len(inline))
 	}
-	if msg, _ := rc.admit(); msg != "" {
+	if msg, limited := rc.admit(); limited {
+		rc.dropped("rate limited")
+		return nil
+	} else if msg != "" {
 		rc.errorf("%s", msg)
 		return nil
 	}
@@ -102,7 +105,7 @@ func (rc *respConn) set(args [][]byte, pending int64) error {
 	if p := c.s.guard.Policy(); p.Limiter != nil && n > 1 {
 		if ok, wait := p.Limiter.Allow(c.tenant, 0, n-1); !ok {
 			c.limited(wait)
-			rc.errorf("ERR rate limited: the tenant is over its byte quota; retry later")
+			rc.dropped("rate limited")
 			return nil
 		}
 	}
@@ -112,7 +115,7 @@ func (rc *respConn) set(args [][]byte, pending int64) error {
 	}
 	if st := c.clusterState(); st.storesNothing() {
 		c.s.stats.modeRefused.Add(1)
-		rc.errorf("ERR not stored: the node is %s and stores no new blocks", st.mode)
+		rc.dropped("control mode " + st.mode.String())
 		return nil
 	}
 	res, err := c.s.store.ReserveBlock(rc.nsDig, key, identity.BlockKey{}, hot.BlockMeta{Tenant: c.tenant}, int(n))
@@ -128,9 +131,9 @@ func (rc *respConn) set(args [][]byte, pending int64) error {
 		case errors.Is(err, hot.ErrTooLarge):
 			rc.errorf("ERR value of %d bytes is larger than the largest block (%d)", n, c.s.cfg.Limits.MaxPayload)
 		case errors.Is(err, hot.ErrTenantQuota):
-			rc.errorf("ERR not stored: the tenant holds its share of the hot tier; retry later")
+			rc.dropped("tenant share of the hot tier")
 		default:
-			rc.errorf("ERR not stored: no space in the hot tier")
+			rc.dropped("no space in the hot tier")
 		}
 		return nil
 	}
@@ -144,7 +147,7 @@ func (rc *respConn) set(args [][]byte, pending int64) error {
 		if err := c.s.sealer.tag(c.s.store, res, rc.nsDig, key); err != nil {
 			c.s.store.Abort(res)
 			c.s.log.Error("cannot seal a block; not stored", "err", err)
-			rc.errorf("ERR not stored: sealing failed")
+			rc.dropped("sealing failed")
 			return nil
 		}
 	}
@@ -185,7 +188,8 @@ func (rc *respConn) forwardSet(k []byte, key identity.BlockKey, inline []byte, n
 		charge := bufCharge{owner: c.tenant, n: n}
 		if ok, _ := c.s.bufs.acquire(charge, c.s.cfg.BufferWait, c.s.done); !ok {
 			c.s.bufs.refused.Add(1)
-			rc.errorf("ERR request buffers exhausted; retry later")
+			// The value is skipped by the caller (SkipPending).
+			rc.dropped("request buffers exhausted")
 			return nil
 		}
 		defer c.s.bufs.release(charge)
@@ -200,7 +204,7 @@ func (rc *respConn) forwardSet(k []byte, key identity.BlockKey, inline []byte, n
 	cancel()
 	switch {
 	case err != nil:
-		rc.errorf("ERR not stored at the key's owner: %v", err)
+		rc.dropped("refused by the key's owner: " + err.Error())
 	case existed:
 		c.s.stats.resp.setExists.Add(1)
 		rc.reply(okReply)
@@ -208,9 +212,23 @@ func (rc *respConn) forwardSet(k []byte, key identity.BlockKey, inline []byte, n
 		c.sess.counters.bytesIn.Add(uint64(n))
 		rc.reply(okReply)
 	default:
-		rc.errorf("ERR not stored at the key's owner")
+		rc.dropped("the key's owner did not answer")
 	}
 	return nil
+}
+
+// dropped answers a SET that a transient fault kept from being stored
+// (no space, the tenant's share or rate, request buffers, the control
+// mode, the owner unreachable): +OK, as for a chunk evicted at once, so a
+// later GET misses and the engine recomputes. LMCache's MP-mode C++ client
+// reads exactly the five bytes of +OK and never resynchronises after any
+// other reply, so an error here would break its connection for good;
+// refusals a client must fix (a wrong length, a key of another model,
+// no write right) stay -ERR. Counted in resp_set_dropped, logged at debug.
+func (rc *respConn) dropped(why string) {
+	rc.c.s.stats.resp.setDropped.Add(1)
+	rc.c.s.log.Debug("RESP SET not stored", "tenant", rc.c.tenant, "reason", why)
+	rc.reply(okReply)
 }
 
 // get answers a hit straight from the slab, or $-1 for a miss or any

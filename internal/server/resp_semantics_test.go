@@ -155,3 +155,41 @@ func TestRESPOpenMode(t *testing.T) {
 		}
 	}
 }
+
+// TestRESPTransientWriteFaultsDrop: a SET that a transient fault keeps
+// from being stored (here the node is read-only: etcd unreachable; also
+// no space, the tenant's share or rate) answers exactly +OK, as LMCache's
+// MP-mode client needs (it reads five bytes and never resynchronises),
+// counts resp_set_dropped, and a later GET misses. The connection stays
+// in sync: the next command is answered normally.
+func TestRESPTransientWriteFaultsDrop(t *testing.T) {
+	store := bigStore(t, 64<<20)
+	v := testView(t, 1)
+	cl := NewCluster("n1", v)
+	f := startRESP(t, store, false, func(c *Config) {
+		c.RESPProfiles = map[string]RESPProfile{"default": respProfile(0)}
+		c.Cluster = cl
+	})
+	c := dialRESP(t, f.addr)
+	key := mpKey(3)
+	cl.SetMode(ControlReadOnly)
+	if got := c.do("SET", key, "chunk"); got != "+OK\r\n" {
+		t.Fatalf("SET on a read-only node: %q, want exactly +OK", got)
+	}
+	if n := f.stat(t, "resp_set_dropped"); n != 1 {
+		t.Fatalf("resp_set_dropped = %d, want 1", n)
+	}
+	if got := c.do("GET", key); got != "$-1\r\n" {
+		t.Fatalf("GET of a dropped SET: %q", got)
+	}
+	cl.SetMode(ControlLive)
+	if got := c.do("SET", key, "chunk"); got != "+OK\r\n" {
+		t.Fatalf("SET once live: %q", got)
+	}
+	if got := c.do("GET", key); got != "$5\r\nchunk\r\n" {
+		t.Fatalf("GET once live: %q", got)
+	}
+	if n := f.stat(t, "resp_set_dropped"); n != 1 {
+		t.Fatalf("resp_set_dropped = %d after a stored SET", n)
+	}
+}
