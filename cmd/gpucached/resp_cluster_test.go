@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -453,6 +454,17 @@ func TestRESPClusterForwarding(t *testing.T) {
 		t.Fatalf("epoch %d after the kill, %d before", after.Epoch(), v.Epoch())
 	}
 	check("view without the killed owner")
+	for _, id := range survivors {
+		m := rcMetrics(t, nodes[id])
+		var reasons []string
+		for name, v := range m {
+			if strings.HasPrefix(name, "gpucache_forward_miss") || name == "gpucache_forward_misses_total" {
+				reasons = append(reasons, fmt.Sprintf("%s=%v", strings.TrimPrefix(name, "gpucache_"), v))
+			}
+		}
+		sort.Strings(reasons)
+		t.Logf("%s forwarder: %s", id, strings.Join(reasons, " "))
+	}
 
 	// Written again through a survivor, the lost keys are stored at their
 	// new owners and read back everywhere.
