@@ -97,8 +97,8 @@ func TestDegradeControlPlaneLoss(t *testing.T) {
 	ns, _, ids, keys, payloads := coldBlocks(t)
 	cl := writeBlocks(t, a.Data, ns, ids[:16], payloads[:16])
 	defer cl.Close()
-	if v := cl.ProtocolVersion(); v != 2 {
-		t.Fatalf("negotiated protocol %d, want 2", v)
+	if v := cl.ProtocolVersion(); v != 3 { // protocol_max's default (PUT_OPAQUE)
+		t.Fatalf("negotiated protocol %d, want 3", v)
 	}
 	get := func(i int) client.GetResult {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
