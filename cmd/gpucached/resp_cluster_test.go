@@ -153,8 +153,9 @@ func (c *rcConn) do(args ...any) rcReply {
 	return r
 }
 
-// rcView reads a node's view (GET /cluster, as the admin tenant).
-func rcView(t *testing.T, d *daemonProc, bearer string) control.View {
+// rcView reads a node's view and control mode (GET /cluster, as the
+// admin tenant).
+func rcView(t *testing.T, d *daemonProc, bearer string) (control.View, string) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, "http://"+d.admin+"/cluster", nil)
 	req.Header.Set("Authorization", "Bearer "+bearer)
@@ -169,6 +170,7 @@ func rcView(t *testing.T, d *daemonProc, bearer string) control.View {
 	}
 	var vj struct {
 		Epoch   uint64 `json:"epoch"`
+		Mode    string `json:"control_mode"`
 		Members []struct {
 			ID            string `json:"id"`
 			Addr          string `json:"addr"`
@@ -190,12 +192,12 @@ func rcView(t *testing.T, d *daemonProc, bearer string) control.View {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return v
+	return v, vj.Mode
 }
 
 // rcAwaitMembers polls a node's view until its members are ids (the
-// membership converges through etcd's watch), failing after a generous
-// bound, and returns it.
+// membership converges through etcd's watch) and it is in live control
+// mode (it takes writes), failing after a generous bound, and returns it.
 func rcAwaitMembers(t *testing.T, d *daemonProc, bearer string, ids ...string) control.View {
 	t.Helper()
 	want := strings.Join(ids, ",")
@@ -203,16 +205,16 @@ func rcAwaitMembers(t *testing.T, d *daemonProc, bearer string, ids ...string) c
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		v := rcView(t, d, bearer)
+		v, mode := rcView(t, d, bearer)
 		var got []string
 		for _, m := range v.Members() {
 			got = append(got, string(m.ID))
 		}
-		if strings.Join(got, ",") == want {
+		if strings.Join(got, ",") == want && mode == "live" {
 			return v
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("node view never became %v; last %v at epoch %d", ids, got, v.Epoch())
+			t.Fatalf("node view never became %v, live; last %v at epoch %d, %s", ids, got, v.Epoch(), mode)
 		}
 		<-tick.C
 	}
@@ -280,6 +282,9 @@ func TestRESPClusterForwarding(t *testing.T) {
 	}
 	extra := []string{"--config", cfgPath, "--audit-log", "off", "--resp-listen", "127.0.0.1:0",
 		"--hot-capacity", "256MiB", "--hot-max-class", "32MiB",
+		// The default etcd probe (1 s): clusterNode's 100 ms, against the
+		// test's own etcd on a loaded machine, can flip a node read-only.
+		"--control-probe", "1s",
 		"--cold-store", "s3", "--s3-endpoint", s3.Endpoint, "--s3-bucket", s3test.Bucket, "--s3-prefix", "resp-cluster/",
 		"--s3-access-key", s3.AccessKey, "--s3-secret-key", s3.SecretKey}
 	ids := []string{"n1", "n2", "n3"}
@@ -467,7 +472,11 @@ func TestRESPClusterForwarding(t *testing.T) {
 	}
 
 	// Written again through a survivor, the lost keys are stored at their
-	// new owners and read back everywhere.
+	// new owners and read back everywhere (once both survivors take writes
+	// again: a loaded machine may have put one read-only for a moment).
+	for _, id := range survivors {
+		rcAwaitMembers(t, nodes[id], ops, survivors...)
+	}
 	for i, k := range keys {
 		if owner[k] != victim {
 			continue
