@@ -26,6 +26,7 @@ type daemonProc struct {
 	cmd    *exec.Cmd
 	addr   string
 	admin  string // "off" when the admin listener is off
+	resp   string // the RESP address ("RESP2 endpoint listening"); "" when off
 	exited chan error
 
 	mu       sync.Mutex
@@ -85,11 +86,15 @@ func startDaemon(t *testing.T, bin string, args ...string) *daemonProc {
 	d := &daemonProc{cmd: cmd, exited: make(chan error, 1)}
 	addr := make(chan [2]string, 1)
 	serving := regexp.MustCompile(`msg="gpucached serving" data=(\S+) admin=(\S*)`)
+	respLine := regexp.MustCompile(`msg="RESP2 endpoint listening" resp_listen=(\S+)`)
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		var once sync.Once
 		var tail []string
 		for sc.Scan() {
+			if m := respLine.FindStringSubmatch(sc.Text()); m != nil {
+				d.resp = m[1] // logged before "gpucached serving", which publishes it
+			}
 			if m := serving.FindStringSubmatch(sc.Text()); m != nil {
 				once.Do(func() { addr <- [2]string{m[1], m[2]} })
 			}

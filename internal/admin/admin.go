@@ -29,6 +29,7 @@ var gauges = map[string]bool{
 	"go_heap_inuse_bytes": true, "go_gc_pause_p50_ns": true, "go_gc_pause_p99_ns": true, "go_gc_pause_max_ns": true,
 	"conns_unauthenticated": true, "request_buffer_bytes": true, "request_buffer_limit_bytes": true,
 	"request_buffer_tenant_limit_bytes": true, "request_buffer_presession_bytes": true, "request_buffer_presession_limit_bytes": true,
+	"forward_clients": true, "forward_bytes_held": true, "forward_byte_budget": true,
 }
 
 // collector exports STAT entries as gpucache_* metrics on each scrape, so

@@ -214,7 +214,7 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 			return err
 		}
 		defer fw.Close()
-		scfg.Forwarder = fw
+		scfg.Forwarder, scfg.ForwardStats = fw, fw.Stats
 	}
 	srv, err := server.New(scfg)
 	if err != nil {

@@ -146,8 +146,56 @@ type Forwarder struct {
 	pool  *pool
 	bytes budget
 	stats struct {
-		forwarded, misses, retries, refused, overBudget atomic.Uint64
+		forwarded, retries, refused, overBudget atomic.Uint64
+		missed                                  [numMissReasons]atomic.Uint64
 	}
+}
+
+// missReason is why a forwarded operation ended as a miss.
+type missReason int
+
+const (
+	missNotCached   missReason = iota // the owner does not hold the block (GET)
+	missNoOwner                       // no other member owns the key under the view
+	missUnavailable                   // the owner could not be reached, or the connection broke
+	missTimeout                       // the caller's deadline (or Config.Timeout) passed
+	missWrongEpoch                    // the owner refused with WRONG_EPOCH after the refresh
+	missError                         // any other fault: an error answer, a protocol violation
+	numMissReasons
+)
+
+var missNames = [numMissReasons]string{"not_cached", "no_owner", "unavailable", "timeout", "wrong_epoch", "error"}
+
+// miss counts a miss of a forwarded operation under ctx that ended with
+// err (nil: a plain miss, the owner does not hold the block). A fault
+// once ctx is done is a timeout, whatever error it surfaced as. A GET
+// refused by the byte budget counts as forward_get_over_budget instead.
+func (f *Forwarder) miss(ctx context.Context, err error) {
+	switch {
+	case errors.Is(err, client.ErrShortBuffer):
+		f.stats.overBudget.Add(1)
+	case err != nil && !errors.Is(err, client.ErrNotCached) && ctx.Err() != nil:
+		f.stats.missed[missTimeout].Add(1)
+	default:
+		f.stats.missed[classify(err)].Add(1)
+	}
+}
+
+func classify(err error) missReason {
+	if _, ok := client.WrongEpoch(err); ok {
+		return missWrongEpoch
+	}
+	switch {
+	case err == nil || errors.Is(err, client.ErrNotCached):
+		return missNotCached
+	case errors.Is(err, errMiss):
+		return missNoOwner
+	case errors.Is(err, client.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+		return missTimeout
+	case errors.Is(err, client.ErrUnavailable) || errors.Is(err, client.ErrClosed) || errors.Is(err, errClosed):
+		return missUnavailable
+	}
+	return missError
 }
 
 var _ server.Forwarder = (*Forwarder)(nil)
@@ -173,16 +221,42 @@ func (f *Forwarder) Close() error { return f.pool.close() }
 // (server.Cluster.Remote).
 func (f *Forwarder) Remote(key identity.BlockKey) bool { return f.cfg.Cluster.Remote(key) }
 
-// Stats returns the forwarder's counters, named like STAT entries.
+// Stats returns the forwarder's STAT entries (server.Config.ForwardStats):
+//
+//   - forward_ops: operations forwarded to an owner (counter);
+//   - forward_misses: those that ended as a miss, for any reason
+//     (counter), and by reason forward_miss_not_cached (the owner does
+//     not hold the block), _no_owner, _unavailable (owner unreachable or
+//     connection broken), _timeout, _wrong_epoch (refused again after the
+//     view refresh) and _error (any other fault), plus
+//     forward_get_over_budget (a GET refused by the byte budget);
+//   - forward_retries: retries after a WRONG_EPOCH (counter);
+//   - forward_set_refused: SETs a live owner refused (counter);
+//   - forward_clients: pooled clients (gauge);
+//   - forward_bytes_held and forward_byte_budget: bytes of forwarded GET
+//     payloads held now, and their bound (gauges).
 func (f *Forwarder) Stats() []wire.StatEntry {
-	return []wire.StatEntry{
-		{Name: "forward_ops", Value: f.stats.forwarded.Load()},
-		{Name: "forward_misses", Value: f.stats.misses.Load()},
-		{Name: "forward_retries", Value: f.stats.retries.Load()},
-		{Name: "forward_set_refused", Value: f.stats.refused.Load()},
-		{Name: "forward_get_over_budget", Value: f.stats.overBudget.Load()},
-		{Name: "forward_clients", Value: uint64(f.pool.size())},
+	var misses uint64
+	byReason := make([]wire.StatEntry, 0, numMissReasons)
+	for r := range numMissReasons {
+		n := f.stats.missed[r].Load()
+		misses += n
+		byReason = append(byReason, wire.StatEntry{Name: "forward_miss_" + missNames[r], Value: n})
 	}
+	over := f.stats.overBudget.Load()
+	e := []wire.StatEntry{
+		{Name: "forward_ops", Value: f.stats.forwarded.Load()},
+		{Name: "forward_misses", Value: misses + over},
+	}
+	e = append(e, byReason...)
+	return append(e,
+		wire.StatEntry{Name: "forward_get_over_budget", Value: over},
+		wire.StatEntry{Name: "forward_retries", Value: f.stats.retries.Load()},
+		wire.StatEntry{Name: "forward_set_refused", Value: f.stats.refused.Load()},
+		wire.StatEntry{Name: "forward_clients", Value: uint64(f.pool.size())},
+		wire.StatEntry{Name: "forward_bytes_held", Value: uint64(f.cfg.ByteBudget - f.bytes.remaining())},
+		wire.StatEntry{Name: "forward_byte_budget", Value: uint64(f.cfg.ByteBudget)},
+	)
 }
 
 // do runs op on the owner of r.Key under this node's view and, when the
@@ -258,10 +332,7 @@ func (f *Forwarder) Get(ctx context.Context, r *server.ForwardRequest, w func(pa
 		return res.Reason
 	})
 	if err != nil || !res.Hit {
-		if errors.Is(err, client.ErrShortBuffer) {
-			f.stats.overBudget.Add(1)
-		}
-		f.stats.misses.Add(1)
+		f.miss(ctx, err)
 		return false, nil
 	}
 	return true, w(res.Data)
@@ -293,7 +364,7 @@ func (f *Forwarder) Set(ctx context.Context, r *server.ForwardRequest, payload [
 		return false, false, fmt.Errorf("%w: %w", ErrRefused, err)
 	}
 	f.cfg.Logger.Debug("forwarded SET missed", "err", err)
-	f.stats.misses.Add(1)
+	f.miss(ctx, err)
 	return false, false, nil
 }
 
@@ -323,7 +394,7 @@ func (f *Forwarder) Exists(ctx context.Context, r *server.ForwardRequest) bool {
 		return err
 	})
 	if err != nil {
-		f.stats.misses.Add(1)
+		f.miss(ctx, err)
 		return false
 	}
 	return hits == 1
@@ -340,7 +411,7 @@ func (f *Forwarder) Del(ctx context.Context, r *server.ForwardRequest) bool {
 		return err
 	})
 	if err != nil {
-		f.stats.misses.Add(1)
+		f.miss(ctx, err)
 		return false
 	}
 	return st[0] == client.StatusDeleted
@@ -360,6 +431,12 @@ func (b *budget) take(n int64) bool {
 	}
 	b.left -= n
 	return true
+}
+
+func (b *budget) remaining() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.left
 }
 
 func (b *budget) put(n int64) {

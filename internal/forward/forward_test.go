@@ -315,6 +315,14 @@ func TestForwardDeadOwner(t *testing.T) {
 				}
 				cancel()
 			}
+			// Four misses, each counted once, under its reason.
+			reason := "forward_miss_unavailable"
+			if tc.silent {
+				reason = "forward_miss_timeout"
+			}
+			if st := statsOf(f); st[reason] != 4 || st["forward_misses"] != 4 || st["forward_ops"] != 4 {
+				t.Fatalf("stats %v: want 4 operations, 4 misses, all %s", st, reason)
+			}
 		})
 	}
 }
@@ -362,6 +370,9 @@ func TestForwardWrongEpoch(t *testing.T) {
 	if f.Exists(ctx, r) {
 		t.Fatal("a key refused twice exists")
 	}
+	if st := statsOf(f); st["forward_miss_wrong_epoch"] != 2 || st["forward_misses"] != 2 {
+		t.Fatalf("stats %v: want the two refused-twice operations counted as wrong_epoch misses", st)
+	}
 }
 
 // TestForwardByteBudget: a forwarded GET whose payload does not fit the
@@ -399,6 +410,9 @@ func TestForwardByteBudget(t *testing.T) {
 	if st := statsOf(f); st["forward_get_over_budget"] != 4 || f.bytes.left != 6000 {
 		t.Fatalf("over budget %d, left %d", st["forward_get_over_budget"], f.bytes.left)
 	}
+	if st := statsOf(f); st["forward_misses"] != 4 || st["forward_bytes_held"] != 0 || st["forward_byte_budget"] != 6000 {
+		t.Fatalf("stats %v: want 4 misses (all over budget), nothing held of 6000", st)
+	}
 }
 
 // TestPoolBounds: the pool keeps at most MaxClients clients, one per
@@ -415,8 +429,8 @@ func TestPoolBounds(t *testing.T) {
 		t.Fatalf("%d clients for one (owner, tenant)", n)
 	}
 	f.Exists(ctx, b)
-	if n := f.pool.size(); n != 1 {
-		t.Fatalf("%d clients pooled, MaxClients 1", n)
+	if n := f.pool.size(); n != 1 || statsOf(f)["forward_clients"] != 1 {
+		t.Fatalf("%d clients pooled (STAT %d), MaxClients 1", n, statsOf(f)["forward_clients"])
 	}
 	f.pool.closeIdle(time.Now().Add(f.cfg.IdleClose))
 	if n := f.pool.size(); n != 0 {
@@ -427,6 +441,76 @@ func TestPoolBounds(t *testing.T) {
 	}
 }
 
+// TestForwardMissReasons: each kind of miss is counted once under its
+// reason, the total is their sum, and an answer (EXISTS 0, a hit) is no
+// miss: an absent block (not_cached), a key no other member owns
+// (no_owner), a caller whose context is done (timeout), an owner that has
+// stopped (unavailable).
+func TestForwardMissReasons(t *testing.T) {
+	nodes, v := startNodes(t, 2)
+	f := newForwarder(t, nodes[0].cl, nil)
+	names := ownedBy(t, v, "node-1", "acme", 2)
+	ctx := testCtx(t)
+	absent, stored := request(t, "acme", secretA, names[0]), request(t, "acme", secretA, names[1])
+	want := map[string]uint64{}
+	check := func(phase string) {
+		t.Helper()
+		st := statsOf(f)
+		var sum uint64
+		for _, r := range missNames {
+			sum += st["forward_miss_"+r]
+			if st["forward_miss_"+r] != want[r] {
+				t.Fatalf("%s: forward_miss_%s %d, want %d (stats %v)", phase, r, st["forward_miss_"+r], want[r], st)
+			}
+		}
+		if st["forward_misses"] != sum+st["forward_get_over_budget"] {
+			t.Fatalf("%s: forward_misses %d is not the sum of the reasons (%v)", phase, st["forward_misses"], st)
+		}
+	}
+	if ok, _, err := f.Set(ctx, stored, []byte("v")); !ok || err != nil {
+		t.Fatalf("set: %v %v", ok, err)
+	}
+	if _, hit := get(t, f, stored); !hit || !f.Exists(ctx, stored) || f.Exists(ctx, absent) {
+		t.Fatal("the stored block is not there, or the absent one is")
+	}
+	check("answers")
+	if _, hit := get(t, f, absent); hit {
+		t.Fatal("absent block hit")
+	}
+	want["not_cached"] = 1
+	check("absent")
+
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	if hit, _ := f.Get(done, stored, func([]byte) error { return nil }); hit || f.Exists(done, stored) {
+		t.Fatal("a done context read the block")
+	}
+	want["timeout"] = 2
+	check("done context")
+
+	solo, err := control.NewView(1, []control.Member{{ID: "solo", Addr: "127.0.0.1:1", FaultDomain: "a", ProtoVersion: 3, CapacityBytes: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	alone := newForwarder(t, server.NewCluster("solo", solo), nil)
+	if _, hit := get(t, alone, stored); hit {
+		t.Fatal("a forwarder that owns every key forwarded a GET")
+	}
+	if st := statsOf(alone); st["forward_miss_no_owner"] != 1 || st["forward_misses"] != 1 {
+		t.Fatalf("no owner: %v", st)
+	}
+
+	nodes[1].srv.Stop()
+	if _, hit := get(t, f, stored); hit {
+		t.Fatal("a stopped owner answered")
+	}
+	if f.Exists(ctx, stored) || f.Del(ctx, stored) {
+		t.Fatal("a stopped owner answered")
+	}
+	want["unavailable"] = 3
+	check("owner stopped")
+}
+
 func statsOf(f *Forwarder) map[string]uint64 {
 	m := map[string]uint64{}
 	for _, e := range f.Stats() {
@@ -434,7 +518,6 @@ func statsOf(f *Forwarder) map[string]uint64 {
 	}
 	return m
 }
-
 
 type testWriter struct{ t *testing.T }
 

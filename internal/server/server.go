@@ -134,6 +134,10 @@ type Config struct {
 	// Forwarder, when set, serves RESP operations on keys another member
 	// owns (forwarder.go). Nil: every key is served locally.
 	Forwarder Forwarder
+	// ForwardStats, when set, returns the forwarder's STAT entries
+	// (forwarded operations, misses by reason, budget refusals, pool
+	// size); Stats appends them last. Nil by default.
+	ForwardStats func() []wire.StatEntry
 	// RESPProfiles are the RESP endpoint's profiles, by tenant (resp.go):
 	// the namespace and value rules of everything a tenant stores over
 	// RESP. In open mode the tenant is security.DefaultTenant. A tenant

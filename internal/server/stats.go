@@ -158,6 +158,9 @@ func (s *Server) Stats() []wire.StatEntry {
 	}
 	e = append(e, s.connStats()...)
 	e = append(e, s.respStats()...)
+	if s.cfg.ForwardStats != nil {
+		e = append(e, s.cfg.ForwardStats()...)
+	}
 	return e
 }
 
