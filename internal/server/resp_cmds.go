@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -22,6 +23,9 @@ const respForwardTimeout = coldTimeout
 func (rc *respConn) checkKey(k []byte) (resp.Key, string) {
 	if len(k) == 0 || len(k) > identity.MaxOpaqueLen {
 		return resp.Key{}, fmt.Sprintf("ERR key of %d bytes: keys are 1..%d bytes", len(k), identity.MaxOpaqueLen)
+	}
+	if rc.prof.AnyKey && bytes.IndexByte(k, '@') < 0 {
+		return resp.Key{}, "" // cannot be an LMCache key: nothing to check
 	}
 	pk, err := resp.ParseKey(k)
 	if err != nil {
