@@ -80,8 +80,9 @@ free_port REDIS_PORT
 log "redis-server on 127.0.0.1:$REDIS_PORT (persistence off)"
 redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no --daemonize no \
 	--dir "$WORKDIR" --logfile "" >"$RAW/logs/redis-server.log" 2>&1 3>&- &
-PIDS+=($!)
-wait_port "$REDIS_PORT" "$!" 10 || die "redis-server did not start (see $RAW/logs/redis-server.log)"
+REDIS_PID=$!
+PIDS+=("$REDIS_PID")
+wait_port "$REDIS_PORT" "$REDIS_PID" 10 || die "redis-server did not start (see $RAW/logs/redis-server.log)"
 
 if [[ -n ${RESP_PORT:-} ]]; then
 	GPC_RESP=$RESP_PORT
@@ -120,22 +121,32 @@ fi
 } >"$RAW/machine.txt"
 
 port_of() { [[ $1 == redis ]] && echo "$REDIS_PORT" || echo "$GPC_RESP"; }
+pid_of() { [[ $1 == redis ]] && echo "$REDIS_PID" || echo "${GPC_PID:-}"; }
+
+# cpu_ticks PID: the process's user + system CPU time in clock ticks (0
+# when it is not ours to read, e.g. RESP_PORT).
+cpu_ticks() { [[ -n $1 && -r /proc/$1/stat ]] && awk '{print $14 + $15}' "/proc/$1/stat" || echo 0; }
+CLK_TCK=$(getconf CLK_TCK)
 
 # bench_one SERVER SIZE CONNS OP REP: one redis-benchmark run; appends
-# "server size conns op rep rps p50 p99" to RAW/results.tsv.
+# "server size conns op rep rps p50 p99 cpu_us_per_req" to RAW/results.tsv
+# (the server's own CPU time, user + system, over the run, per request).
 bench_one() {
-	local server=$1 size=$2 conns=$3 op=$4 rep=$5 csv line
+	local server=$1 size=$2 conns=$3 op=$4 rep=$5 csv line t0 t1 cpu
 	csv="$RAW/$server-$size-c$conns-$op-r$rep.csv"
+	t0=$(cpu_ticks "$(pid_of "$server")")
 	redis-benchmark -h 127.0.0.1 -p "$(port_of "$server")" -c "$conns" -P 1 \
 		-n "$(reqs_of "$size")" -r "$(if [[ $op == set ]]; then set_keys_of "$size"; else keys_of "$size"; fi)" -d "$(bytes_of "$size")" \
 		-t "$op" --csv --precision 3 >"$csv" 2>"$RAW/logs/$server-$size-c$conns-$op-r$rep.err" ||
 		die "redis-benchmark against $server failed (see $RAW/logs)"
+	t1=$(cpu_ticks "$(pid_of "$server")")
+	cpu=$(awk -v d=$((t1 - t0)) -v hz="$CLK_TCK" -v n="$(reqs_of "$size")" 'BEGIN { printf "%.1f", d / hz * 1e6 / n }')
 	# "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
 	line=$(awk -F'","' -v OP="${op^^}" 'index($1, "\"" OP) == 1 {gsub(/"/, "", $0); print; exit}' "$csv")
 	[[ -n $line ]] || die "no $op result in $csv"
-	awk -F, -v s="$server" -v z="$size" -v c="$conns" -v o="$op" -v r="$rep" \
-		'{printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s, z, c, o, r, $2, $5, $7}' <<<"$line" >>"$RAW/results.tsv"
-	log "$server $size c=$conns $op rep $rep: $(cut -f6- <<<"$(tail -1 "$RAW/results.tsv")" | tr '\t' ' ') (rps p50 p99 ms)"
+	awk -F, -v s="$server" -v z="$size" -v c="$conns" -v o="$op" -v r="$rep" -v cpu="$cpu" \
+		'{printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s, z, c, o, r, $2, $5, $7, cpu}' <<<"$line" >>"$RAW/results.tsv"
+	log "$server $size c=$conns $op rep $rep: $(cut -f6- <<<"$(tail -1 "$RAW/results.tsv")" | tr '\t' ' ') (rps p50 p99 ms, server CPU us/req)"
 }
 
 # The key names redis-benchmark uses: key:__rand_int__ with -r N is
@@ -205,15 +216,15 @@ fi
 
 # The table: medians over the repetitions.
 {
-	echo "| size | conns | op | redis rps | gpucache rps | ratio | redis p50 / p99 ms | gpucache p50 / p99 ms |"
-	echo "|---|---:|---|---:|---:|---:|---:|---:|"
+	echo "| size | conns | op | redis rps | gpucache rps | ratio | redis p50 / p99 ms | gpucache p50 / p99 ms | server CPU µs/req redis / gpucache |"
+	echo "|---|---:|---|---:|---:|---:|---:|---:|---:|"
 	awk -F'\t' -v sizes="$SIZES" -v conns="$CONNS" '
 	function median(list,    a, n, i, j, t) {
 		n = split(list, a, " ")
 		for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
 		return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
 	}
-	{ k = $2 SUBSEP $3 SUBSEP $4 SUBSEP $1; rps[k] = rps[k] " " $6; p50[k] = p50[k] " " $7; p99[k] = p99[k] " " $8 }
+	{ k = $2 SUBSEP $3 SUBSEP $4 SUBSEP $1; rps[k] = rps[k] " " $6; p50[k] = p50[k] " " $7; p99[k] = p99[k] " " $8; cpu[k] = cpu[k] " " $9 }
 	END {
 		ns = split(sizes, S, " "); nc = split(conns, C, " ")
 		for (i = 1; i <= ns; i++) for (j = 1; j <= nc; j++) for (o = 1; o <= 2; o++) {
@@ -221,7 +232,7 @@ fi
 			r = S[i] SUBSEP C[j] SUBSEP op SUBSEP "redis"; g = S[i] SUBSEP C[j] SUBSEP op SUBSEP "gpucache"
 			if (!(r in rps) || !(g in rps)) continue
 			rr = median(rps[r]); gr = median(rps[g])
-			printf "| %s | %s | %s | %.0f | %.0f | %.2f | %.3f / %.3f | %.3f / %.3f |\n", S[i], C[j], toupper(op), rr, gr, (rr > 0 ? gr / rr : 0), median(p50[r]), median(p99[r]), median(p50[g]), median(p99[g])
+			printf "| %s | %s | %s | %.0f | %.0f | %.2f | %.3f / %.3f | %.3f / %.3f | %.1f / %.1f |\n", S[i], C[j], toupper(op), rr, gr, (rr > 0 ? gr / rr : 0), median(p50[r]), median(p99[r]), median(p50[g]), median(p99[g]), median(cpu[r]), median(cpu[g])
 		}
 	}' "$RAW/results.tsv"
 } >"$REPORT"
