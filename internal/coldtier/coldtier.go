@@ -720,25 +720,10 @@ func (t *Tier) Run(ctx context.Context, interval time.Duration) {
 // Result Missing(Unavailable) and an error wrapping degrade.ErrMiss (or
 // Missing(BreakerOpen) and no error once the refiller's breaker has opened).
 func (t *Tier) Refill(ctx context.Context, ns identity.Namespace, key identity.BlockKey, dst []byte) (int, refill.Result, error) {
-	d, derr := ns.Digest()
-	if derr == nil && t.refillHidden(d, key) {
-		t.st.refillMisses.Add(1)
-		return 0, refill.Missing(refill.NotFound), nil // deleted (index_delete.go)
-	}
-	gen := t.idx.adds.Load()
-	n, res, err := t.rf.RefillKey(ctx, ns, key, dst)
-	if res.Hit && t.refillHidden(d, key) {
-		n, res, err = missHidden(dst, n) // deleted while it ran
-	}
-	if res.Hit {
-		t.st.refillHits.Add(1)
-	} else {
-		t.st.refillMisses.Add(1)
-		if res.Reason == refill.NotFound && derr == nil {
-			t.idx.removeStale(t.idx.fp(d, key), gen) // no pointer: not present
-		}
-	}
-	return n, res, err
+	return t.refillChecked(ns, key, func() ([]byte, int, refill.Result, error) {
+		n, res, err := t.rf.RefillKey(ctx, ns, key, dst)
+		return dst, n, res, err
+	})
 }
 
 // RefillInto is Refill for a caller that allocates the destination once
@@ -746,18 +731,30 @@ func (t *Tier) Refill(ctx context.Context, ns identity.Namespace, key identity.B
 // hot-tier slot in alloc and the payload is read straight into it. On a
 // miss after alloc, the buffer it returned is zeroed and must be discarded.
 func (t *Tier) RefillInto(ctx context.Context, ns identity.Namespace, key identity.BlockKey, alloc func(n int) ([]byte, bool)) (int, refill.Result, error) {
+	return t.refillChecked(ns, key, func() ([]byte, int, refill.Result, error) {
+		var dst []byte
+		n, res, err := t.rf.RefillKeyInto(ctx, ns, key, func(n int) ([]byte, bool) {
+			b, ok := alloc(n)
+			dst = b
+			return b, ok
+		})
+		return dst, n, res, err
+	})
+}
+
+// refillChecked runs one refill (read, which returns the buffer it read
+// into) between the checks every refill path shares: a block hidden by a
+// recent Delete misses without a store call, or with its bytes zeroed when
+// it was deleted while the read ran (index_delete.go); a miss for want of
+// a pointer drops a stale presence entry; hits and misses are counted.
+func (t *Tier) refillChecked(ns identity.Namespace, key identity.BlockKey, read func() ([]byte, int, refill.Result, error)) (int, refill.Result, error) {
 	d, derr := ns.Digest()
 	if derr == nil && t.refillHidden(d, key) {
 		t.st.refillMisses.Add(1)
 		return 0, refill.Missing(refill.NotFound), nil // deleted (index_delete.go)
 	}
 	gen := t.idx.adds.Load()
-	var dst []byte
-	n, res, err := t.rf.RefillKeyInto(ctx, ns, key, func(n int) ([]byte, bool) {
-		b, ok := alloc(n)
-		dst = b
-		return b, ok
-	})
+	dst, n, res, err := read()
 	if res.Hit && t.refillHidden(d, key) {
 		n, res, err = missHidden(dst, n) // deleted while it ran
 	}

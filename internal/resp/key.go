@@ -127,11 +127,11 @@ func parseInProcess(k []byte, suffix string) (Key, error) {
 	if len(key.Model) == 0 {
 		return Key{}, fmt.Errorf("%w: empty model", ErrKey)
 	}
-	ws, ok := decimal(f[1])
+	ws, ok := Decimal(f[1])
 	if !ok || ws == 0 {
 		return Key{}, fmt.Errorf("%w: world_size %q is not a positive decimal", ErrKey, f[1])
 	}
-	w, ok := decimal(f[2])
+	w, ok := Decimal(f[2])
 	if !ok || w >= ws {
 		return Key{}, fmt.Errorf("%w: worker_id %q is not a decimal below world_size", ErrKey, f[2])
 	}
@@ -150,7 +150,7 @@ func parseInProcess(k []byte, suffix string) (Key, error) {
 	key.DType = f[4]
 	tags := f[5:]
 	if len(tags) > 0 {
-		if l, ok := decimal(tags[0]); ok {
+		if l, ok := Decimal(tags[0]); ok {
 			key.Layer = int64(l)
 			tags = tags[1:]
 		}
@@ -200,8 +200,8 @@ func hexVal(b []byte) (uint64, bool) {
 	return v, true
 }
 
-// decimal parses 1..9 decimal digits.
-func decimal(b []byte) (uint32, bool) {
+// Decimal parses 1..9 decimal digits (a SELECT index, a key's rank).
+func Decimal(b []byte) (uint32, bool) {
 	if len(b) == 0 || len(b) > 9 {
 		return 0, false
 	}

@@ -150,6 +150,38 @@ func (c *conn) serve() {
 	c.s.forget(c)
 }
 
+// awaitRequest waits, idle, for the first byte of the next request (the
+// idle timeout applies, and drain may end the wait), then arms the read
+// timeout for the request ("a frame started is a frame timed"). more is
+// false when the connection should end: err nil for drain or an idle
+// timeout, else the read error.
+func (c *conn) awaitRequest() (more bool, err error) {
+	c.state.Lock()
+	if c.state.draining {
+		c.state.Unlock()
+		return false, nil
+	}
+	c.state.idle = true
+	c.nc.SetReadDeadline(c.deadline(c.s.cfg.IdleTimeout))
+	c.state.Unlock()
+
+	_, err = c.br.Peek(1)
+
+	c.state.Lock()
+	c.state.idle = false
+	draining := c.state.draining
+	c.state.Unlock()
+	if err != nil {
+		if draining || errors.Is(err, os.ErrDeadlineExceeded) {
+			c.timedOut(err)
+			return false, nil
+		}
+		return false, err
+	}
+	c.nc.SetReadDeadline(c.deadline(c.s.cfg.ReadTimeout))
+	return true, nil
+}
+
 // readLoop reads and executes requests until EOF, an unrecoverable stream
 // error, a deadline, or drain.
 //
@@ -161,29 +193,9 @@ func (c *conn) readLoop() error {
 	var hb [wire.HeaderSize]byte
 	for {
 		c.endRequest()
-		c.state.Lock()
-		if c.state.draining {
-			c.state.Unlock()
-			return nil
-		}
-		c.state.idle = true
-		c.nc.SetReadDeadline(c.deadline(c.s.cfg.IdleTimeout))
-		c.state.Unlock()
-
-		_, err := c.br.Peek(1)
-
-		c.state.Lock()
-		c.state.idle = false
-		draining := c.state.draining
-		c.state.Unlock()
-		if err != nil {
-			if draining || errors.Is(err, os.ErrDeadlineExceeded) {
-				c.timedOut(err)
-				return nil
-			}
+		if more, err := c.awaitRequest(); !more {
 			return err
 		}
-		c.nc.SetReadDeadline(c.deadline(c.s.cfg.ReadTimeout))
 		if _, err := io.ReadFull(c.br, hb[:]); err != nil {
 			c.timedOut(err)
 			return err

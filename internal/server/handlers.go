@@ -357,7 +357,25 @@ func (c *conn) putOne(ns identity.NamespaceDigest, pb *wire.PutBlock) (wire.Stat
 	if pb.Len > c.s.cfg.Limits.MaxPayload {
 		return wire.StatusTooLarge, c.skip(int64(pb.Len))
 	}
-	res, err := c.s.store.ReserveBlock(ns, identity.BlockKey(pb.Key), identity.BlockKey(pb.Parent), c.blockMeta(pb), int(pb.Len))
+	res, st, err := c.reserveAndRead(ns, identity.BlockKey(pb.Key), identity.BlockKey(pb.Parent), c.blockMeta(pb), pb.Len)
+	if st != wire.StatusStored || err != nil {
+		return st, err
+	}
+	c.s.store.Commit(res)
+	if h := c.s.cfg.OnStored; h != nil {
+		h(id, ns, identity.BlockKey(pb.Key), c.nsBlob)
+	}
+	return wire.StatusStored, nil
+}
+
+// reserveAndRead reserves a hot-tier slot for a block whose n payload bytes
+// are next on the stream, reads them straight into it (one host copy: the
+// kernel writes into the slot; only what the read buffer already holds is
+// copied from it) and seals it. StatusStored means res is ready to Commit;
+// any other status means the block is not stored and its bytes were
+// skipped, so the stream stays in sync. An error means the stream broke.
+func (c *conn) reserveAndRead(ns identity.NamespaceDigest, key, parent identity.BlockKey, meta hot.BlockMeta, n uint32) (hot.Reservation, wire.Status, error) {
+	res, err := c.s.store.ReserveBlock(ns, key, parent, meta, int(n))
 	if h := c.s.cfg.Hooks.Reserved; h != nil {
 		h(c.tenant, err)
 	}
@@ -366,6 +384,7 @@ func (c *conn) putOne(ns identity.NamespaceDigest, pb *wire.PutBlock) (wire.Stat
 		// hot.ErrTenantQuota (the tenant holds its share of the tier in
 		// leases and PUTs in flight): the block is not stored, nothing
 		// else changes, and the client recomputes or retries later.
+		// Chunks are immutable: on ErrExists the stored bytes stay.
 		st := wire.StatusNoSpace
 		switch {
 		case errors.Is(err, hot.ErrExists):
@@ -373,26 +392,20 @@ func (c *conn) putOne(ns identity.NamespaceDigest, pb *wire.PutBlock) (wire.Stat
 		case errors.Is(err, hot.ErrTooLarge):
 			st = wire.StatusTooLarge
 		}
-		return st, c.skip(int64(pb.Len))
+		return hot.Reservation{}, st, c.skip(int64(n))
 	}
-	// One host copy: the kernel writes straight into the slot (only what the
-	// read buffer already holds is copied from it).
 	if err := c.readInto(res.Buf); err != nil {
 		c.s.store.Abort(res)
-		return 0, err
+		return hot.Reservation{}, 0, err
 	}
 	if c.s.sealer != nil {
-		if err := c.s.sealer.tag(c.s.store, res, ns, identity.BlockKey(pb.Key)); err != nil {
+		if err := c.s.sealer.tag(c.s.store, res, ns, key); err != nil {
 			c.s.store.Abort(res)
 			c.s.log.Error("cannot seal a block; not stored", "err", err)
-			return wire.StatusNoSpace, nil
+			return hot.Reservation{}, wire.StatusNoSpace, nil
 		}
 	}
-	c.s.store.Commit(res)
-	if h := c.s.cfg.OnStored; h != nil {
-		h(id, ns, identity.BlockKey(pb.Key), c.nsBlob)
-	}
-	return wire.StatusStored, nil
+	return res, wire.StatusStored, nil
 }
 
 // blockMeta is what the hot tier's policy learns about a verified block of

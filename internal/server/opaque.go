@@ -1,8 +1,6 @@
 package server
 
 import (
-	"errors"
-
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/hot"
 	"github.com/gpucache/gpucache/internal/identity"
@@ -82,31 +80,9 @@ func (c *conn) putOpaqueOne(ns identity.NamespaceDigest, ob *wire.OpaqueBlock) (
 		return wire.StatusTooLarge, c.skip(int64(ob.Len))
 	}
 	// An opaque block has no chain: no parent, position 0, no tokens.
-	res, err := c.s.store.ReserveBlock(ns, key, identity.BlockKey{}, hot.BlockMeta{Tenant: c.tenant}, int(ob.Len))
-	if h := c.s.cfg.Hooks.Reserved; h != nil {
-		h(c.tenant, err)
-	}
-	if err != nil {
-		st := wire.StatusNoSpace
-		switch {
-		case errors.Is(err, hot.ErrExists):
-			// Chunks are immutable: the stored bytes stay.
-			st = wire.StatusExists
-		case errors.Is(err, hot.ErrTooLarge):
-			st = wire.StatusTooLarge
-		}
-		return st, c.skip(int64(ob.Len))
-	}
-	if err := c.readInto(res.Buf); err != nil {
-		c.s.store.Abort(res)
-		return 0, err
-	}
-	if c.s.sealer != nil {
-		if err := c.s.sealer.tag(c.s.store, res, ns, key); err != nil {
-			c.s.store.Abort(res)
-			c.s.log.Error("cannot seal a block; not stored", "err", err)
-			return wire.StatusNoSpace, nil
-		}
+	res, st, err := c.reserveAndRead(ns, key, identity.BlockKey{}, hot.BlockMeta{Tenant: c.tenant}, ob.Len)
+	if st != wire.StatusStored || err != nil {
+		return st, err
 	}
 	c.s.store.Commit(res)
 	if h := c.s.cfg.OnStored; h != nil {

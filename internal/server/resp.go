@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"sync/atomic"
 	"time"
 
@@ -147,27 +146,9 @@ func (rc *respConn) loop() error {
 				return err
 			}
 		}
-		c.state.Lock()
-		if c.state.draining {
-			c.state.Unlock()
-			return nil
-		}
-		c.state.idle = true
-		c.nc.SetReadDeadline(c.deadline(c.s.cfg.IdleTimeout))
-		c.state.Unlock()
-		_, err := c.br.Peek(1)
-		c.state.Lock()
-		c.state.idle = false
-		draining := c.state.draining
-		c.state.Unlock()
-		if err != nil {
-			if draining || errors.Is(err, os.ErrDeadlineExceeded) {
-				c.timedOut(err)
-				return nil
-			}
+		if more, err := c.awaitRequest(); !more {
 			return err
 		}
-		c.nc.SetReadDeadline(c.deadline(c.s.cfg.ReadTimeout))
 		cmd, err := rc.r.ReadCommand()
 		if err != nil {
 			if errors.Is(err, resp.ErrProtocol) {
@@ -315,7 +296,7 @@ func (rc *respConn) dispatch(cmd resp.Command) error {
 	case "SELECT":
 		if nargs != 1 || cmd.Pending >= 0 {
 			rc.errorf("ERR wrong number of arguments for 'select' command")
-		} else if _, ok := parseUint(args[0]); !ok {
+		} else if _, ok := resp.Decimal(args[0]); !ok {
 			rc.errorf("ERR value is not an integer or out of range")
 		} else {
 			rc.reply(resp.OK) // one keyspace per tenant: every index is it
@@ -373,17 +354,3 @@ func (rc *respConn) config(args [][]byte) {
 	rc.out = resp.AppendBulk(rc.out, []byte(val))
 }
 
-// parseUint parses a decimal of 1..9 digits.
-func parseUint(b []byte) (uint32, bool) {
-	if len(b) == 0 || len(b) > 9 {
-		return 0, false
-	}
-	var v uint32
-	for _, ch := range b {
-		if ch < '0' || ch > '9' {
-			return 0, false
-		}
-		v = v*10 + uint32(ch-'0')
-	}
-	return v, true
-}
