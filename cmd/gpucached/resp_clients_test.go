@@ -99,18 +99,7 @@ func TestRESPRedisCLIChunkRoundTrip(t *testing.T) {
 	host, port, _ := net.SplitHostPort(addr)
 	run := func(user, secret string, stdin []byte, args ...string) []byte {
 		t.Helper()
-		c := exec.Command(cli, append([]string{"-h", host, "-p", port, "--user", user, "--no-auth-warning"}, args...)...)
-		c.Env = append(os.Environ(), "REDISCLI_AUTH="+secret)
-		if stdin != nil {
-			c.Stdin = bytes.NewReader(stdin)
-		}
-		var stderr bytes.Buffer
-		c.Stderr = &stderr
-		out, err := c.Output()
-		if err != nil {
-			t.Fatalf("redis-cli %s: %v\n%s", args[0], err, stderr.String())
-		}
-		return out
+		return redisCLI(t, cli, []string{"-h", host, "-p", port}, user, secret, stdin, args...)
 	}
 
 	key := mpKey(t.Name())
@@ -139,6 +128,25 @@ func TestRESPRedisCLIChunkRoundTrip(t *testing.T) {
 	if out := run(ten.a, ten.secretA, nil, "GET", mpKey("never stored")); strings.TrimSpace(string(out)) != "" {
 		t.Fatalf("GET of an absent key: %q", truncate(out))
 	}
+}
+
+// redisCLI runs redis-cli with the connection flags conn, AUTH as user
+// (the secret through REDISCLI_AUTH, off the command line) and stdin, and
+// returns its output; a failure ends the test.
+func redisCLI(t *testing.T, cli string, conn []string, user, secret string, stdin []byte, args ...string) []byte {
+	t.Helper()
+	c := exec.Command(cli, append(append(conn, "--user", user, "--no-auth-warning"), args...)...)
+	c.Env = append(os.Environ(), "REDISCLI_AUTH="+secret)
+	if stdin != nil {
+		c.Stdin = bytes.NewReader(stdin)
+	}
+	var stderr bytes.Buffer
+	c.Stderr = &stderr
+	out, err := c.Output()
+	if err != nil {
+		t.Fatalf("redis-cli %s: %v\n%s", args[0], err, stderr.String())
+	}
+	return out
 }
 
 func truncate(b []byte) string {

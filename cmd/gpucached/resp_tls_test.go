@@ -52,19 +52,7 @@ tenants:
 
 	run := func(stdin []byte, args ...string) []byte {
 		t.Helper()
-		c := exec.Command(cli, append([]string{"--tls", "--cacert", caFile, "-h", host, "-p", port,
-			"--user", "acme", "--no-auth-warning"}, args...)...)
-		c.Env = append(os.Environ(), "REDISCLI_AUTH="+secret)
-		if stdin != nil {
-			c.Stdin = bytes.NewReader(stdin)
-		}
-		var stderr bytes.Buffer
-		c.Stderr = &stderr
-		out, err := c.Output()
-		if err != nil {
-			t.Fatalf("redis-cli --tls %s: %v\n%s", args[0], err, stderr.String())
-		}
-		return out
+		return redisCLI(t, cli, []string{"--tls", "--cacert", caFile, "-h", host, "-p", port}, "acme", secret, stdin, args...)
 	}
 	key := mpKey(t.Name())
 	chunk := make([]byte, 1<<20)

@@ -305,30 +305,42 @@ func (c *conn) handlePut(h wire.Header) error {
 	if st.storesNothing() {
 		return c.refusePut(h, rest, len(req.Blocks))
 	}
-	r := newResponse(h.Op)
-	resp := wire.StatusResponse{Statuses: c.statuses[:0]}
-	resp.Statuses = append(resp.Statuses, make([]wire.Status, len(req.Blocks))...)
-	c.statuses = resp.Statuses
-	var stored uint64
-	for i := range req.Blocks {
-		pb := &req.Blocks[i]
-		st, err := c.putOne(ns, pb)
-		if err != nil {
-			r.reset()
-			c.release()
-			return err
-		}
-		resp.Statuses[i] = st
-		if st == wire.StatusStored {
-			stored += uint64(pb.Len)
-		}
+	resp, err := c.putEach(len(req.Blocks), func(i int) (wire.Status, uint32, error) {
+		st, err := c.putOne(ns, &req.Blocks[i])
+		return st, req.Blocks[i].Len, err
+	})
+	if err != nil {
+		c.release()
+		return err
 	}
-	c.s.stats.bytesIn.Add(stored)
-	c.sess.counters.bytesIn.Add(stored)
+	r := newResponse(h.Op)
 	r.meta = resp.AppendTo(r.meta)
 	r.finish(h, 0, 0)
 	c.send(r)
 	return nil
+}
+
+// putEach stores a request's n blocks in order, one(i) storing block i
+// (its payload next on the stream) and reporting its status and payload
+// length; it counts the bytes stored. An error means the stream broke.
+func (c *conn) putEach(n int, one func(i int) (wire.Status, uint32, error)) (wire.StatusResponse, error) {
+	resp := wire.StatusResponse{Statuses: c.statuses[:0]}
+	resp.Statuses = append(resp.Statuses, make([]wire.Status, n)...)
+	c.statuses = resp.Statuses
+	var stored uint64
+	for i := range n {
+		st, l, err := one(i)
+		if err != nil {
+			return resp, err
+		}
+		resp.Statuses[i] = st
+		if st == wire.StatusStored {
+			stored += uint64(l)
+		}
+	}
+	c.s.stats.bytesIn.Add(stored)
+	c.sess.counters.bytesIn.Add(stored)
+	return resp, nil
 }
 
 // identityOf returns the full identity a PUT or FILL_COMMIT block claims,

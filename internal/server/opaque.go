@@ -46,24 +46,14 @@ func (c *conn) handlePutOpaque(h wire.Header) error {
 	if st.storesNothing() {
 		return c.refusePut(h, rest, len(req.Blocks))
 	}
-	resp := wire.StatusResponse{Statuses: c.statuses[:0]}
-	resp.Statuses = append(resp.Statuses, make([]wire.Status, len(req.Blocks))...)
-	c.statuses = resp.Statuses
-	var stored uint64
-	for i := range req.Blocks {
-		ob := &req.Blocks[i]
-		st, err := c.putOpaqueOne(ns, ob)
-		if err != nil {
-			c.release()
-			return err
-		}
-		resp.Statuses[i] = st
-		if st == wire.StatusStored {
-			stored += uint64(ob.Len)
-		}
+	resp, err := c.putEach(len(req.Blocks), func(i int) (wire.Status, uint32, error) {
+		st, err := c.putOpaqueOne(ns, &req.Blocks[i])
+		return st, req.Blocks[i].Len, err
+	})
+	if err != nil {
+		c.release()
+		return err
 	}
-	c.s.stats.bytesIn.Add(stored)
-	c.sess.counters.bytesIn.Add(stored)
 	c.reply(h, &resp)
 	return nil
 }
