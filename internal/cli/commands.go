@@ -113,23 +113,9 @@ func runDelete(ctx context.Context, args []string, std Stdio) error {
 		return err
 	}
 	defer c.Close()
-	// BUSY means the block is pinned right now: leased, or still being
-	// written to a reader (the writer releases it just after the bytes
-	// leave, so a GET that just returned can still hold it). Try again a
-	// few times before giving up.
-	var st []client.Status
-	for try, wait := 0, 10*time.Millisecond; ; try, wait = try+1, 2*wait {
-		if st, err = c.Delete(ctx, ns, []client.BlockKey{key}); err != nil {
-			return err
-		}
-		if st[0] != client.StatusBusy || try == 5 {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(wait):
-		}
+	st, err := c.Delete(ctx, ns, []client.BlockKey{key})
+	if err != nil {
+		return err
 	}
 	switch st[0] {
 	case client.StatusDeleted:

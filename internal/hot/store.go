@@ -1,6 +1,7 @@
 package hot
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"sync"
@@ -111,6 +112,11 @@ type Store struct {
 
 		// Tenants holding leases or reservations (tenant.go).
 		tenants tenantTable // guarded by mu
+
+		// unpinned, when not nil, is closed (and cleared) by the Release
+		// that unpins a block: DeleteWait waits on it for the readers of a
+		// block it deletes.
+		unpinned chan struct{} // guarded by mu
 
 		// Leases.
 		leases    map[LeaseID]leaseRec // guarded by mu
@@ -559,6 +565,10 @@ func (s *Store) Release(v View) {
 	e.pins--
 	if !e.pinned() {
 		s.mu.st.Pinned--
+		if s.mu.unpinned != nil {
+			close(s.mu.unpinned)
+			s.mu.unpinned = nil
+		}
 	}
 }
 
@@ -585,6 +595,48 @@ func (s *Store) Delete(ns Namespace, key Key) (deleted, busy bool) {
 	s.removeLocked(idx)
 	s.mu.st.Deletes++
 	return true, false
+}
+
+// DeleteWait is Delete for a block that readers still hold only through
+// Views (no lease, no reservation): it waits, until ctx ends, for those
+// Views to be released, then deletes it. A server writes a GET's bytes
+// straight from the View and releases it just after the write, so a
+// client's DELETE right after its GET can otherwise find the block
+// pinned. A leased or in-flight block is busy at once, as for Delete.
+func (s *Store) DeleteWait(ctx context.Context, ns Namespace, key Key) (deleted, busy bool) {
+	for {
+		s.mu.Lock()
+		if s.mu.closed {
+			s.mu.Unlock()
+			return false, false
+		}
+		idx, ok := s.mu.index[key]
+		if !ok || s.mu.entries[idx].ns != ns {
+			s.mu.Unlock()
+			return false, false
+		}
+		e := &s.mu.entries[idx]
+		if e.state != statePublished || e.leases > 0 {
+			s.mu.Unlock()
+			return false, true
+		}
+		if e.pins == 0 {
+			s.removeLocked(idx)
+			s.mu.st.Deletes++
+			s.mu.Unlock()
+			return true, false
+		}
+		if s.mu.unpinned == nil {
+			s.mu.unpinned = make(chan struct{})
+		}
+		ch := s.mu.unpinned
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false, true
+		}
+	}
 }
 
 // Stats returns a snapshot of the counters.

@@ -2,6 +2,7 @@ package hot
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"reflect"
 	"testing"
@@ -432,5 +433,50 @@ func TestTags(t *testing.T) {
 	r, _ := plain.Reserve(ns, Key{9}, Key{}, 1, 10)
 	if plain.SetTag(r, []byte{1}) {
 		t.Fatal("a store without tags took one")
+	}
+}
+
+// TestDeleteWaitForReaders: DeleteWait deletes a block as soon as the
+// last View of it is released (a server releases a GET's View just after
+// writing it, so a DELETE right after the GET must not answer BUSY); a
+// leased block is busy at once; the wait ends with ctx.
+func TestDeleteWaitForReaders(t *testing.T) {
+	s := newTestStore(t, testConfig(&fakeClock{}, 4*mib))
+	ns, k := nsOf(1), key(7)
+	put(t, s, ns, 7, 0, 100)
+	v, ok := s.Acquire(ns, k)
+	if !ok {
+		t.Fatal("not stored")
+	}
+	if deleted, busy := s.Delete(ns, k); deleted || !busy {
+		t.Fatalf("Delete of a pinned block: %v %v, want busy", deleted, busy)
+	}
+	done := make(chan [2]bool)
+	go func() {
+		d, b := s.DeleteWait(context.Background(), ns, k)
+		done <- [2]bool{d, b}
+	}()
+	s.Release(v)
+	if r := <-done; !r[0] || r[1] {
+		t.Fatalf("DeleteWait after the release: deleted %v busy %v", r[0], r[1])
+	}
+	if _, ok := s.Acquire(ns, k); ok {
+		t.Fatal("the block is still there")
+	}
+	// A pinned block and a cancelled wait: busy, nothing removed.
+	put(t, s, ns, 7, 0, 100)
+	v, _ = s.Acquire(ns, k)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if d, b := s.DeleteWait(ctx, ns, k); d || !b {
+		t.Fatalf("DeleteWait with an ended context: %v %v", d, b)
+	}
+	s.Release(v)
+	// A leased block is busy at once, whatever the context.
+	if _, id, _ := s.Lookup(ns, []Key{k}, time.Minute, true); id == 0 {
+		t.Fatal("no lease")
+	}
+	if d, b := s.DeleteWait(context.Background(), ns, k); d || !b {
+		t.Fatalf("DeleteWait of a leased block: %v %v", d, b)
 	}
 }

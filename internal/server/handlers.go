@@ -469,7 +469,10 @@ func (c *conn) handleDelete(h wire.Header, body []byte) error {
 	ctx, cancel := context.WithTimeout(context.Background(), coldDeleteTimeout)
 	defer cancel()
 	for i, k := range req.Keys {
-		deleted, busy := c.s.store.Delete(ns, identity.BlockKey(k))
+		// A block still being written to a reader (its View not yet
+		// released: a client's DELETE right after its own GET) is waited
+		// for within the request's deadline; a leased one is BUSY at once.
+		deleted, busy := c.s.store.DeleteWait(ctx, ns, identity.BlockKey(k))
 		if busy {
 			resp.Statuses[i] = wire.StatusBusy // not deleted anywhere: retry
 			continue

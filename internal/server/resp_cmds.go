@@ -395,7 +395,9 @@ func (rc *respConn) del(keys [][]byte) {
 			cancel()
 			continue
 		}
-		deleted, _ := c.s.store.Delete(rc.nsDig, key)
+		ctx, cancel := context.WithTimeout(context.Background(), coldTimeout)
+		deleted, _ := c.s.store.DeleteWait(ctx, rc.nsDig, key) // a block being written to a reader
+		cancel()
 		if cp := c.s.cfg.ColdPresent; !deleted && cp != nil && cp(rc.nsDig, key) {
 			deleted = true
 		}
