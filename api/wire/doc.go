@@ -372,7 +372,9 @@
 //
 //	u32  count            = the request's key count
 //	count × u8 status     DELETED, MISS (absent or under another namespace) or
-//	                      BUSY (leased, pinned or being written; not removed)
+//	                      BUSY (leased or being written; not removed. A block
+//	                      pinned by a response still being sent is waited for,
+//	                      within the request's 2 s deadline, then deleted)
 //
 // DELETE removes the block from DRAM and hides it in the cold tier: its
 // pointer object is deleted and no write-behind still pending brings it
@@ -552,7 +554,7 @@
 //	4     TOO_LARGE  PUT       larger than MaxPayload or the largest size class; discarded
 //	5     NO_SPACE   PUT       nothing evictable; discarded
 //	6     DELETED    DELETE    removed
-//	7     BUSY       DELETE    leased, pinned or being written; not removed
+//	7     BUSY       DELETE    leased, being written, or still pinned by a reader after 2 s; not removed
 //	8     FENCED     FILL_*    the token's epoch is stale; nothing stored
 //	9     NOT_LEADER FILL_*    the token is not the fill's current turn
 //	10    ABORTED    FILL_ABORT the turn passed on
