@@ -131,6 +131,9 @@ class Client:
         self._pools: Dict[str, Pool] = {}
         self._view: Optional[View] = None
         self._closed = False
+        # _after_acquire, when set, is called with each ACQUIRE's outcomes
+        # (a test hook: it lets a test order two clients' fills).
+        self._after_acquire: Optional[Callable] = None
 
     # ---- plumbing ----
 
@@ -595,6 +598,8 @@ class Client:
                 joined[tok.fill] = i
             else:
                 self_compute.append(i)
+        if self._after_acquire is not None:
+            self._after_acquire([o for o, _ in acq])
         report["led"] += len(lead)
         report["joined"] += len(joined)
         report["denied"] += len(self_compute)
@@ -675,15 +680,23 @@ class Client:
                 pass
 
     def _put_on(self, conn, blob, keys, items, idxs):
-        entries, parts = [], []
-        for (ident, payload), i in zip(items, idxs):
-            views = _payload_views(payload)
-            entries.append(wire.PutBlock(keys[i], bytes(ident.parent), ident.valid_length, sum(len(v) for v in views),
-                                         ident.position, tuple(ident.tokens)))
-            parts.extend(views)
-        table = wire.put_table(blob, entries)
-        wire.decode_status_response(conn.call(wire.Op.PUT, [len(table).to_bytes(4, "little"), table] + parts,
-                                              stamped=conn.stamp_required, max_body=4 + len(entries)), len(entries))
+        sizes = [_len_of(p) + 92 + 4 * len(ident.tokens) for ident, p in items]
+        for part in self._chunks(list(range(len(items))), conn, sizes, 12 + 4096):
+            entries, parts = [], []
+            for k in part:
+                (ident, payload), i = items[k], idxs[k]
+                views = _payload_views(payload)
+                if sum(len(v) for v in views) > conn.max_payload:
+                    continue
+                entries.append(wire.PutBlock(keys[i], bytes(ident.parent), ident.valid_length,
+                                             sum(len(v) for v in views), ident.position, tuple(ident.tokens)))
+                parts.extend(views)
+            if not entries:
+                continue
+            table = wire.put_table(blob, entries)
+            body = conn.call(wire.Op.PUT, [len(table).to_bytes(4, "little"), table] + parts,
+                             stamped=conn.stamp_required, max_body=4 + len(entries))
+            wire.decode_status_response(body, len(entries))
 
 
 def _len_of(p) -> int:
