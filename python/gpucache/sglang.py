@@ -292,6 +292,8 @@ def _make_client(extra: dict):
         "ssl_context": _ssl_context(extra), "timeout": float(extra.get("timeout", 2.0)),
         "pool_size": int(extra.get("pool_size", 8)), "cluster": bool(extra.get("cluster", False)),
     }
+    if extra.get("tls_server_name"):
+        want["server_hostname"] = str(extra["tls_server_name"])
     params = inspect.signature(_gc.Client).parameters
     if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
         want = {k: v for k, v in want.items() if k in params}

@@ -11,6 +11,7 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -83,11 +84,13 @@ class Daemon:
         threading.Thread(target=self._drain, daemon=True).start()
 
     def _drain(self):
-        for _ in self.proc.stderr:
-            pass
+        with self.proc.stderr:
+            for _ in self.proc.stderr:
+                pass
 
     def stop(self):
         if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
             self.proc.kill()
             self.proc.wait()
 
@@ -195,8 +198,7 @@ class DaemonBackendTest(unittest.TestCase):
             self.assertEqual(o.batch_exists(self.keys), 0, what)
             self.assertEqual(o.batch_get_v1(self.keys, host_indices(o.mem_pool_host, 0, 6)), [False] * 6, what)
 
-    def test_daemon_stopped_mid_run(self):
-        # its own daemon: this one is killed
+    def _own_daemon(self):
         d = Daemon(os.environ.get("GPUCACHE_GPUCACHED") or os.path.join(self.tmp, "gpucached"), self.tmp)
         self.addCleanup(d.stop)
         saved = self.daemon
@@ -208,7 +210,9 @@ class DaemonBackendTest(unittest.TestCase):
         ctl = Controller(b, self.pool)
         self.assertEqual(ctl.backup(self.keys, host_indices(self.pool, 0, 6)), 6)
         self.assertEqual(ctl.hit_query(self.keys), 6)
-        d.stop()
+        return d, b
+
+    def _all_miss(self, b):
         for name, call, miss in (
             ("batch_exists", lambda: b.batch_exists(self.keys), 0),
             ("batch_get_v1", lambda: b.batch_get_v1(self.keys, host_indices(self.pool, 8, 6)), [False] * 6),
@@ -218,6 +222,19 @@ class DaemonBackendTest(unittest.TestCase):
             t0 = time.monotonic()
             self.assertEqual(call(), miss, name)
             self.assertLess(time.monotonic() - t0, HANG, name + " hung")
+
+    def test_daemon_frozen_mid_run_times_out(self):
+        # SIGSTOP: connections stay open, nothing answers; every call must
+        # come back a miss at its deadline
+        d, b = self._own_daemon()
+        d.proc.send_signal(signal.SIGSTOP)
+        self._all_miss(b)
+        self.assertGreaterEqual(b.get_stats()["miss_reasons"].get("timeout", 0), 1)
+
+    def test_daemon_stopped_mid_run(self):
+        d, b = self._own_daemon()
+        d.stop()
+        self._all_miss(b)
 
 
 if __name__ == "__main__":
