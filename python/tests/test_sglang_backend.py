@@ -5,7 +5,10 @@ Run: cd python && /usr/bin/python3 -m unittest discover -s tests -p 'test_sglang
 """
 
 import importlib
+import logging
 import os
+import subprocess
+import textwrap
 import sys
 import threading
 import unittest
@@ -18,6 +21,7 @@ import torch  # noqa: E402
 import fakeclient  # noqa: E402
 
 fakeclient.install()
+logging.getLogger("gpucache.sglang").setLevel(logging.ERROR)  # the failure tests log on purpose
 
 from gpucache import sglang as gs  # noqa: E402
 from sglang_harness import (  # noqa: E402
@@ -65,6 +69,34 @@ class BackendTest(unittest.TestCase):
         self.assertEqual(b.namespace.dtype, "float16")
         self.assertEqual(b.namespace.layout.block_tokens, 4)
         self.assertIn("page_first/mha/v1/cp0of1/dp0of1/2x", b.namespace.layout.format)
+
+    def test_subclasses_real_hicache_storage_when_sglang_imports(self):
+        # a stand-in sglang package whose HiCacheStorage is an ABC with the
+        # upstream abstract methods; run in a child so this process keeps its
+        # module state
+        code = textwrap.dedent("""
+            import abc, sys, types
+            sys.path[:0] = [%r, %r]
+            import fakeclient
+            fakeclient.install()
+            class HiCacheStorage(abc.ABC):
+                def register_mem_pool_host(self, mem_pool_host):
+                    self.mem_pool_host = mem_pool_host
+                for _n in ("get", "batch_get", "set", "batch_set", "exists"):
+                    locals()[_n] = abc.abstractmethod(lambda self, *a, **k: None)
+            names = ["sglang", "sglang.srt", "sglang.srt.mem_cache", "sglang.srt.mem_cache.hicache_storage"]
+            for n in names:
+                sys.modules[n] = types.ModuleType(n)
+            sys.modules[names[-1]].HiCacheStorage = HiCacheStorage
+            from gpucache import sglang as gs
+            from sglang_harness import StorageConfig
+            assert gs.HAVE_SGLANG and issubclass(gs.GpucacheStorage, HiCacheStorage)
+            b = gs.GpucacheStorage(StorageConfig(extra_config={"tenant": "acme"}), {"client": fakeclient.FakeClient()})
+            print("ok", type(b).__mro__[1].__name__)
+        """) % (os.path.dirname(os.path.abspath(__file__)), os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.strip(), "ok HiCacheStorage")
 
     def test_v1_set_wipe_exists_get_identical_bytes(self):
         want = [self.pool.page_bytes(i) for i in range(6)]
