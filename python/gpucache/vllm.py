@@ -552,8 +552,8 @@ class GpucacheTier(SecondaryTierManager):
         found: Dict[bytes, bool] = {}
         rest = list(dict.fromkeys(names))
         while rest:
-            keys = [opaque_key_of(self.namespace, n) for n in rest]
             try:
+                keys = [opaque_key_of(self.namespace, n) for n in rest]
                 hits, _ = self._client.lookup(self.namespace, keys)
             except Exception:  # the client should not raise; a miss if it does
                 log.debug("gpucache/vllm: lookup failed", exc_info=True)

@@ -214,6 +214,21 @@ class TierTest(unittest.TestCase):
         self.assertEqual(then, [gv._answer(False)])
         self.assertEqual(self.finished(tier), {1: False, 2: False})
 
+    def test_a_raising_client_is_a_miss_and_drain_returns(self):
+        tier, client, view = self.make()
+
+        def boom(*a, **k):
+            raise OSError("connection reset")
+
+        client.lookup = client.get_into = client.put_opaque = boom
+        req = gv.ReqContext(req_id="r")
+        tier.submit_store(gv.JobMetadata(1, [key(1)], [0], False, req))
+        tier.submit_load(gv.JobMetadata(2, [key(1)], [1], True, req))
+        _, then = self.settle(tier, [key(1), key(2)], req)
+        self.assertEqual(then, [gv._answer(False), gv._answer(False)])
+        tier.drain_jobs()
+        self.assertEqual(self.finished(tier), {1: False, 2: False})
+
     def test_bad_jobs_fail_without_raising(self):
         tier, client, view = self.make()
         tier.submit_store(gv.JobMetadata(1, [key(1)], [NUM_BLOCKS], False, gv.ReqContext()))
