@@ -1,0 +1,703 @@
+"""The gpucache client: pooled, thread-safe, deadline-bound, zero-copy.
+
+Read paths (lookup, get_into, get) never raise: every failure is a miss
+with a reason. Write paths (put, put_opaque, delete) return one Status per
+block; a block whose request failed is Status.FAILED (client-side, never on
+the wire). GET reads payloads straight into caller buffers with
+socket.recv_into; PUT sends caller buffers with socket.sendmsg (plain TCP)
+or one sendall per buffer (TLS), never joining them.
+"""
+
+import ctypes
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from . import wire
+from .errors import ConnectionFailed, InvalidIdentity, MalformedError, ProtocolError
+from .identity import CacheIdentity, Namespace, opaque_key
+from .placement import View
+from .pool import Conn, Pool, PoolTimeout, Timeout, usable_after
+
+Status = wire.Status
+
+# FAILED is the client-side status of a block whose write request failed as a
+# whole (timeout, dropped, refused, denied, ...); the server never sends it.
+FAILED = 255
+
+_OVERHEAD_GET = 8  # u32 table length + u32 count
+
+
+@dataclass(frozen=True)
+class GetResult:
+    """One key of a GET: hit and the payload length, or a miss and why."""
+
+    hit: bool
+    length: int = 0
+    reason: str = ""
+
+
+def reason_of(err: BaseException) -> str:
+    """The miss reason for an exception on a read path."""
+    if isinstance(err, (Timeout, PoolTimeout, TimeoutError)):
+        return "timeout"
+    if isinstance(err, ConnectionRefusedError):
+        return "refused"
+    if isinstance(err, ConnectionFailed):
+        return err.reason
+    if isinstance(err, MalformedError):
+        return "malformed"
+    if isinstance(err, ProtocolError):
+        c = err.code
+        if c in (wire.Code.DENIED, wire.Code.UNAUTHENTICATED, wire.Code.TENANT_MISMATCH):
+            return "denied"
+        if c == wire.Code.RATE_LIMITED:
+            return "over_budget"
+        if c == wire.Code.TIMEOUT:
+            return "timeout"
+        if c in (wire.Code.SHUTTING_DOWN, wire.Code.WRONG_EPOCH, wire.Code.INTERNAL):
+            return "unavailable"
+        return "malformed"
+    if isinstance(err, (ConnectionError, EOFError, OSError)):
+        return "dropped"
+    return "malformed"
+
+
+def byte_view(buf, writable: bool = False) -> memoryview:
+    """A flat byte memoryview over buf without copying: any C-contiguous
+    buffer (bytearray, memoryview, numpy array, ctypes array), a CPU torch
+    tensor, or an (address, nbytes) pair of raw memory the caller owns."""
+    if isinstance(buf, tuple) and len(buf) == 2 and all(isinstance(x, int) for x in buf):
+        addr, n = buf
+        if n == 0:
+            return memoryview(bytearray(0))
+        return memoryview((ctypes.c_char * n).from_address(addr)).cast("B")
+    if hasattr(buf, "data_ptr") and hasattr(buf, "element_size") and hasattr(buf, "is_contiguous"):
+        if getattr(buf.device, "type", "cpu") != "cpu":
+            raise TypeError("gpucache/client: only CPU tensors can be read into or sent")
+        if not buf.is_contiguous():
+            raise TypeError("gpucache/client: tensor is not contiguous")
+        return byte_view((buf.data_ptr(), buf.numel() * buf.element_size()), writable)
+    m = buf if isinstance(buf, memoryview) else memoryview(buf)
+    if writable and m.readonly:
+        raise TypeError("gpucache/client: buffer is read-only")
+    if not m.c_contiguous:
+        raise TypeError("gpucache/client: buffer is not C-contiguous")
+    if m.format == "B" and m.ndim == 1:
+        return m
+    try:
+        return m.cast("B")
+    except (TypeError, ValueError, NotImplementedError):
+        ai = getattr(buf, "__array_interface__", None)
+        if ai is None:
+            raise TypeError("gpucache/client: cannot view %s as bytes" % type(buf).__name__) from None
+        return byte_view((ai["data"][0], m.nbytes), writable)
+
+
+def _payload_views(p) -> List[memoryview]:
+    if isinstance(p, (list, tuple)) and not (len(p) == 2 and all(isinstance(x, int) for x in p)):
+        return [byte_view(x) for x in p]
+    return [byte_view(p)]
+
+
+class Client:
+    """A client of one gpucached (or, with cluster=True, of a cluster whose
+    members it learns with MEMBERS and routes to by weighted rendezvous).
+
+    addrs: "host:port" seeds; the first is used unless cluster routing says
+    otherwise. tenant/secret: the HELLO bearer credential (secret may be
+    empty in open mode or under mTLS). ssl_context: an ssl.SSLContext (load
+    a client certificate into it for mTLS). timeout: the deadline of every
+    request, in seconds. pool_size: connections per node.
+    """
+
+    def __init__(self, addrs=("127.0.0.1:9400",), tenant: str = "", secret=b"", ssl_context=None,
+                 timeout: float = 2.0, pool_size: int = 8, cluster: bool = False, server_hostname=None):
+        if isinstance(addrs, str):
+            addrs = [addrs]
+        if not addrs:
+            raise ValueError("gpucache/client: no address")
+        self._addrs = list(addrs)
+        self.tenant = tenant
+        self._secret = secret.encode() if isinstance(secret, str) else bytes(secret or b"")
+        self._ssl = ssl_context
+        self._hostname = server_hostname
+        self.timeout = float(timeout)
+        self._pool_size = pool_size
+        self.cluster = cluster
+        # mu guards pools, view and closed.
+        self._mu = threading.Lock()
+        self._pools: Dict[str, Pool] = {}
+        self._view: Optional[View] = None
+        self._closed = False
+        # _after_acquire, when set, is called with each ACQUIRE's outcomes
+        # (a test hook: it lets a test order two clients' fills).
+        self._after_acquire: Optional[Callable] = None
+
+    # ---- plumbing ----
+
+    def _pool(self, addr: str) -> Pool:
+        with self._mu:
+            if self._closed:
+                raise ConnectionFailed("unavailable", "client closed")
+            p = self._pools.get(addr)
+            if p is None:
+                p = Pool(lambda dl, a=addr: Conn.dial(a, dl, self.tenant, self._secret, self._ssl, self._hostname),
+                         self._pool_size)
+                self._pools[addr] = p
+            return p
+
+    def _with_conn(self, addr: str, fn, timeout: Optional[float] = None):
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        pool = self._pool(addr)
+        conn = pool.get(deadline)
+        conn.deadline = deadline
+        try:
+            r = fn(conn)
+        except BaseException as e:
+            pool.put(conn, usable_after(e))
+            raise
+        pool.put(conn, True)
+        return r
+
+    def connect(self):
+        """Dial and HELLO the first node now; raises ConnectionFailed or
+        ProtocolError (e.g. UNAUTHENTICATED) instead of failing lazily."""
+        try:
+            return self._with_conn(self._addrs[0], lambda c: c.hello)
+        except (ProtocolError, ConnectionFailed):
+            raise
+        except Exception as e:
+            raise ConnectionFailed(reason_of(e), str(e)) from e
+
+    def _refresh(self, addr: Optional[str] = None):
+        """Fetch MEMBERS (from addr or the seeds) and install a newer view."""
+        for a in ([addr] if addr else []) + self._addrs:
+            try:
+                epoch, members = self._with_conn(a, lambda c: wire.decode_members_response(
+                    c.call(wire.Op.MEMBERS, [], max_body=1 << 22)))
+            except Exception:
+                continue
+            with self._mu:
+                if self._view is None or epoch > self._view.epoch:
+                    self._view = View(epoch, members)
+            return
+
+    def _route(self, keys: Sequence[bytes], idxs: Sequence[int]) -> Tuple[List[Tuple[str, List[int]]], List[int]]:
+        """(addr, indexes) groups in first-key order, and the indexes no node owns."""
+        if not self.cluster:
+            return [(self._addrs[0], list(idxs))], []
+        with self._mu:
+            view = self._view
+        if view is None:
+            self._refresh()
+            with self._mu:
+                view = self._view
+        if view is None or not view.clustered:
+            return [(self._addrs[0], list(idxs))], []
+        groups: Dict[str, List[int]] = {}
+        orphans = []
+        for i in idxs:
+            m = view.owner(keys[i])
+            if m is None:
+                orphans.append(i)
+            else:
+                groups.setdefault(m.addr, []).append(i)
+        return list(groups.items()), orphans
+
+    def _routed(self, keys, per_node: Callable, fail: Callable, idxs=None):
+        """Run per_node(conn, idxs) on each owner; on WRONG_EPOCH refresh the
+        view from the refusing node and retry those keys once."""
+        idxs = list(range(len(keys))) if idxs is None else idxs
+        for attempt in (0, 1):
+            groups, orphans = self._route(keys, idxs)
+            if orphans:
+                fail(orphans, "unavailable")
+            retry = []
+            for addr, sub in groups:
+                try:
+                    self._with_conn(addr, lambda c, s=sub: per_node(c, s))
+                except ProtocolError as e:
+                    if e.code == wire.Code.WRONG_EPOCH and attempt == 0 and self.cluster:
+                        self._refresh(addr)
+                        retry.extend(sub)
+                    else:
+                        fail(sub, reason_of(e))
+                except Exception as e:
+                    fail(sub, reason_of(e))
+            if not retry:
+                return
+            idxs = sorted(retry)
+
+    @staticmethod
+    def _chunks(idxs, conn: Conn, sizes=None, overhead=0, per_entry=0):
+        """Split idxs so each request keeps to max_batch and max_frame."""
+        out, cur, total = [], [], overhead
+        for i in idxs:
+            sz = per_entry + (sizes[i] if sizes is not None else 0)
+            if cur and (len(cur) >= conn.max_batch or total + sz > conn.max_frame):
+                out.append(cur)
+                cur, total = [], overhead
+            cur.append(i)
+            total += sz
+        if cur:
+            out.append(cur)
+        return out
+
+    # ---- LOOKUP ----
+
+    def lookup(self, ns: Namespace, keys: Sequence[bytes], lease_ttl: float = 0.0) -> Tuple[int, int]:
+        """(hits, lease_id): the leading run of cached keys, leased for
+        lease_ttl seconds when > 0. Never raises: (0, 0) on any failure."""
+        try:
+            blob = ns.canonical()
+            keys = [bytes(k) for k in keys]
+            if not keys:
+                return 0, 0
+            ttl_ms = int(lease_ttl * 1000 + 0.999) if lease_ttl > 0 else 0
+            for attempt in (0, 1):
+                try:
+                    return self._lookup_once(blob, keys, ttl_ms)
+                except ProtocolError as e:
+                    if e.code != wire.Code.WRONG_EPOCH or attempt or not self.cluster:
+                        return 0, 0
+                    self._refresh()
+        except Exception:
+            return 0, 0
+        return 0, 0
+
+    def _lookup_once(self, blob, keys, ttl_ms):
+        groups, orphans = self._route(keys, range(len(keys)))
+        owner = {}
+        for addr, idxs in groups:
+            for i in idxs:
+                owner[i] = addr
+        hits, lease = 0, 0
+        i = 0
+        while i < len(keys):
+            if i not in owner:
+                break
+            addr, j = owner[i], i
+            while j < len(keys) and owner.get(j) == addr and j - i < wire.DEFAULT_MAX_BATCH:
+                j += 1
+            seg = keys[i:j]
+            first = i == 0
+
+            def one(c, seg=seg, first=first):
+                body = wire.lookup_request(blob, ttl_ms if first else 0, seg)
+                return wire.decode_lookup_response(c.call(wire.Op.LOOKUP, [body], max_body=16), len(seg))
+            r = self._with_conn(addr, one)
+            if first:
+                lease = r.lease_id
+            hits += r.hits
+            if r.hits < len(seg):
+                break
+            i = j
+        return hits, lease
+
+    # ---- GET ----
+
+    def _get_chunk(self, conn: Conn, blob, keys, lease_id, sink) -> List[GetResult]:
+        """One GET. sink(j, length) returns a writable byte view of at least
+        length bytes for key j, or None (its bytes are then discarded)."""
+        rid = conn.send(wire.Op.GET, [wire.get_request(blob, lease_id, keys)])
+        h = conn.read_header(wire.Op.GET, rid)
+        if h.body_len < 4:
+            raise MalformedError("gpucache/wire: GET body of %d bytes" % h.body_len)
+        tl = int.from_bytes(conn.recv_bytes(4), "little")
+        if tl < 4 + 5 * len(keys) or tl > h.body_len - 4:
+            raise MalformedError("gpucache/wire: GET table of %d bytes in a %d-byte body" % (tl, h.body_len))
+        table = wire.decode_get_table(conn.recv_bytes(tl), len(keys))
+        if sum(ln for _, ln in table) != h.body_len - 4 - tl:
+            raise MalformedError("gpucache/wire: GET payloads do not add up to the body")
+        out = []
+        for j, (st, ln) in enumerate(table):
+            if st != Status.HIT:
+                out.append(GetResult(False, 0, "miss"))
+                continue
+            view = sink(j, ln)
+            if view is None:
+                conn.discard(ln)
+                out.append(GetResult(False, ln, "over_budget"))
+                continue
+            if ln:
+                conn.recv_into(view[:ln])
+            out.append(GetResult(True, ln, ""))
+        return out
+
+    def get_into(self, ns: Namespace, keys: Sequence[bytes], bufs, lease_id: int = 0) -> List[GetResult]:
+        """Read each key's payload straight into bufs[i] (writable buffers).
+        A payload larger than its buffer is a miss ("over_budget"). Never raises."""
+        n = len(keys)
+        results: List[Optional[GetResult]] = [None] * n
+        try:
+            blob = ns.canonical()
+            keys = [bytes(k) for k in keys]
+            views = [byte_view(b, writable=True) for b in bufs]
+            if len(views) != n:
+                raise ValueError("gpucache/client: %d buffers for %d keys" % (len(views), n))
+        except Exception:
+            return [GetResult(False, 0, "malformed")] * n
+
+        def fail(idxs, reason):
+            for i in idxs:
+                results[i] = GetResult(False, 0, reason)
+
+        def per_node(conn, idxs):
+            sizes = [min(len(v), conn.max_payload) + 5 for v in views]
+            for chunk in self._chunks(idxs, conn, sizes, _OVERHEAD_GET):
+                sub = [keys[i] for i in chunk]
+                rs = self._get_chunk(conn, blob, sub, lease_id,
+                                     lambda j, ln, c=chunk: views[c[j]] if ln <= len(views[c[j]]) else None)
+                for i, r in zip(chunk, rs):
+                    results[i] = r
+
+        try:
+            self._routed(keys, per_node, fail)
+        except Exception as e:  # a bug must not reach the engine
+            fail([i for i in range(n) if results[i] is None], reason_of(e))
+        return [r if r is not None else GetResult(False, 0, "miss") for r in results]
+
+    def get(self, ns: Namespace, keys: Sequence[bytes]) -> List[Optional[bytes]]:
+        """Each key's payload as a bytearray, or None on a miss. Never raises."""
+        n = len(keys)
+        datas: List[Optional[bytearray]] = [None] * n
+        try:
+            blob = ns.canonical()
+            keys = [bytes(k) for k in keys]
+        except Exception:
+            return datas
+
+        def per_node(conn, idxs):
+            for chunk in self._chunks(idxs, conn, None, _OVERHEAD_GET, 5):
+                def sink(j, ln, c=chunk):
+                    datas[c[j]] = bytearray(ln)
+                    return memoryview(datas[c[j]])
+                rs = self._get_chunk(conn, blob, [keys[i] for i in chunk], 0, sink)
+                for i, r in zip(chunk, rs):
+                    if not r.hit:
+                        datas[i] = None
+
+        def fail(idxs, reason):
+            for i in idxs:
+                datas[i] = None
+        try:
+            self._routed(keys, per_node, fail)
+        except Exception:
+            return [None] * n
+        return datas
+
+    # ---- PUT, PUT_OPAQUE, DELETE ----
+
+    def _write(self, keys, entries, build, op, statuses, per_entry_fixed):
+        """Send write requests: entries[i] = (table_entry, views, length).
+        build(sub_entries) returns the table; statuses are filled in place."""
+        def fail(idxs, reason):
+            for i in idxs:
+                if statuses[i] is None:
+                    statuses[i] = FAILED
+
+        def per_node(conn, idxs):
+            if op == wire.Op.PUT_OPAQUE and conn.version < 3:
+                raise ConnectionFailed("unavailable", "server negotiated version %d: no PUT_OPAQUE" % conn.version)
+            send = []
+            for i in idxs:
+                if entries[i][2] > conn.max_payload:
+                    statuses[i] = Status.TOO_LARGE
+                else:
+                    send.append(i)
+            sizes = [e[2] + per_entry_fixed(e[0]) for e in entries]
+            for chunk in self._chunks(send, conn, sizes, 12 + 4096):
+                table = build([entries[i][0] for i in chunk])
+                parts = [len(table).to_bytes(4, "little"), table]
+                for i in chunk:
+                    parts.extend(entries[i][1])
+                body = conn.call(op, parts, stamped=conn.stamp_required, max_body=4 + len(chunk))
+                for i, st in zip(chunk, wire.decode_status_response(body, len(chunk))):
+                    statuses[i] = st
+        try:
+            self._routed(keys, per_node, fail, [i for i in range(len(keys)) if statuses[i] is None])
+        except Exception:
+            fail(range(len(keys)), "malformed")
+        return [s if s is not None else FAILED for s in statuses]
+
+    def put(self, ns: Namespace, items: Sequence[Tuple[CacheIdentity, object]]) -> list:
+        """Store token-chain blocks: items are (identity, payload or list of
+        buffers). One Status per item: STORED, EXISTS, TOO_LARGE, NO_SPACE,
+        KEY_MISMATCH (also for an identity that does not validate), or FAILED."""
+        blob = ns.canonical()
+        digest = ns.digest()
+        keys, entries, statuses = [], [], []
+        for ident, payload in items:
+            views = _payload_views(payload)
+            length = sum(len(v) for v in views)
+            try:
+                ident.validate(ns)
+                key = ident.key_in(digest)
+                st = None
+            except InvalidIdentity:
+                key, st = bytes(32), Status.KEY_MISMATCH
+            keys.append(key)
+            statuses.append(st)
+            entries.append((wire.PutBlock(key, bytes(ident.parent), ident.valid_length, length, ident.position,
+                                          tuple(ident.tokens)), views, length))
+        return self._write(keys, entries, lambda blks: wire.put_table(blob, blks), wire.Op.PUT, statuses,
+                           lambda b: 92 + 4 * len(b.tokens))
+
+    def put_opaque(self, ns: Namespace, items: Sequence[Tuple[bytes, object]]) -> list:
+        """Store opaque-key blocks (PUT_OPAQUE, protocol v3): items are
+        (name, payload or list of buffers); key = opaque_key(digest, name)."""
+        blob = ns.canonical()
+        digest = ns.digest()
+        keys, entries, statuses = [], [], []
+        for name, payload in items:
+            name = name.encode() if isinstance(name, str) else bytes(name)
+            views = _payload_views(payload)
+            length = sum(len(v) for v in views)
+            key = opaque_key(digest, name)
+            ok = 1 <= len(name) <= wire.MAX_OPAQUE_NAME
+            keys.append(key)
+            statuses.append(None if ok else Status.KEY_MISMATCH)
+            entries.append(((key, name, length), views, length))
+        return self._write(keys, entries, lambda es: wire.put_opaque_table(blob, es), wire.Op.PUT_OPAQUE, statuses,
+                           lambda e: 38 + len(e[1]))
+
+    def delete(self, ns: Namespace, keys: Sequence[bytes]) -> list:
+        """Remove blocks: DELETED, MISS, BUSY, or FAILED per key."""
+        blob = ns.canonical()
+        keys = [bytes(k) for k in keys]
+        statuses: List[Optional[int]] = [None] * len(keys)
+
+        def per_node(conn, idxs):
+            for chunk in self._chunks(idxs, conn, None, 8 + 4096, 32):
+                body = conn.call(wire.Op.DELETE, [wire.delete_request(blob, [keys[i] for i in chunk])],
+                                 stamped=conn.stamp_required, max_body=4 + len(chunk))
+                for i, st in zip(chunk, wire.decode_status_response(body, len(chunk))):
+                    statuses[i] = st
+
+        def fail(idxs, reason):
+            for i in idxs:
+                statuses[i] = FAILED
+        self._routed(keys, per_node, fail)
+        return [s if s is not None else FAILED for s in statuses]
+
+    # ---- STAT, PING, MEMBERS ----
+
+    def stat(self) -> dict:
+        """The first node's counters (summed over members with cluster=True).
+        Raises ConnectionFailed or ProtocolError."""
+        addrs = [self._addrs[0]]
+        if self.cluster:
+            self._refresh()
+            with self._mu:
+                if self._view is not None and self._view.clustered:
+                    addrs = [m.addr for m in self._view.members]
+        out: dict = {}
+        for a in addrs:
+            try:
+                d = self._with_conn(a, lambda c: wire.decode_stat_response(c.call(wire.Op.STAT, [])))
+            except ProtocolError:
+                raise
+            except Exception as e:
+                raise ConnectionFailed(reason_of(e), "STAT %s: %s" % (a, e)) from e
+            for k, v in d.items():
+                out[k] = out.get(k, 0) + v
+        return out
+
+    def ping(self, payload: bytes = b"gpucache") -> float:
+        """Round-trip seconds of one PING to the first node; raises on failure."""
+        def one(c):
+            t0 = time.perf_counter()
+            body = c.call(wire.Op.PING, [payload], max_body=wire.MAX_PING_LEN)
+            if bytes(body) != bytes(payload):
+                raise MalformedError("gpucache/wire: PING echo differs")
+            return time.perf_counter() - t0
+        try:
+            return self._with_conn(self._addrs[0], one)
+        except ProtocolError:
+            raise
+        except Exception as e:
+            raise ConnectionFailed(reason_of(e), "PING: %s" % e) from e
+
+    def members(self) -> Optional[View]:
+        """The current cluster view (fetched with MEMBERS), or None."""
+        self._refresh()
+        with self._mu:
+            return self._view
+
+    def close(self):
+        with self._mu:
+            self._closed = True
+            pools, self._pools = list(self._pools.values()), {}
+        for p in pools:
+            p.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ---- single-flight fill ----
+
+    def get_or_fill(self, ns: Namespace, idents: Sequence[CacheIdentity], fill: Callable,
+                    wait_timeout: float = 30.0):
+        """Each block's payload, computing each missing block once across
+        every client of the tenant (ACQUIRE / WAIT / FILL_COMMIT).
+
+        fill(indices) must return one payload buffer per index (in order);
+        it may be called more than once (blocks this client leads, blocks a
+        fill it waited on failed, blocks whose GET missed). Returns (out,
+        report): out[i] is the payload (bytes read, or what fill returned);
+        report counts "hit", "led", "joined", "computed", "denied" and
+        "fallback" (computed without coordination after a failure). Only
+        fill's own exceptions propagate (after the led fills are aborted).
+        """
+        n = len(idents)
+        out: List[object] = [None] * n
+        report = {"hit": 0, "led": 0, "joined": 0, "computed": 0, "denied": 0, "fallback": 0}
+        blob = ns.canonical()
+        digest = ns.digest()
+        keys = [ident.key_in(digest) for ident in idents]
+
+        def compute(idxs):
+            if not idxs:
+                return
+            payloads = list(fill(list(idxs)))
+            if len(payloads) != len(idxs):
+                raise ValueError("gpucache/client: fill returned %d payloads for %d blocks" % (len(payloads), len(idxs)))
+            for i, p in zip(idxs, payloads):
+                out[i] = p
+            report["computed"] += len(idxs)
+
+        def per_node(conn, idxs):
+            for chunk in self._chunks(idxs, conn, None, 8 + 4096, 32):
+                self._fill_chunk(conn, blob, keys, idents, chunk, out, report, compute, wait_timeout)
+
+        failed: List[int] = []
+        self._routed(keys, per_node, lambda idxs, reason: failed.extend(idxs))
+        todo = sorted(set(failed) | {i for i in range(n) if out[i] is None})
+        if todo:
+            report["fallback"] += len(todo)
+            compute(todo)
+        return out, report
+
+    def _fill_chunk(self, conn, blob, keys, idents, chunk, out, report, compute, wait_timeout):
+        stamped = conn.stamp_required
+        acq = wire.decode_acquire_response(
+            conn.call(wire.Op.ACQUIRE, [wire.acquire_request(blob, [keys[i] for i in chunk])], stamped=stamped,
+                      max_body=4 + 21 * len(chunk)), len(chunk))
+        hits, lead, joined, self_compute = [], [], {}, []
+        for i, (outcome, tok) in zip(chunk, acq):
+            if outcome == wire.Outcome.HIT:
+                hits.append(i)
+            elif outcome == wire.Outcome.LEAD:
+                lead.append((i, tok))
+            elif outcome == wire.Outcome.JOINED:
+                joined[tok.fill] = i
+            else:
+                self_compute.append(i)
+        if self._after_acquire is not None:
+            self._after_acquire([o for o, _ in acq])
+        report["led"] += len(lead)
+        report["joined"] += len(joined)
+        report["denied"] += len(self_compute)
+
+        def commit(led):
+            if not led:
+                return
+            try:
+                compute([i for i, _ in led])
+            except BaseException:
+                try:
+                    conn.call(wire.Op.FILL_ABORT, [wire.fill_abort_request(blob, [t for _, t in led])],
+                              stamped=stamped, max_body=4 + len(led))
+                except Exception:
+                    pass
+                raise
+            for part in self._chunks(list(range(len(led))), conn,
+                                     [_len_of(out[i]) + 112 for i, _ in led], 12 + 4096):
+                entries, parts = [], []
+                for k in part:
+                    i, tok = led[k]
+                    ident, views = idents[i], _payload_views(out[i])
+                    entries.append((tok, wire.PutBlock(keys[i], bytes(ident.parent), ident.valid_length,
+                                                       sum(len(v) for v in views), ident.position, tuple(ident.tokens))))
+                    parts.extend(views)
+                table = wire.fill_commit_table(blob, entries)
+                body = conn.call(wire.Op.FILL_COMMIT, [len(table).to_bytes(4, "little"), table] + parts,
+                                 stamped=stamped, max_body=4 + len(entries))
+                wire.decode_status_response(body, len(entries))  # any status: the bytes are ours already
+
+        commit(lead)
+        deadline = time.monotonic() + wait_timeout
+        while joined:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            wait_ms = int(min(left, 30.0) * 1000)
+            fills = list(joined)
+            conn.deadline = time.monotonic() + wait_ms / 1000.0 + self.timeout
+            notices = wire.decode_wait_response(
+                conn.call(wire.Op.WAIT, [wire.wait_request(blob, wait_ms, fills)], max_body=4 + 21 * len(fills)),
+                len(fills))
+            promoted = []
+            for f, (kind, tok) in zip(fills, notices):
+                if kind == wire.Notice.PENDING:
+                    continue
+                i = joined.pop(f)
+                if kind == wire.Notice.FINISHED:
+                    hits.append(i)
+                elif kind == wire.Notice.PROMOTED:
+                    promoted.append((i, tok))
+                else:
+                    self_compute.append(i)
+            conn.deadline = time.monotonic() + self.timeout
+            commit(promoted)
+        self_compute.extend(joined.values())
+        conn.deadline = time.monotonic() + self.timeout
+        if hits:
+            hits.sort()
+            got: Dict[int, bytearray] = {}
+
+            def sink(j, ln):
+                got[hits[j]] = bytearray(ln)
+                return memoryview(got[hits[j]])
+            for i, r in zip(hits, self._get_chunk(conn, blob, [keys[i] for i in hits], 0, sink)):
+                if r.hit:
+                    out[i] = got[i]
+                    report["hit"] += 1
+                else:
+                    self_compute.append(i)
+        if self_compute:
+            self_compute.sort()
+            compute(self_compute)
+            items = [(idents[i], out[i]) for i in self_compute]
+            try:  # best effort: the next reader hits
+                self._put_on(conn, blob, keys, items, self_compute)
+            except ProtocolError:
+                pass
+
+    def _put_on(self, conn, blob, keys, items, idxs):
+        sizes = [_len_of(p) + 92 + 4 * len(ident.tokens) for ident, p in items]
+        for part in self._chunks(list(range(len(items))), conn, sizes, 12 + 4096):
+            entries, parts = [], []
+            for k in part:
+                (ident, payload), i = items[k], idxs[k]
+                views = _payload_views(payload)
+                if sum(len(v) for v in views) > conn.max_payload:
+                    continue
+                entries.append(wire.PutBlock(keys[i], bytes(ident.parent), ident.valid_length,
+                                             sum(len(v) for v in views), ident.position, tuple(ident.tokens)))
+                parts.extend(views)
+            if not entries:
+                continue
+            table = wire.put_table(blob, entries)
+            body = conn.call(wire.Op.PUT, [len(table).to_bytes(4, "little"), table] + parts,
+                             stamped=conn.stamp_required, max_body=4 + len(entries))
+            wire.decode_status_response(body, len(entries))
+
+
+def _len_of(p) -> int:
+    return sum(len(v) for v in _payload_views(p))

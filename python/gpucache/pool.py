@@ -1,0 +1,264 @@
+"""A bounded, thread-safe pool of connections to one address.
+
+A caller takes a connection for the whole of one request (or one
+get_or_fill, whose fill tokens belong to the connection), then gives it
+back: healthy, it is reused; broken (a deadline passed mid-frame, a
+malformed reply, a dropped stream), it is closed and its slot freed.
+"""
+
+import socket
+import ssl as _ssl
+import threading
+import time
+from typing import Callable, List
+
+from . import wire
+from .errors import ConnectionFailed, MalformedError, ProtocolError
+
+
+class PoolTimeout(Exception):
+    """No connection became free before the deadline."""
+
+
+class Pool:
+    """At most `size` connections to one address; dial is called outside the lock."""
+
+    def __init__(self, dial: Callable[[float], object], size: int):
+        if size < 1:
+            raise ValueError("gpucache/pool: size must be >= 1")
+        self._dial = dial
+        self._size = size
+        # mu guards idle, total and closed.
+        self._mu = threading.Condition(threading.Lock())
+        self._idle: List[object] = []
+        self._total = 0
+        self._closed = False
+
+    def get(self, deadline: float):
+        """A connection, dialling one if fewer than size exist. Raises
+        PoolTimeout past the deadline (time.monotonic), or the dial's error."""
+        with self._mu:
+            while True:
+                if self._closed:
+                    raise ConnectionError("gpucache/pool: closed")
+                if self._idle:
+                    return self._idle.pop()
+                if self._total < self._size:
+                    self._total += 1
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise PoolTimeout("gpucache/pool: no connection free before the deadline")
+                self._mu.wait(left)
+        try:
+            return self._dial(deadline)
+        except BaseException:
+            with self._mu:
+                self._total -= 1
+                self._mu.notify()
+            raise
+
+    def put(self, conn, healthy: bool):
+        """Give conn back; a broken one is closed."""
+        with self._mu:
+            if healthy and not self._closed:
+                self._idle.append(conn)
+                self._mu.notify()
+                return
+            self._total -= 1
+            self._mu.notify()
+        conn.close()
+
+    def close(self):
+        with self._mu:
+            self._closed = True
+            idle, self._idle = self._idle, []
+            self._total -= len(idle)
+            self._mu.notify_all()
+        for c in idle:
+            c.close()
+
+    def stats(self):
+        with self._mu:
+            return {"idle": len(self._idle), "open": self._total, "size": self._size}
+
+
+# ---- one connection ----
+
+CLIENT_NAME = "gpucache-py/0.1"
+_IOV_MAX = 512  # buffers per sendmsg call (Linux IOV_MAX is 1024)
+_MAX_ERROR_BODY = 2 + 2 + wire.MAX_STRING_LEN + 8
+
+
+class Timeout(Exception):
+    """A request's deadline passed."""
+
+
+class Conn:
+    """One HELLO'd connection. Requests are strictly one at a time (the pool
+    hands a Conn to one caller), so a response must carry the request's id.
+    Any failure mid-frame leaves the stream out of sync: the caller then
+    gives the Conn back broken and it is closed."""
+
+    def __init__(self, sock, addr: str):
+        self.sock = sock
+        self.addr = addr
+        self.tls = isinstance(sock, _ssl.SSLSocket)
+        self.hello = None  # wire.HelloResponse
+        self.version = 1
+        self.max_frame = wire.DEFAULT_MAX_FRAME
+        self.max_batch = wire.DEFAULT_MAX_BATCH
+        self.max_payload = 4 << 20
+        self.stamp_required = False
+        self._rid = 0
+        self._hdr = bytearray(wire.HEADER_SIZE)
+        self.deadline = 0.0
+
+    @classmethod
+    def dial(cls, addr: str, deadline: float, tenant: str = "", secret: bytes = b"",
+             ssl_context=None, server_hostname=None):
+        host, _, port = addr.rpartition(":")
+        host = host.strip("[]")
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise Timeout("gpucache/client: deadline passed before dialling %s" % addr)
+        sock = socket.create_connection((host, int(port)), timeout=left)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if ssl_context is not None:
+                sock.settimeout(max(deadline - time.monotonic(), 0.001))
+                sock = ssl_context.wrap_socket(sock, server_hostname=server_hostname or host)
+            c = cls(sock, addr)
+            c.deadline = deadline
+            auth = bool(secret) or ssl_context is not None
+            body = wire.hello_request(1, wire.VERSION_MAX, tenant, CLIENT_NAME, auth=auth,
+                                      auth_kind=wire.AUTH_BEARER if secret else wire.AUTH_NONE,
+                                      credential=secret or b"")
+            h = wire.decode_hello_response(c.call(wire.Op.HELLO, [body]))
+        except BaseException:
+            sock.close()
+            raise
+        if not 1 <= h.version <= wire.VERSION_MAX:
+            sock.close()
+            raise MalformedError("gpucache/client: server negotiated version %d" % h.version)
+        if tenant and h.has_session and h.tenant != tenant:
+            sock.close()
+            raise ConnectionFailed("denied", "session tenant %r, want %r" % (h.tenant, tenant))
+        c.hello = h
+        c.version = h.version
+        c.max_frame = h.max_frame
+        c.max_batch = max(1, h.max_batch)
+        c.max_payload = h.max_payload
+        c.stamp_required = bool(h.session_flags & wire.SESSION_STAMP_REQUIRED)
+        return c
+
+    def close(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    # ---- deadlines ----
+
+    def _arm(self):
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise Timeout("gpucache/client: deadline passed")
+        self.sock.settimeout(left)
+
+    # ---- sending ----
+
+    def send(self, op: int, parts, stamped: bool = False):
+        """Send one request frame: header, optional stamp, then parts (any
+        buffers, sent as they are: sendmsg scatter/gather on plain TCP)."""
+        self._rid = (self._rid + 1) & ((1 << 64) - 1) or 1
+        views = [memoryview(p).cast("B") if not isinstance(p, bytes) else p for p in parts]
+        n = sum(len(v) for v in views)
+        flags = 0
+        if stamped:
+            flags = wire.FLAG_STAMPED
+            views.insert(0, wire.stamp())
+            n += wire.STAMP_SIZE
+        if n > self.max_frame:
+            raise ValueError("gpucache/client: request body of %d bytes exceeds max_frame %d" % (n, self.max_frame))
+        views.insert(0, wire.encode_header(op, flags, self._rid, n))
+        self._send_all(views)
+        return self._rid
+
+    def _send_all(self, views):
+        if self.tls:  # SSLSocket has no sendmsg; sendall of each view copies nothing either
+            for v in views:
+                self._arm()
+                self.sock.sendall(v)
+            return
+        i = 0
+        while i < len(views):
+            self._arm()
+            batch = views[i:i + _IOV_MAX]
+            sent = self.sock.sendmsg(batch)
+            while sent > 0 and i < len(views):
+                ln = len(views[i])
+                if sent >= ln:
+                    sent -= ln
+                    i += 1
+                else:
+                    views[i] = memoryview(views[i])[sent:]
+                    sent = 0
+            while i < len(views) and len(views[i]) == 0:
+                i += 1
+
+    # ---- receiving ----
+
+    def recv_into(self, view):
+        """Fill view (a writable byte memoryview) from the stream."""
+        got, n = 0, len(view)
+        while got < n:
+            self._arm()
+            r = self.sock.recv_into(view[got:], n - got)
+            if r == 0:
+                raise ConnectionResetError("gpucache/client: connection closed mid-frame")
+            got += r
+
+    def recv_bytes(self, n: int) -> bytearray:
+        b = bytearray(n)
+        if n:
+            self.recv_into(memoryview(b))
+        return b
+
+    def read_header(self, op: int, rid: int) -> wire.Header:
+        self.recv_into(memoryview(self._hdr))
+        h = wire.decode_header(bytes(self._hdr))
+        if not h.flags & wire.FLAG_RESPONSE or h.flags & ~(wire.FLAG_RESPONSE | wire.FLAG_ERROR):
+            raise MalformedError("gpucache/wire: response flags %#x" % h.flags)
+        if h.request_id != rid or h.op != op:
+            raise MalformedError("gpucache/wire: response to request %d op %d, want %d op %d" % (h.request_id, h.op, rid, op))
+        if h.flags & wire.FLAG_ERROR:
+            if h.body_len > _MAX_ERROR_BODY:
+                raise MalformedError("gpucache/wire: error body of %d bytes" % h.body_len)
+            raise wire.decode_error(self.recv_bytes(h.body_len))
+        if h.body_len > self.max_frame:
+            raise MalformedError("gpucache/wire: body of %d bytes exceeds max_frame %d" % (h.body_len, self.max_frame))
+        return h
+
+    def call(self, op: int, parts, stamped: bool = False, max_body: int = None) -> bytearray:
+        """One request, one whole response body. A ProtocolError leaves the
+        connection usable (the error body was read in full)."""
+        rid = self.send(op, parts, stamped)
+        h = self.read_header(op, rid)
+        if max_body is not None and h.body_len > max_body:
+            raise MalformedError("gpucache/wire: %s response of %d bytes, at most %d expected" % (
+                wire.Op(op).name, h.body_len, max_body))
+        return self.recv_bytes(h.body_len)
+
+    def discard(self, n: int):
+        scratch = memoryview(bytearray(min(n, 1 << 20)))
+        while n > 0:
+            k = min(n, len(scratch))
+            self.recv_into(scratch[:k])
+            n -= k
+
+
+def usable_after(err: BaseException) -> bool:
+    """Whether a connection stays in sync after err: only a whole error
+    response that does not close the stream."""
+    return isinstance(err, ProtocolError) and err.code not in (wire.Code.BAD_MAGIC, wire.Code.FRAME_TOO_LARGE)

@@ -1,0 +1,102 @@
+"""Start a real gpucached for a test: built once per test run from the tree
+(`go build ./cmd/gpucached`) unless GPUCACHE_BIN names a binary.
+
+    d = Daemon.start(extra_args=[...], config="yaml text")
+    d.addr            # "127.0.0.1:PORT", parsed from the "gpucached serving" line
+    d.stop()          # SIGTERM, then SIGKILL after a grace
+
+The daemon listens on 127.0.0.1:0 with the admin listener off and the cold
+tier off unless the caller asks otherwise.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+_SERVING = re.compile(r'msg="gpucached serving" data=(\S+)')
+_build_lock = threading.Lock()
+_built = None
+
+
+def binary() -> str:
+    """The daemon to run: $GPUCACHE_BIN, or one built from the tree once."""
+    global _built
+    env = os.environ.get("GPUCACHE_BIN")
+    if env:
+        return env
+    with _build_lock:
+        if _built is None:
+            out = os.path.join(tempfile.mkdtemp(prefix="gpucache-pytest-"), "gpucached")
+            subprocess.run(["go", "build", "-o", out, "./cmd/gpucached"], cwd=ROOT, check=True)
+            _built = out
+        return _built
+
+
+class Daemon:
+    def __init__(self, proc, addr, workdir, log_path):
+        self.proc = proc
+        self.addr = addr
+        self.workdir = workdir
+        self.log_path = log_path
+
+    @classmethod
+    def start(cls, extra_args=(), config=None, timeout=60.0):
+        """Start gpucached and wait (at most timeout s) for its serving line."""
+        workdir = tempfile.mkdtemp(prefix="gpucached-")
+        args = [binary(), "--listen", "127.0.0.1:0", "--admin-listen", "off", "--cold-store", "off",
+                "--hot-capacity", "256MiB"]
+        if config is not None:
+            path = os.path.join(workdir, "gpucached.yaml")
+            with open(path, "w") as f:
+                f.write(config)
+            args += ["--config", path]
+        args += list(extra_args)
+        log_path = os.path.join(workdir, "gpucached.log")
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=workdir)
+        found = threading.Event()
+        addr = []
+        log = open(log_path, "wb")
+
+        def pump():  # read stderr to the end so the daemon never blocks on a full pipe
+            for line in proc.stderr:
+                log.write(line)
+                log.flush()
+                if not found.is_set():
+                    m = _SERVING.search(line.decode("utf-8", "replace"))
+                    if m:
+                        addr.append(m.group(1))
+                        found.set()
+            log.close()
+            found.set()
+        threading.Thread(target=pump, daemon=True).start()
+        if not found.wait(timeout) or not addr:
+            proc.kill()
+            proc.wait()
+            with open(log_path, "rb") as f:
+                raise RuntimeError("gpucached did not start:\n" + f.read().decode("utf-8", "replace")[-4000:])
+        return cls(proc, addr[0], workdir, log_path)
+
+    def stop(self, grace=10.0):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def kill(self):
+        """Stop at once (SIGKILL): clients see dropped or refused connections."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def log(self) -> str:
+        with open(self.log_path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+

@@ -1,0 +1,241 @@
+"""gpucache.sglang against a real gpucached built from this tree, through the
+real gpucache.Client, driven the way SGLang's HiCacheController drives it.
+
+Skips when gpucache.Client is not importable or no Go toolchain / binary is
+found. GPUCACHE_GPUCACHED=/path/to/gpucached skips the build.
+
+Run: cd python && /usr/bin/python3 -m unittest tests.test_sglang_daemon -v
+"""
+
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
+
+import gpucache  # noqa: E402
+
+HAVE_CLIENT = hasattr(gpucache, "Client")
+if HAVE_CLIENT:
+    from gpucache import sglang as gs  # noqa: E402
+    from sglang_harness import Controller, MHAHostPool, StorageConfig, host_indices, page_keys  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(HERE))
+TIMEOUT = 1.0  # the client's per-request deadline in these tests
+# A hang detector, not a performance bound: a call after the daemon stopped
+# must come back; generous so a busy 2-core machine never trips it.
+HANG = 30.0
+
+CONFIG = """listen: 127.0.0.1:0
+admin_listen: 127.0.0.1:0
+hot_capacity: 64MiB
+hot_max_class: 1MiB
+cold_dir: {cold}
+tenants:
+  - name: acme
+    secrets: [{{id: acme-1, env: GPUCACHE_PYSGLANG_ACME}}]
+  - name: bob
+    secrets: [{{id: bob-1, env: GPUCACHE_PYSGLANG_BOB}}]
+"""
+
+
+def _binary(tmp):
+    b = os.environ.get("GPUCACHE_GPUCACHED")
+    if b:
+        return b
+    go = shutil.which("go")
+    if not go:
+        return None
+    out = os.path.join(tmp, "gpucached")
+    subprocess.run([go, "build", "-o", out, "./cmd/gpucached"], cwd=REPO, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return out
+
+
+class Daemon:
+    """One gpucached with tenants acme and bob on a free loopback port."""
+
+    def __init__(self, binary, tmp):
+        self.secrets = {"acme": secrets.token_hex(32), "bob": secrets.token_hex(32)}
+        cfg = os.path.join(tmp, "gpucached.yaml")
+        with open(cfg, "w") as f:
+            f.write(CONFIG.format(cold=os.path.join(tmp, "cold")))
+        env = dict(os.environ, GPUCACHE_PYSGLANG_ACME=self.secrets["acme"], GPUCACHE_PYSGLANG_BOB=self.secrets["bob"])
+        self.proc = subprocess.Popen([binary, "--config", cfg], env=env, stderr=subprocess.PIPE, text=True)
+        self.addr = None
+        pat = re.compile(r'msg="gpucached serving" data=(\S+)')
+        for line in self.proc.stderr:
+            m = pat.search(line)
+            if m:
+                self.addr = m.group(1)
+                break
+        if self.addr is None:
+            raise RuntimeError("gpucached exited before serving: rc=%s" % self.proc.wait())
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _drain(self):
+        with self.proc.stderr:
+            for _ in self.proc.stderr:
+                pass
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.kill()
+            self.proc.wait()
+
+
+@unittest.skipUnless(HAVE_CLIENT, "gpucache.Client not available yet")
+class DaemonBackendTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="pysglang-")
+        try:
+            binary = _binary(cls.tmp)
+        except subprocess.CalledProcessError as e:
+            raise unittest.SkipTest("go build failed: %s" % e.stderr[-500:])
+        if binary is None:
+            raise unittest.SkipTest("no gpucached binary and no go toolchain")
+        cls.daemon = Daemon(binary, cls.tmp)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.stop()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def backend(self, pool, tenant="acme", extra=None, **cfg):
+        sf = os.path.join(self.tmp, tenant + ".secret")
+        with open(sf, "w") as f:
+            f.write(self.daemon.secrets[tenant] + "\n")
+        ex = {"backend_name": "gpucache", "module_path": "gpucache.sglang", "class_name": "GpucacheStorage",
+              "interface_v1": 1, "tenant": tenant, "secret_file": sf, "addrs": [self.daemon.addr],
+              "timeout": TIMEOUT, "pool_size": 4, "model_revision": self.id()}
+        ex.update(extra or {})
+        b = gs.GpucacheStorage(StorageConfig(extra_config=ex, **cfg), {})
+        b.register_mem_pool_host(pool)
+        self.addCleanup(b.close)
+        return b
+
+    def setUp(self):
+        self.pool = MHAHostPool(pages=16, page_size=16, layer_num=2, head_num=2, head_dim=64)
+        self.pool.fill_random(11)
+        toks = list(range(5000, 5000 + 16 * 16))
+        self.keys = page_keys(toks, self.pool.page_size)[:6]
+
+    def test_set_wipe_exists_get_identical(self):
+        b = self.backend(self.pool)
+        ctl = Controller(b, self.pool)
+        want = [self.pool.page_bytes(i) for i in range(6)]
+        self.assertEqual(ctl.hit_query(self.keys), 0)
+        self.assertEqual(ctl.backup(self.keys, host_indices(self.pool, 0, 6)), 6)
+        self.pool.wipe()
+        self.assertEqual(ctl.hit_query(self.keys), 6)
+        self.assertEqual(ctl.fetch(self.keys, host_indices(self.pool, 8, 6)), 6)
+        for i in range(6):
+            self.assertEqual(self.pool.page_bytes(8 + i), want[i], "page %d" % i)
+
+    def test_missing_middle_page_stops_count(self):
+        b = self.backend(self.pool)
+        self.assertEqual(b.batch_set_v1(self.keys[:2], host_indices(self.pool, 0, 2)), [True, True])
+        self.assertEqual(b.batch_set_v1(self.keys[3:], host_indices(self.pool, 3, 3)), [True] * 3)
+        self.assertEqual(b.batch_exists(self.keys), 2)
+        self.assertEqual(Controller(b, self.pool).fetch(self.keys, host_indices(self.pool, 8, 6)), 2)
+
+    def test_three_caller_threads(self):
+        b = self.backend(self.pool)
+        ctl = Controller(b, self.pool)
+        self.assertEqual(ctl.backup(self.keys, host_indices(self.pool, 0, 6)), 6)
+        more = page_keys(list(range(9000, 9000 + 16 * 6)), self.pool.page_size)
+        out, errs = {}, []
+        rounds = 20
+
+        def loop(name, fn):
+            try:
+                out[name] = [fn() for _ in range(rounds)]
+            except Exception as e:  # pragma: no cover
+                errs.append((name, e))
+
+        ths = [threading.Thread(target=loop, args=a) for a in (
+            ("exists", lambda: ctl.hit_query(self.keys)),
+            ("get", lambda: ctl.fetch(self.keys, host_indices(self.pool, 8, 6))),
+            ("set", lambda: ctl.backup(more, host_indices(self.pool, 0, 6))),
+        )]
+        for t in ths:
+            t.start()
+        for t in ths:
+            t.join(120)
+        self.assertFalse(errs, errs)
+        self.assertEqual(out["exists"], [6] * rounds)
+        self.assertEqual(out["get"], [6] * rounds)
+        self.assertEqual(out["set"], [6] * rounds)
+        for i in range(6):
+            self.assertEqual(self.pool.page_bytes(8 + i), self.pool.page_bytes(i))
+
+    def test_other_model_rank_dtype_tenant_zero_hits(self):
+        import torch
+
+        b = self.backend(self.pool)
+        self.assertEqual(b.batch_set_v1(self.keys, host_indices(self.pool, 0, 6)), [True] * 6)
+        geom = dict(pages=16, page_size=16, layer_num=2, head_num=2, head_dim=64)
+        others = {
+            "model": self.backend(MHAHostPool(**geom), model_name="acme/other-model"),
+            "tp rank": self.backend(MHAHostPool(**geom), tp_rank=1, tp_size=2),
+            "dtype": self.backend(MHAHostPool(dtype=torch.bfloat16, **geom)),
+            "tenant": self.backend(MHAHostPool(**geom), tenant="bob"),
+        }
+        self.assertEqual(self.backend(MHAHostPool(**geom)).batch_exists(self.keys), 6)
+        for what, o in others.items():
+            self.assertEqual(o.batch_exists(self.keys), 0, what)
+            self.assertEqual(o.batch_get_v1(self.keys, host_indices(o.mem_pool_host, 0, 6)), [False] * 6, what)
+
+    def _own_daemon(self):
+        d = Daemon(os.environ.get("GPUCACHE_GPUCACHED") or os.path.join(self.tmp, "gpucached"), self.tmp)
+        self.addCleanup(d.stop)
+        saved = self.daemon
+        self.daemon = d
+        try:
+            b = self.backend(self.pool)
+        finally:
+            self.daemon = saved
+        ctl = Controller(b, self.pool)
+        self.assertEqual(ctl.backup(self.keys, host_indices(self.pool, 0, 6)), 6)
+        self.assertEqual(ctl.hit_query(self.keys), 6)
+        return d, b
+
+    def _all_miss(self, b):
+        for name, call, miss in (
+            ("batch_exists", lambda: b.batch_exists(self.keys), 0),
+            ("batch_get_v1", lambda: b.batch_get_v1(self.keys, host_indices(self.pool, 8, 6)), [False] * 6),
+            ("batch_set_v1", lambda: b.batch_set_v1(self.keys, host_indices(self.pool, 0, 6)), [False] * 6),
+            ("exists", lambda: b.exists(self.keys[0]), False),
+        ):
+            t0 = time.monotonic()
+            self.assertEqual(call(), miss, name)
+            self.assertLess(time.monotonic() - t0, HANG, name + " hung")
+
+    def test_daemon_frozen_mid_run_times_out(self):
+        # SIGSTOP: connections stay open, nothing answers; every call must
+        # come back a miss at its deadline
+        d, b = self._own_daemon()
+        d.proc.send_signal(signal.SIGSTOP)
+        self._all_miss(b)
+        self.assertGreaterEqual(b.get_stats()["miss_reasons"].get("timeout", 0), 1)
+
+    def test_daemon_stopped_mid_run(self):
+        d, b = self._own_daemon()
+        d.stop()
+        self._all_miss(b)
+
+
+if __name__ == "__main__":
+    unittest.main()
