@@ -1,41 +1,52 @@
 """The prefix_reuse scenario end to end, across spawned engine processes.
 
-By default the engines share the demo's local page store (a stand-in with
-the SGLang backend's methods). With GPUCACHE_DEMO_STORE=gpucache and
-GPUCACHE_DEMO_EXTRA_A / GPUCACHE_DEMO_EXTRA_B (backend extra_config JSON of
-two tenants of one running gpucached) it runs against gpucache.sglang.
-The prompt is shorter than the CLI's default (2,048 tokens) to keep a
-2-core machine's run short; the checks are the same.
+DaemonTest runs it against a real gpucached built from the tree (two
+tenants), through gpucache.sglang.GpucacheStorage and gpucache.Client;
+LocalStoreTest against the demo's in-process stand-in store.
 """
 
-import json
 import os
+import secrets
+import shutil
 import sys
+import tempfile
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # the package
 
 try:
     import torch  # noqa: F401
 except ImportError:
     torch = None
 
-STORE = os.environ.get("GPUCACHE_DEMO_STORE", "local")
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+try:
+    import gpucache
+
+    HAVE_CLIENT = hasattr(gpucache, "Client")
+except ImportError:
+    HAVE_CLIENT = False
+
+# Short prompts (the CLI's default is 2,048 tokens) keep a 2-core run short;
+# the checks are the same.
+SMALL = dict(prompt=320, shared=256, new=64, decode=8, runs=1, sf_prompt=160)
+
+DAEMON_CONFIG = """hot_max_class: 1MiB
+tenants:
+  - name: tenant-a
+    secrets: [{id: a-1, env: GPUCACHE_PYDEMO_SECRET_A}]
+  - name: tenant-b
+    secrets: [{id: b-1, env: GPUCACHE_PYDEMO_SECRET_B}]
+"""
 
 
-@unittest.skipIf(torch is None, "torch is not installed")
-class PrefixReuseTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        from gpucache.demo import prefix_reuse
+class Checks:
+    """The scenario's assertions; subclasses set res/text in setUpClass."""
 
-        opts = prefix_reuse.Options(prompt=320, shared=256, new=64, decode=8, runs=1, sf_prompt=160, store=STORE)
-        if STORE == "gpucache":
-            opts.extra_config = json.loads(os.environ["GPUCACHE_DEMO_EXTRA_A"])
-            opts.extra_config_b = json.loads(os.environ["GPUCACHE_DEMO_EXTRA_B"])
-        cls.opts = opts
-        cls.res = prefix_reuse.run(opts, log=lambda s: None)
-        cls.text = prefix_reuse.report(cls.res)
+    res: dict = {}
+    text = ""
 
     def test_a_backs_up_every_page(self):
         self.assertEqual(self.res["a"], {"pages": 20, "stored": 20})
@@ -72,6 +83,54 @@ class PrefixReuseTest(unittest.TestCase):
         self.assertTrue(self.res["ok"], self.text)
         self.assertIn("RESULT: PASS", self.text)
         self.assertIn("pages hit 16", self.text)
+
+
+@unittest.skipIf(torch is None, "torch is not installed")
+class LocalStoreTest(Checks, unittest.TestCase):
+    """Engines share the demo's in-process page store (the stand-in backend)."""
+
+    @classmethod
+    def setUpClass(cls):
+        from gpucache.demo import prefix_reuse
+
+        cls.res = prefix_reuse.run(prefix_reuse.Options(store="local", **SMALL), log=lambda s: None)
+        cls.text = prefix_reuse.report(cls.res)
+
+
+@unittest.skipIf(torch is None, "torch is not installed")
+@unittest.skipUnless(HAVE_CLIENT and shutil.which("go") or os.environ.get("GPUCACHE_BIN"), "no gpucache.Client or no Go toolchain")
+class DaemonTest(Checks, unittest.TestCase):
+    """Engines talk to a real gpucached through gpucache.sglang.GpucacheStorage."""
+
+    @classmethod
+    def setUpClass(cls):
+        from gpucache.demo import prefix_reuse
+        from gpucached import Daemon
+
+        cls.tmp = tempfile.mkdtemp(prefix="gpucache-pydemo-")
+        extras = []
+        for t in ("a", "b"):
+            secret = secrets.token_hex(32)
+            os.environ["GPUCACHE_PYDEMO_SECRET_" + t.upper()] = secret
+            path = os.path.join(cls.tmp, t + ".secret")
+            with open(path, "w") as f:
+                f.write(secret)
+            extras.append({"tenant": "tenant-" + t, "secret_file": path})
+        cls.daemon = Daemon.start(config=DAEMON_CONFIG)
+        for e in extras:
+            e["addrs"] = [cls.daemon.addr]
+        try:
+            opts = prefix_reuse.Options(store="gpucache", extra_config=extras[0], extra_config_b=extras[1], **SMALL)
+            cls.res = prefix_reuse.run(opts, log=lambda s: None)
+            cls.text = prefix_reuse.report(cls.res)
+        except BaseException:
+            cls.daemon.stop()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.stop()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
 
 
 @unittest.skipIf(torch is None, "torch is not installed")

@@ -73,9 +73,11 @@ def make_storage(spec: EngineSpec) -> Any:
 
         return pagestore.LocalPageStorage(cfg, spec.extra_config, pagestore.connect(spec.store_address, spec.authkey))
     if spec.store == "gpucache":
-        from gpucache.sglang import GpucacheStorage  # built on branch h/pysglang
+        from gpucache.sglang import GpucacheStorage
 
-        return GpucacheStorage(cfg, dict(spec.extra_config))
+        extra = {"interface_v1": 1, "model_revision": spec.model.revision, **spec.extra_config}
+        cfg.extra_config = extra
+        return GpucacheStorage(cfg, extra)
     raise ValueError(f"gpucache/demo: unknown store {spec.store!r}")
 
 
@@ -90,6 +92,14 @@ class Engine:
         self.pool = HostPool(spec.model, spec.pool_tokens)
         self.storage = make_storage(spec)
         self.storage.register_mem_pool_host(self.pool)
+        self.client: Any = None  # gpucache store: a Client for get_or_fill
+        if spec.store == "gpucache":
+            self.client = _client_from(spec.extra_config)
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.close()
+        self.storage.close()
 
     def page_keys(self, tokens: Sequence[int]) -> List[str]:
         ps = self.cfg.page_size
@@ -165,8 +175,24 @@ class Engine:
         self.pool.wipe()
         ps = self.cfg.page_size
         keys = self.page_keys(tokens)[: self.reusable_pages(tokens)]
+        filled: List[int] = []
+
+        def fill(missing: List[int]) -> List[bytes]:
+            filled.extend(missing)
+            return self.page_payloads(tokens, missing)
+
         barrier.wait()
-        payloads, report = self.storage.get_or_fill(keys, lambda missing: self.page_payloads(tokens, missing), owner=owner)
+        if self.client is None:
+            payloads, report = self.storage.get_or_fill(keys, fill, owner=owner)
+        else:
+            # The native token chain of these pages under the backend's
+            # namespace (block_tokens = page size): ACQUIRE / WAIT /
+            # FILL_COMMIT need the full identity of every block.
+            import gpucache
+
+            ns = self.storage.namespace
+            idents = gpucache.identities(ns, list(tokens[: len(keys) * ps]))
+            payloads, report = self.client.get_or_fill(ns, idents, fill)
         got = 0
         while got < len(payloads) and payloads[got] is not None:
             got += 1
@@ -178,19 +204,39 @@ class Engine:
             for j in range(got):
                 off = 0
                 for p, n in zip(ptrs[j * per : (j + 1) * per], sizes[j * per : (j + 1) * per]):
-                    ctypes.memmove(p, payloads[j][off : off + n], n)
+                    _copy_to(p, memoryview(payloads[j])[off : off + n])
                     off += n
             past = self.pool.load_kv(idx)
             self.pool.free(idx)
         logits, kv = self.model.prefill(tokens[got * ps :], past)
         out, rows = self.model.greedy(logits[-1], kv, decode)
-        return {"filled": sorted(report.get("filled", [])), "waited": report.get("waited", 0), "pages": got, "tokens": out, "logits": rows}
+        return {"filled": sorted(filled), "report": dict(report), "pages": got, "tokens": out, "logits": rows}
 
     def _alloc(self, pages: int) -> torch.Tensor:
         idx = self.pool.alloc(pages * self.cfg.page_size)
         if idx is None:
             raise RuntimeError("gpucache/demo: host pool too small for the prompt")
         return idx
+
+
+def _copy_to(ptr: int, src: memoryview) -> None:
+    """Copies src (bytes-like) to the host-pool address ptr."""
+    dst = (ctypes.c_char * len(src)).from_address(ptr)
+    memoryview(dst).cast("B")[:] = src.cast("B")
+
+
+def _client_from(extra: Dict[str, Any]) -> Any:
+    """A gpucache.Client from the backend's extra_config (addrs, tenant, secret_file)."""
+    import gpucache
+
+    secret = b""
+    if extra.get("secret_file"):
+        with open(extra["secret_file"], "rb") as f:
+            secret = f.read().strip()
+    return gpucache.Client(
+        addrs=list(extra["addrs"]), tenant=str(extra["tenant"]), secret=secret,
+        timeout=float(extra.get("timeout", 2.0)), pool_size=2,
+    )
 
 
 _ENGINE: Optional[Engine] = None

@@ -251,7 +251,7 @@ class LocalPageStorage:
         it waited for. A page whose leader failed is led by the next caller.
         """
         nkeys = [self._k(k) for k in keys]
-        report: Dict[str, Any] = {"hit": 0, "filled": [], "waited": 0}
+        report: Dict[str, Any] = {"hit": 0, "computed": 0, "joined": 0}
         out: List[Optional[bytes]] = [None] * len(keys)
         todo = list(range(len(keys)))
         deadline = time.monotonic() + timeout
@@ -270,9 +270,9 @@ class LocalPageStorage:
                     raise
                 with self._lock:
                     self._server.commit([(nkeys[i], bytes(p)) for i, p in zip(lead, payloads)], owner)
-                report["filled"].extend(lead)
+                report["computed"] += len(lead)
             if wait:
-                report["waited"] += len(wait)
+                report["joined"] += len(wait)
                 with self._lock:
                     self._server.wait([nkeys[i] for i in wait], max(0.0, deadline - time.monotonic()))
             with self._lock:
