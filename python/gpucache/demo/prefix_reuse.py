@@ -156,6 +156,8 @@ def run(opts: Options, log=print) -> Dict[str, Any]:
             "each_page_once": sorted(filled) == list(range(pages)),
             "tokens_equal": re_["tokens"] == n_ref["tokens"] and rf["tokens"] == n_ref["tokens"],
             "max_logit_diff": max(max_logit_diff(n_ref["logits"], re_["logits"]), max_logit_diff(n_ref["logits"], rf["logits"])),
+            "report_e": re_["report"],
+            "report_f": rf["report"],
         }
     finally:
         for eng in engines:
