@@ -575,9 +575,8 @@ class Client:
             for chunk in self._chunks(idxs, conn, None, 8 + 4096, 32):
                 self._fill_chunk(conn, blob, keys, idents, chunk, out, report, compute, wait_timeout)
 
-        failed: List[int] = []
-        self._routed(keys, per_node, lambda idxs, reason: failed.extend(idxs))
-        todo = sorted(set(failed) | {i for i in range(n) if out[i] is None})
+        self._routed(keys, per_node, lambda idxs, reason: None)
+        todo = [i for i in range(n) if out[i] is None]  # blocks already read or computed stay
         if todo:
             report["fallback"] += len(todo)
             compute(todo)
@@ -616,6 +615,7 @@ class Client:
                 except Exception:
                     pass
                 raise
+            conn.deadline = time.monotonic() + self.timeout  # fill's own time does not count
             for part in self._chunks(list(range(len(led))), conn,
                                      [_len_of(out[i]) + 112 for i, _ in led], 12 + 4096):
                 entries, parts = [], []
@@ -673,6 +673,7 @@ class Client:
         if self_compute:
             self_compute.sort()
             compute(self_compute)
+            conn.deadline = time.monotonic() + self.timeout
             items = [(idents[i], out[i]) for i in self_compute]
             try:  # best effort: the next reader hits
                 self._put_on(conn, blob, keys, items, self_compute)

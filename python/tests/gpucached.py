@@ -37,7 +37,8 @@ def binary() -> str:
 
 
 class Daemon:
-    def __init__(self, proc, addr, workdir, log_path):
+    def __init__(self, proc, addr, workdir, log_path, pump=None):
+        self.pump = pump
         self.proc = proc
         self.addr = addr
         self.workdir = workdir
@@ -72,13 +73,14 @@ class Daemon:
                         found.set()
             log.close()
             found.set()
-        threading.Thread(target=pump, daemon=True).start()
+        t = threading.Thread(target=pump, daemon=True)
+        t.start()
         if not found.wait(timeout) or not addr:
             proc.kill()
             proc.wait()
             with open(log_path, "rb") as f:
                 raise RuntimeError("gpucached did not start:\n" + f.read().decode("utf-8", "replace")[-4000:])
-        return cls(proc, addr[0], workdir, log_path)
+        return cls(proc, addr[0], workdir, log_path, t)
 
     def stop(self, grace=10.0):
         if self.proc.poll() is None:
@@ -88,6 +90,7 @@ class Daemon:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self._reap()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     def kill(self):
@@ -95,6 +98,13 @@ class Daemon:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        self._reap()
+
+    def _reap(self):
+        if self.pump is not None:
+            self.pump.join(10)  # the dead daemon's stderr ends: the pump exits
+        if self.proc.stderr is not None and not self.proc.stderr.closed:
+            self.proc.stderr.close()
 
     def log(self) -> str:
         with open(self.log_path, "rb") as f:

@@ -219,6 +219,21 @@ class RoundTrip(unittest.TestCase):
         a.close()
         b.close()
 
+    def test_get_or_fill_slower_than_the_deadline_still_commits(self):
+        # The request deadline bounds I/O, not the caller's computation: a
+        # fill that outlasts it (simulated: 3 x timeout) is still committed.
+        ns = ns_for(model="slowfill")
+        ids = identities(ns, list(range(8)))
+        c = Client([self.d.addr], tenant="acme", timeout=0.2)
+
+        def slow_fill(idxs):
+            threading.Event().wait(0.6)  # stands for computing the KV
+            return [b"slow%d" % i for i in idxs]
+        out, rep = c.get_or_fill(ns, ids, slow_fill)
+        self.assertEqual((rep["led"], rep["fallback"]), (2, 0), rep)
+        self.assertEqual([bytes(g) for g in self.c.get(ns, [i.key() for i in ids])], [b"slow0", b"slow1"])
+        c.close()
+
 
 def openssl(*args, cwd):
     subprocess.run(["openssl"] + list(args), cwd=cwd, check=True, stdout=subprocess.DEVNULL,
