@@ -279,11 +279,4 @@ def max_logit_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).abs().max())
 
 
-def leading_true(xs: Sequence[bool]) -> int:
-    n = 0
-    while n < len(xs) and xs[n]:
-        n += 1
-    return n
-
-
 __all__: Tuple[str, ...] = ("Engine", "EngineProcess", "EngineSpec", "StorageConfig", "page_hash", "max_logit_diff")
