@@ -3,7 +3,8 @@
 # (python -m gpucache.bench, get_into with recv_into) against the Go client
 # (`gpucache bench --op get --batch 1`), both against the same gpucached,
 # with 1 and 8 threads/connections, alternating REPS times (issue 14's
-# "Speed" acceptance: Python >= 70% of Go).
+# "Speed" acceptance: Python >= 70% of Go); then the SGLang backend's
+# batch_get_v1 of 128 pages of 256 KiB (python -m gpucache.demo.bench_pages).
 #
 # Usage:
 #   bench/py-vs-go.sh                       # 3 repetitions of 5 s per case
@@ -34,6 +35,11 @@ for r in $(seq 1 "$REPS"); do
 		--keys 64 --json "$work/go.$r.json" >/dev/null
 	PYTHONPATH=python "$PY" -m gpucache.bench --addr "$addr" --size "$SIZE" --threads "$THREADS" \
 		--duration "$DURATION" --json "$work/py.$r.json" >/dev/null
+	# The SGLang backend's zero-copy read: 128 pages of 256 KiB per
+	# batch_get_v1 (needs torch), against the same daemon.
+	if "$PY" -c 'import torch' 2>/dev/null; then
+		PYTHONPATH=python "$PY" -m gpucache.demo.bench_pages --addr "$addr" --pages 128 --json "$work/pages.$r.json" >/dev/null
+	fi
 done
 "$PY" - "$work" "$REPS" <<'PYEOF'
 import json, statistics, sys
@@ -50,4 +56,11 @@ print("|---:|---:|---:|---:|")
 for t in sorted(py):
     gm, pm = statistics.median(go.get(t, [float("nan")])), statistics.median(py[t])
     print("| %d | %.3f | %.3f | %.0f%% |" % (t, gm, pm, 100 * pm / gm))
+import os
+pages = [json.load(open("%s/pages.%d.json" % (work, r))) for r in range(1, reps + 1)
+         if os.path.exists("%s/pages.%d.json" % (work, r))]
+if pages:
+    print()
+    print("batch_get_v1 (gpucache.sglang, %d pages of %d KiB): median %.2f GB/s over %d runs (each the median of %d reads)" % (
+        pages[0]["pages"], pages[0]["page_bytes"] >> 10, statistics.median(p["gb_per_s"] for p in pages), len(pages), pages[0]["reps"]))
 PYEOF
