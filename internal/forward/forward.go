@@ -267,6 +267,12 @@ func (f *Forwarder) do(ctx context.Context, r *server.ForwardRequest, op func(ct
 	f.stats.forwarded.Add(1)
 	view := f.cfg.Cluster.View()
 	for attempt := 0; ; attempt++ {
+		// A caller whose deadline has passed gets its miss without a
+		// round trip: a pooled client may still answer a done context
+		// when the reply is already there.
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		m, ok := control.Owner(view, r.Key)
 		if !ok || m.ID == f.cfg.Cluster.Self() {
 			return errMiss
