@@ -47,7 +47,6 @@ import collections
 import concurrent.futures
 import dataclasses
 import enum
-import hashlib
 import inspect
 import logging
 import queue
@@ -165,53 +164,7 @@ def _job_result(job_id: int, success: bool, ok_keys: Sequence[bytes] = (),
 
 # --- the gpucache side: namespace, keys and client --------------------------
 
-def _identity_api() -> Any:
-    """The module giving Namespace, Layout, opaque_key and namespace_digest."""
-    import importlib
-
-    for mod in ("gpucache", "gpucache.identity"):
-        try:
-            m = importlib.import_module(mod)
-        except Exception:
-            continue
-        if all(hasattr(m, a) for a in ("Namespace", "Layout", "opaque_key", "namespace_digest")):
-            return m
-    return None  # pragma: no cover - until the client package is present
-
-
-_gid = _identity_api()
-
-
-@dataclasses.dataclass(frozen=True)
-class _Layout:
-    """Used only when gpucache.identity is absent: the fields of Go's Layout."""
-
-    format: str
-    tp_rank: int = 0
-    tp_size: int = 1
-    pp_rank: int = 0
-    pp_size: int = 1
-    layer_start: int = 0
-    layer_count: int = 1
-    kv_heads: int = 1
-    head_dim: int = 1
-    block_tokens: int = 16
-
-
-@dataclasses.dataclass(frozen=True)
-class _Namespace:
-    """Used only when gpucache.identity is absent: the fields of Go's Namespace."""
-
-    tenant: str
-    trust_domain: str
-    model_id: str
-    config_revision: str
-    tokenizer_revision: str
-    adapter: str
-    rope: str
-    dtype: str
-    quantization: str
-    layout: _Layout
+from gpucache import identity as _gid  # noqa: E402
 
 
 def _build(cls: Any, values: Dict[str, Any]) -> Any:
@@ -231,19 +184,12 @@ def _build(cls: Any, values: Dict[str, Any]) -> Any:
 
 def make_namespace(fields: Dict[str, Any], layout: Dict[str, Any]) -> Any:
     """A gpucache Namespace from plain values (Go's field names, snake_case)."""
-    ns_cls = getattr(_gid, "Namespace", None) if _gid else None
-    lay_cls = getattr(_gid, "Layout", None) if _gid else None
-    if ns_cls is None or lay_cls is None:
-        ns_cls, lay_cls = _Namespace, _Layout
-    return _build(ns_cls, dict(fields, layout=_build(lay_cls, layout)))
+    return _build(_gid.Namespace, dict(fields, layout=_build(_gid.Layout, layout)))
 
 
 def opaque_key_of(ns: Any, name: bytes) -> bytes:
     """The BlockKey of opaque-key block `name` in `ns` (32 bytes)."""
-    if _gid is not None and hasattr(_gid, "opaque_key"):
-        return bytes(_gid.opaque_key(_gid.namespace_digest(ns), name))
-    # Stand-in until gpucache.identity is present; the fake client uses it too.
-    return hashlib.sha256(b"stand-in\x00" + repr(ns).encode() + b"\x00" + name).digest()
+    return bytes(_gid.opaque_key(_gid.namespace_digest(ns), name))
 
 
 def _status_ok(st: Any) -> bool:
