@@ -353,4 +353,3 @@ func (rc *respConn) config(args [][]byte) {
 	rc.out = resp.AppendBulk(rc.out, args[1])
 	rc.out = resp.AppendBulk(rc.out, []byte(val))
 }
-
