@@ -200,25 +200,22 @@ func (c *conn) routes(st *clusterState) bool {
 // refuses the whole request: the client's view is stale, so it refreshes
 // and re-routes the whole batch rather than trusting any of its routing.
 func (c *conn) checkOwned(st *clusterState, keys []wire.Key) error {
-	if !c.routes(st) {
-		return nil
-	}
-	for i := range keys {
-		if !st.owns(c.s.cfg.Cluster.self, identity.BlockKey(keys[i])) {
-			return c.wrongEpoch(st, keys[i])
-		}
-	}
-	return nil
+	return c.checkOwnedKeys(st, len(keys), func(i int) wire.Key { return keys[i] })
 }
 
 // checkOwnedBlocks is checkOwned over the keys of PUT blocks.
 func (c *conn) checkOwnedBlocks(st *clusterState, blocks []wire.PutBlock) error {
+	return c.checkOwnedKeys(st, len(blocks), func(i int) wire.Key { return blocks[i].Key })
+}
+
+// checkOwnedKeys is checkOwned over n keys, key(i) the i-th.
+func (c *conn) checkOwnedKeys(st *clusterState, n int, key func(i int) wire.Key) error {
 	if !c.routes(st) {
 		return nil
 	}
-	for i := range blocks {
-		if !st.owns(c.s.cfg.Cluster.self, identity.BlockKey(blocks[i].Key)) {
-			return c.wrongEpoch(st, blocks[i].Key)
+	for i := range n {
+		if k := key(i); !st.owns(c.s.cfg.Cluster.self, identity.BlockKey(k)) {
+			return c.wrongEpoch(st, k)
 		}
 	}
 	return nil

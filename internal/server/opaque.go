@@ -29,13 +29,8 @@ func (c *conn) handlePutOpaque(h wire.Header) error {
 		ns, err = c.namespace(h.Op, req.Namespace)
 	}
 	st := c.clusterState()
-	if err == nil && c.routes(st) {
-		for i := range req.Blocks {
-			if !st.owns(c.s.cfg.Cluster.self, identity.BlockKey(req.Blocks[i].Key)) {
-				err = c.wrongEpoch(st, req.Blocks[i].Key)
-				break
-			}
-		}
+	if err == nil {
+		err = c.checkOwnedKeys(st, len(req.Blocks), func(i int) wire.Key { return req.Blocks[i].Key })
 	}
 	if err == nil {
 		err = c.allowBytes(total)
