@@ -205,7 +205,7 @@ type Config struct {
 	MemberLeaseTTL time.Duration `yaml:"member_lease_ttl"` // default 10s
 	ControlGrace   time.Duration `yaml:"control_grace"`    // default 10s
 	ControlProbe   time.Duration `yaml:"control_probe"`    // default 1s
-	ProtocolMax    int           `yaml:"protocol_max"`     // default 3
+	ProtocolMax    int           `yaml:"protocol_max"`     // default 4
 	// etcd client security: TLS (etcd_ca, plus etcd_cert/etcd_key for
 	// mTLS) and etcd's own user authentication.
 	EtcdCA           string `yaml:"etcd_ca"`
@@ -272,7 +272,7 @@ func Default() Config {
 		MemberLeaseTTL: 10 * time.Second,
 		ControlGrace:   10 * time.Second,
 		ControlProbe:   time.Second,
-		ProtocolMax:    3,
+		ProtocolMax:    4,
 	}
 }
 
