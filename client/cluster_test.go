@@ -21,6 +21,7 @@ type tnode struct {
 	addr  string
 	proto uint8
 	rs    *servertest.Server
+	cl    *server.Cluster
 }
 
 // testCluster is n real servers on loopback ports. Each server is a
@@ -42,6 +43,7 @@ func startCluster(t testing.TB, n int, proto ...uint8) *testCluster {
 			nd.proto = proto[i]
 		}
 		cl := server.NewCluster(nd.id, control.View{})
+		nd.cl = cl
 		nd.rs = servertest.StartWith(t, "127.0.0.1:0", wire.Limits{}, func(c *server.Config) {
 			c.Cluster = cl
 			c.MaxVersion = nd.proto

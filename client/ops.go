@@ -135,7 +135,8 @@ func getBatchEnd(lim Limits, keys []BlockKey, dst [][]byte, off int) int {
 
 // Put stores blocks and returns one status per block: StatusStored,
 // StatusExists (an equal key is cached; the payload was discarded),
-// StatusTooLarge, StatusNoSpace or StatusKeyMismatch (the key does not
+// StatusTooLarge, StatusNoSpace, StatusReadOnly (the node is read-only: its
+// control plane is unreachable) or StatusKeyMismatch (the key does not
 // derive from the block's identity: ns, Parent, Position, TokenIDs and the
 // valid length; nothing stored). Blocks beyond the server's MaxBatch or
 // MaxFrame, or beyond wire.MaxRequestTokens token ids, are split over
@@ -285,7 +286,13 @@ func collectStatuses(reqs []*request, idx func(j int) []int, statuses []Status, 
 		err := r.err
 		var resp wire.StatusResponse
 		if err == nil {
-			if derr := resp.Decode(r.cl.body, uint32(len(ix))); derr != nil || len(resp.Statuses) != len(ix) {
+			// A status newer than the session's version is a protocol
+			// error: the server must not send it.
+			v := wire.VersionMax
+			if r.cn != nil {
+				v = r.cn.version
+			}
+			if derr := resp.DecodeVersion(r.cl.body, uint32(len(ix)), v); derr != nil || len(resp.Statuses) != len(ix) {
 				err = fmt.Errorf("%w: %s answer with %d statuses for %d keys: %v", ErrProtocol, r.op, len(resp.Statuses), len(ix), derr)
 			}
 		}

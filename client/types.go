@@ -44,6 +44,11 @@ const (
 	// StatusKeyMismatch: a PUT block's key does not derive from its
 	// identity; nothing was stored.
 	StatusKeyMismatch = wire.StatusKeyMismatch
+	// StatusReadOnly: the node's control plane is unreachable (read-only
+	// or unknown mode), so it stores nothing new; nothing was stored. Only
+	// a session of protocol version 4 or later gets it: an older server
+	// answers StatusNoSpace in the same case.
+	StatusReadOnly = wire.StatusReadOnly
 )
 
 // Chain splits tokens into blocks of ns.Layout.BlockTokens (the last block

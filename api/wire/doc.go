@@ -57,7 +57,7 @@
 // peer can therefore find where the next frame starts.
 //
 // The header's version byte is the frame format, FrameVersion = 1, not the
-// protocol version. Protocol versions 1, 2 and 3 share it: every frame,
+// protocol version. Protocol versions 1 to 4 share it: every frame,
 // request or response, carries 1 there in every version. A request whose header
 // carries another value is answered with UNSUPPORTED_VERSION. Its body is
 // read and discarded, and the connection stays usable.
@@ -66,8 +66,9 @@
 // The HELLO request and response bodies are the same in every version and
 // frozen, so every server can read them. The client sends the range of
 // versions it speaks, min_version..max_version. A server speaks every
-// version from 1 up to its maximum (VersionMax = 3; the reference server
-// can be pinned lower, --protocol-max 1 or 2, during a rolling upgrade). It
+// version from 1 up to its maximum (VersionMax = 4; the reference server
+// can be pinned lower, --protocol-max 1, 2 or 3, during a rolling upgrade;
+// version 4 only adds the READ_ONLY block status). It
 // negotiates
 //
 //	v = min(max_version, server maximum)
@@ -81,9 +82,10 @@
 //     version (Opcode.Since: MEMBERS in a version-1 session, PUT_OPAQUE
 //     in a version-1 or version-2 session) is answered
 //     UNKNOWN_OPCODE. Its body is skipped, and the connection stays usable;
-//   - which codes the server sends. It never sends a version-2 code
-//     (WRONG_EPOCH) to a version-1 session;
-//   - whether requests are checked for ownership: only in versions 2 and 3
+//   - which codes and statuses the server sends. It never sends a
+//     version-2 code (WRONG_EPOCH) to a version-1 session, nor the
+//     version-4 status READ_ONLY to a session before version 4;
+//   - whether requests are checked for ownership: only in versions 2 to 4
 //     (see "Cluster mode (version 2)").
 //
 // # Flags
@@ -93,7 +95,7 @@
 //	bit 2   STAMPED   request only: the body starts with a 24-byte replay stamp
 //	bits 3-15         reserved, zero
 //
-// Versions 1 to 3 define one request flag, STAMPED (ADR 0006). A stamped request's
+// Versions 1 to 4 define one request flag, STAMPED (ADR 0006). A stamped request's
 // body is a 24-byte stamp followed by the operation's own body; the body
 // length counts both. The stamp is
 //
@@ -560,9 +562,13 @@
 //	10    ABORTED    FILL_ABORT the turn passed on
 //	11    KEY_MISMATCH PUT, FILL_COMMIT, PUT_OPAQUE  the key does not derive from the
 //	                 block's identity, or the identity is invalid; discarded
+//	12    READ_ONLY  PUT, PUT_OPAQUE  version 4: the node's control plane is
+//	                 unreachable (read-only or unknown mode); discarded
 //
-// In versions 1, 2 and 3, a status greater than 11 is MALFORMED, and a GET
-// answer carries only HIT and MISS.
+// In versions 1, 2 and 3, a status greater than 11 is MALFORMED; in version
+// 4, one greater than 12. A GET answer carries only HIT and MISS. A server
+// never sends READ_ONLY to a session before version 4: it answers NO_SPACE
+// there, as it always did in those modes.
 //
 // # Errors
 //

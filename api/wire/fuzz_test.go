@@ -221,6 +221,19 @@ func FuzzStatusResponse(f *testing.F) {
 	fuzzBody(f, "StatusResponse", func(t *testing.T, b []byte) ([]byte, error) {
 		var m wire.StatusResponse
 		err := m.Decode(b, maxBatch)
+		// A session of version 3 accepts exactly the answers of version 4
+		// without READ_ONLY, and decodes them the same.
+		var old wire.StatusResponse
+		oerr := old.DecodeVersion(b, maxBatch, wire.Version3)
+		readOnly := err == nil && slices.Contains(m.Statuses, wire.StatusReadOnly)
+		switch {
+		case oerr == nil && (err != nil || !slices.Equal(old.Statuses, m.Statuses)):
+			t.Fatalf("version 3 decoded %v (%v), version 4 %v (%v)", old.Statuses, oerr, m.Statuses, err)
+		case oerr != nil && err == nil && !readOnly:
+			t.Fatalf("version 3 refused %v without READ_ONLY: %v", m.Statuses, oerr)
+		case oerr != nil:
+			checkDecodeErr(t, oerr, bodyCodes)
+		}
 		return m.AppendTo(nil), err
 	})
 }

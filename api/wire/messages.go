@@ -30,10 +30,25 @@ const (
 	// (namespace, parent, position, token ids, valid length), or that
 	// identity is invalid; payload discarded, nothing stored.
 	StatusKeyMismatch Status = 11
-	statusMax                = StatusKeyMismatch
+	// StatusReadOnly (version 4), PUT and PUT_OPAQUE: the node is
+	// read-only because its control plane is unreachable (read-only or
+	// unknown mode); payload discarded, nothing stored. A session of an
+	// older version gets StatusNoSpace instead.
+	StatusReadOnly Status = 12
+	statusMax             = StatusReadOnly
 )
 
-var statusNames = [...]string{"HIT", "MISS", "STORED", "EXISTS", "TOO_LARGE", "NO_SPACE", "DELETED", "BUSY", "FENCED", "NOT_LEADER", "ABORTED", "KEY_MISMATCH"}
+var statusNames = [...]string{"HIT", "MISS", "STORED", "EXISTS", "TOO_LARGE", "NO_SPACE", "DELETED", "BUSY", "FENCED", "NOT_LEADER", "ABORTED", "KEY_MISMATCH", "READ_ONLY"}
+
+// Since is the protocol version that introduced s: a server never sends s
+// to a session of an older version, and a decoder of such a session
+// refuses it (StatusResponse.DecodeVersion).
+func (s Status) Since() uint8 {
+	if s == StatusReadOnly {
+		return Version4
+	}
+	return Version1
+}
 
 func (s Status) String() string {
 	if s <= statusMax {
@@ -587,15 +602,26 @@ func (m *StatusResponse) AppendTo(b []byte) []byte {
 	return b
 }
 
-// Decode parses m from b.
+// Decode parses m from b, accepting every status this package defines
+// (the statuses of VersionMax).
 func (m *StatusResponse) Decode(b []byte, maxBatch uint32) error {
+	return m.DecodeVersion(b, maxBatch, VersionMax)
+}
+
+// DecodeVersion parses m from b as the answer of a session of protocol
+// version v: a status introduced after v (Status.Since) is malformed, as
+// is one this package does not define.
+func (m *StatusResponse) DecodeVersion(b []byte, maxBatch uint32, v uint8) error {
 	r := reader{b: b}
 	n := r.count(maxBatch, 1)
 	m.Statuses = make([]Status, n)
 	for i := range m.Statuses {
 		m.Statuses[i] = Status(r.u8())
-		if m.Statuses[i] > statusMax {
-			r.fail("entry %d: unknown status %d", i, m.Statuses[i])
+		switch s := m.Statuses[i]; {
+		case s > statusMax:
+			r.fail("entry %d: unknown status %d", i, s)
+		case s.Since() > v:
+			r.fail("entry %d: status %s needs protocol version %d, session speaks %d", i, s, s.Since(), v)
 		}
 	}
 	return r.done()

@@ -128,7 +128,7 @@ func sampleMessages(t testing.TB) []roundTripCase {
 		}}, decPutReq},
 		{"StatusResponse", &wire.StatusResponse{Statuses: []wire.Status{wire.StatusStored, wire.StatusExists,
 			wire.StatusTooLarge, wire.StatusNoSpace, wire.StatusDeleted, wire.StatusBusy, wire.StatusMiss, wire.StatusHit,
-			wire.StatusFenced, wire.StatusNotLeader, wire.StatusAborted, wire.StatusKeyMismatch}}, decStatus},
+			wire.StatusFenced, wire.StatusNotLeader, wire.StatusAborted, wire.StatusKeyMismatch, wire.StatusReadOnly}}, decStatus},
 		{"DeleteRequest", &wire.DeleteRequest{Namespace: ns, Keys: keys}, decDelete},
 		{"StatResponse", &wire.StatResponse{Entries: []wire.StatEntry{{Name: "hits", Value: 1}, {Name: "bytes_cached", Value: math.MaxUint64}}}, decStat},
 		{"Error", &wire.Error{Code: wire.CodeTenantMismatch, Message: "tenant mismatch"}, decError},
@@ -360,8 +360,36 @@ func TestGetResponseStatuses(t *testing.T) {
 }
 
 func TestStatusResponseRejectsUnknownStatus(t *testing.T) {
-	b := (&wire.StatusResponse{Statuses: []wire.Status{wire.StatusStored, wire.StatusKeyMismatch + 1}}).AppendTo(nil)
+	b := (&wire.StatusResponse{Statuses: []wire.Status{wire.StatusStored, wire.StatusReadOnly + 1}}).AppendTo(nil)
 	wantCode(t, new(wire.StatusResponse).Decode(b, maxBatch), wire.CodeMalformed)
+}
+
+// TestStatusResponseReadOnlyByVersion: READ_ONLY (version 4) decodes in a
+// version-4 session and is malformed in older ones, whose servers never
+// send it; the other statuses decode in every version.
+func TestStatusResponseReadOnlyByVersion(t *testing.T) {
+	if wire.StatusReadOnly.Since() != wire.Version4 || wire.StatusNoSpace.Since() != wire.Version1 || wire.VersionMax != wire.Version4 {
+		t.Fatalf("Since: READ_ONLY %d, NO_SPACE %d; VersionMax %d", wire.StatusReadOnly.Since(), wire.StatusNoSpace.Since(), wire.VersionMax)
+	}
+	ro := (&wire.StatusResponse{Statuses: []wire.Status{wire.StatusStored, wire.StatusReadOnly}}).AppendTo(nil)
+	ns := (&wire.StatusResponse{Statuses: []wire.Status{wire.StatusStored, wire.StatusNoSpace}}).AppendTo(nil)
+	for v := wire.Version1; v <= wire.VersionMax; v++ {
+		var m wire.StatusResponse
+		err := m.DecodeVersion(ro, maxBatch, v)
+		if v >= wire.Version4 {
+			if err != nil || m.Statuses[1] != wire.StatusReadOnly {
+				t.Fatalf("version %d: %v %v, want READ_ONLY", v, m.Statuses, err)
+			}
+		} else {
+			wantCode(t, err, wire.CodeMalformed)
+		}
+		if err := m.DecodeVersion(ns, maxBatch, v); err != nil || m.Statuses[1] != wire.StatusNoSpace {
+			t.Fatalf("version %d: %v %v, want NO_SPACE", v, m.Statuses, err)
+		}
+	}
+	if err := new(wire.StatusResponse).Decode(ro, maxBatch); err != nil {
+		t.Fatalf("Decode (VersionMax) refused READ_ONLY: %v", err)
+	}
 }
 
 func TestHelloRequestVersionRange(t *testing.T) {

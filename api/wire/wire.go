@@ -22,10 +22,15 @@ const (
 	// Version3 adds PUT_OPAQUE: storing opaque-key blocks (a RESP key
 	// under a tenant's profile namespace; issue 13).
 	Version3 uint8 = 3
+	// Version4 adds the READ_ONLY block status: a node whose control plane
+	// is unreachable (read-only or unknown mode) refuses a PUT or
+	// PUT_OPAQUE with READ_ONLY rather than NO_SPACE (issue 15). Sessions
+	// of versions 1..3 keep getting NO_SPACE.
+	Version4 uint8 = 4
 	// VersionMax is the highest protocol version this package speaks.
-	VersionMax = Version3
+	VersionMax = Version4
 	// FrameVersion is the header's version byte: the frame layout, which
-	// every protocol version (1, 2 and 3) shares.
+	// every protocol version (1 to 4) shares.
 	FrameVersion uint8 = 1
 	// HeaderSize is the fixed size of a frame header in every version.
 	HeaderSize = 24

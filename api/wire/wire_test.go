@@ -239,8 +239,8 @@ func TestCodes(t *testing.T) {
 		t.Errorf("Opcode strings: %s %s", wire.OpPing, wire.Opcode(99))
 	}
 	if wire.StatusBusy.String() != "BUSY" || wire.StatusAborted.String() != "ABORTED" ||
-		wire.StatusKeyMismatch.String() != "KEY_MISMATCH" || wire.Status(12).String() != "STATUS(12)" {
-		t.Errorf("Status strings: %s %s %s", wire.StatusBusy, wire.StatusKeyMismatch, wire.Status(12))
+		wire.StatusKeyMismatch.String() != "KEY_MISMATCH" || wire.StatusReadOnly.String() != "READ_ONLY" || wire.Status(13).String() != "STATUS(13)" {
+		t.Errorf("Status strings: %s %s %s %s", wire.StatusBusy, wire.StatusKeyMismatch, wire.StatusReadOnly, wire.Status(13))
 	}
 }
 

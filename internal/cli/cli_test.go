@@ -108,7 +108,7 @@ func TestStatPingVersion(t *testing.T) {
 	if r := run(t, "", "ping", "--addr", addr, "--count", "2"); r.code != 0 || strings.Count(r.stdout, "pong") != 2 {
 		t.Fatalf("ping: %+v", r)
 	}
-	if r := run(t, "", "version"); r.code != 0 || !strings.Contains(r.stdout, "wire protocol v1..v3") {
+	if r := run(t, "", "version"); r.code != 0 || !strings.Contains(r.stdout, "wire protocol v1..v4") {
 		t.Fatalf("version: %+v", r)
 	}
 }

@@ -106,8 +106,8 @@ func (c Config) validateCluster() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
 	}
-	if c.ProtocolMax < 1 || c.ProtocolMax > 3 {
-		return bad("protocol_max %d is not 1, 2 or 3", c.ProtocolMax)
+	if c.ProtocolMax < 1 || c.ProtocolMax > 4 {
+		return bad("protocol_max %d is not 1, 2, 3 or 4", c.ProtocolMax)
 	}
 	if !c.Clustered() {
 		return nil

@@ -64,6 +64,13 @@ type Config struct {
 	// TLSClientCA turns on mTLS: clients must present a certificate from
 	// this CA bundle.
 	TLSClientCA string `yaml:"tls_client_ca"`
+	// AdminTLSClientCA is the CA bundle the admin listener verifies client
+	// certificates against. The admin listener never demands one: /healthz
+	// and /readyz answer load balancers, and an admin's bearer secret is
+	// enough for /admin/*; a certificate, when presented, must verify.
+	// Default "": tls_client_ca; "none": the admin listener asks for no
+	// client certificate.
+	AdminTLSClientCA string `yaml:"admin_tls_client_ca"`
 	// SealKeys are the HMAC keys that seal cold-tier manifests (YAML only);
 	// the last is current, earlier ones still verify. None: manifests are
 	// not sealed.
@@ -198,7 +205,7 @@ type Config struct {
 	MemberLeaseTTL time.Duration `yaml:"member_lease_ttl"` // default 10s
 	ControlGrace   time.Duration `yaml:"control_grace"`    // default 10s
 	ControlProbe   time.Duration `yaml:"control_probe"`    // default 1s
-	ProtocolMax    int           `yaml:"protocol_max"`     // default 3
+	ProtocolMax    int           `yaml:"protocol_max"`     // default 4
 	// etcd client security: TLS (etcd_ca, plus etcd_cert/etcd_key for
 	// mTLS) and etcd's own user authentication.
 	EtcdCA           string `yaml:"etcd_ca"`
@@ -265,7 +272,7 @@ func Default() Config {
 		MemberLeaseTTL: 10 * time.Second,
 		ControlGrace:   10 * time.Second,
 		ControlProbe:   time.Second,
-		ProtocolMax:    3,
+		ProtocolMax:    4,
 	}
 }
 
@@ -324,6 +331,7 @@ func (c *Config) fields() []field {
 		{"tls_cert", "TLS certificate chain (PEM) for the data and admin listeners", (*strVal)(&c.TLSCert)},
 		{"tls_key", "TLS private key (PEM)", (*strVal)(&c.TLSKey)},
 		{"tls_client_ca", "CA bundle (PEM) that client certificates must chain to (mTLS)", (*strVal)(&c.TLSClientCA)},
+		{"admin_tls_client_ca", `CA bundle (PEM) for optional client certificates on the admin listener ("": tls_client_ca, "none": ask for none)`, (*strVal)(&c.AdminTLSClientCA)},
 		{"seal_grace", "how long a replaced seal key still verifies", (*durVal)(&c.SealGrace)},
 		{"seal_hot_reads", "seal blocks in DRAM too and verify them on every read (needs seal_keys)", (*boolVal)(&c.SealHotReads)},
 	}, append(append(c.clusterFields(), c.connFields()...), c.respFields()...)...)

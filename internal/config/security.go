@@ -126,6 +126,9 @@ func (c Config) validateSecurity() error {
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		return bad("tls_cert and tls_key go together; set both or neither")
 	}
+	if c.AdminTLSClientCA != "" && c.TLSCert == "" {
+		return bad("admin_tls_client_ca needs tls_cert and tls_key")
+	}
 	if c.TLSClientCA != "" && c.TLSCert == "" {
 		return bad("tls_client_ca (mTLS) needs tls_cert and tls_key")
 	}

@@ -97,8 +97,8 @@ func TestDegradeControlPlaneLoss(t *testing.T) {
 	ns, _, ids, keys, payloads := coldBlocks(t)
 	cl := writeBlocks(t, a.Data, ns, ids[:16], payloads[:16])
 	defer cl.Close()
-	if v := cl.ProtocolVersion(); v != 3 { // protocol_max's default (PUT_OPAQUE)
-		t.Fatalf("negotiated protocol %d, want 3", v)
+	if v := cl.ProtocolVersion(); v != 4 { // protocol_max's default (READ_ONLY)
+		t.Fatalf("negotiated protocol %d, want 4", v)
 	}
 	get := func(i int) client.GetResult {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -149,8 +149,8 @@ func TestDegradeControlPlaneLoss(t *testing.T) {
 	if !get(0).Hit {
 		t.Fatal("read-only: a block of the last known epoch missed")
 	}
-	if st := put(20); st == client.StatusStored {
-		t.Fatal("read-only: a new block was stored")
+	if st := put(20); st != client.StatusReadOnly {
+		t.Fatalf("read-only: PUT answered %s, want READ_ONLY", st)
 	}
 	waitMode(server.ControlUnknown)
 	toMiss := time.Since(armed)

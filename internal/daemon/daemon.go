@@ -285,7 +285,7 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 		}
 		addrs.Admin = aln.Addr().String()
 		aln = newCapListener(aln, cfg.AdminMaxConns) // inside TLS: handshakes count too
-		if tc := sec.tlsConfig(); tc != nil {
+		if tc := sec.adminTLSConfig(); tc != nil {
 			aln = tls.NewListener(aln, tc)
 		}
 		hs = newAdminServer(adm, cfg)

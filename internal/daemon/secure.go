@@ -32,10 +32,13 @@ type secure struct {
 	guard   *security.Guard
 	keyring *seal.Keyring   // nil: cold manifests are not sealed
 	tls     *tlsconf.Server // nil: plain TCP
-	audit   *audit.Logger   // nil: audit off
-	log     *slog.Logger
-	getenv  func(string) (string, bool)
-	closeFn func() error
+	// adminTLS is the admin listener's: the same certificate, client
+	// certificates optional (admin_tls_client_ca). Nil: plain HTTP.
+	adminTLS *tlsconf.Server
+	audit    *audit.Logger // nil: audit off
+	log      *slog.Logger
+	getenv   func(string) (string, bool)
+	closeFn  func() error
 
 	mu  sync.Mutex
 	cur config.Config // guarded by mu: the config last applied
@@ -86,6 +89,9 @@ func newSecure(cfg config.Config, log *slog.Logger, stderr io.Writer, getenv fun
 	if cfg.TLSEnabled() {
 		if s.tls, err = tlsconf.NewServer(tlsconf.Files{CertFile: cfg.TLSCert, KeyFile: cfg.TLSKey, ClientCAFile: cfg.TLSClientCA}); err != nil {
 			return fail(err)
+		}
+		if s.adminTLS, err = tlsconf.NewServer(adminTLSFiles(cfg)); err != nil {
+			return fail(fmt.Errorf("admin listener: %w", err))
 		}
 	}
 	return s, nil
@@ -199,6 +205,12 @@ func (s *secure) reload(next config.Config, actor string) error {
 			return err
 		}
 	}
+	if s.adminTLS != nil {
+		if err := s.adminTLS.Reload(); err != nil {
+			s.audit.AdminAction(actor, "reload_refused", slog.String("reason", "admin listener: "+err.Error()))
+			return fmt.Errorf("admin listener: %w", err)
+		}
+	}
 	if s.keyring != nil {
 		last := next.SealKeys[len(next.SealKeys)-1]
 		if seal.KeyID(last.ID) != s.keyring.Current() {
@@ -304,6 +316,28 @@ func (s *secure) authorizeAdmin(r *http.Request) (string, error) {
 }
 
 // tlsConfig returns the listeners' TLS config, or nil.
+// adminTLSFiles is the admin listener's TLS: the data listener's
+// certificate, and client certificates optional, verified against
+// admin_tls_client_ca (default tls_client_ca; "none": not asked for).
+func adminTLSFiles(cfg config.Config) tlsconf.Files {
+	ca := cfg.AdminTLSClientCA
+	switch ca {
+	case "":
+		ca = cfg.TLSClientCA
+	case "none":
+		ca = ""
+	}
+	return tlsconf.Files{CertFile: cfg.TLSCert, KeyFile: cfg.TLSKey, ClientCAFile: ca, ClientCertOptional: true}
+}
+
+// adminTLSConfig is the admin listener's TLS config, or nil without TLS.
+func (s *secure) adminTLSConfig() *tls.Config {
+	if s.adminTLS == nil {
+		return nil
+	}
+	return s.adminTLS.Config()
+}
+
 func (s *secure) tlsConfig() *tls.Config {
 	if s.tls == nil {
 		return nil

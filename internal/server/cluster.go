@@ -19,13 +19,15 @@ const (
 	ControlLive ControlMode = iota
 	// ControlReadOnly: the control plane is unreachable and the view may be
 	// stale. The node keeps serving reads of the keys it owned under the
-	// last known epoch, but stores nothing new: PUT answers NO_SPACE and
+	// last known epoch, but stores nothing new: PUT answers READ_ONLY
+	// (NO_SPACE to sessions before version 4) and
 	// ACQUIRE answers DENIED (the engine recomputes, and no block lands on
 	// a node that may no longer own it).
 	ControlReadOnly
 	// ControlUnknown: the control plane has been unreachable past the
 	// grace period; the owner of every key is unknown. Every read is a
-	// miss, PUT answers NO_SPACE and ACQUIRE answers DENIED.
+	// miss, PUT answers READ_ONLY (NO_SPACE before version 4) and ACQUIRE
+	// answers DENIED.
 	ControlUnknown
 )
 
@@ -183,7 +185,8 @@ func (c *conn) clusterState() *clusterState {
 func (st *clusterState) unknown() bool { return st != nil && st.mode == ControlUnknown }
 
 // storesNothing reports whether the control mode forbids storing new
-// blocks (read-only or unknown): PUT answers NO_SPACE and ACQUIRE starts no
+// blocks (read-only or unknown): PUT answers READ_ONLY (NO_SPACE before
+// version 4) and ACQUIRE starts no
 // fill, so no block lands on a node that may no longer own it.
 func (st *clusterState) storesNothing() bool { return st != nil && st.mode != ControlLive }
 
@@ -231,18 +234,23 @@ func (c *conn) wrongEpoch(st *clusterState, key wire.Key) error {
 		Message: fmt.Sprintf("key %x.. is owned by %s under epoch %d, not by %s", key[:4], owner, st.view.Epoch(), c.s.cfg.Cluster.self)}
 }
 
-// refusePut answers a PUT of n blocks NO_SPACE for every block without
-// storing any, discarding the rest payload bytes so the stream stays in
-// sync.
+// refusePut answers a PUT or PUT_OPAQUE of n blocks in read-only or
+// unknown mode: READ_ONLY for every block (NO_SPACE to a session of a
+// version before 4, which does not know READ_ONLY), storing none and
+// discarding the rest payload bytes so the stream stays in sync.
 func (c *conn) refusePut(h wire.Header, rest int64, n int) error {
 	if err := c.skip(rest); err != nil {
 		c.release()
 		return err
 	}
 	c.s.stats.modeRefused.Add(uint64(n))
+	status := wire.StatusReadOnly
+	if c.version < status.Since() {
+		status = wire.StatusNoSpace
+	}
 	resp := wire.StatusResponse{Statuses: c.statuses[:0]}
 	for range n {
-		resp.Statuses = append(resp.Statuses, wire.StatusNoSpace)
+		resp.Statuses = append(resp.Statuses, status)
 	}
 	c.statuses = resp.Statuses
 	c.reply(h, &resp)

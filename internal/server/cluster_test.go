@@ -163,10 +163,11 @@ func TestVersionNegotiation(t *testing.T) {
 		min, max uint8
 		want     uint8
 	}{
-		{"new client, new server", ts.addr, 1, wire.VersionMax, wire.Version3},
+		{"new client, new server", ts.addr, 1, wire.VersionMax, wire.Version4},
+		{"v3 client, new server", ts.addr, 1, 3, wire.Version3},
 		{"v1 client, new server", ts.addr, 1, 1, wire.Version1},
 		{"v2-only client, new server", ts.addr, 2, 2, wire.Version2},
-		{"client ahead of the server", ts.addr, 1, wire.VersionMax + 3, wire.Version3},
+		{"client ahead of the server", ts.addr, 1, wire.VersionMax + 3, wire.Version4},
 		{"new client, pinned server", pinned.addr, 1, wire.VersionMax, wire.Version1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -403,6 +404,10 @@ func TestControlModes(t *testing.T) {
 	blob := mustCanonical(t, testNamespace("acme"))
 	c, _ := helloV(t, ts.addr, "acme", 1, 2)
 	old := helloConn(t, ts.addr, "acme")
+	v4, hr := helloV(t, ts.addr, "acme", 1, wire.Version4)
+	if hr.Version != wire.Version4 {
+		t.Fatalf("negotiated version %d, want 4", hr.Version)
+	}
 	cached := own[:2]
 	if st := c.putMany(blob, cached, [][]byte{randomPayload(9<<10, 1), randomPayload(9<<10, 2)}); st[0] != wire.StatusStored || st[1] != wire.StatusStored {
 		t.Fatalf("live put: %v", st)
@@ -423,13 +428,18 @@ func TestControlModes(t *testing.T) {
 		}
 		equalBytes(t, payload, randomPayload(9<<10, 1))
 		// Writes store nothing, on every session, and the stream stays in
-		// sync after the skipped payload.
+		// sync after the skipped payload. A version-4 session is told
+		// READ_ONLY; older sessions, which do not know it, NO_SPACE.
 		for _, s := range []*rawConn{c, old} {
 			if st := s.putMany(blob, own[2:], [][]byte{randomPayload(7<<10, 3)}); st[0] != wire.StatusNoSpace {
 				t.Fatalf("read-only put: %s, want NO_SPACE", st[0])
 			}
 			s.roundTrip(wire.OpPing, nil)
 		}
+		if st := v4.putMany(blob, own[2:], [][]byte{randomPayload(7<<10, 3)}); st[0] != wire.StatusReadOnly {
+			t.Fatalf("read-only put in a version-4 session: %s, want READ_ONLY", st[0])
+		}
+		v4.roundTrip(wire.OpPing, nil)
 		if e := c.acquire(blob, mustKey(t, cached[0]), mustKey(t, own[2])); e[0].Outcome != wire.AcquireHit || e[1].Outcome != wire.AcquireDenied {
 			t.Fatalf("read-only acquire: %s %s, want HIT DENIED", e[0].Outcome, e[1].Outcome)
 		}
@@ -460,6 +470,9 @@ func TestControlModes(t *testing.T) {
 				t.Fatalf("unknown-mode acquire: %s %s, want DENIED DENIED", e[0].Outcome, e[1].Outcome)
 			}
 		}
+		if st := v4.putMany(blob, own[2:], [][]byte{randomPayload(7<<10, 3)}); st[0] != wire.StatusReadOnly {
+			t.Fatalf("unknown-mode put in a version-4 session: %s, want READ_ONLY", st[0])
+		}
 		// DELETE is allowed.
 		_, body := c.roundTrip(wire.OpDelete, (&wire.DeleteRequest{Namespace: blob, Keys: wireKeysOf(t, cached[1])}).AppendTo(nil))
 		var dr wire.StatusResponse
@@ -474,9 +487,10 @@ func TestControlModes(t *testing.T) {
 		t.Fatal("back to live: the cached block is gone")
 	}
 	st := statsOf(ts.srv)
-	// Read-only: 2 PUT blocks + 1 denied ACQUIRE entry. Unknown, per
-	// session: 3 LOOKUP keys, 2 GET keys, 1 PUT block, 2 ACQUIRE entries.
-	if want := uint64(3 + 2*(3+2+1+2)); st["readonly_refused"] != want {
+	// Read-only: 3 PUT blocks + 1 denied ACQUIRE entry. Unknown, per
+	// old session: 3 LOOKUP keys, 2 GET keys, 1 PUT block, 2 ACQUIRE
+	// entries; and the version-4 session's PUT block.
+	if want := uint64(4 + 2*(3+2+1+2) + 1); st["readonly_refused"] != want {
 		t.Fatalf("readonly_refused %d, want %d", st["readonly_refused"], want)
 	}
 	if st["control_mode"] != 0 || st["cluster_epoch"] != 4 || st["wrong_epoch"] != 1 {

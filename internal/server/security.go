@@ -66,6 +66,11 @@ func (t *tenantTable) get(tenant string) *tenantCounters {
 	return v.(*tenantCounters)
 }
 
+// ErrCredentialConflict: a HELLO presented a client certificate and a
+// bearer secret of different tenants. It is refused (UNAUTHENTICATED) and
+// audited as credential_conflict; neither credential wins.
+var ErrCredentialConflict = errors.New("gpucache/server: client certificate and bearer secret name different tenants")
+
 // session is a connection's authenticated state. Reader-owned.
 type session struct {
 	auth.Session
@@ -92,6 +97,14 @@ func (c *conn) helloSession(req *wire.HelloRequest) (auth.Session, error) {
 	switch {
 	case req.Auth == wire.AuthBearer:
 		s, err = p.Auth.Bearer(req.Credential, c.s.guard.Now())
+		if names := c.peerNames(); err == nil && names != nil {
+			// Both credentials name a tenant: they must name the same
+			// one. A certificate that maps to no tenant does not conflict.
+			if cs, cerr := p.Auth.Cert(names); cerr == nil && cs.Tenant != s.Tenant {
+				err = fmt.Errorf("%w: %w: the client certificate names tenant %q, the bearer secret tenant %q; present one tenant's credentials",
+					auth.ErrUnauthenticated, ErrCredentialConflict, cs.Tenant, s.Tenant)
+			}
+		}
 	case c.peerNames() != nil:
 		s, err = p.Auth.Cert(c.peerNames())
 	default:
@@ -119,7 +132,9 @@ func (c *conn) authFailed(req *wire.HelloRequest, err error) (*wire.Error, bool)
 	c.sess.authFails++
 	c.s.stats.authFailures.Add(1)
 	reason := auth.Reason(err)
-	if !errors.Is(err, auth.ErrExpired) && !errors.Is(err, auth.ErrNoCredential) && !errors.Is(err, auth.ErrUnknown) {
+	if errors.Is(err, ErrCredentialConflict) {
+		reason = "credential_conflict"
+	} else if !errors.Is(err, auth.ErrExpired) && !errors.Is(err, auth.ErrNoCredential) && !errors.Is(err, auth.ErrUnknown) {
 		reason = "tenant_mismatch"
 	}
 	c.s.guard.Audit().AuthFailure(req.Tenant, reason, c.nc.RemoteAddr().String())

@@ -14,9 +14,13 @@ import (
 // chain (leaf first, then intermediates) and its private key. ClientCAFile
 // (server side), when set, turns on mTLS: clients must present a
 // certificate that verifies against this CA bundle
-// (tls.RequireAndVerifyClientCert).
+// (tls.RequireAndVerifyClientCert). With ClientCertOptional a client may
+// also present none; one it presents must still verify
+// (tls.VerifyClientCertIfGiven): the admin listener's mode, so health
+// probes and bearer-token requests need no certificate.
 type Files struct {
 	CertFile, KeyFile, ClientCAFile string
+	ClientCertOptional              bool
 }
 
 // Server holds a reloadable server-side TLS setup. It is safe for
@@ -49,6 +53,9 @@ func NewServer(f Files) (*Server, error) {
 	s := &Server{files: f, mode: tls.NoClientCert}
 	if f.ClientCAFile != "" {
 		s.mode = tls.RequireAndVerifyClientCert
+		if f.ClientCertOptional {
+			s.mode = tls.VerifyClientCertIfGiven
+		}
 	}
 	m, err := s.load()
 	if err != nil {
@@ -86,7 +93,7 @@ func (s *Server) load() (*material, error) {
 		Certificates: []tls.Certificate{*cert},
 		ClientAuth:   s.mode,
 	}
-	if s.mode == tls.RequireAndVerifyClientCert {
+	if s.files.ClientCAFile != "" {
 		pool, cas, err := loadCABundle("client CA bundle", s.files.ClientCAFile, now)
 		if err != nil {
 			return nil, err

@@ -1,0 +1,102 @@
+package server
+
+import (
+	"crypto/tls"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/gpucache/gpucache/api/wire"
+	"github.com/gpucache/gpucache/internal/security"
+	"github.com/gpucache/gpucache/internal/security/audit"
+	"github.com/gpucache/gpucache/internal/security/replay"
+	"github.com/gpucache/gpucache/internal/security/tlsconf/tlstest"
+)
+
+// TestHelloCredentialConflict: a HELLO whose verified client certificate
+// names one tenant and whose bearer secret names another is refused and
+// audited as credential_conflict; neither credential silently wins. A
+// certificate and a secret of the same tenant, or a certificate that names
+// no tenant, still authenticate.
+func TestHelloCredentialConflict(t *testing.T) {
+	ca := tlstest.NewCA(t, "conflict-ca")
+	srvCert, srvKey := ca.Issue(t, "server", tlstest.ServerAuth(), tlstest.IP(net.IPv4(127, 0, 0, 1)))
+	pair, err := tls.X509KeyPair(srvCert, srvKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serverTLS := &tls.Config{Certificates: []tls.Certificate{pair}, ClientCAs: ca.Pool(),
+		ClientAuth: tls.VerifyClientCertIfGiven, MinVersion: tls.VersionTLS13}
+
+	tenants := testTenants()
+	tenants[0].CertNames = []string{"acme-client"} // acme
+	clock := &fakeClock{t: time.Unix(1_800_000_000, 0)}
+	w, err := replay.New(replay.Config{Window: 5 * time.Minute, MaxNonces: 1024, TenantNonces: 256, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &syncBuffer{}
+	guard, err := security.NewGuard(testPolicy(t, tenants, nil), w, audit.New(log), clock.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := startServer(t, func(c *Config) { c.Guard = guard })
+	// startServer listens in plaintext; serve TLS on a second listener.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- ts.srv.Serve(tls.NewListener(ln, serverTLS)) }()
+	t.Cleanup(func() { <-served }) // startServer's cleanup (registered first, run last) would block: close here
+	t.Cleanup(func() { ln.Close() })
+
+	dial := func(cn string) *authConn {
+		cfg := &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1", MinVersion: tls.VersionTLS13}
+		if cn != "" {
+			c, k := ca.Issue(t, cn, tlstest.ClientAuth())
+			p, err := tls.X509KeyPair(c, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.Certificates = []tls.Certificate{p}
+		}
+		nc, err := tls.Dial("tcp", ln.Addr().String(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nc.Close() })
+		nc.SetDeadline(time.Now().Add(20 * time.Second))
+		return &authConn{rawConn: &rawConn{t: t, nc: nc}, now: clock.Now}
+	}
+
+	// acme's certificate with beta's secret: refused, whichever tenant the
+	// HELLO names.
+	for _, claim := range []string{"", "beta", "acme"} {
+		if resp, e := dial("acme-client").hello(claim, secretB); e == nil || e.Code != wire.CodeUnauthenticated {
+			t.Fatalf("certificate acme + secret beta (claim %q): %+v %v, want UNAUTHENTICATED", claim, resp, e)
+		}
+	}
+	evs := log.events(t, audit.EventAuthFailure)
+	if len(evs) != 3 {
+		t.Fatalf("%d auth_failure events, want 3", len(evs))
+	}
+	for i, ev := range evs {
+		if ev["reason"] != "credential_conflict" {
+			t.Errorf("event %d reason %v, want credential_conflict", i, ev["reason"])
+		}
+	}
+	// The same tenant on both: accepted, as a bearer session of acme.
+	if resp, e := dial("acme-client").hello("", secretA); e != nil || resp.Tenant != "acme" {
+		t.Fatalf("certificate acme + secret acme: %+v %v", resp, e)
+	}
+	// The certificate alone: acme.
+	if resp, e := dial("acme-client").hello("", nil); e != nil || resp.Tenant != "acme" {
+		t.Fatalf("certificate acme alone: %+v %v", resp, e)
+	}
+	// A certificate that names no tenant does not conflict: the secret
+	// authenticates.
+	if resp, e := dial("someone-else").hello("", secretB); e != nil || resp.Tenant != "beta" {
+		t.Fatalf("unmapped certificate + secret beta: %+v %v", resp, e)
+	}
+}
