@@ -7,11 +7,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime"
-	"runtime/debug"
 	"strings"
 
-	"github.com/gpucache/gpucache/api/wire"
+	"github.com/gpucache/gpucache/internal/version"
 )
 
 // Stdio is the command's standard streams.
@@ -220,13 +218,7 @@ func newFlagSet(name, synopsis string, w io.Writer) *flag.FlagSet {
 	return fs
 }
 
-func versionLine() string {
-	v := "dev"
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		v = bi.Main.Version
-	}
-	return fmt.Sprintf("gpucache %s (wire protocol v%d..v%d, %s %s/%s)", v, wire.Version1, wire.VersionMax, runtime.Version(), runtime.GOOS, runtime.GOARCH)
-}
+func versionLine() string { return version.Line("gpucache") }
 
 // isTerminal reports whether w is a character device (a terminal).
 func isTerminal(w io.Writer) bool {
