@@ -19,7 +19,7 @@ import (
 func Main(args []string, stderr io.Writer) int {
 	for _, a := range args {
 		if a == "--version" || a == "-version" {
-			fmt.Fprintln(os.Stdout, version.Line("gpucached"))
+			fmt.Fprintln(stderr, version.Line("gpucached"))
 			return 0
 		}
 	}
