@@ -36,7 +36,7 @@ func runBench(ctx context.Context, args []string, std Stdio) error {
 	if err != nil {
 		return err
 	}
-	cfg := bench.Config{Addr: common.addr, Tenant: tenant, Batch: *batch, Pipeline: *pipeline,
+	cfg := bench.Config{Addr: common.addr, Cluster: common.seeds(), Tenant: tenant, Batch: *batch, Pipeline: *pipeline,
 		Duration: *duration, Requests: *requests, Keys: *keys, Warmup: *warmup, RequestTimeout: common.timeout}
 	if cfg.Secret, cfg.TLS, err = common.credentials(); err != nil {
 		return err
