@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gpucache/gpucache/client"
+	"github.com/gpucache/gpucache/internal/control"
 )
 
 // Output says where progress goes. A nil Progress prints none.
@@ -30,11 +31,20 @@ func Run(ctx context.Context, cfg Config, out Output) (*Report, error) {
 		return nil, err
 	}
 	r := &runner{cfg: cfg, prog: newProgress(out.Progress, out.TTY)}
-	ctl, err := r.dial(ctx, 4, 64)
+	ctl, err := r.dialControl(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer ctl.Close()
+	var data dataClient = nodeData{ctl}
+	var cl *client.Cluster
+	if len(cfg.Cluster) > 0 {
+		if cl, err = r.dialCluster(ctx); err != nil {
+			return nil, err
+		}
+		defer cl.Close()
+		data = clusterData{cl}
+	}
 	lim := ctl.Limits()
 	for _, s := range cfg.Sizes {
 		if uint64(s) > uint64(lim.MaxPayload) {
@@ -45,14 +55,17 @@ func Run(ctx context.Context, cfg Config, out Output) (*Report, error) {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	rep := &Report{
-		Started: time.Now().UTC(), Addr: cfg.Addr, Server: ctl.ServerName(), Limits: lim,
+		Started: time.Now().UTC(), Addr: r.cfg.Addr, Server: ctl.ServerName(), Limits: lim,
 		Params: Params{Ops: cfg.Ops, Sizes: cfg.Sizes, Conns: cfg.Conns, Batch: cfg.Batch, Pipeline: cfg.Pipeline,
 			DurationNs: int64(cfg.Duration), Requests: cfg.Requests, Keys: cfg.Keys, WarmupNs: int64(cfg.Warmup),
 			HoldBytes: cfg.HoldBytes, GoMaxProcs: runtime.GOMAXPROCS(0), ClientNumCPU: runtime.NumCPU()},
 	}
 	r.rep = rep
+	if cl != nil {
+		rep.Cluster = &ClusterInfo{Seeds: cfg.Cluster, Epoch: r.view.Epoch(), Members: r.members}
+	}
 	if cfg.HoldBytes > 0 {
-		rep.Hold = r.hold(ctx, ctl, min(cfg.HoldBlock, int(lim.MaxPayload)))
+		rep.Hold = r.hold(ctx, data, min(cfg.HoldBlock, int(lim.MaxPayload)))
 	}
 	total := len(cfg.Sizes) * len(cfg.Conns) * len(cfg.Ops)
 	index := 0
@@ -62,7 +75,7 @@ func Run(ctx context.Context, cfg Config, out Output) (*Report, error) {
 				continue
 			}
 			if op == OpGet {
-				r.populate(ctx, ctl, size)
+				r.populate(ctx, data, size)
 			}
 			for _, conns := range cfg.Conns {
 				if ctx.Err() != nil {
@@ -87,7 +100,12 @@ func Run(ctx context.Context, cfg Config, out Output) (*Report, error) {
 		return rep, fmt.Errorf("STAT after the cases: %w", err)
 	}
 	rep.ServerStat = stat
-	rep.Summary = ServerSummary{GoHeapInUseBytes: stat["go_heap_inuse_bytes"], GoGCPauseP99Ns: stat["go_gc_pause_p99_ns"], HotBytesCached: stat["hot_bytes_cached"]}
+	rep.Summary = summaryOf(stat)
+	if cl != nil {
+		rep.Cluster.Nodes = r.nodeStats(sctx)
+		r.addStats(cl.Stats())
+		rep.Cluster.Stats = r.stats
+	}
 	return rep, nil
 }
 
@@ -105,14 +123,61 @@ type runner struct {
 	prog   *progress
 	digest client.NamespaceDigest
 	rep    *Report
+	// view, members and index are the cluster's view for a --cluster run
+	// (members empty otherwise): the per-node figures attribute each key
+	// to its owner under it.
+	view    control.View
+	members []client.Member
+	index   map[string]int
+	stats   client.ClusterStats // summed over the run's cluster clients
 	// working caches the working-set keys per size; written only by the
 	// goroutine that runs the cases, before a case's workers start.
 	working map[int][]client.BlockKey
 }
 
 func (r *runner) dial(ctx context.Context, conns, inflight int) (*client.Client, error) {
-	return client.Dial(ctx, client.Config{Addr: r.cfg.Addr, Tenant: r.cfg.Tenant, Secret: r.cfg.Secret, TLS: r.cfg.TLS, Conns: conns,
-		MaxInFlight: inflight, RequestTimeout: r.cfg.RequestTimeout, ClientName: "gpucache-bench"})
+	return client.Dial(ctx, r.nodeConfig(r.cfg.Addr, conns, inflight))
+}
+
+func (r *runner) nodeConfig(addr string, conns, inflight int) client.Config {
+	return client.Config{Addr: addr, Tenant: r.cfg.Tenant, Secret: r.cfg.Secret, TLS: r.cfg.TLS, Conns: conns,
+		MaxInFlight: inflight, RequestTimeout: r.cfg.RequestTimeout, ClientName: "gpucache-bench"}
+}
+
+// dialControl dials the node the limits and the headline STAT come from:
+// Addr, or for a cluster run the first seed that answers (Addr is then set
+// to it).
+func (r *runner) dialControl(ctx context.Context) (*client.Client, error) {
+	if len(r.cfg.Cluster) == 0 {
+		return r.dial(ctx, 4, 64)
+	}
+	var errs []error
+	for _, s := range r.cfg.Cluster {
+		c, err := client.Dial(ctx, r.nodeConfig(s, 1, 64))
+		if err == nil {
+			r.cfg.Addr = s
+			return c, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, errors.Join(errs...)
+}
+
+// dialData dials the client of one case worker: a node, or a cluster
+// whose every member gets one connection.
+func (r *runner) dialData(ctx context.Context, inflight int) (dataClient, error) {
+	if len(r.cfg.Cluster) == 0 {
+		c, err := r.dial(ctx, 1, inflight)
+		if err != nil {
+			return nil, err
+		}
+		return nodeData{c}, nil
+	}
+	cl, err := client.DialCluster(ctx, client.ClusterConfig{Seeds: r.cfg.Cluster, Node: r.nodeConfig("", 1, inflight), RefreshInterval: -1})
+	if err != nil {
+		return nil, err
+	}
+	return clusterData{cl}, nil
 }
 
 func (r *runner) notef(format string, args ...any) {
@@ -145,7 +210,7 @@ func (r *runner) workingSet(size int) []client.BlockKey {
 
 // populate writes the working set of one size (blocks already cached
 // answer EXISTS).
-func (r *runner) populate(ctx context.Context, c *client.Client, size int) {
+func (r *runner) populate(ctx context.Context, c dataClient, size int) {
 	const batch, workers = 16, 4
 	keys := r.workingSet(size)
 	var next atomic.Int64
@@ -192,7 +257,7 @@ func (r *runner) populate(ctx context.Context, c *client.Client, size int) {
 }
 
 // hold fills the server with about want bytes of blocks of size bytes.
-func (r *runner) hold(ctx context.Context, c *client.Client, size int) *HoldResult {
+func (r *runner) hold(ctx context.Context, c dataClient, size int) *HoldResult {
 	want := r.cfg.HoldBytes
 	res := &HoldResult{Requested: want, BlockSize: size}
 	ns := r.cfg.Namespace
@@ -271,14 +336,17 @@ func (cs *caseState) noteErr(err error) {
 func (r *runner) runCase(ctx context.Context, op string, size, conns, index, total int) (CaseResult, error) {
 	cfg := r.cfg
 	res := CaseResult{Op: op, Size: size, SizeLabel: FormatSize(int64(size)), Conns: conns, Batch: cfg.Batch, Pipeline: cfg.Pipeline}
-	clients := make([]*client.Client, 0, conns)
+	clients := make([]dataClient, 0, conns)
 	defer func() {
 		for _, c := range clients {
+			if cd, ok := c.(clusterData); ok {
+				r.addStats(cd.Stats())
+			}
 			c.Close()
 		}
 	}()
 	for range conns {
-		c, err := r.dial(ctx, 1, cfg.Pipeline)
+		c, err := r.dialData(ctx, cfg.Pipeline)
 		if err != nil {
 			return res, fmt.Errorf("case %s: %w", res.label(), err)
 		}
@@ -307,7 +375,15 @@ func (r *runner) runCase(ctx context.Context, op string, size, conns, index, tot
 
 	var hist Histogram
 	var last time.Time
+	nodes := make([]nodeCount, len(r.members))
 	for _, w := range workers {
+		for i, n := range w.nodes {
+			nodes[i].blocks += n.blocks
+			nodes[i].bytes += n.bytes
+			nodes[i].errors += n.errors
+			nodes[i].misses += n.misses
+			nodes[i].corrupt += n.corrupt
+		}
 		hist.Merge(&w.hist)
 		res.Requests += w.requests
 		res.Blocks += w.blocks
@@ -326,6 +402,15 @@ func (r *runner) runCase(ctx context.Context, op string, size, conns, index, tot
 		res.OpsPerSec = float64(res.Blocks) / res.Seconds
 		res.GBPerSec = float64(res.Bytes) / res.Seconds / 1e9
 	}
+	for i, n := range nodes {
+		nr := NodeResult{ID: r.members[i].ID, Addr: r.members[i].Addr, Blocks: n.blocks, Bytes: n.bytes,
+			Errors: n.errors, Misses: n.misses, Corrupt: n.corrupt}
+		if res.Seconds > 0 {
+			nr.OpsPerSec = float64(n.blocks) / res.Seconds
+			nr.GBPerSec = float64(n.bytes) / res.Seconds / 1e9
+		}
+		res.Nodes = append(res.Nodes, nr)
+	}
 	res.MeanNs = int64(hist.Mean())
 	res.P50Ns, res.P90Ns = int64(hist.Quantile(0.50)), int64(hist.Quantile(0.90))
 	res.P99Ns, res.P999Ns = int64(hist.Quantile(0.99)), int64(hist.Quantile(0.999))
@@ -341,11 +426,17 @@ func (r *runner) runCase(ctx context.Context, op string, size, conns, index, tot
 // worker issues one request at a time on a shared client; Pipeline workers
 // share each client, which is how requests pipeline on its connection.
 type worker struct {
-	r    *runner
-	cs   *caseState
-	c    *client.Client
-	rng  *rand.Rand
-	hist Histogram
+	r   *runner
+	cs  *caseState
+	c   dataClient
+	rng *rand.Rand
+	// nodes is this worker's per-member share (cluster runs), by index in
+	// the runner's members; counted only for measured requests.
+	nodes []nodeCount
+	pend  []nodeCount
+	// scratch absorbs the per-member counts of a run without members.
+	scratch nodeCount
+	hist    Histogram
 
 	working []client.BlockKey // GET: the working set of the case's size
 	keys    []client.BlockKey
@@ -357,10 +448,10 @@ type worker struct {
 	last                                             time.Time
 }
 
-func newWorker(r *runner, cs *caseState, c *client.Client, id uint64) *worker {
+func newWorker(r *runner, cs *caseState, c dataClient, id uint64) *worker {
 	b := r.cfg.Batch
 	w := &worker{r: r, cs: cs, c: c, rng: rand.New(rand.NewPCG(id, uint64(time.Now().UnixNano()))),
-		keys: make([]client.BlockKey, b)}
+		keys: make([]client.BlockKey, b), nodes: make([]nodeCount, len(r.members)), pend: make([]nodeCount, len(r.members))}
 	if cs.op == OpGet {
 		w.working = r.workingSet(cs.size)
 		w.dst, w.res = make([][]byte, b), make([]client.GetResult, b)
@@ -393,6 +484,7 @@ func (w *worker) run(ctx context.Context) {
 			}
 		}
 		var blocks, bytes, errs, misses, corrupt uint64
+		clear(w.pend)
 		if w.cs.op == OpGet {
 			blocks, bytes, errs, misses, corrupt = w.get(ctx)
 		} else {
@@ -410,6 +502,14 @@ func (w *worker) run(ctx context.Context) {
 		w.errors += errs
 		w.misses += misses
 		w.corrupt += corrupt
+		for i, p := range w.pend {
+			n := &w.nodes[i]
+			n.blocks += p.blocks
+			n.bytes += p.bytes
+			n.errors += p.errors
+			n.misses += p.misses
+			n.corrupt += p.corrupt
+		}
 		w.last = end
 	}
 }
@@ -418,17 +518,23 @@ func (w *worker) get(ctx context.Context) (blocks, bytes, errs, misses, corrupt 
 	for i := range w.keys {
 		w.keys[i] = w.working[w.rng.IntN(len(w.working))]
 	}
-	w.c.GetInto(ctx, w.r.cfg.Namespace, w.keys, w.dst, w.res)
+	w.c.getInto(ctx, w.r.cfg.Namespace, w.keys, w.dst, w.res)
 	for i, res := range w.res {
+		n := w.share(w.keys[i])
+		n.blocks++
 		switch {
 		case res.Hit && verify(res.Data, seedOf(w.keys[i]), w.cs.size):
 			bytes += uint64(len(res.Data))
+			n.bytes += uint64(len(res.Data))
 		case res.Hit:
 			corrupt++
+			n.corrupt++
 		case errors.Is(res.Reason, client.ErrNotCached):
 			misses++
+			n.misses++
 		default:
 			errs++
+			n.errors++
 			w.cs.noteErr(res.Reason)
 		}
 	}
@@ -449,16 +555,29 @@ func (w *worker) put(ctx context.Context) (blocks, bytes, errs uint64) {
 	if err != nil {
 		w.cs.noteErr(err)
 	}
-	for _, s := range st {
+	for i, s := range st {
+		n := w.share(w.puts[i].Key)
+		n.blocks++
 		switch s {
 		case client.StatusStored, client.StatusExists:
 			bytes += uint64(size)
+			n.bytes += uint64(size)
 		default:
 			errs++
+			n.errors++
 			if err == nil {
 				w.cs.noteErr(fmt.Errorf("PUT status %s", s))
 			}
 		}
 	}
 	return uint64(len(w.puts)), bytes, errs
+}
+
+// share is the pending per-member count of key's owner; a scratch count
+// when the run has no members.
+func (w *worker) share(k client.BlockKey) *nodeCount {
+	if i := w.r.owner(k); i >= 0 {
+		return &w.pend[i]
+	}
+	return &w.scratch
 }

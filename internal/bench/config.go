@@ -28,6 +28,10 @@ type Config struct {
 	// client's (127.0.0.1:9400, "default").
 	Addr   string
 	Tenant string
+	// Cluster, if set, are seed addresses of a cluster: every request goes
+	// through client.DialCluster to the owner of each key, and the report
+	// splits each case per member (CaseResult.Nodes). Addr is then ignored.
+	Cluster []string
 	// Secret and TLS are the session's credentials (client.Config).
 	Secret []byte
 	TLS    *tls.Config

@@ -19,7 +19,9 @@ type Report struct {
 	Limits  client.Limits `json:"limits"`
 	Params  Params        `json:"params"`
 	Hold    *HoldResult   `json:"hold,omitempty"`
-	Cases   []CaseResult  `json:"cases"`
+	// Cluster is the view of a --cluster run and every member's STAT.
+	Cluster *ClusterInfo `json:"cluster,omitempty"`
+	Cases   []CaseResult `json:"cases"`
 	// ServerStat is the server's STAT snapshot taken after the last case.
 	ServerStat map[string]uint64 `json:"server_stat"`
 	// Summary picks the headline server figures out of ServerStat.
@@ -95,6 +97,9 @@ type CaseResult struct {
 	Corrupt uint64 `json:"corrupt"`
 	// FirstError is the first error seen, for diagnosis.
 	FirstError string `json:"first_error,omitempty"`
+	// Nodes is each cluster member's share of the case (cluster runs): the
+	// blocks whose keys it owns, with the same counters.
+	Nodes []NodeResult `json:"nodes,omitempty"`
 }
 
 func (r *CaseResult) label() string {
@@ -128,6 +133,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 			fmtDur(c.P50Ns), fmtDur(c.P90Ns), fmtDur(c.P99Ns), fmtDur(c.P999Ns), c.Errors, c.Misses, c.Corrupt)
 	}
 	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if err := r.writeNodes(w); err != nil {
 		return err
 	}
 	if r.Hold != nil {

@@ -13,7 +13,7 @@ import (
 func runBench(ctx context.Context, args []string, std Stdio) error {
 	var common commonFlags
 	var nsf nsFlags
-	fs := newFlagSet("bench", "bench [flags]", std.Err)
+	fs := newFlagSet("bench", "bench [flags]", std.Out)
 	common.register(fs)
 	nsf.register(fs, "bench")
 	op := fs.String("op", "both", "operation: get, put or both")
@@ -32,12 +32,16 @@ func runBench(ctx context.Context, args []string, std Stdio) error {
 	if err != nil {
 		return err
 	}
-	cfg := bench.Config{Addr: common.addr, Tenant: common.tenant, Batch: *batch, Pipeline: *pipeline,
+	tenant, err := common.sessionTenant(ctx)
+	if err != nil {
+		return err
+	}
+	cfg := bench.Config{Addr: common.addr, Cluster: common.seeds(), Tenant: tenant, Batch: *batch, Pipeline: *pipeline,
 		Duration: *duration, Requests: *requests, Keys: *keys, Warmup: *warmup, RequestTimeout: common.timeout}
 	if cfg.Secret, cfg.TLS, err = common.credentials(); err != nil {
 		return err
 	}
-	if cfg.Namespace, err = nsf.namespace(common.tenant); err != nil {
+	if cfg.Namespace, err = nsf.namespace(tenant); err != nil {
 		return err
 	}
 	if cfg.Ops, err = bench.ParseOps(*op); err != nil {

@@ -7,11 +7,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime"
-	"runtime/debug"
 	"strings"
 
-	"github.com/gpucache/gpucache/api/wire"
+	"github.com/gpucache/gpucache/internal/version"
 )
 
 // Stdio is the command's standard streams.
@@ -20,13 +18,6 @@ type Stdio struct {
 	Out io.Writer
 	Err io.Writer
 }
-
-// Exit codes.
-const (
-	exitOK    = 0
-	exitFail  = 1 // the operation failed, or a GET missed
-	exitUsage = 2 // bad flags or arguments
-)
 
 // Usage is the top-level help text.
 const Usage = `gpucache: client for the gpucache KV-cache store
@@ -57,7 +48,13 @@ Commands:
 
 Common flags (every command but version):
   --addr host:port   server address (env GPUCACHE_ADDR; default 127.0.0.1:9400)
-  --tenant name      session tenant (env GPUCACHE_TENANT; default "default")
+  --cluster h:p,...  seed addresses of a cluster: put, get, lookup and delete
+                     route each key to its owner (env GPUCACHE_CLUSTER)
+  --tenant name      session tenant (env GPUCACHE_TENANT; default "default",
+                     or the tenant the server derives from --secret-file or
+                     the client certificate)
+  --secret-file f    the tenant's bearer secret (env GPUCACHE_SECRET_FILE)
+  --tls-ca f         CA that verifies the server; turns TLS on (env GPUCACHE_TLS_CA)
   --timeout d        per-request timeout (default 5s)
 
 A block is addressed by its identity: the namespace flags (--model, --revision,
@@ -67,8 +64,21 @@ A block is addressed by its identity: the namespace flags (--model, --revision,
 without them) plus its tokens: --key-text TEXT (one token per byte of TEXT) or
 --tokens 1,2,3.
 
-Run 'gpucache <command> -h' for a command's flags.
+Exit codes:
+  0  done; a GET hit
+  1  miss: a GET or DELETE found no block
+  2  usage error (bad flags or arguments)
+  3  refused by the server: authentication, rights, quota, size limits, capacity
+  4  unavailable: unreachable, timed out, draining, or the key is owned by
+     another cluster member (use --cluster)
+  5  any other failure (a local file, a protocol error)
+
+Run 'gpucache <command> --help' for a command's flags.
 `
+
+// commands are the command names, for suggesting the nearest to a typo.
+var commands = []string{"put", "get", "lookup", "delete", "stat", "ping", "members", "bench", "noisy",
+	"shard-demo", "cold-demo", "replay", "soak", "version", "help"}
 
 // Main runs the command line args (without the program name) and returns
 // the process exit code.
@@ -113,7 +123,11 @@ func Main(ctx context.Context, args []string, std Stdio) int {
 		fmt.Fprint(std.Out, Usage)
 		return exitOK
 	default:
-		fmt.Fprintf(std.Err, "gpucache: unknown command %q (run 'gpucache help')\n", cmd)
+		hint := ""
+		if near, ok := nearest(cmd, commands); ok {
+			hint = fmt.Sprintf(" (did you mean %q?)", near)
+		}
+		fmt.Fprintf(std.Err, "gpucache: unknown command %q%s; see 'gpucache --help'\n", cmd, hint)
 		return exitUsage
 	}
 	switch {
@@ -121,14 +135,8 @@ func Main(ctx context.Context, args []string, std Stdio) int {
 		return exitOK
 	case errors.Is(err, flag.ErrHelp):
 		return exitOK
-	case errors.Is(err, errUsage):
-		fmt.Fprintf(std.Err, "gpucache %s: %s\n", cmd, oneLine(err))
-		return exitUsage
-	case errors.Is(err, errReported):
-		return exitFail
 	}
-	fmt.Fprintf(std.Err, "gpucache %s: %s\n", cmd, oneLine(err))
-	return exitFail
+	return reportErr(std, cmd, err)
 }
 
 var (
@@ -153,12 +161,21 @@ func oneLine(err error) string {
 // and returns the positionals.
 func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
+	// The flag package prints an error and the whole usage on a bad flag:
+	// instead, a bad flag is one line (see reportErr) and only -h/--help
+	// prints the usage, through the flag set's own Usage.
+	usage, out := fs.Usage, fs.Output()
+	fs.Usage = func() {}
+	fs.SetOutput(io.Discard)
+	defer func() { fs.Usage = usage; fs.SetOutput(out) }()
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
+				fs.SetOutput(out)
+				usage()
 				return nil, err
 			}
-			return nil, fmt.Errorf("%w: %v", errUsage, err)
+			return nil, fmt.Errorf("%w: %v%s", errUsage, err, flagHint(fs, err))
 		}
 		args = fs.Args()
 		if len(args) == 0 {
@@ -172,7 +189,25 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// newFlagSet returns a flag set that prints its errors and help to w.
+// flagHint suggests the nearest defined flag for an undefined one.
+func flagHint(fs *flag.FlagSet, err error) string {
+	const undefined = "flag provided but not defined: -"
+	msg := err.Error()
+	if !strings.HasPrefix(msg, undefined) {
+		return ""
+	}
+	name := strings.TrimPrefix(msg[len(undefined):], "-")
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+	if near, ok := nearest(name, names); ok {
+		return fmt.Sprintf(" (did you mean --%s?)", near)
+	}
+	return ""
+}
+
+// newFlagSet returns a flag set whose help (-h, --help) goes to w, which
+// is the command's stdout; usage errors are returned, not printed (see
+// parse).
 func newFlagSet(name, synopsis string, w io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(w)
@@ -183,13 +218,7 @@ func newFlagSet(name, synopsis string, w io.Writer) *flag.FlagSet {
 	return fs
 }
 
-func versionLine() string {
-	v := "dev"
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		v = bi.Main.Version
-	}
-	return fmt.Sprintf("gpucache %s (wire protocol v%d..v%d, %s %s/%s)", v, wire.Version1, wire.VersionMax, runtime.Version(), runtime.GOOS, runtime.GOARCH)
-}
+func versionLine() string { return version.Line("gpucache") }
 
 // isTerminal reports whether w is a character device (a terminal).
 func isTerminal(w io.Writer) bool {

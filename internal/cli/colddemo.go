@@ -26,7 +26,7 @@ import (
 // rejected before any write. It prints COLD_CONTRACT_OK, or
 // COLD_CONTRACT_FAIL with the reason.
 func runColdDemo(ctx context.Context, args []string, std Stdio) error {
-	fs := newFlagSet("cold-demo", "cold-demo [--dir DIR] [--blocks N]", std.Err)
+	fs := newFlagSet("cold-demo", "cold-demo [--dir DIR] [--blocks N]", std.Out)
 	dir := fs.String("dir", "", "directory for the fs store (default: a temporary directory, removed afterwards)")
 	blocks := fs.Int("blocks", 8, "blocks in the pack")
 	err := parseNoArgs(fs, args)

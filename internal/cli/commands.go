@@ -17,7 +17,7 @@ import (
 
 func runPut(ctx context.Context, args []string, std Stdio) error {
 	var b blockCmd
-	fs := newFlagSet("put", "put [flags] (--key-text TEXT | --tokens IDS) FILE|-", std.Err)
+	fs := newFlagSet("put", "put [flags] (--key-text TEXT | --tokens IDS) FILE|-", std.Out)
 	b.register(fs)
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -26,8 +26,7 @@ func runPut(ctx context.Context, args []string, std Stdio) error {
 	if len(pos) != 1 {
 		return usageErr("want one FILE to store (- for stdin), got %d arguments", len(pos))
 	}
-	ns, key, tokens, err := b.resolve()
-	if err != nil {
+	if _, _, _, err := b.resolve(b.common.provisionalTenant()); err != nil {
 		return err
 	}
 	var data []byte
@@ -39,52 +38,67 @@ func runPut(ctx context.Context, args []string, std Stdio) error {
 	if err != nil {
 		return err
 	}
-	c, err := b.common.dial(ctx)
+	c, err := b.common.connect(ctx)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
+	ns, key, tokens, err := b.resolve(c.Tenant())
+	if err != nil {
+		return err
+	}
 	// The block's full identity (position 0, no parent, its token ids): the
 	// server derives the key from it and refuses a mismatch.
 	st, err := c.Put(ctx, ns, []client.PutBlock{{Key: key, TokenIDs: tokens, Data: data}})
 	if err != nil {
-		return err
+		return wrongEpochHint(err)
 	}
 	switch st[0] {
 	case client.StatusStored:
 		fmt.Fprintf(std.Out, "stored %s as %s\n", fmtBytes(len(data)), key)
 	case client.StatusExists:
-		fmt.Fprintf(std.Out, "exists: %s is already cached (payload not replaced)\n", key)
+		// Blocks are immutable: the server keeps what it has and drops
+		// these bytes, whether or not they are equal.
+		fmt.Fprintf(std.Out, "exists: %s is already cached; the server kept the bytes already stored and discarded these %s (blocks are immutable: delete it first to replace it)\n", key, fmtBytes(len(data)))
 	case client.StatusKeyMismatch:
-		return fmt.Errorf("not stored: the server derives another key from the block's tokens (%s)", st[0])
+		return fmt.Errorf("%w: not stored: the server derives another key from the block's tokens (%s)", errRefused, st[0])
 	case client.StatusTooLarge:
-		return fmt.Errorf("not stored: %s exceed the server's largest block (%d bytes)", fmtBytes(len(data)), c.Limits().MaxPayload)
+		return fmt.Errorf("%w: not stored: %s exceed the server's largest block (%d bytes)", errRefused, fmtBytes(len(data)), c.Limits().MaxPayload)
+	case client.StatusNoSpace:
+		return fmt.Errorf("%w: not stored: the server has no space it may evict for it (NO_SPACE)", errRefused)
 	default:
-		return fmt.Errorf("not stored: %s", st[0])
+		return fmt.Errorf("%w: not stored: %s", errRefused, st[0])
 	}
 	return nil
 }
 
 func runGet(ctx context.Context, args []string, std Stdio) error {
 	var b blockCmd
-	fs := newFlagSet("get", "get [flags] (--key-text TEXT | --tokens IDS) [-o FILE]", std.Err)
+	fs := newFlagSet("get", "get [flags] (--key-text TEXT | --tokens IDS) [-o FILE]", std.Out)
 	b.register(fs)
 	out := fs.String("o", "-", "write the block to `file` (- for stdout)")
 	if err := parseNoArgs(fs, args); err != nil {
 		return err
 	}
-	ns, key, _, err := b.resolve()
+	if _, _, _, err := b.resolve(b.common.provisionalTenant()); err != nil {
+		return err
+	}
+	c, err := b.common.connect(ctx)
 	if err != nil {
 		return err
 	}
-	c, err := b.common.dial(ctx)
-	if err != nil {
-		return fmt.Errorf("miss: %w", err)
-	}
 	defer c.Close()
+	ns, key, _, err := b.resolve(c.Tenant())
+	if err != nil {
+		return err
+	}
 	r := c.Get(ctx, ns, []client.BlockKey{key})[0]
 	if !r.Hit {
-		return fmt.Errorf("miss: %w", r.Reason)
+		if errors.Is(r.Reason, client.ErrNotCached) {
+			return fmt.Errorf("%w: %w", errMiss, r.Reason)
+		}
+		// A refusal or an unavailable server is not a miss: its own code.
+		return wrongEpochHint(r.Reason)
 	}
 	if *out == "-" {
 		_, err = std.Out.Write(r.Data)
@@ -99,30 +113,35 @@ func runGet(ctx context.Context, args []string, std Stdio) error {
 
 func runDelete(ctx context.Context, args []string, std Stdio) error {
 	var b blockCmd
-	fs := newFlagSet("delete", "delete [flags] (--key-text TEXT | --tokens IDS)", std.Err)
+	fs := newFlagSet("delete", "delete [flags] (--key-text TEXT | --tokens IDS)", std.Out)
 	b.register(fs)
 	if err := parseNoArgs(fs, args); err != nil {
 		return err
 	}
-	ns, key, _, err := b.resolve()
-	if err != nil {
+	if _, _, _, err := b.resolve(b.common.provisionalTenant()); err != nil {
 		return err
 	}
-	c, err := b.common.dial(ctx)
+	c, err := b.common.connect(ctx)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	st, err := c.Delete(ctx, ns, []client.BlockKey{key})
+	ns, key, _, err := b.resolve(c.Tenant())
 	if err != nil {
 		return err
+	}
+	st, err := c.Delete(ctx, ns, []client.BlockKey{key})
+	if err != nil {
+		return wrongEpochHint(err)
 	}
 	switch st[0] {
 	case client.StatusDeleted:
 		fmt.Fprintf(std.Out, "deleted %s\n", key)
 		return nil
 	case client.StatusMiss:
-		return fmt.Errorf("not cached: %s", key)
+		return fmt.Errorf("%w: not cached: %s", errMiss, key)
+	case client.StatusBusy:
+		return fmt.Errorf("%w: not deleted: %s is leased or being filled (BUSY); retry later", errUnavailable, key)
 	}
 	return fmt.Errorf("not deleted: %s", st[0])
 }
@@ -131,7 +150,7 @@ func runLookup(ctx context.Context, args []string, std Stdio) error {
 	var common commonFlags
 	var nsf nsFlags
 	var kf keyFlags
-	fs := newFlagSet("lookup", "lookup [flags] (--key-text TEXT | --tokens IDS)", std.Err)
+	fs := newFlagSet("lookup", "lookup [flags] (--key-text TEXT | --tokens IDS)", std.Out)
 	common.register(fs)
 	nsf.register(fs, "cli")
 	kf.register(fs)
@@ -139,11 +158,22 @@ func runLookup(ctx context.Context, args []string, std Stdio) error {
 	if err := parseNoArgs(fs, args); err != nil {
 		return err
 	}
-	ns, err := nsf.namespace(common.tenant)
-	if err != nil {
+	if _, err := nsf.namespace(common.provisionalTenant()); err != nil {
 		return err
 	}
 	toks, err := kf.parseTokens()
+	if err != nil {
+		return err
+	}
+	if *ttl != 0 && common.cluster != "" {
+		return usageErr("--lease-ttl needs one node (--addr), not --cluster: a lease is held by the node that grants it")
+	}
+	c, err := common.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ns, err := nsf.namespace(c.Tenant())
 	if err != nil {
 		return err
 	}
@@ -151,14 +181,9 @@ func runLookup(ctx context.Context, args []string, std Stdio) error {
 	if err != nil {
 		return usageErr("%v", err)
 	}
-	c, err := common.dial(ctx)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
 	hits, lease, err := c.Lookup(ctx, ns, keys, *ttl)
 	if err != nil {
-		return err
+		return wrongEpochHint(err)
 	}
 	fmt.Fprintf(std.Out, "%d of %d blocks cached (%d of %d tokens)\n", hits, len(keys), min(hits*int(ns.Layout.BlockTokens), len(toks)), len(toks))
 	if lease != 0 {
@@ -170,7 +195,7 @@ func runLookup(ctx context.Context, args []string, std Stdio) error {
 // dialQuery parses the flags of a query command that takes no arguments
 // (stat, members): the connection flags and --json. It dials the node.
 func dialQuery(ctx context.Context, name string, args []string, std Stdio) (c *client.Client, common commonFlags, asJSON bool, err error) {
-	fs := newFlagSet(name, name+" [flags]", std.Err)
+	fs := newFlagSet(name, name+" [flags]", std.Out)
 	common.register(fs)
 	fs.BoolVar(&asJSON, "json", false, "print a JSON object")
 	if err = parseNoArgs(fs, args); err != nil {
@@ -258,7 +283,7 @@ func runMembers(ctx context.Context, args []string, std Stdio) error {
 
 func runPing(ctx context.Context, args []string, std Stdio) error {
 	var common commonFlags
-	fs := newFlagSet("ping", "ping [flags]", std.Err)
+	fs := newFlagSet("ping", "ping [flags]", std.Out)
 	common.register(fs)
 	count := fs.Int("count", 1, "number of pings")
 	if err := parseNoArgs(fs, args); err != nil {

@@ -17,6 +17,7 @@ import (
 // commonFlags are the flags every networked command takes.
 type commonFlags struct {
 	addr                   string
+	cluster                string // comma-separated seeds; "" for one node
 	tenant                 string
 	timeout                time.Duration
 	secretFile             string
@@ -26,9 +27,10 @@ type commonFlags struct {
 
 func (c *commonFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.addr, "addr", envOr("GPUCACHE_ADDR", client.DefaultAddr), "`host:port` of the server (env GPUCACHE_ADDR)")
-	fs.StringVar(&c.tenant, "tenant", envOr("GPUCACHE_TENANT", client.DefaultTenant), "session tenant (env GPUCACHE_TENANT)")
+	fs.StringVar(&c.cluster, "cluster", os.Getenv("GPUCACHE_CLUSTER"), "comma-separated `host:port` seeds of a cluster; data commands route each key to its owner (env GPUCACHE_CLUSTER)")
+	fs.StringVar(&c.tenant, "tenant", os.Getenv("GPUCACHE_TENANT"), "session tenant (env GPUCACHE_TENANT; default \"default\", or the tenant the server derives from --secret-file or the client certificate)")
 	fs.DurationVar(&c.timeout, "timeout", client.DefaultRequestTimeout, "per-request timeout")
-	fs.StringVar(&c.secretFile, "secret-file", os.Getenv("GPUCACHE_SECRET_FILE"), "`file` holding the tenant's bearer secret (env GPUCACHE_SECRET_FILE); --tenant must name that tenant")
+	fs.StringVar(&c.secretFile, "secret-file", os.Getenv("GPUCACHE_SECRET_FILE"), "`file` holding the tenant's bearer secret (env GPUCACHE_SECRET_FILE); the tenant comes from the server's answer")
 	fs.StringVar(&c.tlsCA, "tls-ca", os.Getenv("GPUCACHE_TLS_CA"), "CA bundle `file` that verifies the server; turns TLS on (env GPUCACHE_TLS_CA)")
 	fs.StringVar(&c.tlsCert, "tls-cert", os.Getenv("GPUCACHE_TLS_CERT"), "client certificate `file` for mTLS (env GPUCACHE_TLS_CERT)")
 	fs.StringVar(&c.tlsKey, "tls-key", os.Getenv("GPUCACHE_TLS_KEY"), "client key `file` for mTLS (env GPUCACHE_TLS_KEY)")
@@ -67,17 +69,60 @@ func envOr(name, def string) string {
 	return def
 }
 
-// dial connects one connection with the common flags.
-func (c *commonFlags) dial(ctx context.Context) (*client.Client, error) {
+// provisionalTenant is the tenant to check the namespace flags with
+// before the session tells the real one.
+func (c *commonFlags) provisionalTenant() string {
+	if c.tenant != "" {
+		return c.tenant
+	}
+	return client.DefaultTenant
+}
+
+// sessionTenant returns the session tenant: --tenant; without it the
+// default tenant, or, with credentials, the tenant the server derives from
+// them (one HELLO to --addr or the first --cluster seed).
+func (c *commonFlags) sessionTenant(ctx context.Context) (string, error) {
+	if c.tenant != "" || (c.secretFile == "" && c.tlsCert == "") {
+		return c.provisionalTenant(), nil
+	}
+	probe := *c
+	if seeds := c.seeds(); len(seeds) > 0 {
+		probe.addr, probe.cluster = seeds[0], ""
+	}
+	cl, err := probe.dial(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer cl.Close()
+	return cl.Tenant(), nil
+}
+
+// nodeConfig is the client config the common flags give (Addr unset).
+// With credentials and no --tenant, the tenant is left to the server.
+func (c *commonFlags) nodeConfig() (client.Config, error) {
 	if c.timeout <= 0 {
-		return nil, usageErr("--timeout must be positive")
+		return client.Config{}, usageErr("--timeout must be positive")
 	}
 	secret, tc, err := c.credentials()
 	if err != nil {
+		return client.Config{}, err
+	}
+	return client.Config{Tenant: c.tenant, Secret: secret, TLS: tc, Conns: 1,
+		DialTimeout: c.timeout, RequestTimeout: c.timeout, ClientName: "gpucache-cli"}, nil
+}
+
+// dial connects one connection to --addr with the common flags.
+func (c *commonFlags) dial(ctx context.Context) (*client.Client, error) {
+	cfg, err := c.nodeConfig()
+	if err != nil {
 		return nil, err
 	}
-	return client.Dial(ctx, client.Config{Addr: c.addr, Tenant: c.tenant, Secret: secret, TLS: tc, Conns: 1,
-		DialTimeout: c.timeout, RequestTimeout: c.timeout, ClientName: "gpucache-cli"})
+	cfg.Addr = c.addr
+	cl, err := client.Dial(ctx, cfg)
+	if err != nil {
+		return nil, c.explain(ctx, c.addr, err)
+	}
+	return cl, nil
 }
 
 // nsFlags are the namespace (identity) flags. Every field has a default so
@@ -191,9 +236,11 @@ func (b *blockCmd) register(fs *flag.FlagSet) {
 	b.key.register(fs)
 }
 
-// resolve returns the namespace, the block key and the block's token ids.
-func (b *blockCmd) resolve() (client.Namespace, client.BlockKey, []uint32, error) {
-	ns, err := b.ns.namespace(b.common.tenant)
+// resolve returns the namespace of tenant, the block key and the block's
+// token ids. Called before connecting (with provisionalTenant) it reports
+// usage errors early; after, with the session tenant, it gives the key.
+func (b *blockCmd) resolve(tenant string) (client.Namespace, client.BlockKey, []uint32, error) {
+	ns, err := b.ns.namespace(tenant)
 	if err != nil {
 		return ns, client.BlockKey{}, nil, err
 	}

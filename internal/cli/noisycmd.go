@@ -129,7 +129,7 @@ func (f *noisyFlags) config() (bench.NoisyConfig, error) {
 
 func runNoisy(ctx context.Context, args []string, std Stdio) error {
 	var f noisyFlags
-	fs := newFlagSet("noisy", "noisy --quota OPS [flags]", std.Err)
+	fs := newFlagSet("noisy", "noisy --quota OPS [flags]", std.Out)
 	f.register(fs)
 	if err := parseNoArgs(fs, args); err != nil {
 		return err

@@ -106,7 +106,7 @@ func (f *replayFlags) register(fs *flag.FlagSet) {
 
 func runReplay(ctx context.Context, args []string, std Stdio) error {
 	var f replayFlags
-	fs := newFlagSet("replay", replaySynopsis, std.Err)
+	fs := newFlagSet("replay", replaySynopsis, std.Out)
 	f.register(fs)
 	if err := parseNoArgs(fs, args); err != nil {
 		return err
@@ -424,10 +424,14 @@ func (f *replayFlags) runLive(ctx context.Context, reqs []replay.Request, meta t
 	if err != nil {
 		return err
 	}
+	tenant, err := f.common.sessionTenant(ctx)
+	if err != nil {
+		return err
+	}
 	bar := startProgress(std.Err, showProgress, fmt.Sprintf("replaying %d requests", len(reqs)), int64(len(reqs)))
 	var last atomic.Int64
 	rep, err := live.Run(ctx, live.Config{
-		Client: client.Config{Addr: f.common.addr, Tenant: f.common.tenant, Secret: secret, TLS: tc, Conns: f.conns,
+		Client: client.Config{Addr: f.common.addr, Tenant: tenant, Secret: secret, TLS: tc, Conns: f.conns,
 			DialTimeout: f.common.timeout, RequestTimeout: f.common.timeout, ClientName: "gpucache-replay"},
 		Requests: reqs, PayloadBytes: live.PayloadBytes(f.scale), Speedup: f.speedup, Workers: f.conns,
 		CapacityFrac: f.capacityFrac, SimPolicy: f.simPolicy, LeaseTTL: f.leaseTTL,

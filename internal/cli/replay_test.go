@@ -117,13 +117,13 @@ func TestReplayUsageErrors(t *testing.T) {
 			t.Errorf("%v: code %d stderr %q; want 2 and %q", tc.args[1:], r.code, r.stderr, tc.msg)
 		}
 	}
-	// A malformed trace is an error naming the line (exit 1).
+	// A malformed trace is an error naming the line (exit 5).
 	bad := filepath.Join(t.TempDir(), "bad.jsonl")
 	os.WriteFile(bad, []byte(`{"timestamp": 0, "input_length": 5, "hash_ids": [1]}`+"\n{oops\n"), 0o644)
-	if r := run(t, "", "replay", "--trace", bad); r.code != 1 || !strings.Contains(r.stderr, "2") {
+	if r := run(t, "", "replay", "--trace", bad); r.code != exitFailed || !strings.Contains(r.stderr, "2") {
 		t.Errorf("malformed trace: %+v", r)
 	}
-	if r := run(t, "", "replay", "-h"); r.code != 0 || !strings.Contains(r.stderr, "--print-capacity") {
+	if r := run(t, "", "replay", "-h"); r.code != 0 || !strings.Contains(r.stdout, "--print-capacity") {
 		t.Errorf("replay -h: %+v", r)
 	}
 	if r := run(t, "", "help"); !strings.Contains(r.stdout, "replay") {

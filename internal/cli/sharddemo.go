@@ -29,7 +29,7 @@ import (
 // stage over TCP through SubmitPreferringRDMA, which falls back because RDMA
 // is not linked. It prints SHARD_OK, or SHARD_FAIL with the reason.
 func runShardDemo(ctx context.Context, args []string, std Stdio) error {
-	fs := newFlagSet("shard-demo", "shard-demo [--clients N] [--blocks N] [--block-size SIZE]", std.Err)
+	fs := newFlagSet("shard-demo", "shard-demo [--clients N] [--blocks N] [--block-size SIZE]", std.Out)
 	clients := fs.Int("clients", 8, "concurrent clients per shard")
 	blocks := fs.Int("blocks", 32, "blocks in the chain")
 	size := fs.Int("block-size", 16<<10, "bytes per block")

@@ -162,7 +162,7 @@ func runSoak(ctx context.Context, args []string, std Stdio) error {
 		return nil
 	}
 	var f soakFlags
-	fs := newFlagSet("soak", "soak [flags]", std.Err)
+	fs := newFlagSet("soak", "soak [flags]", std.Out)
 	f.register(fs)
 	if err := parseNoArgs(fs, args); err != nil {
 		return err

@@ -25,10 +25,11 @@ import (
 	"github.com/gpucache/gpucache/internal/hot/policy"
 	"github.com/gpucache/gpucache/internal/identity"
 	"github.com/gpucache/gpucache/internal/server"
+	"github.com/gpucache/gpucache/internal/version"
 )
 
-// Version is the daemon's version string.
-const Version = "0.1.0"
+// Version is the daemon's version string (the same as gpucache's).
+const Version = version.Number
 
 // Addrs are the addresses a running node listens on.
 type Addrs struct {
@@ -319,6 +320,9 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 		log.Info("cluster member", "node_id", node.self.ID, "advertise", node.self.Addr, "fault_domain", node.self.FaultDomain,
 			"epoch", node.cluster.View().Epoch(), "members", node.cluster.View().Len(), "etcd", cfg.Endpoints(), "protocol_max", cfg.ProtocolMax)
 	}
+	// A size is logged in bytes and binary units, so "1GB" (10^9 bytes)
+	// is not mistaken for 1GiB.
+	log.Info("size settings", config.SizeAttrs(cfg)...)
 	log.Info("gpucached serving", "data", addrs.Data, "admin", addrs.Admin, "cold", coldDesc, "hot_capacity", cfg.HotCapacity.String(),
 		"auth", authDesc(cfg), "tls", tlsDesc(cfg), "sealed", len(cfg.SealKeys) > 0,
 		"classes", cfg.HotMinClass.String()+".."+cfg.HotMaxClass.String(), "prefault", cfg.HotPrefault, "policy", cfg.HotPolicy, "version", Version)

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/gpucache/gpucache/internal/config"
+	"github.com/gpucache/gpucache/internal/version"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -103,7 +104,7 @@ func TestMainExitCodes(t *testing.T) {
 		t.Fatalf("bad flag: exit %d, %q", code, sb.String())
 	}
 	sb.Reset()
-	if code := Main([]string{"--version"}, &sb); code != 0 || !strings.Contains(sb.String(), Version) {
+	if code := Main([]string{"--version"}, &sb); code != 0 || strings.TrimSpace(sb.String()) != version.Line("gpucached") {
 		t.Fatalf("version: exit %d, %q", code, sb.String())
 	}
 	sb.Reset()

@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/gpucache/gpucache/internal/config"
+	"github.com/gpucache/gpucache/internal/version"
 )
 
 // Main is the whole gpucached command: it loads the config, runs the node
@@ -18,7 +19,7 @@ import (
 func Main(args []string, stderr io.Writer) int {
 	for _, a := range args {
 		if a == "--version" || a == "-version" {
-			fmt.Fprintln(stderr, "gpucached", Version)
+			fmt.Fprintln(stderr, version.Line("gpucached"))
 			return 0
 		}
 	}

@@ -228,7 +228,7 @@ func (c *conn) wrongEpoch(st *clusterState, key wire.Key) error {
 	c.s.stats.wrongEpoch.Add(1)
 	owner := "no member"
 	if m, ok := control.Owner(st.view, identity.BlockKey(key)); ok {
-		owner = "member " + string(m.ID)
+		owner = fmt.Sprintf("member %s at %s", m.ID, m.Addr)
 	}
 	return &wire.Error{Code: wire.CodeWrongEpoch, Epoch: st.view.Epoch(),
 		Message: fmt.Sprintf("key %x.. is owned by %s under epoch %d, not by %s", key[:4], owner, st.view.Epoch(), c.s.cfg.Cluster.self)}

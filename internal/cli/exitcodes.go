@@ -1,0 +1,112 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/gpucache/gpucache/api/wire"
+	"github.com/gpucache/gpucache/client"
+)
+
+// Exit codes, documented in Usage. A script tells a miss from a refusal
+// from an unreachable server by the code alone.
+const (
+	exitOK          = 0 // done; a GET hit
+	exitMiss        = 1 // a GET (or DELETE) found no block
+	exitUsage       = 2 // bad flags or arguments
+	exitRefused     = 3 // the server refused: authentication, rights, quota, limits, capacity
+	exitUnavailable = 4 // no answer: unreachable, timed out, draining, or the key's owner is elsewhere
+	exitFailed      = 5 // any other failure (a local file, a protocol error, a server bug)
+)
+
+var (
+	// errMiss marks a miss (exit 1).
+	errMiss = errors.New("miss")
+	// errRefused marks a refusal the CLI recognised from a status (exit 3).
+	errRefused = errors.New("refused")
+	// errUnavailable marks an unavailable answer the CLI recognised (exit 4).
+	errUnavailable = errors.New("unavailable")
+)
+
+// classify returns the exit code of a command's error and the word its
+// message starts with ("" when the message needs none).
+func classify(err error) (code int, label string) {
+	switch {
+	case errors.Is(err, errUsage):
+		return exitUsage, ""
+	case errors.Is(err, errMiss):
+		return exitMiss, ""
+	case errors.Is(err, errRefused):
+		return exitRefused, ""
+	case errors.Is(err, errUnavailable):
+		return exitUnavailable, ""
+	case errors.Is(err, errReported):
+		return exitFailed, ""
+	}
+	var we *wire.Error
+	if errors.As(err, &we) {
+		switch we.Code {
+		case wire.CodeUnauthenticated, wire.CodeDenied, wire.CodeRateLimited, wire.CodeTenantMismatch,
+			wire.CodeReplay, wire.CodeBatchTooLarge, wire.CodePayloadTooLarge, wire.CodeFrameTooLarge:
+			return exitRefused, "refused"
+		case wire.CodeShuttingDown, wire.CodeTimeout, wire.CodeWrongEpoch:
+			return exitUnavailable, "unavailable"
+		}
+	}
+	if errors.Is(err, client.ErrUnavailable) || errors.Is(err, client.ErrTimeout) || errors.Is(err, client.ErrClosed) {
+		return exitUnavailable, "unavailable"
+	}
+	return exitFailed, ""
+}
+
+// reportErr prints err as one line for command cmd and returns its exit
+// code.
+func reportErr(std Stdio, cmd string, err error) int {
+	code, label := classify(err)
+	if errors.Is(err, errReported) {
+		return code
+	}
+	msg := oneLine(err)
+	if label != "" && !strings.HasPrefix(msg, label) {
+		msg = label + ": " + msg
+	}
+	if code == exitUsage {
+		msg += fmt.Sprintf("; see 'gpucache %s --help'", cmd)
+	}
+	fmt.Fprintf(std.Err, "gpucache %s: %s\n", cmd, msg)
+	return code
+}
+
+// nearest returns the candidate closest to s by edit distance, if it is
+// close enough to be a likely typo.
+func nearest(s string, candidates []string) (string, bool) {
+	best, bestD := "", len(s)/2+2
+	for _, c := range candidates {
+		if d := editDistance(s, c); d < bestD {
+			best, bestD = c, d
+		}
+	}
+	return best, best != "" && bestD <= max(2, len(s)/3)
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

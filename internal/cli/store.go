@@ -1,0 +1,140 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"crypto/tls"
+
+	"github.com/gpucache/gpucache/client"
+)
+
+// store is what put, get, lookup and delete need of a node (a
+// *client.Client) or of a cluster (a *client.Cluster, which routes each
+// key to its owner).
+type store interface {
+	Get(ctx context.Context, ns client.Namespace, keys []client.BlockKey, opts ...client.GetOption) []client.GetResult
+	Put(ctx context.Context, ns client.Namespace, blocks []client.PutBlock) ([]client.Status, error)
+	Delete(ctx context.Context, ns client.Namespace, keys []client.BlockKey) ([]client.Status, error)
+	Lookup(ctx context.Context, ns client.Namespace, keys []client.BlockKey, leaseTTL time.Duration) (int, client.LeaseID, error)
+	Limits() client.Limits
+	Tenant() string
+	Close() error
+}
+
+var _ store = (*client.Client)(nil)
+var _ store = (*clusterStore)(nil)
+
+// clusterStore adapts a *client.Cluster to store. The session tenant and
+// the limits are those of the seed that answered first.
+type clusterStore struct {
+	*client.Cluster
+	tenant string
+	limits client.Limits
+}
+
+func (c *clusterStore) Lookup(ctx context.Context, ns client.Namespace, keys []client.BlockKey, leaseTTL time.Duration) (int, client.LeaseID, error) {
+	n, err := c.Cluster.Lookup(ctx, ns, keys, leaseTTL)
+	return n, 0, err
+}
+
+func (c *clusterStore) Limits() client.Limits { return c.limits }
+func (c *clusterStore) Tenant() string        { return c.tenant }
+
+// seeds splits the --cluster list.
+func (c *commonFlags) seeds() []string {
+	var out []string
+	for _, s := range strings.Split(c.cluster, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// connect dials the node of --addr, or with --cluster the cluster of its
+// seeds. The session tenant is the store's Tenant: --tenant, or the one
+// the server derived from the credentials.
+func (c *commonFlags) connect(ctx context.Context) (store, error) {
+	seeds := c.seeds()
+	if len(seeds) == 0 {
+		return c.dial(ctx)
+	}
+	cfg, err := c.nodeConfig()
+	if err != nil {
+		return nil, err
+	}
+	// One seed's session tells the tenant the credentials name and the
+	// limits, before the cluster dials its members with that tenant.
+	var first *client.Client
+	var errs []error
+	for _, s := range seeds {
+		one := cfg
+		one.Addr = s
+		if first, err = client.Dial(ctx, one); err == nil {
+			break
+		}
+		errs = append(errs, c.explain(ctx, s, err))
+	}
+	if first == nil {
+		return nil, errors.Join(errs...)
+	}
+	cs := &clusterStore{tenant: first.Tenant(), limits: first.Limits()}
+	first.Close()
+	cfg.Tenant = cs.tenant
+	cl, err := client.DialCluster(ctx, client.ClusterConfig{Seeds: seeds, Node: cfg, RefreshInterval: -1})
+	if err != nil {
+		return nil, err
+	}
+	cs.Cluster = cl
+	return cs, nil
+}
+
+// explain adds what the user can do to a dial error: a plaintext client
+// against a TLS listener is told that the server expects TLS.
+func (c *commonFlags) explain(ctx context.Context, addr string, err error) error {
+	if c.tlsCA != "" || (!errors.Is(err, client.ErrProtocol) && !errors.Is(err, client.ErrUnavailable)) {
+		return err
+	}
+	if speaksTLS(ctx, addr, c.timeout) {
+		return fmt.Errorf("%w: %s expects TLS: pass --tls-ca FILE (the CA that signed its certificate; env GPUCACHE_TLS_CA), and --tls-cert/--tls-key if it requires client certificates (%v)", errUnavailable, addr, err)
+	}
+	return err
+}
+
+// speaksTLS reports whether addr completes (or starts) a TLS handshake: a
+// TLS server answers a ClientHello with a ServerHello, where a gpucache
+// listener answers with a frame of its own or closes.
+func speaksTLS(ctx context.Context, addr string, timeout time.Duration) bool {
+	ctx, cancel := context.WithTimeout(ctx, min(timeout, 5*time.Second))
+	defer cancel()
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return false
+	}
+	defer nc.Close()
+	tc := tls.Client(nc, &tls.Config{InsecureSkipVerify: true}) // a probe only: nothing is sent over it
+	err = tc.HandshakeContext(ctx)
+	var rec tls.RecordHeaderError
+	return err == nil || (!errors.As(err, &rec) && !errors.Is(err, context.DeadlineExceeded) && isTLSAlert(err))
+}
+
+// isTLSAlert reports whether err is an alert a TLS peer sent (it spoke
+// TLS but refused the handshake, e.g. for a missing client certificate).
+func isTLSAlert(err error) bool {
+	return strings.Contains(err.Error(), "remote error: tls:")
+}
+
+// wrongEpochHint explains a WRONG_EPOCH answer to a command sent to one
+// node of a cluster without --cluster.
+func wrongEpochHint(err error) error {
+	if _, ok := client.WrongEpoch(err); !ok {
+		return err
+	}
+	return fmt.Errorf("%w (this node is one member of a cluster: pass --cluster with the members' addresses, or set GPUCACHE_CLUSTER, to route each key to its owner)", err)
+}

@@ -1,0 +1,44 @@
+package config
+
+import (
+	"fmt"
+	"log/slog"
+	"reflect"
+	"strings"
+)
+
+// Describe formats the size in bytes and in the nearest binary unit:
+// "1000000000 bytes (953.67 MiB)", so a decimal suffix ("1GB", 10^9
+// bytes) is never mistaken for a binary one.
+func (b ByteSize) Describe() string {
+	n := float64(b)
+	for _, u := range []struct {
+		name string
+		mult float64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n >= u.mult {
+			return fmt.Sprintf("%d bytes (%.2f %s)", int64(b), n/u.mult, u.name)
+		}
+	}
+	return fmt.Sprintf("%d bytes", int64(b))
+}
+
+// SizeAttrs returns every size setting of cfg (its ByteSize fields, by
+// YAML name) described in bytes and binary units, for the start-up log.
+func SizeAttrs(cfg Config) []any {
+	var out []any
+	v := reflect.ValueOf(cfg)
+	t := v.Type()
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if f.Type != reflect.TypeFor[ByteSize]() || !f.IsExported() {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if name == "" || name == "-" {
+			name = f.Name
+		}
+		out = append(out, slog.String(name, v.Field(i).Interface().(ByteSize).Describe()))
+	}
+	return out
+}
