@@ -55,6 +55,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 // Handler is the admin HTTP handler.
 type Handler struct {
 	mux      *http.ServeMux
+	statsFn  StatsFunc // the status page's STAT source
 	ready    atomic.Bool
 	authz    atomic.Pointer[Authorizer]
 	degraded atomic.Pointer[func() string]
@@ -77,7 +78,7 @@ func New(stats StatsFunc) *Handler {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collector{stats: stats},
 	)
-	h := &Handler{mux: http.NewServeMux()}
+	h := &Handler{mux: http.NewServeMux(), statsFn: stats}
 	h.mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	h.mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n"))
