@@ -30,6 +30,7 @@ var gauges = map[string]bool{
 	"conns_unauthenticated": true, "request_buffer_bytes": true, "request_buffer_limit_bytes": true,
 	"request_buffer_tenant_limit_bytes": true, "request_buffer_presession_bytes": true, "request_buffer_presession_limit_bytes": true,
 	"forward_clients": true, "forward_bytes_held": true, "forward_byte_budget": true,
+	"cluster_epoch": true, "control_mode": true, // levels: gauges never end in _total
 }
 
 // collector exports STAT entries as gpucache_* metrics on each scrape, so
