@@ -275,6 +275,10 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 			node.close()
 		}
 	}()
+	rates := admin.NewHitRates() // the status page's hit ratios over the last minutes
+	adm.HandlePage(pageSource(cfg, node, sec, addrs.Data, rates))
+	clusterDone.Add(1)
+	go func() { defer clusterDone.Done(); rates.Run(clusterCtx, srv.Stats) }()
 	var hs *http.Server
 	adminErr := make(chan error, 1)
 	if cfg.AdminListen != "off" {
