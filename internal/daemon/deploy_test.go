@@ -2,11 +2,19 @@ package daemon
 
 import (
 	"encoding/json"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/gpucache/gpucache/internal/config"
 )
 
 var metricRef = regexp.MustCompile(`\b(?:gpucache|go|process)_[a-z0-9_]+\b`)
@@ -76,5 +84,84 @@ func TestDeployQueriesExportedMetrics(t *testing.T) {
 		}
 	} else if os.Getenv("CI") != "" {
 		t.Fatal("promtool is not installed (apt-get install prometheus)")
+	}
+}
+
+// Every example config in deploy/config loads through gpucached's own
+// loader (the YAML keys are known fields, the values parse) and passes its
+// validation, as `gpucached --config FILE` would; the cluster examples name
+// three distinct members over the same etcd and tenants. Only a hot
+// capacity larger than this machine's memory is lowered (by flag, as an
+// operator would), since the examples size a GPU host.
+func TestDeployConfigsLoad(t *testing.T) {
+	files, err := filepath.Glob("../../deploy/config/*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"cluster-node1.yaml", "cluster-node2.yaml", "cluster-node3.yaml", "secure-single.yaml", "single.yaml"}
+	var got []string
+	for _, f := range files {
+		got = append(got, filepath.Base(f))
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("deploy/config holds %v, want %v", got, want)
+	}
+	noEnv := func(string) (string, bool) { return "", false }
+	load := func(t *testing.T, f string) config.Config {
+		t.Helper()
+		args := []string{"--config", f}
+		raw := config.Default()
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := yaml.Unmarshal(b, &raw); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if mem, ok := config.MemTotal(); ok && uint64(raw.HotCapacity) > mem {
+			args = append(args, "--hot-capacity", config.ByteSize(mem/2).String())
+		}
+		c, err := config.Load(args, noEnv, io.Discard)
+		if err != nil {
+			t.Fatalf("gpucached --config %s: %v", f, err)
+		}
+		if _, _, _, err := c.Member(c.Listen); c.Clustered() && err != nil {
+			t.Fatalf("%s: cluster member: %v", f, err)
+		}
+		if _, err := c.ACLRules(); err != nil {
+			t.Fatalf("%s: rights: %v", f, err)
+		}
+		return c
+	}
+	cfgs := map[string]config.Config{}
+	for _, f := range files {
+		cfgs[filepath.Base(f)] = load(t, f)
+	}
+	if c := cfgs["single.yaml"]; c.Clustered() || c.AuthEnabled() || c.TLSEnabled() || c.ColdStore != "fs" {
+		t.Errorf("single.yaml: clustered %v, auth %v, tls %v, cold %q; want a plain single node with an fs cold tier",
+			c.Clustered(), c.AuthEnabled(), c.TLSEnabled(), c.ColdStore)
+	}
+	if c := cfgs["secure-single.yaml"]; c.Clustered() || !c.AuthEnabled() || !c.TLSEnabled() || c.TLSClientCA == "" || len(c.SealKeys) == 0 || c.AuditLog == "off" {
+		t.Errorf("secure-single.yaml: clustered %v, auth %v, tls %v, client CA %q, seal keys %d, audit %q; want tenants, mTLS, sealing and an audit log",
+			c.Clustered(), c.AuthEnabled(), c.TLSEnabled(), c.TLSClientCA, len(c.SealKeys), c.AuditLog)
+	}
+	ids, domains := map[string]bool{}, map[string]bool{}
+	var etcd, tenants string
+	for i, name := range want[:3] {
+		c := cfgs[name]
+		if !c.Clustered() || c.ColdStore != "s3" {
+			t.Errorf("%s: clustered %v, cold %q; want a cluster member over a shared S3 cold tier", name, c.Clustered(), c.ColdStore)
+		}
+		id, _, domain, _ := c.Member(c.Listen)
+		ids[id], domains[domain] = true, true
+		tn := fmt.Sprint(c.Tenants)
+		if i == 0 {
+			etcd, tenants = strings.Join(c.Endpoints(), ","), tn
+		} else if strings.Join(c.Endpoints(), ",") != etcd || tn != tenants {
+			t.Errorf("%s: etcd %v and tenants differ from cluster-node1.yaml's", name, c.Endpoints())
+		}
+	}
+	if len(ids) != 3 || len(domains) != 3 {
+		t.Errorf("the cluster examples name members %v in fault domains %v; want 3 distinct of each", ids, domains)
 	}
 }
