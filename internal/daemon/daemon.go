@@ -267,6 +267,8 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 		clusterDone.Add(2)
 		go func() { defer clusterDone.Done(); node.run(clusterCtx, srv) }()
 		go func() { defer clusterDone.Done(); node.health(clusterCtx) }()
+	} else {
+		staticRoutes(adm, cfg, addrs.Data) // GET /cluster: the one-member static view
 	}
 	defer func() {
 		stopCluster()
