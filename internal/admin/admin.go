@@ -30,6 +30,7 @@ var gauges = map[string]bool{
 	"conns_unauthenticated": true, "request_buffer_bytes": true, "request_buffer_limit_bytes": true,
 	"request_buffer_tenant_limit_bytes": true, "request_buffer_presession_bytes": true, "request_buffer_presession_limit_bytes": true,
 	"forward_clients": true, "forward_bytes_held": true, "forward_byte_budget": true,
+	"cluster_epoch": true, "control_mode": true, // levels: gauges never end in _total
 }
 
 // collector exports STAT entries as gpucache_* metrics on each scrape, so
@@ -55,6 +56,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 // Handler is the admin HTTP handler.
 type Handler struct {
 	mux      *http.ServeMux
+	statsFn  StatsFunc // the status page's STAT source
 	ready    atomic.Bool
 	authz    atomic.Pointer[Authorizer]
 	degraded atomic.Pointer[func() string]
@@ -77,7 +79,7 @@ func New(stats StatsFunc) *Handler {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collector{stats: stats},
 	)
-	h := &Handler{mux: http.NewServeMux()}
+	h := &Handler{mux: http.NewServeMux(), statsFn: stats}
 	h.mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	h.mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n"))

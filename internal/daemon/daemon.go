@@ -268,6 +268,8 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 		clusterDone.Add(2)
 		go func() { defer clusterDone.Done(); node.run(clusterCtx, srv) }()
 		go func() { defer clusterDone.Done(); node.health(clusterCtx) }()
+	} else {
+		staticRoutes(adm, cfg, addrs.Data) // GET /cluster: the one-member static view
 	}
 	defer func() {
 		stopCluster()
@@ -276,6 +278,10 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 			node.close()
 		}
 	}()
+	rates := admin.NewHitRates() // the status page's hit ratios over the last minutes
+	adm.HandlePage(pageSource(cfg, node, sec, addrs.Data, rates))
+	clusterDone.Add(1)
+	go func() { defer clusterDone.Done(); rates.Run(clusterCtx, srv.Stats) }()
 	var hs *http.Server
 	adminErr := make(chan error, 1)
 	if cfg.AdminListen != "off" {

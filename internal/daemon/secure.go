@@ -39,35 +39,38 @@ type secure struct {
 	log      *slog.Logger
 	getenv   func(string) (string, bool)
 	closeFn  func() error
+	recent   *admin.RecentLines // the audit sink's last lines, for the status page
 
 	mu  sync.Mutex
 	cur config.Config // guarded by mu: the config last applied
 }
 
-// openAudit opens the audit sink the config names.
-func openAudit(cfg config.Config, stderr io.Writer) (*audit.Logger, func() error, error) {
+// openAudit opens the audit sink the config names; every event is also
+// kept in recent (the status page's last events).
+func openAudit(cfg config.Config, stderr io.Writer, recent *admin.RecentLines) (*audit.Logger, func() error, error) {
 	switch cfg.AuditLog {
 	case "off":
 		return nil, func() error { return nil }, nil
 	case "", "stderr":
-		return audit.New(stderr), func() error { return nil }, nil
+		return audit.New(io.MultiWriter(stderr, recent)), func() error { return nil }, nil
 	}
 	f, err := os.OpenFile(cfg.AuditLog, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
 		return nil, nil, fmt.Errorf("audit_log %s: %w", cfg.AuditLog, err)
 	}
-	return audit.New(f), f.Close, nil
+	return audit.New(io.MultiWriter(f, recent)), f.Close, nil
 }
 
 func newSecure(cfg config.Config, log *slog.Logger, stderr io.Writer, getenv func(string) (string, bool)) (*secure, error) {
 	if getenv == nil {
 		getenv = os.LookupEnv
 	}
-	al, closeFn, err := openAudit(cfg, stderr)
+	recent := admin.NewRecentLines(auditRecent)
+	al, closeFn, err := openAudit(cfg, stderr, recent)
 	if err != nil {
 		return nil, err
 	}
-	s := &secure{audit: al, log: log, getenv: getenv, closeFn: closeFn, cur: cfg}
+	s := &secure{audit: al, log: log, getenv: getenv, closeFn: closeFn, cur: cfg, recent: recent}
 	fail := func(err error) (*secure, error) { closeFn(); return nil, err }
 	pol, err := buildPolicy(cfg, getenv, nil)
 	if err != nil {

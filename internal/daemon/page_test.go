@@ -1,0 +1,143 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpucache/gpucache/client"
+)
+
+// chromium finds headless Chromium (Debian's chromium; scripts/test
+// installs it). GPUCACHE_CHROMIUM overrides; without one the browser test
+// skips, unless CI is set, where it fails.
+func chromium(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("GPUCACHE_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, n := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(n); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatal("chromium is not installed (apt-get install chromium)")
+	}
+	t.Skip("chromium is not installed (apt-get install chromium)")
+	return ""
+}
+
+// browse renders url in headless Chromium and returns the DOM it built;
+// with shot set it also saves a PNG screenshot there.
+func browse(t *testing.T, bin, url, shot string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a bound on a stuck browser, not a pass criterion
+	defer cancel()
+	args := []string{"--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-dev-shm-usage",
+		"--user-data-dir=" + t.TempDir(), "--window-size=1100,1500"}
+	if shot != "" {
+		args = append(args, "--screenshot="+shot, "--hide-scrollbars")
+	} else {
+		args = append(args, "--dump-dom")
+	}
+	out, err := exec.CommandContext(ctx, bin, append(args, url)...).Output()
+	if err != nil {
+		t.Fatalf("chromium %s: %v", url, err)
+	}
+	return string(out)
+}
+
+var pageFigure = regexp.MustCompile(`id="stat-([a-z0-9_]+)" data-value="(\d+)"`)
+
+// The status page, rendered by a real browser against a live daemon under
+// load, shows STAT's figures; with the load stopped they equal STAT
+// exactly.
+func TestStatusPageInBrowser(t *testing.T) {
+	bin := chromium(t)
+	c := testConfig()
+	c.ColdStore, c.ColdDir = "fs", t.TempDir()
+	a, _ := startNode(t, c, Options{})
+	ctx := context.Background()
+	cl, err := client.Dial(ctx, client.Config{Addr: a.Data, Conns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ns := client.Namespace{Tenant: "default", TrustDomain: "t", ModelID: "m", ConfigRevision: "c", TokenizerRevision: "k",
+		RoPE: "rope", DType: "fp16", Quantization: "none",
+		Layout: client.Layout{Format: "raw", TPSize: 1, PPSize: 1, LayerCount: 1, KVHeads: 1, HeadDim: 1, BlockTokens: 16}}
+	d, err := ns.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var load sync.WaitGroup
+	var loaded sync.WaitGroup
+	loaded.Add(1)
+	load.Add(1)
+	go func() { // the load: puts, then hits and misses, until stopped
+		defer load.Done()
+		payload := make([]byte, 64<<10)
+		for i := 0; ; i++ {
+			name := []byte(fmt.Sprintf("k%d", i%200))
+			if _, err := cl.PutOpaque(ctx, ns, name, payload); err != nil {
+				t.Errorf("put: %v", err)
+				return
+			}
+			cl.Get(ctx, ns, []client.BlockKey{client.OpaqueKey(d, name), client.OpaqueKey(d, []byte("absent"))})
+			if i == 50 {
+				loaded.Done()
+			}
+			select {
+			case <-stop:
+				return
+			default:
+			}
+		}
+	}()
+	loaded.Wait()
+	url := "http://" + a.Admin + "/"
+	dom := browse(t, bin, url, "") // under load
+	for _, s := range []string{`id="node">` + a.Data, `id="version">` + Version, `id="dram-capacity">64.0 MiB`,
+		`id="cold-health">connected`, `id="cold-writebehind">`, `id="cluster-mode"`, "static", `id="ratios"`,
+		`id="tenants"`, `id="audit"`} {
+		if !strings.Contains(dom, s) {
+			t.Errorf("page under load lacks %q", s)
+		}
+	}
+	close(stop)
+	load.Wait()
+
+	dom = browse(t, bin, url, "")
+	st, err := cl.Stat(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	for _, m := range pageFigure.FindAllStringSubmatch(dom, -1) {
+		switch m[1] {
+		case "conns_open", "hot_leases_active", "cold_packs_pending", "cold_bytes_held", "cold_bytes_batched", "cold_packs_written":
+			continue // these move on their own (the STAT connection, the write-behind flush)
+		}
+		seen++
+		if m[2] != fmt.Sprint(st[m[1]]) {
+			t.Errorf("page %s = %s, STAT %d", m[1], m[2], st[m[1]])
+		}
+	}
+	if seen < 8 {
+		t.Fatalf("the page showed %d comparable figures:\n%s", seen, dom)
+	}
+	if st["blocks_hit"] == 0 || st["blocks_miss"] == 0 || st["hot_bytes_cached"] == 0 {
+		t.Fatalf("the load did not show in STAT: %v", st)
+	}
+	if shot := os.Getenv("GPUCACHE_PAGE_SCREENSHOT"); shot != "" {
+		browse(t, bin, url, shot)
+	}
+}
