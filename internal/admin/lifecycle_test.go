@@ -16,6 +16,7 @@ import (
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/cold"
 	"github.com/gpucache/gpucache/internal/cold/pack"
+	"github.com/gpucache/gpucache/internal/cold/s3store/s3test"
 	"github.com/gpucache/gpucache/internal/identity"
 )
 
@@ -348,4 +349,10 @@ func TestBackfillDeliversWithinBudget(t *testing.T) {
 	if err != nil || sum.BytesRead > 1 || len(got) != 0 || !sum.Exhausted {
 		t.Fatalf("backfill, 1 byte budget: %+v %v", sum, err)
 	}
+}
+
+// The same purge on a real S3 server (versitygw): none of tenant a's
+// objects remain and every one of b's does, counted by listing the bucket.
+func TestPurgeTenantS3(t *testing.T) {
+	testPurgeTenant(t, s3test.NewStore(t, "lc/"))
 }
