@@ -168,7 +168,7 @@ func (l *Lifecycle) Inventory(ctx context.Context, actor, tenant string, progres
 	if err != nil {
 		return nil, err
 	}
-	var out []TenantInventory
+	out := []TenantInventory{}
 	for _, n := range nss {
 		if tenant != "" && (!n.known || n.ns.Tenant != tenant) {
 			continue

@@ -211,6 +211,8 @@ func printResult(w io.Writer, raw json.RawMessage, asJSON bool) error {
 		return err
 	}
 	switch v := v.(type) {
+	case nil:
+		fmt.Fprintln(w, "no cold objects")
 	case []any:
 		if len(v) == 0 {
 			fmt.Fprintln(w, "no cold objects")
