@@ -32,8 +32,8 @@ type tenantTable struct {
 	holdCap  int64 // bytes one tenant may hold (Config.TenantHoldBytes)
 	leaseCap int   // leases one tenant may have (Config.TenantLeases)
 	ids      map[string]uint32
-	recs     []tenantRec // recs[0] is unused: id 0 means "nobody"
-	free     []uint32    // recycled ids
+	recs     []tenantRec      // recs[0] is unused: id 0 means "nobody"
+	free     []uint32         // recycled ids
 	quotas   map[string]int64 // DRAM quota per tenant name (SetTenantQuotas); absent: none
 }
 
