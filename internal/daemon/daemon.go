@@ -136,6 +136,9 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 		return fmt.Errorf("hot tier: %w", err)
 	}
 	defer store.Close()
+	if err := store.SetTenantQuotas(cfg.TenantDRAMQuotas()); err != nil {
+		return fmt.Errorf("hot tier: %w", err)
+	}
 	coldDone := make(chan struct{})
 	coldCtx, stopCold := context.WithCancel(context.Background())
 	if tier != nil {
