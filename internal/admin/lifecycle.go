@@ -194,7 +194,9 @@ type PurgeSummary struct {
 	Complete   bool   `json:"complete"`
 }
 
-func journalDir(tenant string) string { return JournalPrefix + hex.EncodeToString([]byte(tenant)) + "/" }
+func journalDir(tenant string) string {
+	return JournalPrefix + hex.EncodeToString([]byte(tenant)) + "/"
+}
 
 // PurgeTenant deletes every cold object of tenant's namespaces (see the
 // type's doc for how they are found and why a rerun finishes an
