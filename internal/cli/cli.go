@@ -44,6 +44,8 @@ Commands:
            latency): gpucache replay --trace FILE [--live --addr HOST:PORT]
   soak     robustness soak: 3 cluster nodes + an open node, etcd and S3 (versitygw),
            faults on a schedule, every payload checked (gpucache soak --duration 5m)
+  admin    cold-tier lifecycle on a node: inventory, purge --tenant, expire, backfill
+           (gpucache admin --help)
   version  print the client and protocol versions
 
 Common flags (every command but version):
@@ -116,6 +118,8 @@ func Main(ctx context.Context, args []string, std Stdio) int {
 		err = runReplay(ctx, rest, std)
 	case "soak":
 		err = runSoak(ctx, rest, std)
+	case "admin":
+		err = runAdmin(ctx, rest, std)
 	case "version", "--version":
 		fmt.Fprintln(std.Out, versionLine())
 		return exitOK

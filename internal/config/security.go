@@ -35,6 +35,10 @@ type TenantConfig struct {
 	// RESP is the tenant's RESP profile (resp.go); nil: the tenant cannot
 	// use RESP data commands.
 	RESP *RESPProfileConfig `yaml:"resp"`
+	// DRAMQuota caps the hot-tier slot bytes of the blocks the tenant has
+	// written and cached; 0: none. A tenant at its quota evicts its own
+	// least recently used blocks first and never another tenant's.
+	DRAMQuota ByteSize `yaml:"dram_quota"`
 }
 
 // SecretConfig names where a secret is read from: a file (its content,

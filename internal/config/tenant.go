@@ -93,5 +93,23 @@ func (c Config) validateTenantShares() error {
 		return fmt.Errorf("%w: tenant_request_buffers %s must be 0 (a fair share) or between the largest request table's %s (max_batch %d) and request_buffers %s",
 			ErrInvalid, c.TenantRequestBuffers, min, c.MaxBatch, c.RequestBuffers)
 	}
+	for _, t := range c.Tenants {
+		if q := t.DRAMQuota; q != 0 && (q < c.HotMaxClass || q > c.HotCapacity) {
+			return fmt.Errorf("%w: tenant %q dram_quota %s must be 0 (none) or between hot_max_class %s and hot_capacity %s",
+				ErrInvalid, t.Name, q, c.HotMaxClass, c.HotCapacity)
+		}
+	}
 	return nil
+}
+
+// TenantDRAMQuotas returns the tenants' DRAM quotas in bytes, by tenant
+// name; tenants without one are absent.
+func (c Config) TenantDRAMQuotas() map[string]int64 {
+	m := make(map[string]int64)
+	for _, t := range c.Tenants {
+		if t.DRAMQuota > 0 {
+			m[t.Name] = int64(t.DRAMQuota)
+		}
+	}
+	return m
 }

@@ -45,3 +45,23 @@ func TestTenantShares(t *testing.T) {
 		}
 	}
 }
+
+// TestTenantDRAMQuota: dram_quota is 0 (none) or between hot_max_class and
+// hot_capacity, and TenantDRAMQuotas lists only the tenants that have one.
+func TestTenantDRAMQuota(t *testing.T) {
+	c := Default()
+	c.Tenants = []TenantConfig{{Name: "a", DRAMQuota: c.HotMaxClass}, {Name: "b"}}
+	if err := c.validateTenantShares(); err != nil {
+		t.Fatal(err)
+	}
+	if q := c.TenantDRAMQuotas(); len(q) != 1 || q["a"] != int64(c.HotMaxClass) {
+		t.Fatalf("quotas %v", q)
+	}
+	for _, bad := range []ByteSize{c.HotMaxClass - 1, c.HotCapacity + 1} {
+		c.Tenants[1].DRAMQuota = bad
+		err := c.validateTenantShares()
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `tenant "b" dram_quota`) {
+			t.Errorf("dram_quota %d: %v", bad, err)
+		}
+	}
+}

@@ -30,6 +30,9 @@ const (
 // store: whether it answered, for /readyz, STAT and the logs.
 type coldNode struct {
 	tier *coldtier.Tier
+	// store is the tier's store, for the admin lifecycle endpoints; nil
+	// when the cold tier is off.
+	store cold.Store
 	log  *slog.Logger
 	// check probes the store again; set only when it was unreachable at
 	// start, until it answers.
@@ -112,7 +115,7 @@ func openCold(ctx context.Context, cfg config.Config, log *slog.Logger, sec *sec
 		release()
 		return nil, nil, fmt.Errorf("cold tier: %w", err)
 	}
-	cn.tier = tier
+	cn.tier, cn.store = tier, store
 	return cn, release, nil
 }
 

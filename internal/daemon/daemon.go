@@ -137,6 +137,9 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 		return fmt.Errorf("hot tier: %w", err)
 	}
 	defer store.Close()
+	if err := store.SetTenantQuotas(cfg.TenantDRAMQuotas()); err != nil {
+		return fmt.Errorf("hot tier: %w", err)
+	}
 	coldDone := make(chan struct{})
 	coldCtx, stopCold := context.WithCancel(context.Background())
 	if tier != nil {
@@ -232,6 +235,9 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 	adm := admin.New(srv.Stats)
 	adm.SetAuthorizer(sec.authorizeAdmin)
 	adm.SetDegraded(cn.degraded)
+	if cn.store != nil { // issue 15 item 5: gpucache admin inventory|purge|expire
+		adm.RegisterLifecycle(&admin.Lifecycle{Store: cn.store, Audit: sec.audit.AdminAction})
+	}
 	reload := func(actor string) error {
 		if opts.Reload == nil {
 			return errors.New("this node was started without a config source to reload")

@@ -45,6 +45,9 @@ func applyTenantShares(log *slog.Logger, next config.Config, store *hot.Store, d
 	if err := store.SetTenantLimits(next.TenantHoldCap(), next.TenantLeaseCap(hot.DefaultMaxLeases)); err != nil {
 		log.Warn("reload: per-tenant hot-tier caps unchanged", "err", err)
 	}
+	if err := store.SetTenantQuotas(next.TenantDRAMQuotas()); err != nil {
+		log.Warn("reload: per-tenant DRAM quotas unchanged", "err", err)
+	}
 	if err := dir.SetTenantFills(next.TenantFillCap()); err != nil {
 		log.Warn("reload: per-tenant fill cap unchanged", "err", err)
 	}

@@ -154,6 +154,7 @@ type Stats struct {
 	SlabReclaims     uint64 // slabs emptied and handed to another size class
 	NotAdmitted      uint64 // reservations refused by Config.Policy (also counted in PutRejects)
 	TenantRejects    uint64 // reservations refused by the tenant's share (ErrTenantQuota; also in PutRejects)
+	QuotaEvictions   uint64 // blocks evicted because their own tenant was at its DRAM quota (SetTenantQuotas)
 	LeasesRefused    uint64 // Lookups that asked for a lease over hits and got none (MaxLeases or the tenant's share)
 }
 

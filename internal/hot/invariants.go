@@ -94,6 +94,11 @@ func (s *Store) checkInvariants() error {
 			continue
 		case stateReserved:
 			want.InFlight++
+			if e.owner != 0 {
+				h := held[e.owner]
+				h.owned += int64(s.cl.size(int(e.class)))
+				held[e.owner] = h
+			}
 			if e.tenant != 0 {
 				h := held[e.tenant]
 				h.held += int64(s.cl.size(int(e.class)))
@@ -103,6 +108,11 @@ func (s *Store) checkInvariants() error {
 				return bad("in-flight entry %d linked or pinned", i)
 			}
 		case statePublished:
+			if e.owner != 0 {
+				h := held[e.owner]
+				h.owned += int64(s.cl.size(int(e.class)))
+				held[e.owner] = h
+			}
 			want.Blocks++
 			want.BytesCached += uint64(e.length)
 			if !e.parent.IsZero() {
@@ -259,8 +269,8 @@ func (s *Store) checkTenantsLocked(want map[uint32]tenantRec) error {
 	for name, id := range t.ids {
 		r := t.recs[id]
 		w := want[id]
-		if r.name != name || r.held != w.held || r.leases != w.leases || (r.held == 0 && r.leases == 0) {
-			return fmt.Errorf("invariant: tenant %q holds %d bytes in %d leases, want %d in %d", name, r.held, r.leases, w.held, w.leases)
+		if r.name != name || r.held != w.held || r.leases != w.leases || r.owned != w.owned || (r.held == 0 && r.leases == 0 && r.owned == 0) {
+			return fmt.Errorf("invariant: tenant %q holds %d bytes in %d leases and owns %d, want %d in %d owning %d", name, r.held, r.leases, r.owned, w.held, w.leases, w.owned)
 		}
 		delete(want, id)
 	}

@@ -47,6 +47,7 @@ type entry struct {
 	gen              uint32 // bumped when the entry is freed; stale refs mismatch
 	mark             uint32 // scratch for slab reclaim planning (Store.mu.mark)
 	tenant           uint32 // in flight: the charged tenant (Store.mu.tenants), 0 for none
+	owner            uint32 // reserved or published: the tenant that wrote it (its DRAM quota), 0 for none
 
 	class  uint8 // size class of the slot
 	state  entryState
@@ -282,6 +283,7 @@ func (s *Store) ReserveBlock(ns Namespace, key, parent Key, meta BlockMeta, size
 		return Reservation{}, err
 	}
 	admitted := pol == nil || meta.Demand
+	ownOnly := false // the tenant is at its DRAM quota: evict only its blocks
 	maxAttempts := s.attemptsFor(k)
 	for attempt := 0; ; attempt++ {
 		if s.mu.closed {
@@ -306,13 +308,28 @@ func (s *Store) ReserveBlock(ns Namespace, key, parent Key, meta BlockMeta, size
 		// tenant's other reservations may have taken the rest of its
 		// share); the slot is charged when it is taken, under the same
 		// lock as the last check.
+		// A tenant with a DRAM quota that this block would take past it
+		// evicts its own blocks first, and from then on this Reserve
+		// evicts nothing of another tenant's (tenantquota.go).
+		if over, limit := s.mu.tenants.overQuota(meta.Tenant, slotBytes); over {
+			ownOnly = true
+			if cand, ok := s.ownCandidateLocked(meta.Tenant, k, true); ok && slotBytes <= limit {
+				s.evictLocked(cand)
+				s.mu.st.QuotaEvictions++
+				attempt-- // progress: the tenant owns less each time
+				continue
+			}
+			s.mu.st.TenantRejects++
+			return refuse(fmt.Errorf("%w: tenant %q, DRAM quota %d bytes", ErrTenantQuota, meta.Tenant, limit))
+		}
 		if !s.mu.tenants.fits(meta.Tenant, slotBytes) {
 			s.mu.st.TenantRejects++
 			return refuse(fmt.Errorf("%w: tenant %q, cap %d bytes", ErrTenantQuota, meta.Tenant, s.mu.tenants.holdCap))
 		}
 		if sid, slot, ok := s.takeSlotLocked(k); ok {
 			tid, _ := s.mu.tenants.hold(meta.Tenant, slotBytes, false)
-			r := s.reserveSlotLocked(ns, key, parent, meta, size, k, sid, slot, tid)
+			oid := s.mu.tenants.own(meta.Tenant, slotBytes)
+			r := s.reserveSlotLocked(ns, key, parent, meta, size, k, sid, slot, tid, oid)
 			s.mu.Unlock()
 			return r, nil
 		}
@@ -335,9 +352,22 @@ func (s *Store) ReserveBlock(ns Namespace, key, parent Key, meta BlockMeta, size
 		// are all older than that: then the slab changes class.
 		var cand uint32
 		var ok bool
-		if pol == nil {
+		switch {
+		case ownOnly:
+			if cand, ok = s.ownCandidateLocked(meta.Tenant, k, false); ok {
+				s.evictLocked(cand)
+				s.mu.st.QuotaEvictions++
+				continue
+			}
+			if s.mu.remaps > 0 {
+				s.room.Wait()
+				attempt--
+				continue
+			}
+			return refuse(fmt.Errorf("%w: class %d bytes (tenant %q at its DRAM quota evicts only its own blocks)", ErrNoSpace, s.cl.size(k), meta.Tenant))
+		case pol == nil:
 			cand, ok = s.candidateLocked(k)
-		} else {
+		default:
 			cand, ok = s.policyCandidateLocked(k)
 		}
 		limit := uint64(math.MaxUint64)
@@ -382,13 +412,13 @@ func (s *Store) attemptsFor(k int) int {
 }
 
 // reserveSlotLocked creates the in-flight entry for a taken slot.
-func (s *Store) reserveSlotLocked(ns Namespace, key, parent Key, meta BlockMeta, size, k int, sid, slot, tenant uint32) Reservation {
+func (s *Store) reserveSlotLocked(ns Namespace, key, parent Key, meta BlockMeta, size, k int, sid, slot, tenant, owner uint32) Reservation {
 	idx := s.newEntryLocked()
 	e := &s.mu.entries[idx]
 	*e = entry{
 		key: key, ns: ns, parent: parent,
 		slab: sid, slot: slot, length: uint32(size), tokens: meta.Tokens,
-		gen: e.gen, class: uint8(k), state: stateReserved, tenant: tenant,
+		gen: e.gen, class: uint8(k), state: stateReserved, tenant: tenant, owner: owner,
 	}
 	if s.mu.meta != nil {
 		s.mu.meta[idx] = entryMeta{position: meta.Position, partial: meta.Partial}
@@ -433,6 +463,7 @@ func (s *Store) freeEntryLocked(idx uint32) {
 	e := &s.mu.entries[idx]
 	s.freeSlotLocked(e.slab, e.slot)
 	s.mu.st.BytesReserved -= uint64(s.cl.size(int(e.class)))
+	s.mu.tenants.disown(e.owner, int64(s.cl.size(int(e.class))))
 	gen := e.gen + 1
 	*e = entry{gen: gen, state: stateFree}
 	if t := s.cfg.TagSize; t > 0 {

@@ -24,6 +24,7 @@ type tenantRec struct {
 	name   string
 	held   int64 // slot bytes: leases (per lease) plus reservations
 	leases int   // live leases
+	owned  int64 // slot bytes of its reserved and published blocks (DRAM quota)
 }
 
 // tenantTable is the per-tenant accounting, guarded by Store.mu.
@@ -31,8 +32,9 @@ type tenantTable struct {
 	holdCap  int64 // bytes one tenant may hold (Config.TenantHoldBytes)
 	leaseCap int   // leases one tenant may have (Config.TenantLeases)
 	ids      map[string]uint32
-	recs     []tenantRec // recs[0] is unused: id 0 means "nobody"
-	free     []uint32    // recycled ids
+	recs     []tenantRec      // recs[0] is unused: id 0 means "nobody"
+	free     []uint32         // recycled ids
+	quotas   map[string]int64 // DRAM quota per tenant name (SetTenantQuotas); absent: none
 }
 
 func (t *tenantTable) init(holdCap int64, leaseCap int) {
@@ -62,23 +64,32 @@ func (t *tenantTable) hold(tenant string, bytes int64, lease bool) (id uint32, o
 	if cur.held+bytes > t.holdCap || (lease && cur.leases >= t.leaseCap) {
 		return 0, false
 	}
-	if id == 0 {
-		if n := len(t.free); n > 0 {
-			id = t.free[n-1]
-			t.free = t.free[:n-1]
-		} else {
-			t.recs = append(t.recs, tenantRec{})
-			id = uint32(len(t.recs) - 1)
-		}
-		t.recs[id] = tenantRec{name: tenant}
-		t.ids[tenant] = id
-	}
+	id = t.idFor(tenant)
 	r := &t.recs[id]
 	r.held += bytes
 	if lease {
 		r.leases++
 	}
 	return id, true
+}
+
+// idFor returns tenant's id, creating its record when it has none. The
+// caller charges the record at once, so it is not left empty.
+func (t *tenantTable) idFor(tenant string) uint32 {
+	id := t.ids[tenant]
+	if id != 0 {
+		return id
+	}
+	if n := len(t.free); n > 0 {
+		id = t.free[n-1]
+		t.free = t.free[:n-1]
+	} else {
+		t.recs = append(t.recs, tenantRec{})
+		id = uint32(len(t.recs) - 1)
+	}
+	t.recs[id] = tenantRec{name: tenant}
+	t.ids[tenant] = id
+	return id
 }
 
 // fits reports whether tenant can be charged bytes more (always, for the
@@ -108,7 +119,13 @@ func (t *tenantTable) release(id uint32, bytes int64, lease bool) {
 	if r.held < 0 || r.leases < 0 {
 		panic(fmt.Sprintf("gpucache/hot: tenant %q released more than it held", r.name))
 	}
-	if r.held == 0 && r.leases == 0 {
+	t.forgetIfEmpty(id)
+}
+
+// forgetIfEmpty recycles the record of id when it holds and owns nothing.
+func (t *tenantTable) forgetIfEmpty(id uint32) {
+	r := &t.recs[id]
+	if r.held == 0 && r.leases == 0 && r.owned == 0 {
 		delete(t.ids, r.name)
 		*r = tenantRec{}
 		t.free = append(t.free, id)

@@ -493,6 +493,13 @@ func (c *conn) handleStat(h wire.Header, body []byte) error {
 	if c.s.guard.Policy().IsAdmin(c.tenant) {
 		resp.Entries = c.s.Stats()
 	}
+	// The session's own tenant's DRAM usage and quota (issue 15).
+	if c.tenant != "" {
+		u := c.s.cfg.Store.TenantDRAMUsage(c.tenant)
+		resp.Entries = append(resp.Entries,
+			wire.StatEntry{Name: "tenant_dram_bytes", Value: uint64(u.Bytes)},
+			wire.StatEntry{Name: "tenant_dram_quota_bytes", Value: uint64(u.Quota)})
+	}
 	c.reply(h, &resp)
 	return nil
 }

@@ -109,6 +109,7 @@ func (s *Server) Stats() []wire.StatEntry {
 		{Name: "hot_leases_expired", Value: st.LeasesExpired},
 		{Name: "hot_pinned", Value: st.Pinned},
 		{Name: "hot_tenant_rejects", Value: st.TenantRejects},
+		{Name: "hot_quota_evictions", Value: st.QuotaEvictions},
 		{Name: "hot_leases_refused", Value: st.LeasesRefused},
 	}
 	ds := s.dir.Stats()

@@ -1,0 +1,250 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// AdminUsage is the help text of `gpucache admin`.
+const AdminUsage = `gpucache admin: cold-tier lifecycle through a node's admin listener
+
+Usage:
+  gpucache admin inventory [--tenant T]            objects and bytes per namespace
+  gpucache admin purge --tenant T                  delete every cold object of tenant T
+  gpucache admin expire --older-than 168h [--tenant T]
+                                                   retention: drop blocks not written since
+  gpucache admin backfill --budget BYTES [--tenant T]
+                                                   read cold blocks into the DRAM tier
+
+Flags:
+  --admin URL         admin listener (env GPUCACHE_ADMIN; default http://127.0.0.1:9401)
+  --token-file F      file holding an admin tenant's secret, sent as a bearer token
+                      (env GPUCACHE_ADMIN_TOKEN_FILE; not needed on an open node)
+  --cacert F          CA bundle for an https admin listener
+  --cert F, --key F   client certificate for an admin listener that demands one
+  --json              print the result as JSON
+
+Progress lines go to stderr, the result to stdout. Every operation is audited
+on the node, runs one at a time per node (a second gets "busy"), and is safe
+to interrupt (Ctrl-C cancels it) and to run again: a rerun of an interrupted
+purge finishes it.
+`
+
+type adminFlags struct {
+	admin, tokenFile, cacert, cert, key string
+	tenant, olderThan                   string
+	budget                              int64
+	json                                bool
+}
+
+func runAdmin(ctx context.Context, args []string, std Stdio) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(std.Out, AdminUsage)
+		if len(args) == 0 {
+			return usageErr("admin needs a subcommand")
+		}
+		return nil
+	}
+	sub, rest := args[0], args[1:]
+	fs := flag.NewFlagSet("admin "+sub, flag.ContinueOnError)
+	fs.SetOutput(std.Err)
+	fs.Usage = func() { fmt.Fprint(std.Out, AdminUsage) }
+	var f adminFlags
+	fs.StringVar(&f.admin, "admin", envOr("GPUCACHE_ADMIN", "http://127.0.0.1:9401"), "admin listener URL")
+	fs.StringVar(&f.tokenFile, "token-file", os.Getenv("GPUCACHE_ADMIN_TOKEN_FILE"), "admin secret file")
+	fs.StringVar(&f.cacert, "cacert", "", "CA bundle")
+	fs.StringVar(&f.cert, "cert", "", "client certificate")
+	fs.StringVar(&f.key, "key", "", "client key")
+	fs.StringVar(&f.tenant, "tenant", "", "tenant")
+	fs.StringVar(&f.olderThan, "older-than", "", "retention age")
+	fs.Int64Var(&f.budget, "budget", 0, "backfill byte budget")
+	fs.BoolVar(&f.json, "json", false, "JSON output")
+	if err := fs.Parse(rest); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return usageErr("%v", err)
+	}
+	if fs.NArg() > 0 {
+		return usageErr("admin %s: unexpected argument %q", sub, fs.Arg(0))
+	}
+	q := url.Values{}
+	if f.tenant != "" {
+		q.Set("tenant", f.tenant)
+	}
+	method, path := http.MethodPost, ""
+	switch sub {
+	case "inventory":
+		method, path = http.MethodGet, "/admin/inventory"
+	case "purge":
+		if f.tenant == "" {
+			return usageErr("admin purge needs --tenant")
+		}
+		path = "/admin/purge"
+	case "expire":
+		if f.olderThan == "" {
+			return usageErr("admin expire needs --older-than (e.g. 168h)")
+		}
+		q.Set("older_than", f.olderThan)
+		path = "/admin/expire"
+	case "backfill":
+		if f.budget <= 0 {
+			return usageErr("admin backfill needs --budget BYTES (> 0)")
+		}
+		q.Set("budget", strconv.FormatInt(f.budget, 10))
+		path = "/admin/backfill"
+	default:
+		return usageErr("unknown admin subcommand %q (inventory, purge, expire, backfill)", sub)
+	}
+	return adminCall(ctx, f, method, path, q, std)
+}
+
+func (f adminFlags) client() (*http.Client, error) {
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if f.cacert != "" {
+		pem, err := os.ReadFile(f.cacert)
+		if err != nil {
+			return nil, fmt.Errorf("--cacert: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--cacert %s: no PEM certificate", f.cacert)
+		}
+		tc.RootCAs = pool
+	}
+	if f.cert != "" || f.key != "" {
+		c, err := tls.LoadX509KeyPair(f.cert, f.key)
+		if err != nil {
+			return nil, fmt.Errorf("--cert/--key: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{c}
+	}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: tc, Proxy: nil}}, nil
+}
+
+// adminCall sends one lifecycle request and relays its NDJSON answer:
+// progress to stderr, the result to stdout.
+func adminCall(ctx context.Context, f adminFlags, method, path string, q url.Values, std Stdio) error {
+	base := f.admin
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	u := strings.TrimSuffix(base, "/") + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, nil)
+	if err != nil {
+		return usageErr("--admin %q: %v", f.admin, err)
+	}
+	if f.tokenFile != "" {
+		tok, err := os.ReadFile(f.tokenFile)
+		if err != nil {
+			return fmt.Errorf("--token-file: %w", err)
+		}
+		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
+	}
+	hc, err := f.client()
+	if err != nil {
+		return err
+	}
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("%w: admin listener %s: %w", errUnavailable, base, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		text := strings.TrimSpace(string(msg))
+		switch resp.StatusCode {
+		case http.StatusUnauthorized, http.StatusForbidden:
+			return fmt.Errorf("%w: admin %s (HTTP %d): %s", errRefused, path, resp.StatusCode, text)
+		case http.StatusConflict, http.StatusServiceUnavailable:
+			return fmt.Errorf("%w: admin %s busy or not ready (HTTP %d): %s", errUnavailable, path, resp.StatusCode, text)
+		}
+		return fmt.Errorf("admin %s failed (HTTP %d): %s", path, resp.StatusCode, text)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
+	for sc.Scan() {
+		var line struct {
+			Progress string          `json:"progress"`
+			Result   json.RawMessage `json:"result"`
+			Error    string          `json:"error"`
+			Partial  json.RawMessage `json:"partial"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+			return fmt.Errorf("admin %s: bad answer line %q: %w", path, sc.Text(), err)
+		}
+		switch {
+		case line.Progress != "":
+			fmt.Fprintln(std.Err, line.Progress)
+		case line.Error != "":
+			if len(line.Partial) > 0 {
+				fmt.Fprintf(std.Out, "partial: %s\n", line.Partial)
+			}
+			return fmt.Errorf("admin %s failed: %s (safe to run again)", path, line.Error)
+		case line.Result != nil:
+			return printResult(std.Out, line.Result, f.json)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("admin %s: answer cut off: %w (safe to run again)", path, err)
+	}
+	return fmt.Errorf("admin %s: the node closed the answer before a result (safe to run again)", path)
+}
+
+func printResult(w io.Writer, raw json.RawMessage, asJSON bool) error {
+	if asJSON {
+		_, err := fmt.Fprintf(w, "%s\n", raw)
+		return err
+	}
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return err
+	}
+	switch v := v.(type) {
+	case nil:
+		fmt.Fprintln(w, "no cold objects")
+	case []any:
+		if len(v) == 0 {
+			fmt.Fprintln(w, "no cold objects")
+		}
+		for _, e := range v {
+			m, _ := e.(map[string]any)
+			fmt.Fprintf(w, "tenant=%q namespace=%v model=%q packs=%v manifests=%v pointers=%v\n",
+				m["tenant"], m["namespace"], m["model_id"], kind(m["packs"]), kind(m["manifests"]), kind(m["pointers"]))
+		}
+	case map[string]any:
+		keys := make([]string, 0, len(v))
+		for k := range v {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			fmt.Fprintf(w, "%s: %v\n", k, v[k])
+		}
+	default:
+		fmt.Fprintf(w, "%s\n", raw)
+	}
+	return nil
+}
+
+func kind(v any) string {
+	m, _ := v.(map[string]any)
+	return fmt.Sprintf("%v(%vB)", m["objects"], m["bytes"])
+}
