@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/client"
 	"github.com/gpucache/gpucache/internal/etcdtest"
 )
@@ -444,7 +445,7 @@ func TestMixedVersionCluster(t *testing.T) {
 	for _, m := range v.Members {
 		versions[m.ID] = m.ProtoVersion
 	}
-	if versions["n1"] != 1 || versions["n2"] != 3 {
+	if versions["n1"] != 1 || versions["n2"] != wire.VersionMax {
 		t.Fatalf("registered versions %v", versions)
 	}
 	l := newClusterLoad(t, "mixed")
@@ -466,7 +467,7 @@ func TestMixedVersionCluster(t *testing.T) {
 	awaitView(t, n1, "n1 upgraded", func(v nodeView) bool {
 		for _, m := range v.Members {
 			if m.ID == "n1" {
-				return m.ProtoVersion == 3
+				return m.ProtoVersion == wire.VersionMax
 			}
 		}
 		return false
