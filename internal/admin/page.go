@@ -3,10 +3,13 @@ package admin
 import (
 	"bytes"
 	_ "embed"
+	"encoding/json"
 	"fmt"
 	"html/template"
 	"io"
 	"net/http"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 )
@@ -97,8 +100,54 @@ type pageData struct {
 	Windows  []RatioWindow
 	Cluster  *ClusterView
 	Tenants  []TenantRow
-	Audit    []string
+	Audit    []auditRow
 	AuditOff bool
+}
+
+// auditRow is one audit event as the page shows it: the JSON line's
+// well-known fields in columns, every other field as key=value details.
+// A line that is not a JSON object is shown whole in Details.
+type auditRow struct {
+	Time, Event, Tenant, Remote, Details string
+}
+
+func parseAuditLine(line string) auditRow {
+	var m map[string]any
+	if err := json.Unmarshal([]byte(line), &m); err != nil {
+		return auditRow{Details: line}
+	}
+	str := func(k string) string {
+		v, ok := m[k]
+		if !ok {
+			return ""
+		}
+		delete(m, k)
+		if s, ok := v.(string); ok {
+			return s
+		}
+		return fmt.Sprint(v)
+	}
+	r := auditRow{Time: str("time"), Event: str("event"), Tenant: str("tenant"), Remote: str("remote")}
+	if t, err := time.Parse(time.RFC3339Nano, r.Time); err == nil {
+		r.Time = t.UTC().Format("15:04:05.000")
+	}
+	for _, k := range []string{"level", "msg", "audit"} {
+		delete(m, k)
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%s=%v", k, m[k])
+	}
+	r.Details = b.String()
+	return r
 }
 
 // HandlePage serves the status page at GET /.
@@ -155,7 +204,9 @@ func (h *Handler) renderPage(w io.Writer, src PageSource) error {
 		d.Tenants = src.Tenants()
 	}
 	if src.Audit != nil {
-		d.Audit = src.Audit.Lines()
+		for _, l := range src.Audit.Lines() {
+			d.Audit = append(d.Audit, parseAuditLine(l))
+		}
 	} else {
 		d.AuditOff = true
 	}

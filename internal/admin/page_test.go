@@ -125,7 +125,7 @@ func TestPageContent(t *testing.T) {
 		`&lt;script&gt;x&lt;/script&gt;`, // a tenant name is text, never markup
 		// the last minute: 20 more hits, 0 more misses → 20/20; STAT's ratio since start is 30/40
 		`data-hits="20" data-total="20">100.0%`,
-		`&lt;b&gt;ops&lt;/b&gt;`, "admin_action",
+		`<td>admin_action</td><td></td><td>action=reload actor=&lt;b&gt;ops&lt;/b&gt;</td>`, // one row per event, fields in columns
 	} {
 		if !strings.Contains(body, s) {
 			t.Errorf("page lacks %q", s)

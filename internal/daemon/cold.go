@@ -33,7 +33,7 @@ type coldNode struct {
 	// store is the tier's store, for the admin lifecycle endpoints; nil
 	// when the cold tier is off.
 	store cold.Store
-	log  *slog.Logger
+	log   *slog.Logger
 	// check probes the store again; set only when it was unreachable at
 	// start, until it answers.
 	check     func(context.Context) error

@@ -3,8 +3,13 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	neturl "net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -12,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gpucache/gpucache/client"
+	"github.com/gpucache/gpucache/internal/config"
 )
 
 // chromium finds headless Chromium (Debian's chromium; scripts/test
@@ -139,5 +145,71 @@ func TestStatusPageInBrowser(t *testing.T) {
 	}
 	if shot := os.Getenv("GPUCACHE_PAGE_SCREENSHOT"); shot != "" {
 		browse(t, bin, url, shot)
+	}
+}
+
+// The status page as an operator sees it on a node with tenants: Chromium
+// without a secret gets the 401 refusal; through a loopback proxy that adds
+// the admin tenant's bearer secret (a browser cannot be given a header on
+// its command line) it shows the tenants and the recent audit events,
+// including the failed HELLO the test made.
+func TestStatusPageInBrowserAsAdmin(t *testing.T) {
+	bin := chromium(t)
+	secrets := map[string]string{"OPS": "ops-secret-0123456789abcdef", "ENGINE": "engine-secret-0123456789abcdef"}
+	c := testConfig()
+	c.AuditLog = filepath.Join(t.TempDir(), "audit.jsonl")
+	c.Tenants = []config.TenantConfig{
+		{Name: "ops", Secrets: []config.SecretConfig{{ID: "s", Env: "OPS"}}, Rights: []string{"*=rwa"}},
+		{Name: "engine", Secrets: []config.SecretConfig{{ID: "s", Env: "ENGINE"}}, Rights: []string{"*=rw"}},
+	}
+	a, _ := startNode(t, c, Options{Getenv: func(k string) (string, bool) { s, ok := secrets[k]; return s, ok }})
+	ctx := context.Background()
+	if _, err := client.Dial(ctx, client.Config{Addr: a.Data, Tenant: "engine", Secret: []byte("not-the-secret-0123456789")}); err == nil {
+		t.Fatal("a HELLO with a wrong secret was accepted")
+	}
+	cl, err := client.Dial(ctx, client.Config{Addr: a.Data, Tenant: "engine", Secret: []byte(secrets["ENGINE"])})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ns := client.Namespace{Tenant: "engine", TrustDomain: "t", ModelID: "m", ConfigRevision: "c", TokenizerRevision: "k",
+		RoPE: "rope", DType: "fp16", Quantization: "none",
+		Layout: client.Layout{Format: "raw", TPSize: 1, PPSize: 1, LayerCount: 1, KVHeads: 1, HeadDim: 1, BlockTokens: 16}}
+	for i := range 20 {
+		if _, err := cl.PutOpaque(ctx, ns, []byte(fmt.Sprintf("k%d", i)), make([]byte, 4096)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	direct := browse(t, bin, "http://"+a.Admin+"/", "")
+	if strings.Contains(direct, `id="tenants"`) || strings.Contains(direct, "engine") {
+		t.Fatalf("the page without a secret showed the tenants:\n%s", direct)
+	}
+	target, err := neturl.Parse("http://" + a.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	inner := proxy.Director
+	proxy.Director = func(r *http.Request) {
+		inner(r)
+		r.Header.Set("Authorization", "Bearer "+secrets["OPS"])
+	}
+	srv := httptest.NewServer(proxy)
+	defer srv.Close()
+	dom := browse(t, bin, srv.URL+"/", "")
+	for _, s := range []string{`<table id="tenants">`, "<td>ops</td>", "<td>engine</td>", `<table id="audit">`, "<td>auth_failure</td>", "<td>engine</td><td>reason=unknown_credential</td>"} {
+		if !strings.Contains(dom, s) {
+			t.Errorf("the admin's page lacks %q", s)
+		}
+	}
+	if strings.Contains(dom, secrets["ENGINE"]) || strings.Contains(dom, secrets["OPS"]) {
+		t.Fatal("the page shows a secret")
+	}
+	if t.Failed() {
+		t.Fatalf("page:\n%s", dom)
+	}
+	if shot := os.Getenv("GPUCACHE_PAGE_SCREENSHOT_ADMIN"); shot != "" {
+		browse(t, bin, srv.URL+"/", shot)
 	}
 }
