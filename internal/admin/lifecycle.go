@@ -46,9 +46,21 @@ type Lifecycle struct {
 	Store cold.Store
 	// Audit, when set, records each operation's start and outcome.
 	Audit func(actor, action string, attrs ...slog.Attr)
-	// Deliver, when set, receives the blocks Backfill reads (it owns the
-	// payload). Without it, Backfill is refused with ErrNoBackfill.
-	Deliver func(ctx context.Context, r pack.Range, payload []byte) error
+	// Deliver, when set, receives the blocks Backfill reads, each checked
+	// against its manifest's checksum, with the namespace digest its
+	// pointer was found under (the payload is Deliver's). It reports
+	// whether it published the block; false with a nil error means the
+	// block was already there. An error that wraps ErrBackfillIdentity
+	// counts the block as rejected, any other as refused; neither stops
+	// the backfill. Without Deliver, Backfill is refused with
+	// ErrNoBackfill.
+	Deliver func(ctx context.Context, d identity.NamespaceDigest, r pack.Range, payload []byte) (published bool, err error)
+	// Drop, when set, is called by PurgeTenant before it deletes anything:
+	// it removes the tenant's blocks from DRAM and withdraws them from the
+	// write-behind (remembered, batched and queued), so that nothing of the
+	// tenant is written to the cold tier after the purge. An error stops
+	// the purge before any delete.
+	Drop func(ctx context.Context, tenant string) (DropSummary, error)
 	// Verifier, when set, makes Backfill deliver only blocks whose manifest
 	// seal verifies (lifecycle.BackfillSealed).
 	Verifier pack.SealVerifier
@@ -67,6 +79,9 @@ var (
 	ErrBusy = errors.New("gpucache/admin: a lifecycle operation is already running")
 	// ErrNoBackfill: the node has no sink for backfilled blocks.
 	ErrNoBackfill = errors.New("gpucache/admin: backfill is not available on this node")
+	// ErrBackfillIdentity: a backfilled block's identity does not match
+	// the namespace and key it was found under (Deliver wraps it).
+	ErrBackfillIdentity = errors.New("gpucache/admin: backfilled block fails its identity check")
 	// ErrBadTenant: an empty or over-long tenant name.
 	ErrBadTenant = errors.New("gpucache/admin: bad tenant name")
 )
@@ -184,14 +199,27 @@ func (l *Lifecycle) Inventory(ctx context.Context, actor, tenant string, progres
 	return out, nil
 }
 
+// DropSummary is what Lifecycle.Drop removed from the node.
+type DropSummary struct {
+	DRAMBlocks int `json:"dram_blocks_dropped"`
+	// DRAMBusy: blocks left in DRAM because a reader pinned them, a lease
+	// held them or they were being written; they are not written behind.
+	DRAMBusy   int `json:"dram_blocks_busy"`
+	Remembered int `json:"write_behind_forgotten"`
+	Batched    int `json:"write_behind_batched_dropped"`
+	Packs      int `json:"write_behind_packs_cancelled"`
+}
+
 // PurgeSummary is what PurgeTenant did.
 type PurgeSummary struct {
-	Tenant     string `json:"tenant"`
-	Namespaces int    `json:"namespaces"`
-	Pointers   int    `json:"pointers_deleted"`
-	Manifests  int    `json:"manifests_deleted"`
-	Packs      int    `json:"packs_deleted"`
-	Complete   bool   `json:"complete"`
+	Tenant string `json:"tenant"`
+	// Node is what Drop removed from this node (DRAM, write-behind).
+	Node       DropSummary `json:"node"`
+	Namespaces int         `json:"namespaces"`
+	Pointers   int         `json:"pointers_deleted"`
+	Manifests  int         `json:"manifests_deleted"`
+	Packs      int         `json:"packs_deleted"`
+	Complete   bool        `json:"complete"`
 }
 
 func journalDir(tenant string) string {
@@ -213,6 +241,16 @@ func (l *Lifecycle) PurgeTenant(ctx context.Context, actor, tenant string, progr
 	}
 	defer release()
 	l.audit(actor, "purge_start", slog.String("tenant", tenant))
+	if l.Drop != nil {
+		ds, err := l.Drop(ctx, tenant)
+		sum.Node = ds
+		if err != nil {
+			l.audit(actor, "purge_failed", slog.String("tenant", tenant), slog.String("reason", err.Error()))
+			return sum, fmt.Errorf("gpucache/admin: drop tenant %q from this node: %w", tenant, err)
+		}
+		progress("tenant %q: dropped %d DRAM blocks (%d busy), %d remembered, %d batched, %d queued packs from the write-behind",
+			tenant, ds.DRAMBlocks, ds.DRAMBusy, ds.Remembered, ds.Batched, ds.Packs)
+	}
 	todo, err := l.purgeSet(ctx, tenant)
 	if err != nil {
 		l.audit(actor, "purge_failed", slog.String("tenant", tenant), slog.String("reason", err.Error()))
@@ -243,6 +281,7 @@ func (l *Lifecycle) PurgeTenant(ctx context.Context, actor, tenant string, progr
 	err = errors.Join(errs...)
 	sum.Complete = err == nil
 	attrs := []slog.Attr{slog.String("tenant", tenant), slog.Int("namespaces", sum.Namespaces),
+		slog.Int("dram_blocks", sum.Node.DRAMBlocks), slog.Int("write_behind_packs", sum.Node.Packs),
 		slog.Int("pointers", sum.Pointers), slog.Int("manifests", sum.Manifests), slog.Int("packs", sum.Packs)}
 	if err != nil {
 		l.audit(actor, "purge_incomplete", append(attrs, slog.String("reason", err.Error()))...)
@@ -343,16 +382,27 @@ func (l *Lifecycle) Expire(ctx context.Context, actor, tenant string, olderThan 
 // BackfillSummary is what Backfill delivered.
 type BackfillSummary struct {
 	Namespaces int   `json:"namespaces"`
-	Blocks     int   `json:"blocks"`
+	Blocks     int   `json:"blocks"` // published by Deliver
+	Present    int   `json:"present"`
 	BytesRead  int64 `json:"bytes_read"`
-	Skipped    int   `json:"skipped"`
-	Exhausted  bool  `json:"budget_exhausted"`
+	// Skipped: blocks not delivered because a pointer, manifest or
+	// payload failed its checks (checksum and seal included), was a
+	// legacy manifest's, or was gone.
+	Skipped int `json:"skipped"`
+	// Rejected: blocks Deliver refused for their identity (never
+	// published).
+	Rejected int `json:"rejected"`
+	// Refused: blocks Deliver could not publish (the tenant's DRAM
+	// quota, the hot tier full, a fill in progress).
+	Refused   int  `json:"refused"`
+	Exhausted bool `json:"budget_exhausted"`
 }
 
 // Backfill reads tenant's cold blocks (every tenant's when "") into
-// Deliver, reading at most budget bytes from the store in all. Delivering
-// a block twice is harmless (the hot tier keeps the first copy), so a rerun
-// is safe.
+// Deliver, reading at most budget bytes from the store in all. Namespaces
+// no manifest names are skipped (a block's tenant must be known to charge
+// it). Delivering a block twice is harmless (the hot tier keeps the first
+// copy), so a rerun is safe.
 func (l *Lifecycle) Backfill(ctx context.Context, actor, tenant string, budget int64, progress Progress) (BackfillSummary, error) {
 	var sum BackfillSummary
 	if l.Deliver == nil {
@@ -370,7 +420,7 @@ func (l *Lifecycle) Backfill(ctx context.Context, actor, tenant string, budget i
 	}
 	left := budget
 	for _, n := range nss {
-		if tenant != "" && (!n.known || n.ns.Tenant != tenant) {
+		if !n.known || (tenant != "" && n.ns.Tenant != tenant) {
 			continue
 		}
 		if left <= 0 {
@@ -378,20 +428,37 @@ func (l *Lifecycle) Backfill(ctx context.Context, actor, tenant string, budget i
 			break
 		}
 		sum.Namespaces++
+		var blocks, present int
 		rep, err := lifecycle.BackfillSealed(ctx, l.Store, n.digest, left, l.Verifier, func(r pack.Range, p []byte) error {
-			return l.Deliver(ctx, r, p)
+			published, err := l.Deliver(ctx, n.digest, r, p)
+			switch {
+			case ctx.Err() != nil:
+				return ctx.Err()
+			case errors.Is(err, ErrBackfillIdentity):
+				sum.Rejected++
+			case err != nil:
+				sum.Refused++
+			case published:
+				blocks++
+			default:
+				present++
+			}
+			return nil
 		})
 		left -= rep.BytesRead
 		sum.BytesRead += rep.BytesRead
-		sum.Blocks += rep.Blocks
+		sum.Blocks += blocks
+		sum.Present += present
 		sum.Skipped += rep.Legacy + rep.Corrupt + rep.Missing
 		sum.Exhausted = sum.Exhausted || rep.Exhausted
-		progress("namespace %s: %d blocks, %d bytes read", n.digest, rep.Blocks, rep.BytesRead)
+		progress("namespace %s: %d blocks published, %d already cached, %d bytes read", n.digest, blocks, present, rep.BytesRead)
 		if err != nil {
 			l.audit(actor, "backfill_failed", slog.String("tenant", tenant), slog.String("reason", err.Error()))
 			return sum, fmt.Errorf("namespace %s: %w", n.digest, err)
 		}
 	}
-	l.audit(actor, "backfill_done", slog.String("tenant", tenant), slog.Int("blocks", sum.Blocks), slog.Int64("bytes_read", sum.BytesRead))
+	l.audit(actor, "backfill_done", slog.String("tenant", tenant), slog.Int("blocks", sum.Blocks),
+		slog.Int("present", sum.Present), slog.Int("skipped", sum.Skipped), slog.Int("rejected", sum.Rejected),
+		slog.Int("refused", sum.Refused), slog.Int64("bytes_read", sum.BytesRead))
 	return sum, nil
 }

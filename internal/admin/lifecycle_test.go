@@ -333,15 +333,15 @@ func TestBackfillDeliversWithinBudget(t *testing.T) {
 	st := cold.NewMem()
 	twoTenants(t, st)
 	var got []string
-	l := &Lifecycle{Store: st, Deliver: func(_ context.Context, r pack.Range, p []byte) error {
+	l := &Lifecycle{Store: st, Deliver: func(_ context.Context, _ identity.NamespaceDigest, r pack.Range, p []byte) (bool, error) {
 		if r.Identity.Tenant != "b" {
-			return fmt.Errorf("delivered tenant %q's block", r.Identity.Tenant)
+			return false, fmt.Errorf("delivered tenant %q's block", r.Identity.Tenant)
 		}
 		got = append(got, string(p))
-		return nil
+		return true, nil
 	}}
 	sum, err := l.Backfill(context.Background(), "ops", "b", 1<<20, nop)
-	if err != nil || sum.Blocks != 8 || len(got) != 8 || sum.Namespaces != 2 {
+	if err != nil || sum.Blocks != 8 || len(got) != 8 || sum.Namespaces != 2 || sum.Refused != 0 {
 		t.Fatalf("backfill: %+v %v (%d delivered)", sum, err, len(got))
 	}
 	got = nil

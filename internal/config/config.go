@@ -184,6 +184,15 @@ type Config struct {
 	// to a shared bucket. Default 0: 1m in a cluster, never on a single
 	// node; negative: never.
 	ColdIndexRescan time.Duration `yaml:"cold_index_rescan"`
+	// ColdRetention, when positive, makes the node apply retention to the
+	// cold tier every cold_retention_interval: pointers last written more
+	// than this long ago are deleted and what they alone referenced is
+	// reclaimed after the reclaim grace (the same run as `gpucache admin
+	// expire`). Default 0: keep forever. At least 1m when set.
+	ColdRetention time.Duration `yaml:"cold_retention"`
+	// ColdRetentionInterval is how often retention runs when
+	// cold_retention is set: 1m..24h. Default 1h.
+	ColdRetentionInterval time.Duration `yaml:"cold_retention_interval"`
 	// S3Endpoint, S3Region, S3Bucket, S3Prefix, S3AccessKey, S3SecretKey
 	// and S3PathStyle configure cold_store: s3. The keys default to the
 	// AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY environment variables.
@@ -268,6 +277,8 @@ func Default() Config {
 		S3Region:          "us-east-1",
 		S3PathStyle:       true,
 
+		ColdRetentionInterval: time.Hour,
+
 		EtcdPrefix:     "/gpucache/",
 		MemberLeaseTTL: 10 * time.Second,
 		ControlGrace:   10 * time.Second,
@@ -314,6 +325,8 @@ func (c *Config) fields() []field {
 		{"cold_pending", "bytes the write-behind may hold: evicted blocks and their packs until written (more are dropped)", &c.ColdPending},
 		{"cold_index_max", "most blocks in the cold presence index (about 64 bytes each)", (*intVal)(&c.ColdIndexMax)},
 		{"cold_index_rescan", "how often the cold presence index lists the store again (0: 1m clustered, else never; negative: never)", (*durVal)(&c.ColdIndexRescan)},
+		{"cold_retention", "delete cold blocks last written longer ago than this (0: keep forever)", (*durVal)(&c.ColdRetention)},
+		{"cold_retention_interval", "how often cold_retention is applied (1m..24h)", (*durVal)(&c.ColdRetentionInterval)},
 		{"s3_endpoint", "S3 endpoint URL, e.g. http://127.0.0.1:7070", (*strVal)(&c.S3Endpoint)},
 		{"s3_region", "S3 region", (*strVal)(&c.S3Region)},
 		{"s3_bucket", "S3 bucket", (*strVal)(&c.S3Bucket)},
@@ -504,6 +517,12 @@ func (c Config) Validate() error {
 	}
 	if c.ColdPending < 0 {
 		return bad("cold_pending must not be negative")
+	}
+	if c.ColdRetention != 0 && (c.ColdRetention < time.Minute || c.ColdStore == "off") {
+		return bad("cold_retention must be 0 (keep forever) or at least 1m with a cold_store, got %s (cold_store %s)", c.ColdRetention, c.ColdStore)
+	}
+	if c.ColdRetentionInterval < time.Minute || c.ColdRetentionInterval > 24*time.Hour {
+		return bad("cold_retention_interval must be 1m..24h, got %s", c.ColdRetentionInterval)
 	}
 	if c.ColdIndexMax < 1 || c.ColdIndexMax > 1<<30 {
 		return bad("cold_index_max must be 1..1073741824, got %d", c.ColdIndexMax)

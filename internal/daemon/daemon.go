@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/admin"
+	"github.com/gpucache/gpucache/internal/cold"
 	"github.com/gpucache/gpucache/internal/coldtier"
 	"github.com/gpucache/gpucache/internal/config"
 	"github.com/gpucache/gpucache/internal/degrade"
@@ -76,6 +77,11 @@ type Options struct {
 	// OnColdConnected is called with true when a cold store that was
 	// unreachable at start answers (tests observe it instead of sleeping).
 	OnColdConnected func(connected bool)
+	// Retention drives the cold_retention loop (tests; lifecycle.go).
+	Retention RetentionHooks
+	// LifecycleStore, when set, wraps the cold store the admin lifecycle
+	// operations use (tests interrupt a purge with it).
+	LifecycleStore func(cold.Store) cold.Store
 }
 
 // RunWith is Run with options.
@@ -195,6 +201,10 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 		}
 		scfg.ColdRefill = cn.refill
 		scfg.ColdStats = cn.stats
+	}
+	nl := newNodeLifecycle(cfg, cn, store, sec, log, opts.LifecycleStore) // lifecycle.go: backfill sink, purge, retention
+	if tier != nil {
+		scfg.ColdStats = nl.withStats(cn.stats)
 		wireColdIndex(&scfg, cn) // coldindex.go: ColdPresent, ColdDelete, index STATs
 	}
 	scfg.MaxVersion = uint8(cfg.ProtocolMax)
@@ -235,8 +245,9 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 	adm := admin.New(srv.Stats)
 	adm.SetAuthorizer(sec.authorizeAdmin)
 	adm.SetDegraded(cn.degraded)
-	if cn.store != nil { // issue 15 item 5: gpucache admin inventory|purge|expire
-		adm.RegisterLifecycle(&admin.Lifecycle{Store: cn.store, Audit: sec.audit.AdminAction})
+	if nl != nil { // issue 15 item 5: gpucache admin inventory|purge|expire|backfill
+		nl.srv = srv
+		adm.RegisterLifecycle(nl.lc)
 	}
 	reload := func(actor string) error {
 		if opts.Reload == nil {
@@ -288,6 +299,8 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 	adm.HandlePage(pageSource(cfg, node, sec, addrs.Data, rates))
 	clusterDone.Add(1)
 	go func() { defer clusterDone.Done(); rates.Run(clusterCtx, srv.Stats) }()
+	clusterDone.Add(1)
+	go func() { defer clusterDone.Done(); nl.runRetention(clusterCtx, opts.Retention) }()
 	var hs *http.Server
 	adminErr := make(chan error, 1)
 	if cfg.AdminListen != "off" {
