@@ -1,11 +1,15 @@
 package cli
 
 import (
+	"crypto/tls"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/control"
+	"github.com/gpucache/gpucache/internal/security/tlsconf/tlstest"
 	"github.com/gpucache/gpucache/internal/server"
 	"github.com/gpucache/gpucache/internal/servertest"
 )
@@ -61,5 +65,43 @@ func TestReadOnlyExitCode(t *testing.T) {
 	if r.code != exitOK || !strings.Contains(r.stdout, "read-only 32: PUT blocks answered READ_ONLY") ||
 		!strings.Contains(r.stderr, "errors 0 misses 0 corrupt 0 read-only 32") {
 		t.Fatalf("bench against a read-only node: %+v", r)
+	}
+}
+
+// TestMTLSWithoutCertificateRefused: a server that requires a client
+// certificate ends the handshake of a client without one; the CLI says
+// which flags to pass and exits "refused" (3), not "unavailable".
+func TestMTLSWithoutCertificateRefused(t *testing.T) {
+	ca := tlstest.NewCA(t, "mtls-ca")
+	certPEM, keyPEM := ca.Issue(t, "server", tlstest.ServerAuth())
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert},
+		ClientCAs: ca.Pool(), ClientAuth: tls.RequireAndVerifyClientCert})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.(*tls.Conn).Handshake()
+			c.Close()
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); <-done })
+	caFile := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(caFile, ca.CertPEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := run(t, "", "get", "--addr", ln.Addr().String(), "--tls-ca", caFile, "--key-text", "k")
+	if r.code != exitRefused || !strings.Contains(r.stderr, "requires a client certificate") || !strings.Contains(r.stderr, "--tls-cert") {
+		t.Fatalf("mTLS without a client certificate: %+v", r)
 	}
 }
