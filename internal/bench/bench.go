@@ -242,7 +242,7 @@ func (r *runner) populate(ctx context.Context, c dataClient, size int) {
 					continue
 				}
 				for _, s := range st {
-					if s == client.StatusNoSpace || s == client.StatusTooLarge {
+					if s == client.StatusNoSpace || s == client.StatusTooLarge || s == client.StatusReadOnly {
 						noSpace.Add(1)
 					}
 				}
@@ -391,6 +391,7 @@ func (r *runner) runCase(ctx context.Context, op string, size, conns, index, tot
 		res.Errors += w.errors
 		res.Misses += w.misses
 		res.Corrupt += w.corrupt
+		res.ReadOnly += w.readOnly
 		if w.last.After(last) {
 			last = w.last
 		}
@@ -445,6 +446,7 @@ type worker struct {
 	puts    []client.PutBlock
 
 	requests, blocks, bytes, errors, misses, corrupt uint64
+	readOnly                                         uint64 // PUT blocks answered READ_ONLY
 	last                                             time.Time
 }
 
@@ -483,12 +485,12 @@ func (w *worker) run(ctx context.Context) {
 				return
 			}
 		}
-		var blocks, bytes, errs, misses, corrupt uint64
+		var blocks, bytes, errs, misses, corrupt, readOnly uint64
 		clear(w.pend)
 		if w.cs.op == OpGet {
 			blocks, bytes, errs, misses, corrupt = w.get(ctx)
 		} else {
-			blocks, bytes, errs = w.put(ctx)
+			blocks, bytes, errs, readOnly = w.put(ctx)
 		}
 		end := time.Now()
 		w.cs.blocks.Add(blocks)
@@ -502,6 +504,7 @@ func (w *worker) run(ctx context.Context) {
 		w.errors += errs
 		w.misses += misses
 		w.corrupt += corrupt
+		w.readOnly += readOnly
 		for i, p := range w.pend {
 			n := &w.nodes[i]
 			n.blocks += p.blocks
@@ -541,7 +544,7 @@ func (w *worker) get(ctx context.Context) (blocks, bytes, errs, misses, corrupt 
 	return uint64(len(w.keys)), bytes, errs, misses, corrupt
 }
 
-func (w *worker) put(ctx context.Context) (blocks, bytes, errs uint64) {
+func (w *worker) put(ctx context.Context) (blocks, bytes, errs, readOnly uint64) {
 	size := uint32(w.cs.size)
 	for i := range w.puts {
 		seq := w.cs.putSeq.Add(1)
@@ -562,6 +565,10 @@ func (w *worker) put(ctx context.Context) (blocks, bytes, errs uint64) {
 		case client.StatusStored, client.StatusExists:
 			bytes += uint64(size)
 			n.bytes += uint64(size)
+		case client.StatusReadOnly:
+			// Not an error of the bench or the server: the node takes no
+			// writes while its control plane is unreachable.
+			readOnly++
 		default:
 			errs++
 			n.errors++
@@ -570,7 +577,7 @@ func (w *worker) put(ctx context.Context) (blocks, bytes, errs uint64) {
 			}
 		}
 	}
-	return uint64(len(w.puts)), bytes, errs
+	return uint64(len(w.puts)), bytes, errs, readOnly
 }
 
 // share is the pending per-member count of key's owner; a scratch count

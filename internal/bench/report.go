@@ -95,6 +95,9 @@ type CaseResult struct {
 	Misses uint64 `json:"misses"`
 	// Corrupt counts GET hits whose bytes did not verify; it must be 0.
 	Corrupt uint64 `json:"corrupt"`
+	// ReadOnly counts PUT blocks answered READ_ONLY (the node lost its
+	// control plane and takes no writes); they are not in Errors.
+	ReadOnly uint64 `json:"read_only,omitempty"`
 	// FirstError is the first error seen, for diagnosis.
 	FirstError string `json:"first_error,omitempty"`
 	// Nodes is each cluster member's share of the case (cluster runs): the
@@ -110,6 +113,9 @@ func (r *CaseResult) label() string {
 func (r *CaseResult) line() string {
 	s := fmt.Sprintf("%s: %s ops/s %.3f GB/s p50 %s p99 %s errors %d misses %d corrupt %d",
 		r.label(), fmtRate(r.OpsPerSec), r.GBPerSec, fmtDur(r.P50Ns), fmtDur(r.P99Ns), r.Errors, r.Misses, r.Corrupt)
+	if r.ReadOnly > 0 {
+		s += fmt.Sprintf(" read-only %d (node read-only: control plane unreachable)", r.ReadOnly)
+	}
 	if r.FirstError != "" {
 		s += " (first error: " + r.FirstError + ")"
 	}
@@ -137,6 +143,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	if err := r.writeNodes(w); err != nil {
 		return err
+	}
+	for _, c := range r.Cases {
+		if c.ReadOnly > 0 {
+			fmt.Fprintf(w, "\n%s: read-only %d: PUT blocks answered READ_ONLY (the node lost its control plane and takes no writes; not counted as errors)\n", c.label(), c.ReadOnly)
+		}
 	}
 	if r.Hold != nil {
 		fmt.Fprintf(w, "\nhold: %s of %s requested in %d blocks of %s\n",

@@ -71,8 +71,9 @@ Exit codes:
   1  miss: a GET or DELETE found no block
   2  usage error (bad flags or arguments)
   3  refused by the server: authentication, rights, quota, size limits, capacity
-  4  unavailable: unreachable, timed out, draining, or the key is owned by
-     another cluster member (use --cluster)
+  4  unavailable: unreachable, timed out, draining, read-only (a PUT to a
+     node that lost its control plane: retry later or use another node), or
+     the key is owned by another cluster member (use --cluster)
   5  any other failure (a local file, a protocol error)
 
 Run 'gpucache <command> --help' for a command's flags.

@@ -66,6 +66,10 @@ func runPut(ctx context.Context, args []string, std Stdio) error {
 		return fmt.Errorf("%w: not stored: %s exceed the server's largest block (%d bytes)", errRefused, fmtBytes(len(data)), c.Limits().MaxPayload)
 	case client.StatusNoSpace:
 		return fmt.Errorf("%w: not stored: the server has no space it may evict for it (NO_SPACE)", errRefused)
+	case client.StatusReadOnly:
+		// Not a refusal of this block: the node takes no writes until its
+		// control plane is back, so a retry (or another node) may succeed.
+		return fmt.Errorf("%w: not stored: node is read-only (control plane unreachable); retry later or write to another node (READ_ONLY)", errUnavailable)
 	default:
 		return fmt.Errorf("%w: not stored: %s", errRefused, st[0])
 	}

@@ -16,7 +16,7 @@ const (
 	exitMiss        = 1 // a GET (or DELETE) found no block
 	exitUsage       = 2 // bad flags or arguments
 	exitRefused     = 3 // the server refused: authentication, rights, quota, limits, capacity
-	exitUnavailable = 4 // no answer: unreachable, timed out, draining, or the key's owner is elsewhere
+	exitUnavailable = 4 // no answer: unreachable, timed out, draining, read-only, or the key's owner is elsewhere
 	exitFailed      = 5 // any other failure (a local file, a protocol error, a server bug)
 )
 

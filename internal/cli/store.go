@@ -97,6 +97,14 @@ func (c *commonFlags) connect(ctx context.Context) (store, error) {
 // explain adds what the user can do to a dial error: a plaintext client
 // against a TLS listener is told that the server expects TLS.
 func (c *commonFlags) explain(ctx context.Context, addr string, err error) error {
+	if c.tlsCA != "" && isTLSAlert(err) {
+		// The server ended the handshake: it refused the client's
+		// certificate, or the lack of one (mTLS). A refusal, not an outage.
+		if strings.Contains(err.Error(), "certificate required") {
+			return fmt.Errorf("%w: %s requires a client certificate (mTLS): pass --tls-cert FILE --tls-key FILE (env GPUCACHE_TLS_CERT, GPUCACHE_TLS_KEY) (%v)", errRefused, addr, err)
+		}
+		return fmt.Errorf("%w: %s did not accept the TLS handshake (a client certificate it does not trust, or expired?) (%v)", errRefused, addr, err)
+	}
 	if c.tlsCA != "" || (!errors.Is(err, client.ErrProtocol) && !errors.Is(err, client.ErrUnavailable)) {
 		return err
 	}

@@ -38,6 +38,11 @@ func (rc *respConn) auth(args [][]byte, pending int64) error {
 	}
 	p := c.s.guard.Policy()
 	s, err := p.Auth.Bearer(secret, c.s.guard.Now())
+	if err == nil {
+		// Over TLS with a client certificate of another tenant: refused,
+		// as HELLO refuses it; neither credential wins.
+		err = c.certConflict(p, s.Tenant)
+	}
 	if err == nil && user != "" && user != s.Tenant {
 		err = fmt.Errorf("%w: AUTH names tenant %q but the credential belongs to another tenant", auth.ErrUnauthenticated, user)
 	}
@@ -50,7 +55,9 @@ func (rc *respConn) auth(args [][]byte, pending int64) error {
 		c.s.stats.authFailures.Add(1)
 		c.s.stats.resp.authFailed.Add(1)
 		reason := auth.Reason(err)
-		if !errors.Is(err, auth.ErrExpired) && !errors.Is(err, auth.ErrNoCredential) && !errors.Is(err, auth.ErrUnknown) {
+		if errors.Is(err, ErrCredentialConflict) {
+			reason = "credential_conflict"
+		} else if !errors.Is(err, auth.ErrExpired) && !errors.Is(err, auth.ErrNoCredential) && !errors.Is(err, auth.ErrUnknown) {
 			reason = "tenant_mismatch"
 		}
 		c.s.guard.Audit().AuthFailure(user, reason, c.nc.RemoteAddr().String())

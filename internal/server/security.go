@@ -97,13 +97,8 @@ func (c *conn) helloSession(req *wire.HelloRequest) (auth.Session, error) {
 	switch {
 	case req.Auth == wire.AuthBearer:
 		s, err = p.Auth.Bearer(req.Credential, c.s.guard.Now())
-		if names := c.peerNames(); err == nil && names != nil {
-			// Both credentials name a tenant: they must name the same
-			// one. A certificate that maps to no tenant does not conflict.
-			if cs, cerr := p.Auth.Cert(names); cerr == nil && cs.Tenant != s.Tenant {
-				err = fmt.Errorf("%w: %w: the client certificate names tenant %q, the bearer secret tenant %q; present one tenant's credentials",
-					auth.ErrUnauthenticated, ErrCredentialConflict, cs.Tenant, s.Tenant)
-			}
+		if err == nil {
+			err = c.certConflict(p, s.Tenant)
 		}
 	case c.peerNames() != nil:
 		s, err = p.Auth.Cert(c.peerNames())
@@ -114,6 +109,22 @@ func (c *conn) helloSession(req *wire.HelloRequest) (auth.Session, error) {
 		err = fmt.Errorf("%w: HELLO names tenant %q but the credential belongs to another tenant", auth.ErrUnauthenticated, req.Tenant)
 	}
 	return s, err
+}
+
+// certConflict checks a bearer secret of tenant against the connection's
+// verified client certificate, for HELLO and RESP AUTH alike: when both
+// name a tenant they must name the same one (ErrCredentialConflict). A
+// certificate that maps to no tenant does not conflict.
+func (c *conn) certConflict(p *security.Policy, tenant string) error {
+	names := c.peerNames()
+	if names == nil {
+		return nil
+	}
+	if cs, err := p.Auth.Cert(names); err == nil && cs.Tenant != tenant {
+		return fmt.Errorf("%w: %w: the client certificate names tenant %q, the bearer secret tenant %q; present one tenant's credentials",
+			auth.ErrUnauthenticated, ErrCredentialConflict, cs.Tenant, tenant)
+	}
+	return nil
 }
 
 // peerNames returns the verified client-certificate names of a TLS
