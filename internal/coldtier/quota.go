@@ -488,3 +488,9 @@ func (t *Tier) unqueueJob(j *sink.Job) {
 		}
 	}
 }
+
+// AccountedStore returns the tier's store with every successful Delete of
+// a manifest or pack subtracted from its tenant's cold bytes: give it to
+// anything else that deletes cold objects (the admin lifecycle's purge and
+// expiry), so the quota ledger stays current.
+func (t *Tier) AccountedStore() cold.Store { return ledgerStore{Store: t.cfg.Store, l: t.ledger} }
