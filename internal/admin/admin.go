@@ -31,6 +31,7 @@ var gauges = map[string]bool{
 	"request_buffer_tenant_limit_bytes": true, "request_buffer_presession_bytes": true, "request_buffer_presession_limit_bytes": true,
 	"forward_clients": true, "forward_bytes_held": true, "forward_byte_budget": true,
 	"cluster_epoch": true, "control_mode": true, // levels: gauges never end in _total
+	"cold_quota_tracked_packs": true, // issue 15: cold quotas
 }
 
 // collector exports STAT entries as gpucache_* metrics on each scrape, so
@@ -60,6 +61,7 @@ type Handler struct {
 	ready    atomic.Bool
 	authz    atomic.Pointer[Authorizer]
 	degraded atomic.Pointer[func() string]
+	tenants  atomic.Pointer[func() []TenantUsage] // tenants.go
 }
 
 // Authorizer decides whether a request to a protected endpoint (pprof and
@@ -73,13 +75,14 @@ var ErrForbidden = errors.New("admin role required")
 
 // New builds the admin handler. Readiness starts false; call SetReady.
 func New(stats StatsFunc) *Handler {
+	h := &Handler{mux: http.NewServeMux(), statsFn: stats}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collector{stats: stats},
+		tenantCollector{h: h},
 	)
-	h := &Handler{mux: http.NewServeMux(), statsFn: stats}
 	h.mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	h.mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n"))

@@ -247,6 +247,8 @@ type Tier struct {
 	onIntegrity func(refill.IntegrityEvent)
 	idx         *presenceIndex // index.go
 	hide        *hideSet       // index_delete.go
+	ledger      *coldLedger    // per-tenant cold bytes and quotas (quota.go)
+	wstore      cold.Store     // the store behind the degrade boundary, for writes and quota evictions
 	// queueMu is held while flush takes batches and queues their packs,
 	// and by Delete, so a block Delete takes out of the batches cannot be
 	// in a pack that reaches the sink after its Retract.
@@ -329,7 +331,7 @@ func New(cfg Config) (*Tier, error) {
 		cfg.IndexMax = DefaultIndexMax
 	}
 	t := &Tier{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), keyring: cfg.Keyring, onIntegrity: cfg.OnIntegrity,
-		idx: newPresenceIndex(cfg.IndexMax)}
+		idx: newPresenceIndex(cfg.IndexMax), ledger: newColdLedger(MaxColdGroups)}
 	budget, err := sink.NewBudget(cfg.PendingBytes)
 	if err != nil {
 		return nil, err
@@ -353,7 +355,8 @@ func New(cfg Config) (*Tier, error) {
 	if writeBudget == 0 {
 		writeBudget = sink.DefaultPutTimeout
 	}
-	sk, err := sink.New(publishStore{Store: cold.WithDegrade(cfg.Store, cfg.Faults, writeBudget), t: t}, sc)
+	t.wstore = cold.WithDegrade(cfg.Store, cfg.Faults, writeBudget)
+	sk, err := sink.New(publishStore{Store: t.wstore, t: t}, sc)
 	if err != nil {
 		return nil, err
 	}
@@ -556,7 +559,7 @@ func (t *Tier) flush(ctx context.Context, force, now bool) sink.Report {
 	t.flushMu.Lock()
 	defer t.flushMu.Unlock()
 	var lost lossReport
-	t.queueReady(force, &lost)
+	t.queueReady(ctx, force, &lost)
 	var rep sink.Report
 	if now {
 		rep = t.sk.DrainNow(ctx)
@@ -564,6 +567,7 @@ func (t *Tier) flush(ctx context.Context, force, now bool) sink.Report {
 		rep = t.sk.DrainReport(ctx)
 	}
 	for _, f := range t.sk.TakeFailed() {
+		t.unqueueJob(f.Job)
 		lost.add(int(f.Job.Bytes), pointersOf(f.Job), "the store refused the pack", f.Err)
 	}
 	t.settleLosses(&lost)
@@ -573,7 +577,7 @@ func (t *Tier) flush(ctx context.Context, force, now bool) sink.Report {
 
 // queueReady takes the batches ready to go (all of them when force) and
 // queues their packs on the sink, under queueMu (see Delete).
-func (t *Tier) queueReady(force bool, lost *lossReport) {
+func (t *Tier) queueReady(ctx context.Context, force bool, lost *lossReport) {
 	t.queueMu.Lock()
 	defer t.queueMu.Unlock()
 	var ready []*batch
@@ -597,7 +601,7 @@ func (t *Tier) queueReady(force bool, lost *lossReport) {
 				bytes += int64(len(b.blocks[end].Payload))
 				end++
 			}
-			t.queue(b.ns, b.blocks[off:end], reserved, lost)
+			t.queue(ctx, b.ns, b.blocks[off:end], reserved, lost)
 			// The pack holds its own copy now: drop the blocks', so the
 			// heap never holds both for the rest of this flush.
 			clear(b.blocks[off:end])
@@ -610,7 +614,7 @@ func (t *Tier) queueReady(force bool, lost *lossReport) {
 // reserved budget bytes the blocks took onto the pack. A pack that cannot
 // be built or queued is given up: its bytes go back to the budget and lost
 // counts it.
-func (t *Tier) queue(ns identity.Namespace, blocks []pack.Block, reserved int64, lost *lossReport) {
+func (t *Tier) queue(ctx context.Context, ns identity.Namespace, blocks []pack.Block, reserved int64, lost *lossReport) {
 	var sealer pack.Sealer
 	if t.keyring != nil {
 		sealer = t.keyring
@@ -641,10 +645,15 @@ func (t *Tier) queue(ns identity.Namespace, blocks []pack.Block, reserved int64,
 	for _, o := range p.Pointers {
 		add(sink.KindPointer, o)
 	}
+	if !t.admitQuota(ctx, ns, p, len(blocks)) {
+		t.budget.Give(reserved) // dropped and counted for the tenant's cold quota (quota.go)
+		return
+	}
 	// The pack's bytes replace the blocks' reservation: any difference is
 	// settled with the budget first, so the sink takes over exactly j.Bytes.
 	switch extra := j.Bytes - reserved; {
 	case extra > 0 && !t.budget.TryTake(extra):
+		t.ledger.unqueue(p.Manifest.Key)
 		t.st.packErrors.Add(1)
 		t.budget.Give(reserved)
 		lost.add(int(reserved), len(blocks), "pack larger than its blocks' reservation and the budget is full", sink.ErrFull)
@@ -653,6 +662,7 @@ func (t *Tier) queue(ns identity.Namespace, blocks []pack.Block, reserved int64,
 		t.budget.Give(-extra)
 	}
 	if _, err := t.sk.EnqueuePaid(j); err != nil {
+		t.ledger.unqueue(p.Manifest.Key)
 		t.st.packErrors.Add(1)
 		t.budget.Give(j.Bytes)
 		lost.add(int(j.Bytes), len(blocks), "pack not queued", err)
@@ -672,7 +682,7 @@ func (t *Tier) Reclaim(ctx context.Context) lifecycle.Report {
 	t.mu.Unlock()
 	var sum lifecycle.Report
 	for _, d := range nss {
-		rep, err := lifecycle.Reclaim(ctx, t.cfg.Store, d, lifecycle.Options{Grace: t.cfg.ReclaimGrace})
+		rep, err := lifecycle.Reclaim(ctx, ledgerStore{Store: t.cfg.Store, l: t.ledger}, d, lifecycle.Options{Grace: t.cfg.ReclaimGrace})
 		if err != nil {
 			t.log.Warn("cold reclaim failed; nothing deleted for this namespace", "namespace", d.String(), "err", err)
 			continue

@@ -256,6 +256,9 @@ type publishStore struct {
 
 func (p publishStore) Put(ctx context.Context, key string, body []byte, opts cold.PutOptions) error {
 	err := p.Store.Put(ctx, key, body, opts)
+	if (err == nil || errors.Is(err, cold.ErrExists)) && strings.HasPrefix(key, manifestPrefix) {
+		p.t.ledger.commit(key, time.Now()) // quota.go
+	}
 	if err == nil && strings.HasPrefix(key, pointerPrefix) {
 		if d, k, perr := pack.ParsePointerKey(key); perr == nil {
 			f := p.t.idx.fp(d, k)

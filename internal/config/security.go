@@ -39,6 +39,12 @@ type TenantConfig struct {
 	// written and cached; 0: none. A tenant at its quota evicts its own
 	// least recently used blocks first and never another tenant's.
 	DRAMQuota ByteSize `yaml:"dram_quota"`
+	// ColdQuota caps the cold-tier bytes of the packs this node has written
+	// behind or found for the tenant (pack, manifest and pointers); 0: none.
+	// A tenant at its quota deletes its own oldest packs first and never
+	// another tenant's; with nothing of its own to delete, the write-behind
+	// is dropped and counted. It is 0 or at least hot_max_class.
+	ColdQuota ByteSize `yaml:"cold_quota"`
 }
 
 // SecretConfig names where a secret is read from: a file (its content,

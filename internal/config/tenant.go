@@ -98,8 +98,39 @@ func (c Config) validateTenantShares() error {
 			return fmt.Errorf("%w: tenant %q dram_quota %s must be 0 (none) or between hot_max_class %s and hot_capacity %s",
 				ErrInvalid, t.Name, q, c.HotMaxClass, c.HotCapacity)
 		}
+		if err := c.validateColdQuota(t); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// validateColdQuota checks a tenant's cold_quota: 0 (none), or at least
+// hot_max_class (below it every largest block would be dropped), and only
+// with a cold tier.
+func (c Config) validateColdQuota(t TenantConfig) error {
+	switch q := t.ColdQuota; {
+	case q == 0:
+		return nil
+	case q < c.HotMaxClass:
+		return fmt.Errorf("%w: tenant %q cold_quota %s must be 0 (none) or at least hot_max_class %s",
+			ErrInvalid, t.Name, q, c.HotMaxClass)
+	case c.ColdStore == "off":
+		return fmt.Errorf("%w: tenant %q cold_quota %s needs a cold tier, but cold_store is off", ErrInvalid, t.Name, q)
+	}
+	return nil
+}
+
+// TenantColdQuotas returns the tenants' cold-tier quotas in bytes, by
+// tenant name; tenants without one are absent.
+func (c Config) TenantColdQuotas() map[string]int64 {
+	m := make(map[string]int64)
+	for _, t := range c.Tenants {
+		if t.ColdQuota > 0 {
+			m[t.Name] = int64(t.ColdQuota)
+		}
+	}
+	return m
 }
 
 // TenantDRAMQuotas returns the tenants' DRAM quotas in bytes, by tenant

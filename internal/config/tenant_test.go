@@ -46,6 +46,32 @@ func TestTenantShares(t *testing.T) {
 	}
 }
 
+// TestTenantColdQuota: cold_quota is 0 (none) or at least hot_max_class,
+// never negative, needs a cold tier, and TenantColdQuotas lists only the
+// tenants that have one.
+func TestTenantColdQuota(t *testing.T) {
+	c := Default()
+	c.Tenants = []TenantConfig{{Name: "a", ColdQuota: 10 << 30}, {Name: "b"}}
+	if err := c.validateTenantShares(); err != nil {
+		t.Fatal(err)
+	}
+	if q := c.TenantColdQuotas(); len(q) != 1 || q["a"] != 10<<30 {
+		t.Fatalf("quotas %v", q)
+	}
+	for _, bad := range []ByteSize{-1, c.HotMaxClass - 1} {
+		c.Tenants[1].ColdQuota = bad
+		err := c.validateTenantShares()
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `tenant "b" cold_quota`) {
+			t.Errorf("cold_quota %d: %v", bad, err)
+		}
+	}
+	c.Tenants[1].ColdQuota = 0
+	c.ColdStore = "off"
+	if err := c.validateTenantShares(); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "cold_store is off") {
+		t.Errorf("cold_quota without a cold tier: %v", err)
+	}
+}
+
 // TestTenantDRAMQuota: dram_quota is 0 (none) or between hot_max_class and
 // hot_capacity, and TenantDRAMQuotas lists only the tenants that have one.
 func TestTenantDRAMQuota(t *testing.T) {

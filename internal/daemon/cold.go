@@ -115,7 +115,14 @@ func openCold(ctx context.Context, cfg config.Config, log *slog.Logger, sec *sec
 		release()
 		return nil, nil, fmt.Errorf("cold tier: %w", err)
 	}
-	cn.tier, cn.store = tier, store
+	if err := tier.SetColdQuotas(cfg.TenantColdQuotas()); err != nil {
+		tier.Close()
+		release()
+		return nil, nil, fmt.Errorf("cold tier: %w", err)
+	}
+	// Deletes through cn.store (the admin lifecycle's) keep the tenants'
+	// cold bytes current (coldtier/quota.go).
+	cn.tier, cn.store = tier, tier.AccountedStore()
 	return cn, release, nil
 }
 
@@ -131,7 +138,8 @@ func (c *coldNode) run(ctx context.Context, flushEvery time.Duration) {
 	if c.check != nil {
 		wg.Go(func() { c.connect(ctx) })
 	}
-	wg.Go(func() { c.tier.RunIndex(ctx) }) // coldindex.go
+	wg.Go(func() { c.tier.RunIndex(ctx) })     // coldindex.go
+	wg.Go(func() { c.tier.RunColdUsage(ctx) }) // per-tenant cold bytes (coldtier/quota.go)
 	c.tier.Run(ctx, flushEvery)
 	wg.Wait()
 }

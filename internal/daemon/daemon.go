@@ -205,7 +205,8 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 	nl := newNodeLifecycle(cfg, cn, store, sec, log, opts.LifecycleStore) // lifecycle.go: backfill sink, purge, retention
 	if tier != nil {
 		scfg.ColdStats = nl.withStats(cn.stats)
-		wireColdIndex(&scfg, cn) // coldindex.go: ColdPresent, ColdDelete, index STATs
+		wireColdIndex(&scfg, cn)   // coldindex.go: ColdPresent, ColdDelete, index STATs
+		wireColdQuota(&scfg, tier) // tenantusage.go: per-tenant cold bytes in STAT
 	}
 	scfg.MaxVersion = uint8(cfg.ProtocolMax)
 	scfg.RESPProfiles = respProfiles(cfg)
@@ -245,6 +246,8 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 	adm := admin.New(srv.Stats)
 	adm.SetAuthorizer(sec.authorizeAdmin)
 	adm.SetDegraded(cn.degraded)
+	tenantUse := newTenantMetrics(cfg, store, cn.tier) // tenantusage.go: per-tenant /metrics
+	adm.SetTenantUsage(tenantUse.usage)
 	if nl != nil { // issue 15 item 5: gpucache admin inventory|purge|expire|backfill
 		nl.srv = srv
 		adm.RegisterLifecycle(nl.lc)
@@ -262,6 +265,12 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 			return err
 		}
 		applyTenantShares(log, next, store, dir, srv)
+		tenantUse.set(next)
+		if cn.tier != nil {
+			if err := cn.tier.SetColdQuotas(next.TenantColdQuotas()); err != nil {
+				log.Warn("reload: per-tenant cold quotas unchanged", "err", err)
+			}
+		}
 		return nil
 	}
 	adm.HandleAdmin("reload", func(w http.ResponseWriter, _ *http.Request, actor string) {

@@ -25,6 +25,14 @@ var metricRef = regexp.MustCompile(`\b(?:gpucache|go|process)_[a-z0-9_]+\b`)
 func TestDeployQueriesExportedMetrics(t *testing.T) {
 	c := testConfig()
 	c.ColdStore, c.ColdDir = "fs", t.TempDir()
+	// A configured tenant, so the per-tenant series (gpucache_tenant_*,
+	// labelled by the config's tenants) are exported too.
+	secret := filepath.Join(t.TempDir(), "t1.secret")
+	if err := os.WriteFile(secret, []byte("t1-secret-0123456789abcdef"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.AuditLog = "off"
+	c.Tenants = []config.TenantConfig{{Name: "t1", Secrets: []config.SecretConfig{{ID: "t1-1", File: secret}}, ColdQuota: 1 << 30}}
 	a, _ := startNode(t, c, Options{})
 	code, body := httpGet(t, "http://"+a.Admin+"/metrics")
 	if code != 200 {

@@ -499,6 +499,12 @@ func (c *conn) handleStat(h wire.Header, body []byte) error {
 		resp.Entries = append(resp.Entries,
 			wire.StatEntry{Name: "tenant_dram_bytes", Value: uint64(u.Bytes)},
 			wire.StatEntry{Name: "tenant_dram_quota_bytes", Value: uint64(u.Quota)})
+		if f := c.s.cfg.ColdTenantUsage; f != nil {
+			bytes, quota := f(c.tenant)
+			resp.Entries = append(resp.Entries,
+				wire.StatEntry{Name: "tenant_cold_bytes", Value: uint64(max(bytes, 0))},
+				wire.StatEntry{Name: "tenant_cold_quota_bytes", Value: uint64(quota)})
+		}
 	}
 	c.reply(h, &resp)
 	return nil

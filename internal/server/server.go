@@ -127,6 +127,9 @@ type Config struct {
 	// may still miss); false is never wrong right after a publish. LOOKUP
 	// and RESP EXISTS count such blocks as present. Nil: DRAM only.
 	ColdPresent func(d identity.NamespaceDigest, key identity.BlockKey) bool
+	// ColdTenantUsage, when set, reports a tenant's cold-tier bytes and
+	// cold quota (0: none); STAT gives each session its own tenant's.
+	ColdTenantUsage func(tenant string) (bytes, quota int64)
 	// ColdDelete, when set, hides the block in the cold tier (its pointer
 	// goes, and no pending write-behind brings it back), so a GET after a
 	// DELETE or RESP DEL misses. Nil: DELETE touches DRAM only.

@@ -1,0 +1,45 @@
+package admin
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/gpucache/gpucache/api/wire"
+)
+
+// TestPerTenantMetrics: /metrics exports each tenant's DRAM and cold usage
+// and quotas with a tenant label (gauges without _total, counters with it),
+// the cold series only with a cold tier, and nothing per tenant without a
+// source.
+func TestPerTenantMetrics(t *testing.T) {
+	h := New(func() []wire.StatEntry { return nil })
+	if _, body := get(t, h, "/metrics"); strings.Contains(body, "gpucache_tenant_") {
+		t.Fatalf("per-tenant series without a source:\n%s", body)
+	}
+	h.SetTenantUsage(func() []TenantUsage {
+		return []TenantUsage{
+			{Tenant: "a", DRAMBytes: 1 << 20, DRAMQuota: 4 << 20, ColdBytes: 7000, ColdQuota: 9000, ColdEvictions: 3, ColdDropped: 1, HasColdTier: true},
+			{Tenant: "b", DRAMBytes: 2 << 20},
+		}
+	})
+	_, body := get(t, h, "/metrics")
+	for _, want := range []string{
+		"# TYPE gpucache_tenant_dram_bytes gauge\n",
+		`gpucache_tenant_dram_bytes{tenant="a"} 1.048576e+06`,
+		`gpucache_tenant_dram_bytes{tenant="b"} 2.097152e+06`,
+		`gpucache_tenant_dram_quota_bytes{tenant="a"} 4.194304e+06`,
+		"# TYPE gpucache_tenant_cold_bytes gauge\n",
+		`gpucache_tenant_cold_bytes{tenant="a"} 7000`,
+		`gpucache_tenant_cold_quota_bytes{tenant="a"} 9000`,
+		"# TYPE gpucache_tenant_cold_quota_evictions_total counter\n",
+		`gpucache_tenant_cold_quota_evictions_total{tenant="a"} 3`,
+		`gpucache_tenant_cold_quota_dropped_total{tenant="a"} 1`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	if strings.Contains(body, `gpucache_tenant_cold_bytes{tenant="b"}`) {
+		t.Error("cold series for a tenant on a node without a cold tier")
+	}
+}

@@ -1,0 +1,74 @@
+package daemon
+
+import (
+	"sync/atomic"
+
+	"github.com/gpucache/gpucache/api/wire"
+	"github.com/gpucache/gpucache/internal/admin"
+	"github.com/gpucache/gpucache/internal/coldtier"
+	"github.com/gpucache/gpucache/internal/config"
+	"github.com/gpucache/gpucache/internal/hot"
+	"github.com/gpucache/gpucache/internal/server"
+)
+
+// wireColdQuota gives the server each tenant's cold usage for STAT and
+// adds the quota ledger's server-wide entries (issue 15).
+func wireColdQuota(scfg *server.Config, tier *coldtier.Tier) {
+	scfg.ColdTenantUsage = func(tenant string) (int64, int64) {
+		u := tier.TenantColdUsage(tenant)
+		return u.Bytes, u.Quota
+	}
+	base := scfg.ColdStats
+	scfg.ColdStats = func() []wire.StatEntry {
+		var e []wire.StatEntry
+		if base != nil {
+			e = base()
+		}
+		u := tier.ColdUsage()
+		return append(e,
+			wire.StatEntry{Name: "cold_quota_tracked_packs", Value: uint64(max(u.Groups, 0))}, // a gauge
+			wire.StatEntry{Name: "cold_quota_evictions", Value: u.Evictions},
+			wire.StatEntry{Name: "cold_quota_dropped", Value: u.Dropped},
+			wire.StatEntry{Name: "cold_quota_untracked", Value: u.Untracked})
+	}
+}
+
+// tenantMetrics is the source of the per-tenant /metrics series: the
+// tenants named in the running config, so the tenant label's values are
+// bounded by the config (an open-mode client naming tenants at will adds
+// no series).
+type tenantMetrics struct {
+	names atomic.Pointer[[]string]
+	store *hot.Store
+	tier  *coldtier.Tier // nil without a cold tier
+}
+
+func newTenantMetrics(cfg config.Config, store *hot.Store, tier *coldtier.Tier) *tenantMetrics {
+	m := &tenantMetrics{store: store, tier: tier}
+	m.set(cfg)
+	return m
+}
+
+// set takes the tenant names of cfg (at start and on reload).
+func (m *tenantMetrics) set(cfg config.Config) {
+	names := make([]string, 0, len(cfg.Tenants))
+	for _, t := range cfg.Tenants {
+		names = append(names, t.Name)
+	}
+	m.names.Store(&names)
+}
+
+func (m *tenantMetrics) usage() []admin.TenantUsage {
+	names := *m.names.Load()
+	out := make([]admin.TenantUsage, 0, len(names))
+	for _, n := range names {
+		d := m.store.TenantDRAMUsage(n)
+		u := admin.TenantUsage{Tenant: n, DRAMBytes: d.Bytes, DRAMQuota: d.Quota}
+		if m.tier != nil {
+			c := m.tier.TenantColdUsage(n)
+			u.HasColdTier, u.ColdBytes, u.ColdQuota, u.ColdEvictions, u.ColdDropped = true, c.Bytes, c.Quota, c.Evictions, c.Dropped
+		}
+		out = append(out, u)
+	}
+	return out
+}
