@@ -473,3 +473,39 @@ func TestRunIndexRetriesAndRescans(t *testing.T) {
 		<-done
 	})
 }
+
+// Pointers deleted through AccountedStore (the admin lifecycle's purge and
+// expiry) leave the presence index at once: LOOKUP stops counting them
+// without waiting for a rescan or a GET that misses. Other blocks stay
+// present.
+func TestAccountedDeleteDropsIndexEntries(t *testing.T) {
+	store := cold.NewMem()
+	ns, other := testNS("acme"), testNS("beta")
+	d, _ := ns.Digest()
+	od, _ := other.Digest()
+	bs, obs := mixedBlocks(t, ns, 2), mixedBlocks(t, other, 2)
+	tr := newTier(t, store, nil)
+	batchBlocks(tr, d, bs)
+	batchBlocks(tr, od, obs)
+	flushAll(t, tr)
+	acc := tr.AccountedStore()
+	for _, b := range bs {
+		if !tr.Present(d, b.key) {
+			t.Fatal("published block absent")
+		}
+		if err := acc.Delete(bg, pack.PointerKey(d, b.key)); err != nil {
+			t.Fatal(err)
+		}
+		if tr.Present(d, b.key) {
+			t.Fatal("a block whose pointer was deleted through AccountedStore still answers present")
+		}
+	}
+	for _, b := range obs {
+		if !tr.Present(od, b.key) {
+			t.Fatal("another namespace's block lost its entry")
+		}
+	}
+	if st := tr.Stats(); st.IndexEntries != int64(len(obs)) {
+		t.Fatalf("index entries %d, want %d", st.IndexEntries, len(obs))
+	}
+}

@@ -242,7 +242,8 @@ func (l *coldLedger) oldestLocked(tc *tenantCold) *coldGroup {
 // succeeds is subtracted from its tenant's bytes.
 type ledgerStore struct {
 	cold.Store
-	l *coldLedger
+	l   *coldLedger
+	idx *presenceIndex // nil: pointer deletes leave the presence index alone
 }
 
 func (s ledgerStore) Delete(ctx context.Context, key string) error {
@@ -253,6 +254,13 @@ func (s ledgerStore) Delete(ctx context.Context, key string) error {
 			s.l.manifestGone(key)
 		case strings.HasPrefix(key, "packs/"):
 			s.l.packGone(key)
+		case s.idx != nil && strings.HasPrefix(key, pointerPrefix):
+			// A pointer deleted by purge or expiry stops answering
+			// present at once (LOOKUP, RESP EXISTS), not at the next
+			// rescan or the first GET that misses.
+			if d, k, perr := pack.ParsePointerKey(key); perr == nil {
+				s.idx.remove(s.idx.fp(d, k))
+			}
 		}
 	}
 	return err
@@ -490,7 +498,10 @@ func (t *Tier) unqueueJob(j *sink.Job) {
 }
 
 // AccountedStore returns the tier's store with every successful Delete of
-// a manifest or pack subtracted from its tenant's cold bytes: give it to
-// anything else that deletes cold objects (the admin lifecycle's purge and
-// expiry), so the quota ledger stays current.
-func (t *Tier) AccountedStore() cold.Store { return ledgerStore{Store: t.cfg.Store, l: t.ledger} }
+// a manifest or pack subtracted from its tenant's cold bytes, and every
+// deleted pointer dropped from the presence index: give it to anything
+// else that deletes cold objects (the admin lifecycle's purge and expiry),
+// so the quota ledger and LOOKUP stay current.
+func (t *Tier) AccountedStore() cold.Store {
+	return ledgerStore{Store: t.cfg.Store, l: t.ledger, idx: t.idx}
+}
