@@ -62,6 +62,9 @@ type TenantRow struct {
 	Rights    string
 	CertNames int
 	OpsPerSec float64
+	// Usage is the tenant's DRAM and cold-tier bytes and quotas, from the
+	// handler's per-tenant source (SetTenantUsage); nil without one.
+	Usage *TenantUsage
 }
 
 //go:embed page.html
@@ -69,6 +72,15 @@ var pageHTML string
 
 var pageTmpl = template.Must(template.New("page").Funcs(template.FuncMap{
 	"iec": iec,
+	// quota prints used bytes against a quota: "1.0 MiB of 4.0 MiB", or
+	// "1.0 MiB (no quota)".
+	"quota": func(used, quota int64) string {
+		u := iec(uint64(max(used, 0)))
+		if quota <= 0 {
+			return u + " (no quota)"
+		}
+		return u + " of " + iec(uint64(quota))
+	},
 	"pctOf": func(a, b uint64) float64 {
 		if b == 0 {
 			return 0
@@ -202,6 +214,15 @@ func (h *Handler) renderPage(w io.Writer, src PageSource) error {
 	}
 	if src.Tenants != nil {
 		d.Tenants = src.Tenants()
+		if fn := h.tenants.Load(); fn != nil {
+			use := map[string]*TenantUsage{}
+			for _, u := range (*fn)() {
+				use[u.Tenant] = &u
+			}
+			for i := range d.Tenants {
+				d.Tenants[i].Usage = use[d.Tenants[i].Name]
+			}
+		}
 	}
 	if src.Audit != nil {
 		for _, l := range src.Audit.Lines() {

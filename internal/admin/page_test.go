@@ -88,6 +88,9 @@ func TestPageContent(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	rates := NewHitRates()
 	rates.Record(now.Add(-time.Minute), []wire.StatEntry{{Name: "blocks_hit", Value: 10}, {Name: "blocks_miss", Value: 10}})
+	h.SetTenantUsage(func() []TenantUsage {
+		return []TenantUsage{{Tenant: "<script>x</script>", DRAMBytes: 1 << 20, DRAMQuota: 4 << 20, ColdBytes: 3 << 10, HasColdTier: true}}
+	})
 	h.HandlePage(PageSource{
 		Node: "gpu-1", Version: "9.9", Now: func() time.Time { return now }, Audit: audit, Rates: rates,
 		Cluster: func() ClusterView {
@@ -123,6 +126,7 @@ func TestPageContent(t *testing.T) {
 		`id="cold-health">connected<`, `id="cold-writebehind">degraded<`, `id="cold-backlog">4 packs, 5.0 KiB<`,
 		`id="cluster-epoch">7<`, `<td>gpu-2</td>`, `draining`,
 		`&lt;script&gt;x&lt;/script&gt;`, // a tenant name is text, never markup
+		`data-value="1048576">1.0 MiB of 4.0 MiB</td><td class="n">3.0 KiB (no quota)</td>`, // the tenant's usage
 		// the last minute: 20 more hits, 0 more misses → 20/20; STAT's ratio since start is 30/40
 		`data-hits="20" data-total="20">100.0%`,
 		`<td>admin_action</td><td></td><td>action=reload actor=&lt;b&gt;ops&lt;/b&gt;</td>`, // one row per event, fields in columns

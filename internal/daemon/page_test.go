@@ -160,8 +160,10 @@ func TestStatusPageInBrowserAsAdmin(t *testing.T) {
 	c.AuditLog = filepath.Join(t.TempDir(), "audit.jsonl")
 	c.Tenants = []config.TenantConfig{
 		{Name: "ops", Secrets: []config.SecretConfig{{ID: "s", Env: "OPS"}}, Rights: []string{"*=rwa"}},
-		{Name: "engine", Secrets: []config.SecretConfig{{ID: "s", Env: "ENGINE"}}, Rights: []string{"*=rw"}},
+		{Name: "engine", Secrets: []config.SecretConfig{{ID: "s", Env: "ENGINE"}}, Rights: []string{"*=rw"},
+			DRAMQuota: 16 << 20, ColdQuota: 256 << 20},
 	}
+	c.ColdStore, c.ColdDir = "fs", t.TempDir()
 	a, _ := startNode(t, c, Options{Getenv: func(k string) (string, bool) { s, ok := secrets[k]; return s, ok }})
 	ctx := context.Background()
 	if _, err := client.Dial(ctx, client.Config{Addr: a.Data, Tenant: "engine", Secret: []byte("not-the-secret-0123456789")}); err == nil {
@@ -198,10 +200,17 @@ func TestStatusPageInBrowserAsAdmin(t *testing.T) {
 	srv := httptest.NewServer(proxy)
 	defer srv.Close()
 	dom := browse(t, bin, srv.URL+"/", "")
-	for _, s := range []string{`<table id="tenants">`, "<td>ops</td>", "<td>engine</td>", `<table id="audit">`, "<td>auth_failure</td>", "<td>engine</td><td>reason=unknown_credential</td>"} {
+	for _, s := range []string{`<table id="tenants">`, "<td>ops</td>", "<td>engine</td>", " of 16.0 MiB</td>", "of 256.0 MiB</td>", `<table id="audit">`, "<td>auth_failure</td>", "<td>engine</td><td>reason=unknown_credential</td>"} {
 		if !strings.Contains(dom, s) {
 			t.Errorf("the admin's page lacks %q", s)
 		}
+	}
+	st, err := cl.Stat(ctx) // the engine session's STAT: its own tenant's DRAM bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf(`id="tenant-dram-engine" data-value="%d"`, st["tenant_dram_bytes"]); st["tenant_dram_bytes"] == 0 || !strings.Contains(dom, want) {
+		t.Errorf("the page lacks %s (STAT tenant_dram_bytes %d)", want, st["tenant_dram_bytes"])
 	}
 	if strings.Contains(dom, secrets["ENGINE"]) || strings.Contains(dom, secrets["OPS"]) {
 		t.Fatal("the page shows a secret")
