@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	neturl "net/url"
@@ -191,12 +190,10 @@ func TestStatusPageInBrowserAsAdmin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	inner := proxy.Director
-	proxy.Director = func(r *http.Request) {
-		inner(r)
-		r.Header.Set("Authorization", "Bearer "+secrets["OPS"])
-	}
+	proxy := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
+		r.SetURL(target)
+		r.Out.Header.Set("Authorization", "Bearer "+secrets["OPS"])
+	}}
 	srv := httptest.NewServer(proxy)
 	defer srv.Close()
 	dom := browse(t, bin, srv.URL+"/", "")
