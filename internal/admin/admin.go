@@ -62,6 +62,7 @@ type Handler struct {
 	authz    atomic.Pointer[Authorizer]
 	degraded atomic.Pointer[func() string]
 	tenants  atomic.Pointer[func() []TenantUsage] // tenants.go
+	certs    atomic.Pointer[func() []CertExpiry]  // certexpiry.go
 }
 
 // Authorizer decides whether a request to a protected endpoint (pprof and
@@ -82,6 +83,7 @@ func New(stats StatsFunc) *Handler {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collector{stats: stats},
 		tenantCollector{h: h},
+		certCollector{h: h},
 	)
 	h.mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	h.mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {

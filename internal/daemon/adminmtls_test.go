@@ -4,11 +4,14 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -111,6 +114,28 @@ func TestAdminListenerUnderMTLS(t *testing.T) {
 	}
 	if code, body, err := do(plain, "GET", protected, opsSecret); err != nil || code != http.StatusOK {
 		t.Fatalf("protected endpoint with the admin's bearer secret, no certificate: %d %q %v", code, body, err)
+	}
+	// The certificate's expiry is a metric, per TLS listener (the alert
+	// GpucacheCertificateNearExpiry reads it).
+	pemBytes, err := os.ReadFile(srvCert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blk, _ := pem.Decode(pemBytes)
+	leaf, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, metrics, err := do(plain, "GET", "/metrics", opsSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []string{"data", "admin"} {
+		want := fmt.Sprintf(`gpucache_tls_cert_expiry_timestamp_seconds{listener=%q} %s`, l,
+			strconv.FormatFloat(float64(leaf.NotAfter.Unix()), 'g', -1, 64))
+		if !strings.Contains(metrics, want+"\n") {
+			t.Errorf("/metrics lacks %s", want)
+		}
 	}
 	if code, body, err := do(client(adminCA, "ops-client"), "GET", protected, ""); err != nil || code != http.StatusOK {
 		t.Fatalf("protected endpoint with an admin-CA certificate: %d %q %v", code, body, err)

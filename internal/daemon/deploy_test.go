@@ -1,9 +1,13 @@
 package daemon
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,16 +19,19 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/gpucache/gpucache/internal/config"
+	"github.com/gpucache/gpucache/internal/security/tlsconf/tlstest"
 )
 
 var metricRef = regexp.MustCompile(`\b(?:gpucache|go|process)_[a-z0-9_]+\b`)
 
 // The Grafana dashboard and the alert rules in deploy/ query only metrics a
-// live daemon exports (the certificate alert's probe_* comes from the
-// blackbox exporter, up from Prometheus itself); the rules pass promtool.
+// live daemon exports (up comes from Prometheus itself); the rules pass
+// promtool. The daemon serves TLS, so the certificate-expiry series exists.
 func TestDeployQueriesExportedMetrics(t *testing.T) {
 	c := testConfig()
 	c.ColdStore, c.ColdDir = "fs", t.TempDir()
+	ca := tlstest.NewCA(t, "deploy-ca")
+	c.TLSCert, c.TLSKey = ca.IssueFiles(t, t.TempDir(), "server", "server", tlstest.ServerAuth(), tlstest.IP(net.IPv4(127, 0, 0, 1)))
 	// A configured tenant, so the per-tenant series (gpucache_tenant_*,
 	// labelled by the config's tenants) are exported too.
 	secret := filepath.Join(t.TempDir(), "t1.secret")
@@ -34,10 +41,24 @@ func TestDeployQueriesExportedMetrics(t *testing.T) {
 	c.AuditLog = "off"
 	c.Tenants = []config.TenantConfig{{Name: "t1", Secrets: []config.SecretConfig{{ID: "t1-1", File: secret}}, ColdQuota: 1 << 30}}
 	a, _ := startNode(t, c, Options{})
-	code, body := httpGet(t, "http://"+a.Admin+"/metrics")
-	if code != 200 {
-		t.Fatalf("/metrics: %d", code)
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(ca.CertPEM())
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}}
+	defer hc.CloseIdleConnections()
+	req, err := http.NewRequest(http.MethodGet, "https://"+a.Admin+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
 	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw0, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("/metrics: %d %v", resp.StatusCode, err)
+	}
+	body := string(raw0)
 	exported := map[string]bool{}
 	for _, l := range strings.Split(body, "\n") {
 		if f := strings.Fields(l); len(f) == 4 && f[1] == "TYPE" {

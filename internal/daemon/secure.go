@@ -347,3 +347,17 @@ func (s *secure) tlsConfig() *tls.Config {
 	}
 	return s.tls.Config()
 }
+
+// certExpiry is the NotAfter of the certificate each TLS listener serves
+// now (after any reload), for /metrics; empty on plain TCP. The RESP
+// listener serves the data listener's certificate.
+func (s *secure) certExpiry() []admin.CertExpiry {
+	var out []admin.CertExpiry
+	if s.tls != nil {
+		out = append(out, admin.CertExpiry{Listener: "data", NotAfter: s.tls.NotAfter()})
+	}
+	if s.adminTLS != nil {
+		out = append(out, admin.CertExpiry{Listener: "admin", NotAfter: s.adminTLS.NotAfter()})
+	}
+	return out
+}
