@@ -246,7 +246,7 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 	adm := admin.New(srv.Stats)
 	adm.SetAuthorizer(sec.authorizeAdmin)
 	adm.SetDegraded(cn.degraded)
-	adm.SetCertExpiry(sec.certExpiry) // gpucache_tls_cert_expiry_timestamp_seconds
+	adm.SetCertExpiry(sec.certExpiry)                  // gpucache_tls_cert_expiry_timestamp_seconds
 	tenantUse := newTenantMetrics(cfg, store, cn.tier) // tenantusage.go: per-tenant /metrics
 	adm.SetTenantUsage(tenantUse.usage)
 	if nl != nil { // issue 15 item 5: gpucache admin inventory|purge|expire|backfill
