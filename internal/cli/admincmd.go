@@ -16,6 +16,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/gpucache/gpucache/internal/config"
 )
 
 // AdminUsage is the help text of `gpucache admin`.
@@ -26,7 +28,7 @@ Usage:
   gpucache admin purge --tenant T                  delete every cold object of tenant T
   gpucache admin expire --older-than 168h [--tenant T]
                                                    retention: drop blocks not written since
-  gpucache admin backfill --budget BYTES [--tenant T]
+  gpucache admin backfill --budget SIZE [--tenant T]   (SIZE: bytes, or 64MiB, 1GiB, 1GB)
                                                    read cold blocks into the DRAM tier
 
 Flags:
@@ -46,7 +48,7 @@ purge finishes it.
 type adminFlags struct {
 	admin, tokenFile, cacert, cert, key string
 	tenant, olderThan                   string
-	budget                              int64
+	budget                              config.ByteSize
 	json                                bool
 }
 
@@ -70,7 +72,7 @@ func runAdmin(ctx context.Context, args []string, std Stdio) error {
 	fs.StringVar(&f.key, "key", "", "client key")
 	fs.StringVar(&f.tenant, "tenant", "", "tenant")
 	fs.StringVar(&f.olderThan, "older-than", "", "retention age")
-	fs.Int64Var(&f.budget, "budget", 0, "backfill byte budget")
+	fs.Var(&f.budget, "budget", "backfill byte budget: bytes, or a size such as 64MiB or 1GiB")
 	fs.BoolVar(&f.json, "json", false, "JSON output")
 	if err := fs.Parse(rest); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -102,9 +104,9 @@ func runAdmin(ctx context.Context, args []string, std Stdio) error {
 		path = "/admin/expire"
 	case "backfill":
 		if f.budget <= 0 {
-			return usageErr("admin backfill needs --budget BYTES (> 0)")
+			return usageErr("admin backfill needs --budget SIZE (> 0), e.g. --budget 4GiB")
 		}
-		q.Set("budget", strconv.FormatInt(f.budget, 10))
+		q.Set("budget", strconv.FormatInt(int64(f.budget), 10))
 		path = "/admin/backfill"
 	default:
 		return usageErr("unknown admin subcommand %q (inventory, purge, expire, backfill)", sub)

@@ -164,7 +164,7 @@ func TestAdminBackfillIntoDRAM(t *testing.T) {
 
 	a, _ = lcNode(t, c, daemon.Options{})
 	cl := lcDial(t, a.Data, "a")
-	code, out, errs := lcAdmin(context.Background(), "backfill", "--budget", "67108864", "--admin", "http://"+a.Admin, "--json")
+	code, out, errs := lcAdmin(context.Background(), "backfill", "--budget", "64MiB", "--admin", "http://"+a.Admin, "--json")
 	if code != 0 {
 		t.Fatalf("backfill: exit %d\n%s%s", code, out, errs)
 	}
