@@ -184,6 +184,26 @@ func (c *Cluster) View() View {
 	return View{Epoch: rt.pub.Epoch, Members: slices.Clone(rt.pub.Members)}
 }
 
+// Owner returns the member that owns key under the current view, by the
+// placement every node checks ownership with; false while the Cluster
+// routes everything to a single node or no member is active.
+func (c *Cluster) Owner(key BlockKey) (Member, bool) {
+	rt := c.route.Load()
+	if rt == nil || rt.single != "" {
+		return Member{}, false
+	}
+	m, ok := control.Owner(rt.view, key)
+	if !ok {
+		return Member{}, false
+	}
+	for _, pm := range rt.pub.Members {
+		if pm.ID == string(m.ID) {
+			return pm, true
+		}
+	}
+	return Member{}, false
+}
+
 // Stats returns the Cluster's counters.
 func (c *Cluster) Stats() ClusterStats {
 	return ClusterStats{

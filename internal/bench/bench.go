@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/gpucache/gpucache/client"
-	"github.com/gpucache/gpucache/internal/control"
 )
 
 // Output says where progress goes. A nil Progress prints none.
@@ -62,7 +61,7 @@ func Run(ctx context.Context, cfg Config, out Output) (*Report, error) {
 	}
 	r.rep = rep
 	if cl != nil {
-		rep.Cluster = &ClusterInfo{Seeds: cfg.Cluster, Epoch: r.view.Epoch(), Members: r.members}
+		rep.Cluster = &ClusterInfo{Seeds: cfg.Cluster, Epoch: cl.View().Epoch, Members: r.members}
 	}
 	if cfg.HoldBytes > 0 {
 		rep.Hold = r.hold(ctx, data, min(cfg.HoldBlock, int(lim.MaxPayload)))
@@ -123,10 +122,10 @@ type runner struct {
 	prog   *progress
 	digest client.NamespaceDigest
 	rep    *Report
-	// view, members and index are the cluster's view for a --cluster run
-	// (members empty otherwise): the per-node figures attribute each key
-	// to its owner under it.
-	view    control.View
+	// cluster, members and index are the cluster client and its view at
+	// the start of a --cluster run (members empty otherwise): the per-node
+	// figures attribute each key to its owner.
+	cluster *client.Cluster // the run's cluster client (--cluster); owner asks it
 	members []client.Member
 	index   map[string]int
 	stats   client.ClusterStats // summed over the run's cluster clients

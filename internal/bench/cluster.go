@@ -7,7 +7,6 @@ import (
 	"text/tabwriter"
 
 	"github.com/gpucache/gpucache/client"
-	"github.com/gpucache/gpucache/internal/control"
 )
 
 // dataClient is what the cases, the working-set fill and the hold need: a
@@ -76,17 +75,7 @@ func (r *runner) dialCluster(ctx context.Context) (*client.Cluster, error) {
 		return nil, err
 	}
 	v := cl.View()
-	ms := make([]control.Member, len(v.Members))
-	for i, m := range v.Members {
-		ms[i] = control.Member{ID: control.MemberID(m.ID), Addr: m.Addr, FaultDomain: m.FaultDomain,
-			ProtoVersion: m.ProtoVersion, CapacityBytes: m.CapacityBytes, Draining: m.Draining}
-	}
-	cv, err := control.NewView(v.Epoch, ms)
-	if err != nil {
-		cl.Close()
-		return nil, fmt.Errorf("cluster view: %w", err)
-	}
-	r.view, r.members = cv, v.Members
+	r.cluster, r.members = cl, v.Members
 	r.index = make(map[string]int, len(v.Members))
 	for i, m := range v.Members {
 		r.index[m.ID] = i
@@ -100,11 +89,15 @@ func (r *runner) owner(k client.BlockKey) int {
 	if len(r.members) == 0 {
 		return -1
 	}
-	m, ok := control.Owner(r.view, k)
+	m, ok := r.cluster.Owner(k)
 	if !ok {
 		return -1
 	}
-	return r.index[string(m.ID)]
+	i, ok := r.index[m.ID]
+	if !ok {
+		return -1 // a member that joined after the run's start
+	}
+	return i
 }
 
 // nodeStats takes every member's STAT after the cases, over a session of

@@ -191,7 +191,14 @@ func startTLSServer(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
+	return serveHandshakes(t, &tls.Config{Certificates: []tls.Certificate{cert}})
+}
+
+// serveHandshakes listens on loopback with tc, completes each connection's
+// handshake and closes it, until the test ends; it returns the address.
+func serveHandshakes(t *testing.T, tc *tls.Config) string {
+	t.Helper()
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", tc)
 	if err != nil {
 		t.Fatal(err)
 	}

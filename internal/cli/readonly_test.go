@@ -78,29 +78,13 @@ func TestMTLSWithoutCertificateRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert},
+	addr := serveHandshakes(t, &tls.Config{Certificates: []tls.Certificate{cert},
 		ClientCAs: ca.Pool(), ClientAuth: tls.RequireAndVerifyClientCert})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			_ = c.(*tls.Conn).Handshake()
-			c.Close()
-		}
-	}()
-	t.Cleanup(func() { ln.Close(); <-done })
 	caFile := filepath.Join(t.TempDir(), "ca.crt")
 	if err := os.WriteFile(caFile, ca.CertPEM(), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	r := run(t, "", "get", "--addr", ln.Addr().String(), "--tls-ca", caFile, "--key-text", "k")
+	r := run(t, "", "get", "--addr", addr, "--tls-ca", caFile, "--key-text", "k")
 	if r.code != exitRefused || !strings.Contains(r.stderr, "requires a client certificate") || !strings.Contains(r.stderr, "--tls-cert") {
 		t.Fatalf("mTLS without a client certificate: %+v", r)
 	}

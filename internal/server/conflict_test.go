@@ -20,13 +20,7 @@ import (
 // no tenant, still authenticate.
 func TestHelloCredentialConflict(t *testing.T) {
 	ca := tlstest.NewCA(t, "conflict-ca")
-	srvCert, srvKey := ca.Issue(t, "server", tlstest.ServerAuth(), tlstest.IP(net.IPv4(127, 0, 0, 1)))
-	pair, err := tls.X509KeyPair(srvCert, srvKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serverTLS := &tls.Config{Certificates: []tls.Certificate{pair}, ClientCAs: ca.Pool(),
-		ClientAuth: tls.VerifyClientCertIfGiven, MinVersion: tls.VersionTLS13}
+	serverTLS := optionalClientCertTLS(t, ca)
 
 	tenants := testTenants()
 	tenants[0].CertNames = []string{"acme-client"} // acme
@@ -99,4 +93,18 @@ func TestHelloCredentialConflict(t *testing.T) {
 	if resp, e := dial("someone-else").hello("", secretB); e != nil || resp.Tenant != "beta" {
 		t.Fatalf("unmapped certificate + secret beta: %+v %v", resp, e)
 	}
+}
+
+// optionalClientCertTLS is a loopback server's TLS config with a
+// certificate from ca that verifies a client certificate only when one is
+// given (the admin listener's and the credential-conflict tests' mode).
+func optionalClientCertTLS(t *testing.T, ca *tlstest.CA) *tls.Config {
+	t.Helper()
+	srvCert, srvKey := ca.Issue(t, "server", tlstest.ServerAuth(), tlstest.IP(net.IPv4(127, 0, 0, 1)))
+	pair, err := tls.X509KeyPair(srvCert, srvKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{pair}, ClientCAs: ca.Pool(),
+		ClientAuth: tls.VerifyClientCertIfGiven, MinVersion: tls.VersionTLS13}
 }

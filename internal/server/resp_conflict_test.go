@@ -21,13 +21,7 @@ import (
 // both, or a certificate that maps to no tenant, still authenticates.
 func TestRESPAuthCredentialConflict(t *testing.T) {
 	ca := tlstest.NewCA(t, "resp-conflict-ca")
-	srvCert, srvKey := ca.Issue(t, "server", tlstest.ServerAuth(), tlstest.IP(net.IPv4(127, 0, 0, 1)))
-	pair, err := tls.X509KeyPair(srvCert, srvKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serverTLS := &tls.Config{Certificates: []tls.Certificate{pair}, ClientCAs: ca.Pool(),
-		ClientAuth: tls.VerifyClientCertIfGiven, MinVersion: tls.VersionTLS13}
+	serverTLS := optionalClientCertTLS(t, ca)
 
 	tenants := testTenants()
 	tenants[0].CertNames = []string{"acme-client"} // acme

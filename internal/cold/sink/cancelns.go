@@ -25,20 +25,9 @@ func (s *Sink) CancelNamespaces(ctx context.Context, match func(ns string) bool)
 	defer s.mu.Unlock()
 	n := 0
 	for _, e := range s.mu.jobs {
-		if !match(e.job.Namespace) {
-			continue
+		if match(e.job.Namespace) && s.cancelLocked(e) {
+			n++
 		}
-		switch e.state {
-		case statePending:
-			s.leaveQueueLocked(e)
-		case stateFailed:
-			s.mu.failed.Remove(e.elem)
-		default:
-			continue
-		}
-		s.releaseLocked(e)
-		s.mu.cancelled++
-		n++
 	}
 	return n, nil
 }

@@ -365,9 +365,12 @@ func (s *Sink) Cancel(id JobID) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.mu.jobs[id]
-	if e == nil {
-		return false
-	}
+	return e != nil && s.cancelLocked(e)
+}
+
+// cancelLocked removes e if it is pending or failed, releasing its credits
+// exactly; a job being written (or done) stays. s.mu must be held.
+func (s *Sink) cancelLocked(e *entry) bool {
 	switch e.state {
 	case statePending:
 		s.leaveQueueLocked(e)
