@@ -273,8 +273,10 @@ func (r *runner) runGate(ctx context.Context, g Gate) *Result {
 		switch {
 		case gctx.Err() != nil && ctx.Err() == nil:
 			res.Status, res.Reason = Fail, fmt.Sprintf("timed out after %s", timeout)
+		case err != nil && res.ExitCode >= 0:
+			res.Status, res.Reason = Fail, fmt.Sprintf("exit %d: %s", res.ExitCode, lastLine(buf.String()))
 		case err != nil:
-			res.Status, res.Reason = Fail, fmt.Sprintf("exit %d: %v", res.ExitCode, err)
+			res.Status, res.Reason = Fail, err.Error()
 		case g.EmptyOutput && strings.TrimSpace(buf.String()) != "":
 			res.Status, res.Reason = Fail, "output not empty: "+firstLine(buf.String())
 		}
@@ -334,6 +336,20 @@ func firstLine(s string) string {
 		return s[:i] + " …"
 	}
 	return s
+}
+
+// lastLine is the last non-empty line of s (at most 200 bytes): what a
+// failing command said last.
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	l := strings.TrimSpace(lines[len(lines)-1])
+	if len(l) > 200 {
+		l = l[:200] + " …"
+	}
+	if l == "" {
+		return "(no output)"
+	}
+	return l
 }
 
 // tail returns the last n lines of s, at most max bytes.

@@ -133,7 +133,7 @@ func TestFailingGateIsRecordedWithItsLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b := rep2.Gates[0]; b.Status != Fail || b.ExitCode != 3 || !strings.Contains(b.tail, "the-cause") {
+	if b := rep2.Gates[0]; b.Status != Fail || b.ExitCode != 3 || !strings.Contains(b.tail, "the-cause") || b.Reason != "exit 3: the-cause" {
 		t.Fatalf("boom %+v", b)
 	}
 	if a := rep2.Gates[1]; a.Status != Fail || !strings.Contains(a.Reason, "needs gate boom") {
@@ -320,5 +320,40 @@ func TestCPUProfileGates(t *testing.T) {
 	}
 	if g := names["python"]; g.Skip == "" {
 		t.Errorf("python gate not skipped without python/tests")
+	}
+}
+
+// --offline: with a module missing from the module cache, the preflight
+// gate fails naming the cause, and every later gate fails pointing at it
+// instead of running.
+func TestOfflineFailsClearlyOnAMissingModule(t *testing.T) {
+	root := tinyModule(t, map[string]string{
+		"go.mod": "module example.com/tiny\n\ngo 1.26\n\nrequire example.invalid/nothere v1.0.0\n",
+		"a.go":   formatted,
+	})
+	out := filepath.Join(t.TempDir(), "out")
+	rep, err := Run(context.Background(), Options{Root: root, Out: out, Offline: true, gates: []Gate{
+		{Name: "vet", Cmd: []string{"go", "vet", "./..."}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Gates) != 2 || rep.Gates[0].Name != "offline/modules" {
+		t.Fatalf("gates %+v", rep.Gates)
+	}
+	pre, vet := rep.Gates[0], rep.Gates[1]
+	if pre.Status != Fail || !strings.Contains(pre.Reason, "missing from the module cache (GOPROXY=off)") {
+		t.Fatalf("preflight %+v", pre)
+	}
+	if log, _ := os.ReadFile(filepath.Join(out, pre.Log)); !strings.Contains(string(log), "example.invalid/nothere") {
+		t.Fatalf("preflight log:\n%s", log)
+	}
+	if vet.Status != Fail || !strings.Contains(vet.Reason, "see gate offline/modules") {
+		t.Fatalf("vet %+v", vet)
+	}
+	var env Environment
+	b, _ := os.ReadFile(filepath.Join(out, "environment.json"))
+	if err := json.Unmarshal(b, &env); err != nil || env.GOPROXY != "off" || !strings.Contains(env.GOFLAGS, "-mod=mod") || !env.Offline {
+		t.Fatalf("environment.json %s %v", b, err)
 	}
 }
