@@ -161,7 +161,6 @@ func TestContractsCheck(t *testing.T) {
 	if len(ps) != 2 {
 		t.Errorf("problems:\n%s", joined)
 	}
-	delete(ran.Go["example.com/tiny/a"], "x") // no-op: keys are directories
 	delete(ran.Go["a"], "TestOne")
 	ran.Python = map[string]Outcome{}
 	ps = CheckContracts(good[:1], idx, root, ran)
