@@ -129,9 +129,10 @@ type Env struct {
 	// Timeout bounds each network probe (one S3 HeadBucket, one etcd
 	// endpoint). Default 3s.
 	Timeout time.Duration
-	// RDMABuildTag reports whether this build used the rdma_nixl tag (the
-	// memlock check then matters). Default transport.RDMA().BuildTag.
-	RDMABuildTag *bool
+	// RDMALinked reports whether this build registers memory for RDMA
+	// (the memlock check then matters). Default transport.RDMA().Linked,
+	// false in every build, rdma_nixl included.
+	RDMALinked *bool
 }
 
 // DefaultTimeout is Env.Timeout's default.

@@ -249,7 +249,8 @@ func nofileCheck(env Env, cfg config.Config) Check {
 
 // memlockCheck reports RLIMIT_MEMLOCK against hot_capacity. This build
 // locks no memory: the slabs are not mlock'd and no RDMA registration
-// pins them. Only an rdma_nixl build would register the hot tier.
+// pins them (libnixl is not linked, with or without the rdma_nixl tag). A
+// build that links it would register the hot tier, which needs the limit.
 func memlockCheck(env Env, cfg config.Config) Check {
 	c := Check{Name: "rlimit_memlock"}
 	soft, hard, err := env.Rlimit(unix.RLIMIT_MEMLOCK)
@@ -257,9 +258,9 @@ func memlockCheck(env Env, cfg config.Config) Check {
 		c.Status, c.Detail = Warn, "cannot read RLIMIT_MEMLOCK: "+err.Error()
 		return c
 	}
-	tag := transport.RDMA().BuildTag
-	if env.RDMABuildTag != nil {
-		tag = *env.RDMABuildTag
+	tag := transport.RDMA().Linked
+	if env.RDMALinked != nil {
+		tag = *env.RDMALinked
 	}
 	covers := soft == unix.RLIM_INFINITY || soft >= uint64(cfg.HotCapacity)
 	lim := fmt.Sprintf("soft %s, hard %s", limitBytes(soft), limitBytes(hard))

@@ -141,7 +141,7 @@ func fakeTree(t *testing.T, files map[string]string) string {
 	return root
 }
 
-func fakeEnv(root string, nofile, memlock [2]uint64, rdmaTag bool) Env {
+func fakeEnv(root string, nofile, memlock [2]uint64, rdmaLinked bool) Env {
 	return Env{
 		Proc: filepath.Join(root, "proc"), Sys: filepath.Join(root, "sys"), Dev: filepath.Join(root, "dev"),
 		Rlimit: func(res int) (uint64, uint64, error) {
@@ -153,7 +153,7 @@ func fakeEnv(root string, nofile, memlock [2]uint64, rdmaTag bool) Env {
 			}
 			return 0, 0, errors.New("unexpected resource")
 		},
-		RDMABuildTag: &rdmaTag,
+		RDMALinked: &rdmaLinked,
 	}
 }
 
@@ -161,7 +161,7 @@ func fakeEnv(root string, nofile, memlock [2]uint64, rdmaTag bool) Env {
 // build does not use: each is NOT_RUN_HARDWARE, never OK. The CPU lacks
 // SHA-NI and AVX2, transparent huge pages are off under hot_prefault
 // hugepage, the hot tier is larger than the memory available, the file
-// limit cannot hold max_conns and an rdma_nixl build could not register
+// limit cannot hold max_conns and a build that linked RDMA could not register
 // the hot tier.
 func TestFakeHardwareTree(t *testing.T) {
 	root := fakeTree(t, map[string]string{
@@ -214,7 +214,7 @@ func TestFakeHardwareTree(t *testing.T) {
 	}
 
 	// The same tree with a file limit the daemon raises to: OK, and the
-	// memlock line of a build without rdma_nixl is OK whatever the limit.
+	// memlock line of a build without RDMA linked is OK whatever the limit.
 	env = fakeEnv(root, [2]uint64{1024, 1 << 20}, [2]uint64{64 << 10, 64 << 10}, false)
 	r = Run(context.Background(), cfg, nil, env)
 	expect(t, r, "rlimit_nofile", OK, "soft limit 1024 is lower, gpucached raises it to the hard limit 1048576")
