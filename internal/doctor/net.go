@@ -56,7 +56,7 @@ func s3Check(ctx context.Context, env Env, cfg config.Config) Check {
 		c.Detail = fmt.Sprintf("bucket %s answered HeadBucket in %s (measured: one request, connection setup included)", cfg.S3Bucket, ms(took))
 	case errors.Is(err, cold.ErrUnavailable):
 		c.Status = Warn
-		c.Detail = fmt.Sprintf("bucket %s unreachable within %s: %v; gpucached would start degraded (cold reads miss, evicted blocks wait within cold_pending)",
+		c.Detail = fmt.Sprintf("bucket %s unreachable (probe bounded at %s): %v; gpucached would start degraded (cold reads miss, evicted blocks wait within cold_pending)",
 			cfg.S3Bucket, env.Timeout, err)
 	default:
 		c.Status, c.Detail = Fail, fmt.Sprintf("bucket %s: %v; gpucached would refuse to start", cfg.S3Bucket, err)
@@ -163,10 +163,10 @@ func etcdChecks(ctx context.Context, env Env, cfg config.Config) []Check {
 				ms(p.took), p.server, p.cluster)
 		case reachable > 0:
 			c.Status = Warn
-			c.Detail = fmt.Sprintf("unreachable within %s: %v; the other endpoints answer", env.Timeout, p.err)
+			c.Detail = fmt.Sprintf("unreachable (probe bounded at %s): %v; the other endpoints answer", env.Timeout, p.err)
 		default:
 			c.Status = Fail
-			c.Detail = fmt.Sprintf("unreachable within %s: %v; no etcd endpoint answers: gpucached cannot join the cluster", env.Timeout, p.err)
+			c.Detail = fmt.Sprintf("unreachable (probe bounded at %s): %v; no etcd endpoint answers: gpucached cannot join the cluster", env.Timeout, p.err)
 		}
 		out = append(out, c)
 	}
