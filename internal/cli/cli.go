@@ -46,6 +46,9 @@ Commands:
            faults on a schedule, every payload checked (gpucache soak --duration 5m)
   admin    cold-tier lifecycle on a node: inventory, purge --tenant, expire, backfill
            (gpucache admin --help)
+  doctor   what this machine and this node's config can do: CPU, limits, NUMA,
+           RDMA/GPU/NVMe/BlueField, S3 and etcd reachability, clock, certificates
+           (gpucache doctor --config /etc/gpucache/gpucached.yaml [--json])
   version  print the client and protocol versions
 
 Common flags (every command but version):
@@ -81,7 +84,7 @@ Run 'gpucache <command> --help' for a command's flags.
 
 // commands are the command names, for suggesting the nearest to a typo.
 var commands = []string{"put", "get", "lookup", "delete", "stat", "ping", "members", "bench", "noisy",
-	"shard-demo", "cold-demo", "replay", "soak", "version", "help"}
+	"shard-demo", "cold-demo", "replay", "soak", "doctor", "version", "help"}
 
 // Main runs the command line args (without the program name) and returns
 // the process exit code.
@@ -121,6 +124,8 @@ func Main(ctx context.Context, args []string, std Stdio) int {
 		err = runSoak(ctx, rest, std)
 	case "admin":
 		err = runAdmin(ctx, rest, std)
+	case "doctor":
+		err = runDoctor(ctx, rest, std)
 	case "version", "--version":
 		fmt.Fprintln(std.Out, versionLine())
 		return exitOK

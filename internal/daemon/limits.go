@@ -50,6 +50,10 @@ func fdsNeeded(cfg config.Config) uint64 {
 	return n
 }
 
+// FDsNeeded is fdsNeeded for `gpucache doctor`, which compares it with
+// RLIMIT_NOFILE as the daemon does at start.
+func FDsNeeded(cfg config.Config) uint64 { return fdsNeeded(cfg) }
+
 // checkFDLimit refuses a configuration whose connections the soft limit
 // soft (hard limit hard) cannot hold: a node that runs out of descriptors
 // cannot accept, open cold-tier files or reach etcd.

@@ -1,0 +1,113 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func runMain(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = Main(context.Background(), args, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+	return out.String(), errb.String(), code
+}
+
+func closedLoopback(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+type doctorJSON struct {
+	Checks []struct {
+		Name, Status, Detail, Target string
+	}
+}
+
+// TestDoctorCommand runs `gpucache doctor` as an operator would: the
+// human table, --json in the shape capabilities.json records, the node's
+// config from a --config file plus gpucached's flags, and the exit codes
+// (0 without a FAIL, 1 with one, 2 for a usage error).
+func TestDoctorCommand(t *testing.T) {
+	// max_conns 64: RLIMIT_NOFILE holds it on any test machine.
+	out, errs, code := runMain(t, "doctor", "--max-conns", "64")
+	if code != 0 || !strings.Contains(out, "OK               config") || !strings.Contains(out, " NOT_RUN_HARDWARE\n") {
+		t.Fatalf("doctor: %d\n%s\n%s", code, out, errs)
+	}
+
+	out, errs, code = runMain(t, "doctor", "--json", "--max-conns", "64", "--hot-capacity", "64MiB", "--hot-slab", "64MiB")
+	if code != 0 {
+		t.Fatalf("doctor --json: %d\n%s\n%s", code, out, errs)
+	}
+	var doc doctorJSON
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("doctor --json: %v\n%s", err, out)
+	}
+	if len(doc.Checks) < 19 || doc.Checks[0].Name != "config" || doc.Checks[0].Status != "OK" {
+		t.Fatalf("doctor --json: %+v", doc)
+	}
+	for _, c := range doc.Checks {
+		if c.Name == "memory" && !strings.Contains(c.Detail, "hot_capacity 64MiB") {
+			t.Errorf("the --hot-capacity flag did not reach the memory check: %q", c.Detail)
+		}
+	}
+
+	// A node's config file naming S3 and etcd on closed ports: each line
+	// says so, and the command exits 1.
+	s3, etcd := "http://"+closedLoopback(t), "http://"+closedLoopback(t)
+	cfgFile := filepath.Join(t.TempDir(), "gpucached.yaml")
+	yaml := "cold_store: s3\ns3_endpoint: " + s3 + "\ns3_bucket: b\ns3_access_key: a\ns3_secret_key: s\netcd_endpoints: " + etcd + "\n"
+	if err := os.WriteFile(cfgFile, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, errs, code = runMain(t, "doctor", "--config", cfgFile, "--json", "--probe-timeout=5s", "--max-conns=64")
+	if code != 1 || errs != "" {
+		t.Fatalf("unreachable: exit %d, want 1\n%s\n%s", code, out, errs)
+	}
+	doc = doctorJSON{}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"s3 " + s3: "WARN", "etcd " + etcd: "FAIL", "clock_etcd ": "WARN"}
+	for _, c := range doc.Checks {
+		key := c.Name + " " + c.Target
+		if st, ok := want[key]; ok {
+			if c.Status != st || (c.Name != "clock_etcd" && !strings.Contains(c.Detail, "unreachable")) {
+				t.Errorf("%s: %s %q, want %s", key, c.Status, c.Detail, st)
+			}
+			delete(want, key)
+		}
+	}
+	if len(want) != 0 {
+		t.Errorf("missing lines %v in %s", want, out)
+	}
+
+	// A config gpucached refuses: a FAIL line, the rest still checked.
+	out, _, code = runMain(t, "doctor", "--max-conns", "0")
+	if code != 1 || !strings.Contains(out, "FAIL             config") || !strings.Contains(out, "cpu_sha_ni") {
+		t.Errorf("invalid config: exit %d\n%s", code, out)
+	}
+
+	for _, bad := range [][]string{{"doctor", "--no-such-flag"}, {"doctor", "--probe-timeout", "soon"}, {"doctor", "--probe-timeout"}} {
+		if _, errs, code := runMain(t, bad...); code != 2 || !strings.Contains(errs, "gpucache doctor:") {
+			t.Errorf("%v: exit %d %q, want 2", bad, code, errs)
+		}
+	}
+	if out, _, code := runMain(t, "doctor", "--help"); code != 0 || !strings.Contains(out, "NOT_RUN_HARDWARE") || !strings.Contains(out, "Exit codes") {
+		t.Errorf("--help: %d\n%s", code, out)
+	}
+	if _, errs, code := runMain(t, "docter"); code != 2 || !strings.Contains(errs, `did you mean "doctor"`) {
+		t.Errorf("typo: %d %q", code, errs)
+	}
+}
