@@ -113,7 +113,7 @@ type doctorOut struct {
 	} `json:"checks"`
 }
 
-var doctorStatuses = map[string]bool{"OK": true, "WARN": true, "ABSENT": true, "NOT_RUN_HARDWARE": true}
+var doctorStatuses = map[string]bool{"OK": true, "WARN": true, "ABSENT": true, "NOT_RUN_HARDWARE": true, "FAIL": true}
 
 func checkDoctor(b []byte) error {
 	var d doctorOut
@@ -125,7 +125,7 @@ func checkDoctor(b []byte) error {
 	}
 	for _, c := range d.Checks {
 		if c.Name == "" || !doctorStatuses[c.Status] {
-			return fmt.Errorf("doctor check %q has status %q (want OK, WARN, ABSENT or NOT_RUN_HARDWARE)", c.Name, c.Status)
+			return fmt.Errorf("doctor check %q has status %q (want OK, WARN, ABSENT, NOT_RUN_HARDWARE or FAIL)", c.Name, c.Status)
 		}
 	}
 	return nil
