@@ -39,6 +39,8 @@ Commands:
            --victim-secret-file F --noisy-secret-file F; takes no --tenant)
   shard-demo  run two shards on loopback: single-flight fills and the transport fallback
   cold-demo   publish a pack to a local cold tier and refill it, checking the cold contracts
+  dpu-demo    the DPU path: every open refuses, offload_active=false, a simulated queue round trip
+  report   paired-baseline | v3-paired: what a paired hardware run needs and lacks (NOT_RUN_HARDWARE)
   replay   replay a Mooncake trace: simulate the hot tier's policies (table, --json,
            --plot), or --live against a running gpucached (hit ratio, throughput,
            latency): gpucache replay --trace FILE [--live --addr HOST:PORT]
@@ -84,7 +86,7 @@ Run 'gpucache <command> --help' for a command's flags.
 
 // commands are the command names, for suggesting the nearest to a typo.
 var commands = []string{"put", "get", "lookup", "delete", "stat", "ping", "members", "bench", "noisy",
-	"shard-demo", "cold-demo", "replay", "soak", "doctor", "version", "help"}
+	"shard-demo", "cold-demo", "dpu-demo", "report", "replay", "soak", "doctor", "version", "help"}
 
 // Main runs the command line args (without the program name) and returns
 // the process exit code.
@@ -118,6 +120,10 @@ func Main(ctx context.Context, args []string, std Stdio) int {
 		err = runShardDemo(ctx, rest, std)
 	case "cold-demo":
 		err = runColdDemo(ctx, rest, std)
+	case "dpu-demo":
+		err = runDPUDemo(ctx, rest, std)
+	case "report":
+		err = runReport(ctx, rest, std)
 	case "replay":
 		err = runReplay(ctx, rest, std)
 	case "soak":

@@ -223,6 +223,15 @@ type Config struct {
 	EtcdUsername     string `yaml:"etcd_username"`
 	EtcdPasswordFile string `yaml:"etcd_password_file"`
 
+	// AblationP2P and AblationDPA are the hardware ablation knobs
+	// (ablation.go): enabling one logs NOT_RUN_HARDWARE and changes no
+	// byte. Default false.
+	AblationP2P bool `yaml:"ablation_p2p"`
+	AblationDPA bool `yaml:"ablation_dpa"`
+	// HotErasureCoding is refused by Validate (ablation.go, ADR 0018).
+	// Default false.
+	HotErasureCoding bool `yaml:"hot_erasure_coding"`
+
 	// LogLevel is debug, info, warn or error. Default info.
 	LogLevel string `yaml:"log_level"`
 	// LogFormat is text or json. Default text.
@@ -347,7 +356,7 @@ func (c *Config) fields() []field {
 		{"admin_tls_client_ca", `CA bundle (PEM) for optional client certificates on the admin listener ("": tls_client_ca, "none": ask for none)`, (*strVal)(&c.AdminTLSClientCA)},
 		{"seal_grace", "how long a replaced seal key still verifies", (*durVal)(&c.SealGrace)},
 		{"seal_hot_reads", "seal blocks in DRAM too and verify them on every read (needs seal_keys)", (*boolVal)(&c.SealHotReads)},
-	}, append(append(c.clusterFields(), c.connFields()...), c.respFields()...)...)
+	}, append(append(append(c.clusterFields(), c.connFields()...), c.respFields()...), c.ablationFields()...)...)
 }
 
 // EnvName returns the environment variable for a YAML key.
@@ -437,6 +446,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := c.validateConn(); err != nil {
+		return err
+	}
+	if err := c.validateAblation(); err != nil {
 		return err
 	}
 	if !pow2(c.HotMinClass) || !pow2(c.HotMaxClass) {

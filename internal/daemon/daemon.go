@@ -92,6 +92,7 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, opts Opti
 	if opts.Stderr == nil {
 		opts.Stderr = os.Stderr
 	}
+	logAblation(cfg, log)
 	if soft, hard, err := raiseFDLimit(); err != nil {
 		log.Warn("cannot read RLIMIT_NOFILE; max_conns is not checked against it", "err", err)
 	} else if err := checkFDLimit(cfg, soft, hard); err != nil {

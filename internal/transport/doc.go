@@ -88,8 +88,8 @@
 //
 // Every fault of a transfer is a miss (docs/FAILURES.md): no receipt, the
 // stage quarantined or left with its owner, never a slot leaked, and a
-// bounded time to the answer. Three failpoints (package degrade) make the
-// faults happen in tests; production passes nil registries.
+// bounded time to the answer. One failpoint (package degrade) makes the
+// link's fault happen in tests; production passes a nil registry.
 //
 //	nic_flap     TCPConfig.Faults, checked by TCP.Submit just before the
 //	             frame goes out: half a frame is written, the link stays
@@ -97,14 +97,13 @@
 //	             connection is closed under the frame. The stage is
 //	             quarantined, the transport broken, and the peer reads a
 //	             cut frame and quarantines its own stage.
-//	dpu_restart  WithFaults, before a Submit reaches the engine: the stage
-//	             is quarantined and the engine (the wrapped transport) is
-//	             closed; it must be reopened.
-//	gpu_reset    WithFaults, likewise: Registry.Invalidate, so every live
-//	             stage of the registry is quarantined at a new epoch.
 //
-// WithFaults also bounds each Submit by its budget and makes every failure
-// wrap degrade.ErrMiss next to the transport's own sentinel.
+// The offload engine's failpoints, dpu_restart and gpu_reset, are on the
+// DPU path: dpu.WithFaults (internal/dpu) wraps a Transport and acts on
+// the stage's Registry (Quarantine, Invalidate).
+//
+// Bounded bounds each Submit by its budget and makes every failure wrap
+// degrade.ErrMiss next to the transport's own sentinel.
 //
 // # Hardware honesty
 //

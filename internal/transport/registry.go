@@ -605,6 +605,10 @@ func (s *Stage) Len() int { return len(s.ids) }
 // Binding is the binding the stage was checked out for.
 func (s *Stage) Binding() Binding { return s.binding }
 
+// Registry is the registry the stage was checked out of: the one whose
+// Quarantine and Invalidate end it (the DPU path's failpoints use it).
+func (s *Stage) Registry() *Registry { return s.reg }
+
 // Epoch is the epoch the stage was checked out under.
 func (s *Stage) Epoch() Epoch { return s.epoch }
 
