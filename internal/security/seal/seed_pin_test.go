@@ -1,0 +1,20 @@
+package seal
+
+import "testing"
+
+// DESIGN.md "Security": "HMAC-SHA256 seal with a key id; a plain hash is not
+// a MAC" (seeds/v3-bluefield-and-hardening.txt, "CPU hardening", names the
+// SHA-256 seal). The MAC is the 32-byte HMAC-SHA256 output, and a secret is
+// at least that long. The manifest format (internal/cold/pack doc.go, seal
+// slot) stores these widths, so they are pinned to literals.
+func TestPinnedSealSizes(t *testing.T) {
+	if MACSize != 32 {
+		t.Errorf("MACSize = %d, want 32 (HMAC-SHA256)", MACSize)
+	}
+	if MinSecretLen != 32 {
+		t.Errorf("MinSecretLen = %d, want 32", MinSecretLen)
+	}
+	if MaxKeyIDLen != 32 {
+		t.Errorf("MaxKeyIDLen = %d, want 32 (the manifest seal slot's key id bound)", MaxKeyIDLen)
+	}
+}
