@@ -52,7 +52,7 @@ const (
 	// it only for a pack with an encrypted or compressed block; every
 	// other pack is v3, byte for byte as before.
 	ManifestVersionEncoded = 4
-	manifestHdrLen  = 4 + 2 + 2
+	manifestHdrLen         = 4 + 2 + 2
 	// minRecordLen is a lower bound on one range record: u32 length, a
 	// minimal identity (header and 19 empty fields), key, offset, length and
 	// checksum. Counts are checked against it before allocating.
