@@ -99,7 +99,9 @@ func TestColdCryptConfigRefused(t *testing.T) {
 		func(c *config.Config) { c.ColdCompression = "lz4" },
 		func(c *config.Config) { c.ColdCompressionMinSaving = 0 },
 		func(c *config.Config) { c.ColdEncryptionGrace = -time.Second },
-		func(c *config.Config) { c.ColdEncryptionKeys = []config.SecretConfig{{ID: "a", Env: "A"}, {ID: "a", Env: "B"}} },
+		func(c *config.Config) {
+			c.ColdEncryptionKeys = []config.SecretConfig{{ID: "a", Env: "A"}, {ID: "a", Env: "B"}}
+		},
 		func(c *config.Config) { c.ColdStore = "off" },
 	} {
 		d := c
