@@ -161,6 +161,9 @@ type Config struct {
 	// CompressMinSavingPct percent (pack.Options). Nil (the default): no
 	// compression. Compressed packs always read.
 	Compress pack.Compressor
+	// CompressBytePlanes compresses each block's byte planes instead of
+	// its bytes (pack.Options.BytePlanes).
+	CompressBytePlanes bool
 	// CompressMinSavingPct: see pack.Options.MinSavingPct. Default
 	// pack.DefaultMinSavingPct.
 	CompressMinSavingPct int
@@ -653,7 +656,7 @@ func (t *Tier) queue(ctx context.Context, ns identity.Namespace, blocks []pack.B
 	if t.keyring != nil {
 		sealer = t.keyring
 	}
-	opts := pack.Options{Sealer: sealer, Compressor: t.cfg.Compress, MinSavingPct: t.cfg.CompressMinSavingPct}
+	opts := pack.Options{Sealer: sealer, Compressor: t.cfg.Compress, BytePlanes: t.cfg.CompressBytePlanes, MinSavingPct: t.cfg.CompressMinSavingPct}
 	if t.cfg.Crypt != nil {
 		opts.Encrypter = t.cfg.Crypt
 	}

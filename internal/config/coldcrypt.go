@@ -16,6 +16,9 @@ import (
 const (
 	ColdCompressionOff  = "off"
 	ColdCompressionZstd = "zstd"
+	// ColdCompressionZstdPlanes compresses each block's byte planes (low
+	// bytes, then high bytes): what pays on bf16 KV (docs/BENCHMARKS.md).
+	ColdCompressionZstdPlanes = "zstd-planes"
 )
 
 // MinColdEncryptionKey is the shortest accepted master key: 32 bytes
@@ -25,7 +28,7 @@ const MinColdEncryptionKey = 32
 func (c *Config) coldCryptFields() []field {
 	return []field{
 		{"cold_encryption_grace", "how long a replaced cold encryption key still decrypts packs", (*durVal)(&c.ColdEncryptionGrace)},
-		{"cold_compression", "compress cold-tier blocks before encryption: off or zstd", (*strVal)(&c.ColdCompression)},
+		{"cold_compression", "compress cold-tier blocks before encryption: off, zstd or zstd-planes (byte planes first; pays on bf16)", (*strVal)(&c.ColdCompression)},
 		{"cold_compression_min_saving", "keep a block's compressed form only if it saves at least this percent (1..99)", (*intVal)(&c.ColdCompressionMinSaving)},
 	}
 }
@@ -38,9 +41,9 @@ func (c Config) validateColdCrypt() error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
 	}
 	switch c.ColdCompression {
-	case ColdCompressionOff, ColdCompressionZstd:
+	case ColdCompressionOff, ColdCompressionZstd, ColdCompressionZstdPlanes:
 	default:
-		return bad("cold_compression %q is not off or zstd", c.ColdCompression)
+		return bad("cold_compression %q is not off, zstd or zstd-planes", c.ColdCompression)
 	}
 	if c.ColdCompressionMinSaving < 1 || c.ColdCompressionMinSaving > 99 {
 		return bad("cold_compression_min_saving %d is not a percentage in 1..99", c.ColdCompressionMinSaving)

@@ -94,7 +94,7 @@ type Config struct {
 	// key). Default 24h.
 	ColdEncryptionGrace time.Duration `yaml:"cold_encryption_grace"`
 	// ColdCompression compresses cold-tier blocks (before encryption):
-	// off or zstd. Default off (docs/BENCHMARKS.md, "Cold-tier compression
+	// off, zstd, or zstd-planes (zstd over each block's byte planes). Default off (docs/BENCHMARKS.md, "Cold-tier compression
 	// and encryption"). Compressed packs are read whatever the setting.
 	ColdCompression string `yaml:"cold_compression"`
 	// ColdCompressionMinSaving: a block's compressed form is kept only if

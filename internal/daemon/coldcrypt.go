@@ -59,12 +59,13 @@ func coldCryptConfig(tcfg *coldtier.Config, cfg config.Config, sec *secure) erro
 	if sec != nil && sec.coldKeys != nil {
 		tcfg.Crypt = sec.coldKeys
 	}
-	if cfg.ColdCompression == config.ColdCompressionZstd {
+	if cfg.ColdCompression != config.ColdCompressionOff {
 		z, err := crypt.NewZstd()
 		if err != nil {
 			return err
 		}
 		tcfg.Compress = z
+		tcfg.CompressBytePlanes = cfg.ColdCompression == config.ColdCompressionZstdPlanes
 		tcfg.CompressMinSavingPct = cfg.ColdCompressionMinSaving
 	}
 	return nil

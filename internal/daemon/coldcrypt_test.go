@@ -24,7 +24,7 @@ func TestEncryptedColdTierAudited(t *testing.T) {
 	c.ColdFlushInterval = time.Hour // flushed at shutdown
 	c.AuditLog = filepath.Join(t.TempDir(), "audit.log")
 	c.ColdEncryptionKeys = []config.SecretConfig{{ID: "c1", Env: "COLD_C1"}}
-	c.ColdCompression = config.ColdCompressionZstd
+	c.ColdCompression = config.ColdCompressionZstdPlanes
 	env := map[string]string{"COLD_C1": strings.Repeat("1", 64), "COLD_C2": strings.Repeat("2", 64), "COLD_BAD": strings.Repeat("3", 64)}
 	opts := Options{Getenv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }}
 	ns, _, ids, keys, payloads := coldBlocks(t)

@@ -53,9 +53,13 @@ func sizeName(n int) string {
 }
 
 var kvLevels = []struct {
-	name string
-	l    zstd.EncoderLevel
-}{{"fastest", zstd.SpeedFastest}, {"default", zstd.SpeedDefault}}
+	name    string
+	l       zstd.EncoderLevel
+	shuffle bool // byte planes first (Shuffle2)
+}{
+	{"fastest", zstd.SpeedFastest, false}, {"default", zstd.SpeedDefault, false},
+	{"fastest-planes", zstd.SpeedFastest, true}, {"default-planes", zstd.SpeedDefault, true},
+}
 
 func BenchmarkKVCompress(b *testing.B) {
 	for _, dt := range []string{"fp16", "bf16"} {
@@ -67,9 +71,14 @@ func BenchmarkKVCompress(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
+					prep := func(blk []byte) []byte { return blk }
+					if lv.shuffle {
+						sbuf := make([]byte, 0, size)
+						prep = func(blk []byte) []byte { sbuf = Shuffle2(sbuf[:0], blk); return sbuf }
+					}
 					var plain, comp, kept int
 					for _, blk := range blocks {
-						c := z.Compress(nil, blk)
+						c := z.Compress(nil, prep(blk))
 						plain += len(blk)
 						comp += len(c)
 						if len(c)*100 <= len(blk)*90 {
@@ -80,7 +89,7 @@ func BenchmarkKVCompress(b *testing.B) {
 					b.SetBytes(int64(size))
 					b.ResetTimer()
 					for i := 0; b.Loop(); i++ {
-						buf = z.Compress(buf[:0], blocks[i%len(blocks)])
+						buf = z.Compress(buf[:0], prep(blocks[i%len(blocks)]))
 					}
 					b.ReportMetric(float64(plain)/float64(comp), "ratio")
 					b.ReportMetric(100*float64(kept)/float64(len(blocks)), "kept%")
@@ -102,14 +111,20 @@ func BenchmarkKVDecompress(b *testing.B) {
 					}
 					comp := make([][]byte, len(blocks))
 					for i, blk := range blocks {
+						if lv.shuffle {
+							blk = Shuffle2(nil, blk)
+						}
 						comp[i] = z.Compress(nil, blk)
 					}
-					dst := make([]byte, size)
+					dst, plain := make([]byte, size), make([]byte, size)
 					b.SetBytes(int64(size))
 					b.ResetTimer()
 					for i := 0; b.Loop(); i++ {
 						if err := z.Decompress(dst, comp[i%len(comp)]); err != nil {
 							b.Fatal(err)
+						}
+						if lv.shuffle {
+							Unshuffle2(plain, dst)
 						}
 					}
 				})

@@ -52,6 +52,12 @@ const (
 	// CodecZstd: one zstd frame (RFC 8878) that decodes to exactly Size
 	// bytes.
 	CodecZstd Codec = 1
+	// CodecZstdPlanes: one zstd frame of the block's byte planes
+	// (crypt.Shuffle2: even-indexed bytes, then odd-indexed bytes), which
+	// decodes to exactly Size bytes and is then interleaved back. For
+	// 16-bit floats it separates the low-entropy high bytes (sign and
+	// exponent) from the noisy low bytes.
+	CodecZstdPlanes Codec = 2
 )
 
 const (
@@ -101,6 +107,10 @@ type Options struct {
 	// keeps the compressed form only if it saves at least MinSavingPct
 	// percent of the block; a block that does not pay is stored raw.
 	Compressor Compressor
+	// BytePlanes compresses each block's byte planes (CodecZstdPlanes)
+	// instead of its bytes (CodecZstd): what pays on bf16 KV
+	// (docs/BENCHMARKS.md). Needs Compressor.
+	BytePlanes bool
 	// MinSavingPct is the smallest saving, in percent of the block, for
 	// which a compressed form is kept. Default 0 means DefaultMinSavingPct.
 	MinSavingPct int
@@ -167,9 +177,9 @@ func (m *Manifest) checkEncoding(r Range) error {
 		return fmt.Errorf("plaintext length %d not in 1..%d", r.Size, MaxBlockSize)
 	case r.Codec == CodecRaw && inner != r.Size:
 		return fmt.Errorf("raw block stores %d bytes for %d", inner, r.Size)
-	case r.Codec == CodecZstd && inner >= r.Size:
+	case (r.Codec == CodecZstd || r.Codec == CodecZstdPlanes) && inner >= r.Size:
 		return fmt.Errorf("compressed block of %d bytes is not smaller than its %d", inner, r.Size)
-	case r.Codec > CodecZstd:
+	case r.Codec > CodecZstdPlanes:
 		return fmt.Errorf("codec %d unknown", r.Codec)
 	}
 	return nil
@@ -196,13 +206,14 @@ type encoder struct {
 	aead      cipher.AEAD // nil: not encrypted
 	keyID     []byte
 	cz        Compressor // nil: not compressed
+	planes    bool       // compress byte planes (CodecZstdPlanes)
 	minSaving int
 	rand      io.Reader // nonces
 }
 
 // newEncoder prepares the stages opts asks for, for namespace ns.
 func newEncoder(ns identity.Namespace, nsd identity.NamespaceDigest, opts Options) (*encoder, error) {
-	e := &encoder{nsd: nsd, cz: opts.Compressor, minSaving: opts.MinSavingPct, rand: opts.Rand}
+	e := &encoder{nsd: nsd, cz: opts.Compressor, planes: opts.BytePlanes, minSaving: opts.MinSavingPct, rand: opts.Rand}
 	if e.rand == nil {
 		e.rand = rand.Reader
 	}
@@ -233,9 +244,13 @@ func (e *encoder) active() bool { return e.aead != nil || e.cz != nil }
 func (e *encoder) encode(obj []byte, r Range, payload []byte) ([]byte, Codec, error) {
 	inner, codec := payload, CodecRaw
 	if e.cz != nil {
-		c := e.cz.Compress(nil, payload)
+		src, kind := payload, CodecZstd
+		if e.planes {
+			src, kind = crypt.Shuffle2(nil, payload), CodecZstdPlanes
+		}
+		c := e.cz.Compress(nil, src)
 		if len(c) > 0 && int64(len(c))*100 <= int64(len(payload))*int64(100-e.minSaving) {
-			inner, codec = c, CodecZstd
+			inner, codec = c, kind
 		}
 	}
 	if e.aead == nil {
@@ -299,6 +314,15 @@ func (m *Manifest) OpenRange(r Range, stored, dst []byte, a cipher.AEAD, cz Comp
 		if err := cz.Decompress(dst, inner); err != nil {
 			return fmt.Errorf("%w: %v", ErrDecode, err)
 		}
+	case CodecZstdPlanes:
+		if cz == nil {
+			return fmt.Errorf("%w: zstd block and no decompressor", ErrDecode)
+		}
+		planes := make([]byte, len(dst))
+		if err := cz.Decompress(planes, inner); err != nil {
+			return fmt.Errorf("%w: %v", ErrDecode, err)
+		}
+		crypt.Unshuffle2(dst, planes)
 	}
 	if Sum(dst) != r.Sum {
 		return fmt.Errorf("%w: plaintext checksum mismatch", ErrDecode)

@@ -149,6 +149,17 @@ func TestCompressedOnlyWherePays(t *testing.T) {
 	if m.PackSize >= uint64(HeaderLen+3*8192) {
 		t.Fatalf("pack of %d bytes did not shrink", m.PackSize)
 	}
+	// Byte planes: the fp16-shaped block compresses as planes.
+	pp, err := BuildWith(ns, blocks, Options{Compressor: z, BytePlanes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := VerifyWith(pp, nil, nil, z); err != nil {
+		t.Fatal(err)
+	}
+	if pm := openAll(t, pp, blocks, nil, z); pm.Ranges[0].Codec != CodecZstdPlanes || pm.Ranges[2].Codec != CodecRaw {
+		t.Fatalf("planes codecs %d %d", pm.Ranges[0].Codec, pm.Ranges[2].Codec)
+	}
 	// Nothing pays: the pack stays v3.
 	q, err := BuildWith(ns, blocks[2:], Options{Compressor: z})
 	if err != nil {
@@ -304,7 +315,7 @@ func fuzzAEAD() cipher.AEAD {
 }
 
 // openRangeInput builds FuzzOpenRange's input: flags (bit 0 encrypted,
-// bit 1 zstd), u32 plaintext size, then the stored bytes.
+// bit 1 zstd, bit 2 zstd over byte planes), u32 plaintext size, then the stored bytes.
 func openRangeInput(flags byte, size uint32, stored []byte) []byte {
 	b := []byte{flags}
 	b = binary.LittleEndian.AppendUint32(b, size)
@@ -321,7 +332,10 @@ func fuzzRange(t testing.TB, flags byte, size uint32, storedLen int) (*Manifest,
 		m.Cipher, m.CipherKeyID = CipherAES256GCM, []byte("f1")
 	}
 	r := Range{Identity: id, Key: id.KeyIn(nsd), Offset: HeaderLen, Length: uint64(storedLen), Size: uint64(size)}
-	if flags&2 != 0 {
+	switch {
+	case flags&4 != 0:
+		r.Codec = CodecZstdPlanes
+	case flags&2 != 0:
 		r.Codec = CodecZstd
 	}
 	r.Sum = Sum(kvLike(id, int(size)))
@@ -367,7 +381,7 @@ func FuzzOpenRange(f *testing.F) {
 		if len(in) < 5 {
 			return
 		}
-		flags, size, stored := in[0]&3, binary.LittleEndian.Uint32(in[1:]), in[5:]
+		flags, size, stored := in[0]&7, binary.LittleEndian.Uint32(in[1:]), in[5:]
 		if size == 0 || size > 1<<20 {
 			return
 		}

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/gpucache/gpucache/internal/cold"
+	"github.com/gpucache/gpucache/internal/cold/crypt"
 	"github.com/gpucache/gpucache/internal/identity"
 )
 
@@ -210,6 +211,11 @@ func seedCorpora(t testing.TB) map[string]map[string]any {
 	for name, b := range malformedV4(t) {
 		manifests["malformed-v4-"+slug(name)] = b
 	}
+	pl, err := BuildWith(ns, kvBlocks, Options{Compressor: testZstd(t), BytePlanes: true, Encrypter: cryptRing(t, "c1", "c1"), Rand: &countingRand{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifests["valid-v4-aes-zstd-planes"] = pl.Manifest.Body
 	opens := map[string]any{}
 	for name, b := range validOpenRangeInputs(t) {
 		opens[name] = b
@@ -218,6 +224,7 @@ func seedCorpora(t testing.TB) map[string]map[string]any {
 		opens["malformed-last-byte-"+name] = bad
 		opens["malformed-truncated-"+name] = b[:len(b)-3]
 	}
+	opens["valid-zstd-planes"] = openRangeInput(4|2, 300, testZstd(t).Compress(nil, crypt.Shuffle2(nil, kvLike(chain(t, testNamespace("fuzz"), 1, 1)[0], 300))))
 	opens["malformed-zstd-bomb"] = openRangeInput(2, 300, testZstd(t).Compress(nil, make([]byte, 1<<20)))
 
 	pointers := map[string]any{"valid": p.Pointers[0].Body, "valid-2": q.Pointers[0].Body}
