@@ -64,6 +64,10 @@ type Lifecycle struct {
 	// Verifier, when set, makes Backfill deliver only blocks whose manifest
 	// seal verifies (lifecycle.BackfillSealed).
 	Verifier pack.SealVerifier
+	// Crypt, when set, opens encrypted packs (ADR 0019) so Backfill
+	// delivers their plaintext; nil: their blocks are skipped and counted
+	// as key-unavailable.
+	Crypt pack.Decrypter
 	// Grace is the reclaim grace period of Expire; zero means
 	// lifecycle.DefaultGrace.
 	Grace time.Duration
@@ -429,7 +433,7 @@ func (l *Lifecycle) Backfill(ctx context.Context, actor, tenant string, budget i
 		}
 		sum.Namespaces++
 		var blocks, present int
-		rep, err := lifecycle.BackfillSealed(ctx, l.Store, n.digest, left, l.Verifier, func(r pack.Range, p []byte) error {
+		rep, err := lifecycle.BackfillWith(ctx, l.Store, n.digest, left, lifecycle.BackfillOptions{Verifier: l.Verifier, Crypt: l.Crypt}, func(r pack.Range, p []byte) error {
 			published, err := l.Deliver(ctx, n.digest, r, p)
 			switch {
 			case ctx.Err() != nil:

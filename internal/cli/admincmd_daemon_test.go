@@ -10,6 +10,8 @@ import (
 	"crypto/sha256"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -154,9 +156,23 @@ func lcStat(t *testing.T, cl *client.Client) map[string]uint64 {
 // TestAdminBackfillIntoDRAM: blocks written, the node restarted with DRAM
 // empty, `gpucache admin backfill` publishes the cold blocks into DRAM, and
 // a GET is then served from DRAM: every block hits and the cold tier is not
-// asked (cold_refill_hits stays 0).
+// asked (cold_refill_hits stays 0). The same holds when the packs are
+// encrypted at rest and compressed (ADR 0019): backfill delivers plaintext.
 func TestAdminBackfillIntoDRAM(t *testing.T) {
-	c := lcConfig(t)
+	t.Run("plain", func(t *testing.T) { testAdminBackfillIntoDRAM(t, lcConfig(t)) })
+	t.Run("encrypted", func(t *testing.T) {
+		c := lcConfig(t)
+		key := filepath.Join(t.TempDir(), "cold.key")
+		if err := os.WriteFile(key, []byte("0123456789abcdef0123456789abcdef0123456789abcdef"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c.ColdEncryptionKeys = []config.SecretConfig{{ID: "k1", File: key}}
+		c.ColdCompression = "zstd"
+		testAdminBackfillIntoDRAM(t, c)
+	})
+}
+
+func testAdminBackfillIntoDRAM(t *testing.T, c config.Config) {
 	ns, ids, keys, payloads := lcBlocks(t, "a", 24) // 1.5 MiB: fits the 4 MiB hot tier
 	a, stop := lcNode(t, c, daemon.Options{})
 	lcPut(t, lcDial(t, a.Data, "a"), ns, ids, payloads)

@@ -69,6 +69,7 @@ import (
 	"time"
 
 	"github.com/gpucache/gpucache/internal/cold"
+	"github.com/gpucache/gpucache/internal/cold/crypt"
 	"github.com/gpucache/gpucache/internal/cold/lifecycle"
 	"github.com/gpucache/gpucache/internal/cold/pack"
 	"github.com/gpucache/gpucache/internal/cold/refill"
@@ -148,6 +149,24 @@ type Config struct {
 	// must not block). Nil falls back to Refill.OnIntegrity. Such misses
 	// are counted in Stats.RefillIntegrity either way.
 	OnIntegrity func(refill.IntegrityEvent)
+	// Crypt, when set, encrypts every pack the tier writes with AES-256-GCM
+	// under the tenant's key for the keyring's current key id (manifest
+	// v4, pack/doc.go "Encoded blocks") and opens encrypted packs on refill
+	// while their key id is usable (rotation grace included); see
+	// refill.Config.Crypt. Nil (the default) writes unencrypted packs, and
+	// an encrypted pack is a refill miss. Unencrypted packs always read.
+	Crypt *crypt.Keyring
+	// Compress, when set, compresses each block before encryption and
+	// keeps the compressed form only where it saves at least
+	// CompressMinSavingPct percent (pack.Options). Nil (the default): no
+	// compression. Compressed packs always read.
+	Compress pack.Compressor
+	// CompressBytePlanes compresses each block's byte planes instead of
+	// its bytes (pack.Options.BytePlanes).
+	CompressBytePlanes bool
+	// CompressMinSavingPct: see pack.Options.MinSavingPct. Default
+	// pack.DefaultMinSavingPct.
+	CompressMinSavingPct int
 	// RefillBudget bounds the time from Refill's call to its answer, hit or
 	// miss: it is the refiller's per-call Timeout (it overrides
 	// Refill.Timeout) and the deadline of each store read, so a store that
@@ -243,7 +262,8 @@ type Tier struct {
 	sk          *sink.Sink
 	rf          *refill.Refiller
 	stop        chan struct{}
-	keyring     *seal.Keyring // seals written manifests; nil: unsealed
+	keyring     *seal.Keyring   // seals written manifests; nil: unsealed
+	codec       pack.Compressor // decodes zstd blocks (admission and refill)
 	onIntegrity func(refill.IntegrityEvent)
 	idx         *presenceIndex // index.go
 	hide        *hideSet       // index_delete.go
@@ -374,6 +394,18 @@ func New(cfg Config) (*Tier, error) {
 	t.hide = &hideSet{m: make(map[fingerprint]time.Time), ttl: rc.PointerTTL + cfg.RefillBudget}
 	rc.Keyring = cfg.Keyring
 	rc.OnIntegrity = t.integrity
+	if cfg.Crypt != nil {
+		rc.Crypt = cfg.Crypt
+	}
+	if rc.Codec == nil {
+		if cfg.Compress != nil {
+			rc.Codec = cfg.Compress
+		} else if rc.Codec, err = crypt.NewZstd(); err != nil {
+			sk.Close()
+			return nil, err
+		}
+	}
+	t.codec = rc.Codec
 	rf, err := refill.New(cold.WithDegrade(cfg.Store, cfg.Faults, cfg.RefillBudget), rc)
 	if err != nil {
 		sk.Close()
@@ -539,10 +571,15 @@ func (t *Tier) verify(j *sink.Job) error {
 			p.Pointers = append(p.Pointers, po)
 		}
 	}
+	var v pack.SealVerifier
 	if t.keyring != nil {
-		return pack.VerifySealed(p, t.keyring)
+		v = t.keyring
 	}
-	return pack.Verify(p)
+	var dec pack.Decrypter
+	if t.cfg.Crypt != nil {
+		dec = t.cfg.Crypt
+	}
+	return pack.VerifyWith(p, v, dec, t.codec)
 }
 
 // Flush turns every pending batch (all of them when force, else only full
@@ -619,7 +656,11 @@ func (t *Tier) queue(ctx context.Context, ns identity.Namespace, blocks []pack.B
 	if t.keyring != nil {
 		sealer = t.keyring
 	}
-	p, err := pack.BuildSealed(ns, blocks, sealer)
+	opts := pack.Options{Sealer: sealer, Compressor: t.cfg.Compress, BytePlanes: t.cfg.CompressBytePlanes, MinSavingPct: t.cfg.CompressMinSavingPct}
+	if t.cfg.Crypt != nil {
+		opts.Encrypter = t.cfg.Crypt
+	}
+	p, err := pack.BuildWith(ns, blocks, opts)
 	t.mu.Lock()
 	t.mu.pending -= reserved // from here the reservation is this pack's
 	t.mu.Unlock()

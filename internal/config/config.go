@@ -82,6 +82,24 @@ type Config struct {
 	// seal on every hot read (one HMAC-SHA256 pass over the payload each
 	// way). Needs seal_keys. Default false.
 	SealHotReads bool `yaml:"seal_hot_reads"`
+	// ColdEncryptionKeys are the master keys that encrypt cold-tier packs
+	// at rest with AES-256-GCM, one key per tenant derived by HKDF (YAML
+	// only; ADR 0019): the last is current, earlier ones still decrypt.
+	// Each is at least 32 bytes. None (the default): packs are written
+	// unencrypted, and an encrypted pack is a refill miss.
+	ColdEncryptionKeys []SecretConfig `yaml:"cold_encryption_keys"`
+	// ColdEncryptionGrace is how long the previous cold encryption key
+	// still decrypts after a reload makes another key current; after it,
+	// that key's packs are misses (recomputed and rewritten under the new
+	// key). Default 24h.
+	ColdEncryptionGrace time.Duration `yaml:"cold_encryption_grace"`
+	// ColdCompression compresses cold-tier blocks (before encryption):
+	// off, zstd, or zstd-planes (zstd over each block's byte planes). Default off (docs/BENCHMARKS.md, "Cold-tier compression
+	// and encryption"). Compressed packs are read whatever the setting.
+	ColdCompression string `yaml:"cold_compression"`
+	// ColdCompressionMinSaving: a block's compressed form is kept only if
+	// it saves at least this percent. Default 10.
+	ColdCompressionMinSaving int `yaml:"cold_compression_min_saving"`
 
 	// HotCapacity is the DRAM budget for cached payload. Default 1GiB.
 	HotCapacity ByteSize `yaml:"hot_capacity"`
@@ -293,6 +311,10 @@ func Default() Config {
 		ControlGrace:   10 * time.Second,
 		ControlProbe:   time.Second,
 		ProtocolMax:    4,
+
+		ColdEncryptionGrace:      24 * time.Hour,
+		ColdCompression:          ColdCompressionOff,
+		ColdCompressionMinSaving: 10,
 	}
 }
 
@@ -356,7 +378,7 @@ func (c *Config) fields() []field {
 		{"admin_tls_client_ca", `CA bundle (PEM) for optional client certificates on the admin listener ("": tls_client_ca, "none": ask for none)`, (*strVal)(&c.AdminTLSClientCA)},
 		{"seal_grace", "how long a replaced seal key still verifies", (*durVal)(&c.SealGrace)},
 		{"seal_hot_reads", "seal blocks in DRAM too and verify them on every read (needs seal_keys)", (*boolVal)(&c.SealHotReads)},
-	}, append(append(append(c.clusterFields(), c.connFields()...), c.respFields()...), c.ablationFields()...)...)
+	}, append(append(append(append(c.clusterFields(), c.connFields()...), c.respFields()...), c.ablationFields()...), c.coldCryptFields()...)...)
 }
 
 // EnvName returns the environment variable for a YAML key.
@@ -443,6 +465,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := c.validateCluster(); err != nil {
+		return err
+	}
+	if err := c.validateColdCrypt(); err != nil {
 		return err
 	}
 	if err := c.validateConn(); err != nil {

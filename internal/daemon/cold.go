@@ -110,6 +110,10 @@ func openCold(ctx context.Context, cfg config.Config, log *slog.Logger, sec *sec
 			log.Warn("cold tier integrity check failed; served as a miss", "kind", ev.Kind, "namespace", ev.Namespace, "block", ev.Key, "key_id", ev.KeyID)
 		}
 	}
+	if err := coldCryptConfig(&tcfg, cfg, sec); err != nil { // coldcrypt.go
+		release()
+		return nil, nil, fmt.Errorf("cold tier: %w", err)
+	}
 	tier, err := coldtier.New(tcfg)
 	if err != nil {
 		release()

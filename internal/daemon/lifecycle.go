@@ -63,6 +63,9 @@ func newNodeLifecycle(cfg config.Config, cn *coldNode, store *hot.Store, sec *se
 	}
 	nl := &nodeLifecycle{store: store, cn: cn, log: log, retention: cfg.ColdRetention, interval: cfg.ColdRetentionInterval}
 	nl.lc = &admin.Lifecycle{Store: st, Audit: sec.audit.AdminAction, Deliver: nl.deliver, Drop: nl.drop}
+	if sec.coldKeys != nil {
+		nl.lc.Crypt = sec.coldKeys // encrypted packs backfill their plaintext (ADR 0019)
+	}
 	if sec.keyring != nil {
 		// Sealed manifests are written and checked on refill: backfill
 		// publishes only blocks whose seal verifies, as a refill would.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gpucache/gpucache/internal/admin"
+	"github.com/gpucache/gpucache/internal/cold/crypt"
 	"github.com/gpucache/gpucache/internal/config"
 	"github.com/gpucache/gpucache/internal/security"
 	"github.com/gpucache/gpucache/internal/security/acl"
@@ -30,8 +31,11 @@ import (
 // new config to all of them without a restart.
 type secure struct {
 	guard   *security.Guard
-	keyring *seal.Keyring   // nil: cold manifests are not sealed
-	tls     *tlsconf.Server // nil: plain TCP
+	keyring *seal.Keyring // nil: cold manifests are not sealed
+	// coldKeys encrypt cold packs at rest (coldcrypt.go); nil: not
+	// encrypted.
+	coldKeys *crypt.Keyring
+	tls      *tlsconf.Server // nil: plain TCP
 	// adminTLS is the admin listener's: the same certificate, client
 	// certificates optional (admin_tls_client_ca). Nil: plain HTTP.
 	adminTLS *tlsconf.Server
@@ -88,6 +92,9 @@ func newSecure(cfg config.Config, log *slog.Logger, stderr io.Writer, getenv fun
 		if s.keyring, err = keyringOf(cfg, getenv); err != nil {
 			return fail(err)
 		}
+	}
+	if s.coldKeys, err = coldKeyringOf(cfg, getenv); err != nil {
+		return fail(err)
 	}
 	if cfg.TLSEnabled() {
 		if s.tls, err = tlsconf.NewServer(tlsconf.Files{CertFile: cfg.TLSCert, KeyFile: cfg.TLSKey, ClientCAFile: cfg.TLSClientCA}); err != nil {
@@ -182,8 +189,9 @@ func (s *secure) reload(next config.Config, actor string) error {
 	defer s.mu.Unlock()
 	prev := s.cur
 	if next.AuthEnabled() != prev.AuthEnabled() || next.TLSEnabled() != prev.TLSEnabled() ||
-		(len(next.SealKeys) > 0) != (s.keyring != nil) || next.AuditLog != prev.AuditLog {
-		err := errors.New("turning authentication, TLS, sealing or the audit sink on or off needs a restart")
+		(len(next.SealKeys) > 0) != (s.keyring != nil) || next.AuditLog != prev.AuditLog ||
+		(len(next.ColdEncryptionKeys) > 0) != (s.coldKeys != nil) {
+		err := errors.New("turning authentication, TLS, sealing, cold encryption or the audit sink on or off needs a restart")
 		s.audit.AdminAction(actor, "reload_refused", slog.String("reason", err.Error()))
 		return err
 	}
@@ -226,6 +234,9 @@ func (s *secure) reload(next config.Config, actor string) error {
 			}
 			s.audit.Rotation("seal_key", last.ID)
 		}
+	}
+	if err := s.rotateColdKey(next); err != nil {
+		return err
 	}
 	s.guard.Swap(pol)
 	for _, ch := range secretChanges(prev, next) {
@@ -274,6 +285,7 @@ func restartOnly(prev, next config.Config) []string {
 	var out []string
 	pv, nv := reflect.ValueOf(prev), reflect.ValueOf(next)
 	live := map[string]bool{"Tenants": true, "SealKeys": true, "SealGrace": true, "LogLevel": true,
+		"ColdEncryptionKeys": true, "ColdEncryptionGrace": true,
 		"TenantHoldBytes": true, "TenantFills": true, "TenantRequestBuffers": true}
 	for i := 0; i < pv.NumField(); i++ {
 		f := pv.Type().Field(i)

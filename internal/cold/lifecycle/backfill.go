@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/gpucache/gpucache/internal/cold"
+	"github.com/gpucache/gpucache/internal/cold/crypt"
 	"github.com/gpucache/gpucache/internal/cold/pack"
 	"github.com/gpucache/gpucache/internal/identity"
 )
@@ -28,6 +29,10 @@ type BackfillReport struct {
 	SealRejected int
 	// Missing: blocks skipped because an object was gone.
 	Missing int
+	// KeyUnavailable: blocks skipped because their pack is encrypted under
+	// a key the call cannot use (no cipher keyring, unknown or expired key
+	// id). Nothing of them was downloaded past the manifest.
+	KeyUnavailable int
 	// Exhausted: Backfill stopped because the next read did not fit.
 	Exhausted bool
 }
@@ -61,7 +66,34 @@ func Backfill(ctx context.Context, st cold.Store, ns identity.NamespaceDigest, b
 // for their seal count in Corrupt and SealRejected.
 func BackfillSealed(ctx context.Context, st cold.Store, ns identity.NamespaceDigest, budget int64,
 	v pack.SealVerifier, fn func(pack.Range, []byte) error) (BackfillReport, error) {
+	return BackfillWith(ctx, st, ns, budget, BackfillOptions{Verifier: v}, fn)
+}
+
+// BackfillOptions are BackfillWith's checks and decoders.
+type BackfillOptions struct {
+	// Verifier is the seal policy (BackfillSealed's v).
+	Verifier pack.SealVerifier
+	// Crypt opens encrypted packs (pack/doc.go, "Encoded blocks"); nil:
+	// their blocks are skipped and counted in KeyUnavailable.
+	Crypt pack.Decrypter
+	// Codec decompresses zstd blocks; nil: Backfill makes its own.
+	Codec pack.Compressor
+}
+
+// BackfillWith is BackfillSealed that also delivers the plaintext of
+// encrypted (with o.Crypt) and compressed blocks; fn always gets the
+// plaintext and its range (Range.Size is its length).
+func BackfillWith(ctx context.Context, st cold.Store, ns identity.NamespaceDigest, budget int64,
+	o BackfillOptions, fn func(pack.Range, []byte) error) (BackfillReport, error) {
 	var rep BackfillReport
+	v := o.Verifier
+	if o.Codec == nil {
+		z, err := crypt.NewZstd()
+		if err != nil {
+			return rep, err
+		}
+		o.Codec = z
+	}
 	if budget <= 0 {
 		rep.Exhausted = true
 		return rep, nil
@@ -162,6 +194,11 @@ func BackfillSealed(ctx context.Context, st cold.Store, ns identity.NamespaceDig
 			rep.Corrupt++
 			continue
 		}
+		aead, err := mr.m.Decrypter(o.Crypt)
+		if err != nil {
+			rep.KeyUnavailable++
+			continue
+		}
 		if !take(int64(rg.Length)) {
 			return rep, nil
 		}
@@ -172,7 +209,14 @@ func BackfillSealed(ctx context.Context, st cold.Store, ns identity.NamespaceDig
 			}
 			return rep, fmt.Errorf("gpucache/cold/lifecycle: backfill pack %q: %w", mr.m.PackKey, err)
 		}
-		if pack.Sum(payload) != rg.Sum {
+		if !mr.m.Plain(rg) {
+			plain := make([]byte, rg.Size)
+			if err := mr.m.OpenRange(rg, payload, plain, aead, o.Codec); err != nil {
+				rep.Corrupt++
+				continue
+			}
+			payload = plain
+		} else if pack.Sum(payload) != rg.Sum {
 			rep.Corrupt++
 			continue
 		}

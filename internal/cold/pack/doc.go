@@ -141,6 +141,45 @@
 //
 // All three errors wrap cold.ErrCorrupt.
 //
+// # Manifest v4 and encoded blocks (ADR 0019)
+//
+// Manifest v4 is v3 with two additions; Build writes it only when a block
+// is encrypted or compressed (BuildWith), and v3 otherwise:
+//
+//	after the u64 pack size:
+//	1     cipher: 0 = none, 1 = AES-256-GCM
+//	1     u8 cipher key id length J: 0 for cipher 0, 1..32 for cipher 1
+//	J     cipher key id (not secret)
+//	after each range record's SHA-256:
+//	8     u64 plaintext length, 1..MaxBlockSize (1 GiB)
+//	1     codec: 0 = raw, 1 = zstd, 2 = zstd over byte planes
+//
+// A range's offset and length locate its stored bytes in the pack (the
+// ranges tile it as in v3); its SHA-256 is of the plaintext. A v4 manifest
+// with no encrypted or compressed range is malformed (Build writes v3).
+// The seal slot and sealed span are as in v3, so a seal covers the cipher
+// slot, every plaintext length, codec and checksum.
+//
+// A stored block is the plaintext (codec 0) or one zstd frame of it
+// (codec 1) or of its byte planes (codec 2, crypt.Shuffle2: even-indexed
+// bytes, then odd-indexed bytes), kept only if at least
+// Options.MinSavingPct percent smaller than the plaintext. With cipher 1
+// it is then
+//
+//	nonce (12 random bytes) || AES-256-GCM(key, nonce, inner, aad) || tag (16)
+//	aad = "gpucache/cold/block/v1\x00" || namespace digest || block key ||
+//	      plaintext SHA-256 || u64be plaintext length || u8 codec ||
+//	      u8 len(key id) || key id
+//
+// under the tenant's key for the key id (internal/cold/crypt: HKDF-SHA256
+// of the master key with the tenant's name). A reader (Manifest.Decrypter,
+// then Manifest.OpenRange) first checks that the key id is usable now
+// (ErrKeyUnavailable, before any payload read), then authenticates and
+// decrypts (ErrDecrypt), decompresses into a buffer of exactly the
+// plaintext length (ErrDecode), and checks the plaintext's SHA-256
+// (ErrDecode). Verify rejects an encoded pack; VerifyWith decodes and
+// checks every block before any write.
+//
 // # Legacy manifests (v1, v2)
 //
 // A legacy header is the magic "GCMF" followed by u16 version 1 or 2; the
@@ -149,7 +188,7 @@
 // payload, does not rewrite or delete the entry, and recomputes and repacks
 // the block under v3. Editing a version header migrates nothing: a v3 body
 // labelled v2 is a legacy miss, and a v1/v2 body labelled v3 is malformed v3.
-// Any other version (0, or above 3) is ErrManifestVersion, which wraps
+// Any other version (0, or above 4) is ErrManifestVersion, which wraps
 // cold.ErrCorrupt.
 //
 // # Pointer

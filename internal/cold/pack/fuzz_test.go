@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/gpucache/gpucache/internal/cold"
+	"github.com/gpucache/gpucache/internal/cold/crypt"
 	"github.com/gpucache/gpucache/internal/identity"
 )
 
@@ -192,6 +193,39 @@ func seedCorpora(t testing.TB) map[string]map[string]any {
 	for name, b := range malformedManifests(t) {
 		manifests["malformed-"+slug(name)] = b
 	}
+	// Manifest v4 (encode.go): encrypted and compressed, reproducible
+	// through a fixed nonce stream.
+	ids := chain(t, ns, 2, 7)
+	kvBlocks := []Block{{Identity: ids[0], Payload: kvLike(ids[0], 512)}, {Identity: ids[1], Payload: randomBytes(512)}}
+	for name, o := range map[string]Options{
+		"valid-v4-aes":      {Encrypter: cryptRing(t, "c1", "c1"), Rand: &countingRand{}},
+		"valid-v4-zstd":     {Compressor: testZstd(t)},
+		"valid-v4-aes-zstd": {Encrypter: cryptRing(t, "c1", "c1"), Compressor: testZstd(t), Rand: &countingRand{}, Sealer: kr},
+	} {
+		v4, err := BuildWith(ns, kvBlocks, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		manifests[name] = v4.Manifest.Body
+	}
+	for name, b := range malformedV4(t) {
+		manifests["malformed-v4-"+slug(name)] = b
+	}
+	pl, err := BuildWith(ns, kvBlocks, Options{Compressor: testZstd(t), BytePlanes: true, Encrypter: cryptRing(t, "c1", "c1"), Rand: &countingRand{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifests["valid-v4-aes-zstd-planes"] = pl.Manifest.Body
+	opens := map[string]any{}
+	for name, b := range validOpenRangeInputs(t) {
+		opens[name] = b
+		bad := bytes.Clone(b)
+		bad[len(bad)-1] ^= 1
+		opens["malformed-last-byte-"+name] = bad
+		opens["malformed-truncated-"+name] = b[:len(b)-3]
+	}
+	opens["valid-zstd-planes"] = openRangeInput(4|2, 300, testZstd(t).Compress(nil, crypt.Shuffle2(nil, kvLike(chain(t, testNamespace("fuzz"), 1, 1)[0], 300))))
+	opens["malformed-zstd-bomb"] = openRangeInput(2, 300, testZstd(t).Compress(nil, make([]byte, 1<<20)))
 
 	pointers := map[string]any{"valid": p.Pointers[0].Body, "valid-2": q.Pointers[0].Body}
 	for i, b := range [][]byte{nil, p.Pointers[0].Body[:100], []byte("GCPT\x02\x00")} {
@@ -216,21 +250,22 @@ func seedCorpora(t testing.TB) map[string]map[string]any {
 		"malformed-cut": p.Manifest.Key[:80],
 	}
 
-	ids := map[string]any{}
+	idSeeds := map[string]any{}
 	for i, id := range chain(t, lora, 2, 3) {
 		c, _ := id.Canonical()
-		ids[fmt.Sprintf("valid-%d", i)] = c
-		ids[fmt.Sprintf("malformed-trailing-%d", i)] = append(bytes.Clone(c), 0)
-		ids[fmt.Sprintf("malformed-truncated-%d", i)] = c[:len(c)-3]
+		idSeeds[fmt.Sprintf("valid-%d", i)] = c
+		idSeeds[fmt.Sprintf("malformed-trailing-%d", i)] = append(bytes.Clone(c), 0)
+		idSeeds[fmt.Sprintf("malformed-truncated-%d", i)] = c[:len(c)-3]
 	}
-	ids["malformed-namespace-header"] = p.Manifest.Body[12:40]
+	idSeeds["malformed-namespace-header"] = p.Manifest.Body[12:40]
 
 	return map[string]map[string]any{
 		"FuzzDecodeManifest": manifests,
 		"FuzzDecodePointer":  pointers,
 		"FuzzDecodeHeader":   headers,
 		"FuzzParseKey":       keys,
-		"FuzzDecodeIdentity": ids,
+		"FuzzDecodeIdentity": idSeeds,
+		"FuzzOpenRange":      opens,
 	}
 }
 

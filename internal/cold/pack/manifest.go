@@ -21,7 +21,7 @@ var (
 	// repacked under v3. It does not wrap cold.ErrCorrupt.
 	ErrLegacyManifest = errors.New("gpucache/cold/pack: legacy manifest (v1/v2), recompute and repack")
 	// ErrManifestVersion: a "GCMF" object with a version this code does not
-	// know (0, or above 3). It wraps cold.ErrCorrupt: it fails closed.
+	// know (0, or above 4). It wraps cold.ErrCorrupt: it fails closed.
 	ErrManifestVersion = fmt.Errorf("%w: manifest version unsupported", cold.ErrCorrupt)
 	// ErrInvalid: Build or Encode was given input they cannot turn into a
 	// valid pack (an invalid identity, a block of another namespace, a
@@ -47,7 +47,12 @@ const (
 const (
 	manifestMagic   = "GCMF"
 	ManifestVersion = 3
-	manifestHdrLen  = 4 + 2 + 2
+	// ManifestVersionEncoded is manifest v4: v3 plus a cipher slot and,
+	// per range, the plaintext length and codec (encode.go). Build writes
+	// it only for a pack with an encrypted or compressed block; every
+	// other pack is v3, byte for byte as before.
+	ManifestVersionEncoded = 4
+	manifestHdrLen         = 4 + 2 + 2
 	// minRecordLen is a lower bound on one range record: u32 length, a
 	// minimal identity (header and 19 empty fields), key, offset, length and
 	// checksum. Counts are checked against it before allocating.
@@ -91,8 +96,16 @@ type Range struct {
 	Key identity.BlockKey
 	// Offset and Length locate the payload in the pack object.
 	Offset, Length uint64
-	// Sum is SHA-256 of the payload.
+	// Sum is SHA-256 of the payload: of the plaintext, whatever the pack
+	// stores (encode.go).
 	Sum Digest
+	// Size is the payload's plaintext length. In a v3 manifest it is
+	// Length; in v4 Length is the stored (compressed and/or encrypted)
+	// length and Size the length of the block a reader gets.
+	Size uint64
+	// Codec says how the stored bytes were compressed (v4 only; v3 is
+	// CodecRaw).
+	Codec Codec
 }
 
 // Manifest describes one pack: its namespace, the pack object and, for each
@@ -103,7 +116,11 @@ type Manifest struct {
 	PackDigest Digest // SHA-256 of the pack object
 	PackSize   uint64 // size of the pack object in bytes
 	Ranges     []Range
-	Seal       Seal
+	// Cipher and CipherKeyID say how every range of the pack is encrypted
+	// (v4 only; v3 is CipherNone with no key id). Key ids are not secret.
+	Cipher      Cipher
+	CipherKeyID []byte
+	Seal        Seal
 
 	// Set by DecodeManifest.
 	nsDigest identity.NamespaceDigest
@@ -173,9 +190,17 @@ func (m *Manifest) encodeSealed() (b, nsb []byte, err error) {
 	if len(m.Ranges) > MaxRanges {
 		return nil, nil, fmt.Errorf("%w: %d ranges, limit %d", ErrInvalid, len(m.Ranges), MaxRanges)
 	}
+	v4 := m.encoded()
+	if len(m.CipherKeyID) > MaxCipherKeyID {
+		return nil, nil, fmt.Errorf("%w: cipher key id is %d bytes", ErrInvalid, len(m.CipherKeyID))
+	}
 	b = make([]byte, 0, 256+len(nsb)+len(m.PackKey)+len(m.Ranges)*512)
 	b = append(b, manifestMagic...)
-	b = binary.LittleEndian.AppendUint16(b, ManifestVersion)
+	if v4 {
+		b = binary.LittleEndian.AppendUint16(b, ManifestVersionEncoded)
+	} else {
+		b = binary.LittleEndian.AppendUint16(b, ManifestVersion)
+	}
 	b = binary.LittleEndian.AppendUint16(b, 0) // flags
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(nsb)))
 	b = append(b, nsb...)
@@ -183,6 +208,10 @@ func (m *Manifest) encodeSealed() (b, nsb []byte, err error) {
 	b = append(b, m.PackKey...)
 	b = append(b, m.PackDigest[:]...)
 	b = binary.LittleEndian.AppendUint64(b, m.PackSize)
+	if v4 {
+		b = append(b, byte(m.Cipher), byte(len(m.CipherKeyID)))
+		b = append(b, m.CipherKeyID...)
+	}
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(m.Ranges)))
 	for i, r := range m.Ranges {
 		c := r.Canonical
@@ -197,6 +226,10 @@ func (m *Manifest) encodeSealed() (b, nsb []byte, err error) {
 		b = binary.LittleEndian.AppendUint64(b, r.Offset)
 		b = binary.LittleEndian.AppendUint64(b, r.Length)
 		b = append(b, r.Sum[:]...)
+		if v4 {
+			b = binary.LittleEndian.AppendUint64(b, r.Size)
+			b = append(b, byte(r.Codec))
+		}
 	}
 	return b, nsb, nil
 }
@@ -312,9 +345,11 @@ func DecodeManifest(b []byte) (*Manifest, error) {
 		r.fail("bad magic")
 		return nil, r.err
 	}
-	if v := r.u16("version"); r.err == nil && v != ManifestVersion {
-		return nil, fmt.Errorf("%w: version %d", ErrManifestVersion, v)
+	version := r.u16("version")
+	if r.err == nil && version != ManifestVersion && version != ManifestVersionEncoded {
+		return nil, fmt.Errorf("%w: version %d", ErrManifestVersion, version)
 	}
+	v4 := version == ManifestVersionEncoded
 	if f := r.u16("flags"); f != 0 {
 		r.fail("reserved flags %#x", f)
 	}
@@ -337,6 +372,19 @@ func DecodeManifest(b []byte) (*Manifest, error) {
 	m.PackKey = string(pk)
 	m.PackDigest = r.digest("pack digest")
 	m.PackSize = r.u64("pack size")
+	if v4 {
+		m.Cipher = Cipher(r.u8("cipher"))
+		m.CipherKeyID = bytes.Clone(r.take(int(r.u8("cipher key id length")), "cipher key id"))
+		switch {
+		case r.err != nil:
+		case m.Cipher == CipherNone && len(m.CipherKeyID) != 0:
+			r.fail("cipher 0 with a %d-byte key id", len(m.CipherKeyID))
+		case m.Cipher == CipherAES256GCM && (len(m.CipherKeyID) == 0 || len(m.CipherKeyID) > MaxCipherKeyID):
+			r.fail("AES-256-GCM with a %d-byte key id, want 1..%d", len(m.CipherKeyID), MaxCipherKeyID)
+		case m.Cipher > CipherAES256GCM:
+			r.fail("cipher %d unknown", m.Cipher)
+		}
+	}
 	count := r.u32("range count")
 	if r.err != nil {
 		return nil, r.err
@@ -376,7 +424,16 @@ func DecodeManifest(b []byte) (*Manifest, error) {
 		rg.Offset = r.u64("offset")
 		rg.Length = r.u64("length")
 		rg.Sum = r.digest("payload checksum")
+		rg.Size = rg.Length
+		if v4 {
+			rg.Size = r.u64("plaintext length")
+			rg.Codec = Codec(r.u8("codec"))
+		}
 		if r.err != nil {
+			return nil, r.err
+		}
+		if err := m.checkEncoding(rg); err != nil {
+			r.fail("range %d: %v", i, err)
 			return nil, r.err
 		}
 		id, err := decodeIdentity(idb)
@@ -411,6 +468,9 @@ func DecodeManifest(b []byte) (*Manifest, error) {
 	}
 	if next != m.PackSize {
 		r.fail("ranges end at %d, pack is %d bytes", next, m.PackSize)
+	}
+	if v4 && !m.encoded() {
+		r.fail("version 4 with no encrypted or compressed range (Build writes v3)")
 	}
 	sealOff := r.off
 	m.Seal.Kind = SealKind(r.u8("seal kind"))

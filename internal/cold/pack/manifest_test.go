@@ -151,7 +151,7 @@ func TestDecodeManifestRejectsMalformedV3(t *testing.T) {
 			}
 		})
 	}
-	for _, v := range []uint16{0, 4, 0xffff} {
+	for _, v := range []uint16{0, 5, 0xffff} {
 		_, err := DecodeManifest(setVersion(malformedManifests(t)["trailing byte"], v))
 		if !errors.Is(err, ErrManifestVersion) {
 			t.Fatalf("version %d: %v, want ErrManifestVersion", v, err)

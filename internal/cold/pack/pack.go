@@ -124,14 +124,18 @@ func (p *Pack) Size() int {
 // The same input always gives the same bytes and keys. The manifest's seal
 // slot is empty; BuildSealed seals it.
 func Build(ns identity.Namespace, blocks []Block) (*Pack, error) {
-	return build(ns, blocks, nil)
+	return build(ns, blocks, Options{})
 }
 
-// build is Build, sealing the manifest with s when s is non-nil.
-func build(ns identity.Namespace, blocks []Block, s Sealer) (*Pack, error) {
+// build is Build with the stages opts names (BuildWith).
+func build(ns identity.Namespace, blocks []Block, opts Options) (*Pack, error) {
 	nsd, err := ns.Digest()
 	if err != nil {
 		return nil, fmt.Errorf("%w: namespace: %w", ErrInvalid, err)
+	}
+	enc, err := newEncoder(ns, nsd, opts)
+	if err != nil {
+		return nil, err
 	}
 	if len(blocks) == 0 || len(blocks) > MaxRanges {
 		return nil, fmt.Errorf("%w: %d blocks, want 1..%d", ErrInvalid, len(blocks), MaxRanges)
@@ -142,11 +146,20 @@ func build(ns identity.Namespace, blocks []Block, s Sealer) (*Pack, error) {
 			return nil, fmt.Errorf("%w: block %d has an empty payload", ErrInvalid, i)
 		}
 		total += uint64(len(b.Payload))
+		if enc.active() && len(b.Payload) > MaxBlockSize {
+			return nil, fmt.Errorf("%w: block %d is %d bytes, an encoded block is at most %d", ErrInvalid, i, len(b.Payload), MaxBlockSize)
+		}
+		if enc.aead != nil {
+			total += CipherOverhead
+		}
 		if total > MaxPackSize {
 			return nil, fmt.Errorf("%w: pack exceeds %d bytes", ErrInvalid, uint64(MaxPackSize))
 		}
 	}
-	m := &Manifest{Namespace: ns, PackSize: total, Ranges: make([]Range, len(blocks))}
+	m := &Manifest{Namespace: ns, Ranges: make([]Range, len(blocks))}
+	if enc.aead != nil {
+		m.Cipher, m.CipherKeyID = CipherAES256GCM, enc.keyID
+	}
 	seen := make(map[identity.BlockKey]int, len(blocks))
 	obj := make([]byte, 0, total)
 	obj = append(obj, Header{Namespace: nsd, Blocks: uint32(len(blocks)), PayloadLen: total - HeaderLen}.Encode()...)
@@ -166,19 +179,31 @@ func build(ns identity.Namespace, blocks []Block, s Sealer) (*Pack, error) {
 		id := b.Identity
 		id.Tokens = append([]uint32(nil), id.Tokens...)
 		id.Opaque = append([]byte(nil), id.Opaque...)
-		m.Ranges[i] = Range{
+		r := Range{
 			Identity:  id,
 			Canonical: c,
 			Key:       k,
 			Offset:    uint64(len(obj)),
-			Length:    uint64(len(b.Payload)),
 			Sum:       Sum(b.Payload),
+			Size:      uint64(len(b.Payload)),
 		}
-		obj = append(obj, b.Payload...)
+		if enc.active() {
+			if obj, r.Codec, err = enc.encode(obj, r, b.Payload); err != nil {
+				return nil, err
+			}
+		} else {
+			obj = append(obj, b.Payload...)
+		}
+		r.Length = uint64(len(obj)) - r.Offset
+		m.Ranges[i] = r
 	}
+	// Compression may have shrunk blocks: the header's payload length is
+	// what was stored.
+	m.PackSize = uint64(len(obj))
+	binary.LittleEndian.PutUint64(obj[44:], m.PackSize-HeaderLen)
 	m.PackDigest = Sum(obj)
 	m.PackKey = PackKey(nsd, m.PackDigest)
-	mb, err := sealManifest(m, s)
+	mb, err := sealManifest(m, opts.Sealer)
 	if err != nil {
 		return nil, err
 	}
@@ -238,8 +263,15 @@ func rejectf(format string, args ...any) error {
 //     block's pointer key, naming this manifest, its digest and its size.
 //
 // A seal slot is only checked for form (DecodeManifest); VerifySealed also
-// verifies the seal. Errors wrap ErrRejected and cold.ErrCorrupt.
+// verifies the seal. An encrypted or compressed pack (manifest v4) is
+// rejected: Verify cannot decode it to check its checksums; VerifyWith
+// can. Errors wrap ErrRejected and cold.ErrCorrupt.
 func Verify(p *Pack) error {
+	return verify(p, nil, nil)
+}
+
+// verify is Verify, decoding encoded ranges with dec and cz.
+func verify(p *Pack, dec Decrypter, cz Compressor) error {
 	if p == nil {
 		return rejectf("nil pack")
 	}
@@ -275,10 +307,26 @@ func Verify(p *Pack) error {
 	if h.Namespace != nsd || int(h.Blocks) != len(m.Ranges) || h.PayloadLen != m.PackSize-HeaderLen {
 		return rejectf("object header (namespace %s, %d blocks, %d payload bytes) does not match the manifest", h.Namespace, h.Blocks, h.PayloadLen)
 	}
+	a, err := m.Decrypter(dec)
+	if err != nil {
+		return rejectf("%w", err)
+	}
+	var scratch []byte
 	for i, r := range m.Ranges {
 		// DecodeManifest checked Offset+Length <= PackSize == len(body).
-		if Sum(p.Object.Body[r.Offset:r.Offset+r.Length]) != r.Sum {
-			return rejectf("range %d: payload checksum mismatch", i)
+		stored := p.Object.Body[r.Offset : r.Offset+r.Length]
+		if m.Plain(r) {
+			if Sum(stored) != r.Sum {
+				return rejectf("range %d: payload checksum mismatch", i)
+			}
+			continue
+		}
+		// Decode a copy: OpenRange decrypts in place, and the body is
+		// what the sink writes.
+		scratch = append(scratch[:0], stored...)
+		out := make([]byte, r.Size)
+		if err := m.OpenRange(r, scratch, out, a, cz); err != nil {
+			return rejectf("range %d: %w", i, err)
 		}
 	}
 	if len(p.Pointers) != len(m.Ranges) {

@@ -145,7 +145,7 @@ func BuildSealed(ns identity.Namespace, blocks []Block, s Sealer) (*Pack, error)
 	if nilSealer(s) {
 		s = nil
 	}
-	return build(ns, blocks, s)
+	return build(ns, blocks, Options{Sealer: s})
 }
 
 // EncodeSealed is Encode with the seal slot set from s: the kind-1 seal
@@ -188,7 +188,16 @@ func sealManifest(m *Manifest, s Sealer) ([]byte, error) {
 // kind-1 seal that v accepts; with v nil it must carry none. Errors wrap
 // ErrRejected and cold.ErrCorrupt (and the seal error).
 func VerifySealed(p *Pack, v SealVerifier) error {
-	if err := Verify(p); err != nil {
+	return VerifyWith(p, v, nil, nil)
+}
+
+// VerifyWith is VerifySealed for a pack whose blocks may be encrypted
+// (dec opens them; nil rejects an encrypted pack) or compressed (cz
+// decompresses them; nil rejects a compressed range): every range is
+// decoded and its plaintext checked against its checksum before any
+// write.
+func VerifyWith(p *Pack, v SealVerifier, dec Decrypter, cz Compressor) error {
+	if err := verify(p, dec, cz); err != nil {
 		return err
 	}
 	m, err := DecodeManifest(p.Manifest.Body)

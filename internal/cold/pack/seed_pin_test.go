@@ -33,6 +33,9 @@ const (
 )
 
 func TestSeedPinnedManifestVersion(t *testing.T) {
+	if ManifestVersionEncoded != 4 {
+		t.Errorf("ManifestVersionEncoded = %d, ADR 0019 fixes 4", ManifestVersionEncoded)
+	}
 	if ManifestVersion != seedManifestVersion {
 		t.Errorf("ManifestVersion = %d, the seed contract fixes %d (seeds/cold-cache-failure-isolation.txt)", ManifestVersion, seedManifestVersion)
 	}
@@ -47,7 +50,9 @@ func TestSeedPinnedManifestVersion(t *testing.T) {
 }
 
 // v1 and v2 are the legacy versions: a clean miss (ErrLegacyManifest, not
-// corruption). Everything else but 3 is unsupported and fails closed.
+// corruption). v4 is the encoded form of ADR 0019 (encrypted or compressed
+// blocks; a v3 body relabelled v4 does not parse as one and fails closed).
+// Everything else is unsupported and fails closed.
 func TestSeedLegacyAndUnknownManifestVersions(t *testing.T) {
 	p, _ := goodManifest(t)
 	for v := range uint16(6) {
@@ -61,6 +66,10 @@ func TestSeedLegacyAndUnknownManifestVersions(t *testing.T) {
 			case 3:
 				if err != nil {
 					t.Fatalf("v3: %v", err)
+				}
+			case 4:
+				if !errors.Is(err, cold.ErrCorrupt) || m != nil {
+					t.Fatalf("a v3 body labelled v4: %v, want a corrupt manifest (fails closed)", err)
 				}
 			default:
 				if !errors.Is(err, ErrManifestVersion) || !errors.Is(err, cold.ErrCorrupt) || m != nil {

@@ -3,6 +3,7 @@ package refill
 import (
 	"bytes"
 	"context"
+	"crypto/cipher"
 	"errors"
 	"fmt"
 
@@ -215,22 +216,34 @@ func (c *call) payload(w want, m *pack.Manifest, d dest) (int, Result, error) {
 		return 0, Missing(IdentityMismatch), nil
 	}
 
-	// 5. Budget, then the destination.
-	if rg.Length > uint64(max(c.budget, 0)) {
+	// 4b. An encrypted pack: its key id must be usable now.
+	aead, err := m.Decrypter(c.r.dec)
+	if err != nil {
+		err = fmt.Errorf("gpucache/cold/refill: manifest %s: %w", m.PackKey, err)
+		c.integrity(IntegrityKeyUnavailable, w, m.CipherKey(), err)
+		return 0, Missing(KeyUnavailable), err
+	}
+
+	// 5. Budget (the larger of the stored and the plaintext length), then
+	// the destination.
+	if max(rg.Length, rg.Size) > uint64(max(c.budget, 0)) {
 		return 0, Missing(OverBudget), nil
 	}
 	dst := d.buf
 	if d.alloc != nil {
 		// Every check that needs no payload byte has passed: only now
 		// does the caller commit a destination (a hot-tier slot).
-		b, ok := d.alloc(int(rg.Length))
+		b, ok := d.alloc(int(rg.Size))
 		if !ok {
 			return 0, Missing(NoDestination), nil
 		}
 		dst = b
 	}
-	if rg.Length > uint64(len(dst)) {
-		return 0, Missing(ShortBuffer), fmt.Errorf("%w: payload %d bytes, dst %d", ErrShortBuffer, rg.Length, len(dst))
+	if rg.Size > uint64(len(dst)) {
+		return 0, Missing(ShortBuffer), fmt.Errorf("%w: payload %d bytes, dst %d", ErrShortBuffer, rg.Size, len(dst))
+	}
+	if !m.Plain(rg) {
+		return c.encoded(w, m, rg, aead, dst[:rg.Size])
 	}
 
 	// 6. The payload read, into the caller's buffer.
@@ -255,4 +268,33 @@ func (c *call) payload(w want, m *pack.Manifest, d dest) (int, Result, error) {
 		return 0, Missing(Corrupt), err
 	}
 	return n, Hit, nil
+}
+
+// encoded reads an encrypted or compressed range: its stored bytes into a
+// buffer of their own (the plaintext differs in length or is not yet
+// authentic, so it cannot go to out directly), then decrypts and
+// decompresses them into out and checks the plaintext's SHA-256. On a miss
+// out is zeroed.
+func (c *call) encoded(w want, m *pack.Manifest, rg pack.Range, aead cipher.AEAD, out []byte) (int, Result, error) {
+	c.budget -= int64(max(rg.Length, rg.Size))
+	stored := make([]byte, rg.Length)
+	if err := c.r.store.RangeGet(c.ctx, m.PackKey, int64(rg.Offset), stored); err != nil {
+		clear(out)
+		res, err := c.storeMiss("payload", m.PackKey, err)
+		if res.Reason == Corrupt {
+			c.integrity(IntegrityPayloadChecksum, w, m.SealKeyID(), err)
+		}
+		return 0, res, err
+	}
+	if err := m.OpenRange(rg, stored, out, aead, c.r.cfg.Codec); err != nil {
+		err = fmt.Errorf("gpucache/cold/refill: block %s in %s: %w", w.key, m.PackKey, err)
+		switch {
+		case errors.Is(err, pack.ErrDecrypt):
+			c.integrity(IntegrityDecrypt, w, m.CipherKey(), err)
+		default:
+			c.integrity(IntegrityPayloadChecksum, w, m.SealKeyID(), err)
+		}
+		return 0, Missing(Corrupt), err
+	}
+	return len(out), Hit, nil
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpucache/gpucache/internal/cold"
+	"github.com/gpucache/gpucache/internal/cold/crypt"
 	"github.com/gpucache/gpucache/internal/cold/pack"
 	"github.com/gpucache/gpucache/internal/identity"
 	"github.com/gpucache/gpucache/internal/security/seal"
@@ -63,6 +64,11 @@ const (
 	// NoDestination: RefillKeyInto's alloc refused the payload's length
 	// (no room in the hot tier, say). Nothing was read.
 	NoDestination
+	// KeyUnavailable: the pack is encrypted under a key id this refiller
+	// cannot use now (no Config.Crypt, an unknown key id, a key past its
+	// rotation grace, a key not yet valid). No payload was read; the
+	// error wraps pack.ErrKeyUnavailable and an integrity event is sent.
+	KeyUnavailable
 )
 
 var reasonNames = [...]string{
@@ -71,6 +77,7 @@ var reasonNames = [...]string{
 	Unavailable: "unavailable", BreakerOpen: "breaker_open",
 	TenantMismatch: "tenant_mismatch", InvalidRequest: "invalid_request",
 	ShortBuffer: "short_buffer", NoDestination: "no_destination",
+	KeyUnavailable: "key_unavailable",
 }
 
 // String returns a metric-label-friendly name.
@@ -146,6 +153,17 @@ type Config struct {
 	// unsealed manifests are read as before and a sealed manifest is
 	// Missing(Corrupt): it cannot be checked, so it is never read.
 	Keyring *seal.Keyring
+	// Crypt, when set, opens encrypted packs (manifest v4 with
+	// AES-256-GCM; pack/doc.go, "Encoded blocks"): the manifest's key id
+	// must be usable now (rotation grace included), checked on every
+	// refill before any payload read, else Missing(KeyUnavailable) and an
+	// integrity event. A block that fails authentication is
+	// Missing(Corrupt). When nil, an encrypted pack is
+	// Missing(KeyUnavailable). Unencrypted packs read as before.
+	Crypt *crypt.Keyring
+	// Codec decompresses zstd blocks. Default: a crypt.NewZstd of the
+	// Refiller's own, so compressed packs a peer wrote always read.
+	Codec pack.Compressor
 	// OnIntegrity, when set, is called once for each refill miss that
 	// points at corruption or tampering (see IntegrityEvent), never for
 	// ordinary absence, legacy entries, budgets or store outages. It runs
@@ -178,6 +196,14 @@ const (
 	// IntegrityIdentityMismatch: the manifest binds the block key to
 	// another full identity than the expected one (or another namespace).
 	IntegrityIdentityMismatch = "identity_mismatch"
+	// IntegrityKeyUnavailable: the pack is encrypted under a key id that
+	// cannot be used now: unknown (a wrong or missing key file), past its
+	// rotation grace, not yet valid, or no cipher keyring at all.
+	IntegrityKeyUnavailable = "cipher_key_unavailable"
+	// IntegrityDecrypt: an encrypted block failed AES-GCM authentication:
+	// its ciphertext, nonce or tag was altered, it was moved from another
+	// range, or it was made under another secret with the same key id.
+	IntegrityDecrypt = "decrypt_failed"
 )
 
 // IntegrityEvent describes one refill miss caused by corruption or
@@ -191,7 +217,9 @@ type IntegrityEvent struct {
 	// Key is the lower-case hex block key of the expected block.
 	Key string
 	// KeyID is the seal key id the manifest names ("" when the manifest is
-	// unsealed or was not decoded). Key ids are not secret.
+	// unsealed or was not decoded); for the cipher kinds
+	// (IntegrityKeyUnavailable, IntegrityDecrypt) the cipher key id. Key
+	// ids are not secret.
 	KeyID string
 	// Err explains the miss: the error the refill returned, or for an
 	// IdentityMismatch (a clean miss, returned with a nil error) a
@@ -266,6 +294,7 @@ type Refiller struct {
 	br       *breaker
 	cache    *caches           // nil unless ManifestCache or PointerTTL is set
 	verifier pack.SealVerifier // cfg.Keyring, or nil (an untyped nil)
+	dec      pack.Decrypter    // cfg.Crypt, or nil (an untyped nil)
 }
 
 // New returns a Refiller reading from store.
@@ -280,6 +309,16 @@ func New(store cold.Store, cfg Config) (*Refiller, error) {
 	r := &Refiller{store: store, cfg: cfg, br: newBreaker(cfg.BreakerFailures, cfg.BreakerCooldown, cfg.Now), cache: newCaches(cfg)}
 	if cfg.Keyring != nil {
 		r.verifier = cfg.Keyring
+	}
+	if cfg.Crypt != nil {
+		r.dec = cfg.Crypt
+	}
+	if r.cfg.Codec == nil {
+		z, err := crypt.NewZstd()
+		if err != nil {
+			return nil, fmt.Errorf("%w: zstd: %w", ErrInvalidConfig, err)
+		}
+		r.cfg.Codec = z
 	}
 	return r, nil
 }
