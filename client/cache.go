@@ -107,15 +107,16 @@ func (l *clusterLeases) take(id LeaseID) map[*Client]LeaseID {
 	return e.nodes
 }
 
-// spend is the node leases of one cluster lease while a Get spends them:
-// each is handed out once, to the node that granted it, however many
-// batches (retries after WRONG_EPOCH included) reach that node.
-type spend struct {
+// leaseSpend holds the node leases of one cluster lease while a Get
+// spends them: each is handed out once, to the node that granted it,
+// however many batches (retries after WRONG_EPOCH included) reach that
+// node.
+type leaseSpend struct {
 	mu    sync.Mutex
 	nodes map[*Client]LeaseID // guarded by mu
 }
 
-func (s *spend) take(n *Client) LeaseID {
+func (s *leaseSpend) take(n *Client) LeaseID {
 	if s == nil {
 		return 0
 	}

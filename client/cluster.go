@@ -648,9 +648,9 @@ func (c *Cluster) Get(ctx context.Context, ns Namespace, keys []BlockKey, opts .
 	for _, opt := range opts {
 		opt(&o)
 	}
-	var leases *spend
+	var leases *leaseSpend
 	if nodes := c.leases.take(o.lease); nodes != nil {
-		leases = &spend{nodes: nodes}
+		leases = &leaseSpend{nodes: nodes}
 	}
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
@@ -799,6 +799,8 @@ func (c *Cluster) Lookup(ctx context.Context, ns Namespace, keys []BlockKey, lea
 		send: func(ctx context.Context, n *Client, idx []int, last bool) sent {
 			hits, lease, err := n.Lookup(ctx, ns, pickKeys(keys, idx), leaseTTL)
 			if lease != 0 {
+				// A node asked again (a retry after WRONG_EPOCH) keeps its
+				// latest lease; an earlier one expires on its own.
 				mu.Lock()
 				if leases == nil {
 					leases = make(map[*Client]LeaseID)
