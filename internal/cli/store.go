@@ -37,8 +37,8 @@ type clusterStore struct {
 func (c *clusterStore) Limits() client.Limits { return c.limits }
 func (c *clusterStore) Tenant() string        { return c.tenant }
 
-// seeds splits the --cluster list.
-func (c *commonFlags) seeds() []string {
+// Seeds splits the --cluster list.
+func (c *ConnFlags) Seeds() []string {
 	var out []string
 	for _, s := range strings.Split(c.cluster, ",") {
 		if s = strings.TrimSpace(s); s != "" {
@@ -51,8 +51,8 @@ func (c *commonFlags) seeds() []string {
 // connect dials the node of --addr, or with --cluster the cluster of its
 // seeds. The session tenant is the store's Tenant: --tenant, or the one
 // the server derived from the credentials.
-func (c *commonFlags) connect(ctx context.Context) (store, error) {
-	seeds := c.seeds()
+func (c *ConnFlags) connect(ctx context.Context) (store, error) {
+	seeds := c.Seeds()
 	if len(seeds) == 0 {
 		return c.dial(ctx)
 	}
@@ -88,7 +88,7 @@ func (c *commonFlags) connect(ctx context.Context) (store, error) {
 
 // explain adds what the user can do to a dial error: a plaintext client
 // against a TLS listener is told that the server expects TLS.
-func (c *commonFlags) explain(ctx context.Context, addr string, err error) error {
+func (c *ConnFlags) explain(ctx context.Context, addr string, err error) error {
 	if c.tlsCA != "" && isTLSAlert(err) {
 		// The server ended the handshake: it refused the client's
 		// certificate, or the lack of one (mTLS). A refusal, not an outage.

@@ -60,7 +60,7 @@ func cpuGates(o Options) []Gate {
 		{Name: "gofmt", Cmd: []string{"gofmt", "-l", "."}, EmptyOutput: true},
 		{Name: "vet", Cmd: []string{"go", "vet", "./..."}},
 		{Name: "staticcheck", Cmd: []string{"go", "run", staticcheck, "./..."}},
-		{Name: "build", Cmd: []string{"go", "build", "-o", "{bin}/", "./cmd/gpucache", "./cmd/gpucached"}},
+		{Name: "build", Cmd: []string{"go", "build", "-o", "{bin}/", "./cmd/gpucache", "./cmd/gpucache-bench", "./cmd/gpucached"}},
 		{Name: "s3-server", Func: s3Server, Command: "$GPUCACHE_VERSITYGW, else scripts/s3-server install"},
 		{Name: "race", Cmd: race, JSON: true, Needs: []string{"s3-server"}, Timeout: 25 * time.Minute},
 	}
@@ -77,7 +77,7 @@ func cpuGates(o Options) []Gate {
 		gs = append(gs, g)
 	}
 	for _, d := range []string{"shard", "cold", "dpu"} {
-		gs = append(gs, Gate{Name: "demo/" + d, Cmd: []string{"{bin}/gpucache", d + "-demo"}, Expect: demoLabels[d], Needs: []string{"build"}})
+		gs = append(gs, Gate{Name: "demo/" + d, Cmd: []string{"{bin}/gpucache-bench", d + "-demo"}, Expect: demoLabels[d], Needs: []string{"build"}})
 	}
 	gs = append(gs, Gate{Name: "doctor", Cmd: []string{"{bin}/gpucache", "doctor", "--json"}, Needs: []string{"build"}})
 	for _, f := range fuzzTargets(root) {
@@ -98,7 +98,7 @@ func cpuGates(o Options) []Gate {
 	}
 	gs = append(gs, bg,
 		Gate{Name: "bench/cli", Func: benchCLI, Needs: []string{"build"},
-			Command: "{bin}/gpucached --listen 127.0.0.1:0 ...; {bin}/gpucache bench --requests 64 --sizes 64KiB --conns 2"})
+			Command: "{bin}/gpucached --listen 127.0.0.1:0 ...; {bin}/gpucache-bench bench --requests 64 --sizes 64KiB --conns 2"})
 	py := Gate{Name: "python", Cmd: []string{"/usr/bin/python3", "-m", "unittest", "discover", "-s", "python/tests", "-v"},
 		Env: []string{"GPUCACHE_BIN={bin}/gpucached"}, Needs: []string{"build"}, Timeout: 20 * time.Minute}
 	if _, err := os.Stat(filepath.Join(root, "python", "tests")); err != nil {
