@@ -27,19 +27,19 @@ func (w *testLog) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// buildBinaries builds gpucached and gpucache (the soak's helper) into a
-// temp dir: the nodes run the release code, not this race-instrumented
-// test binary.
-func buildBinaries(t *testing.T) (gpucached, gpucache string) {
+// buildBinaries builds gpucached and gpucache-bench (the soak's helper:
+// `gpucache-bench soak etcd|node`) into a temp dir: the nodes run the
+// release code, not this race-instrumented test binary.
+func buildBinaries(t *testing.T) (gpucached, helper string) {
 	t.Helper()
 	dir := t.TempDir()
-	for _, cmd := range []string{"gpucached", "gpucache"} {
+	for _, cmd := range []string{"gpucached", "gpucache-bench"} {
 		out, err := exec.Command("go", "build", "-o", filepath.Join(dir, cmd), "github.com/gpucache/gpucache/cmd/"+cmd).CombinedOutput()
 		if err != nil {
 			t.Fatalf("build %s: %v\n%s", cmd, err, out)
 		}
 	}
-	return filepath.Join(dir, "gpucached"), filepath.Join(dir, "gpucache")
+	return filepath.Join(dir, "gpucached"), filepath.Join(dir, "gpucache-bench")
 }
 
 // TestSoakCI is CI's soak: about a minute of mixed load on three cluster
