@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/gpucache/gpucache/internal/admin"
+	"github.com/gpucache/gpucache/internal/coldtier"
 	"github.com/gpucache/gpucache/internal/config"
 	"github.com/gpucache/gpucache/internal/directory"
 	"github.com/gpucache/gpucache/internal/hot"
@@ -243,18 +244,35 @@ func (n *Node) startSecure(context.Context) error {
 	return nil
 }
 
-// startCold opens the cold store and tier (cold.go); nothing runs yet.
+// startCold opens the cold store and builds the cold tier over it (cold.go)
+// unless cold_store is off; nothing runs yet (startColdLoop).
 func (n *Node) startCold(ctx context.Context) error {
-	cn, releaseStore, err := openCold(ctx, n.cfg, n.log, n.sec, n.opts.Faults)
+	cn := &coldNode{log: n.log, onChange: n.opts.OnColdConnected}
+	cn.connected.Store(true)
+	n.cold = cn
+	if n.cfg.ColdStore == "off" {
+		return nil
+	}
+	store, releaseStore, err := openColdStore(ctx, n.cfg, cn)
 	if err != nil {
 		return err
 	}
 	n.onClose(releaseStore)
-	if cn.tier != nil {
-		n.onClose(func() { cn.tier.Close() }) // idempotent: startColdLoop closes it first
+	tcfg, err := coldTierConfig(n.cfg, store, n.log, n.sec, n.opts.Faults)
+	if err != nil {
+		return err
 	}
-	cn.onChange = n.opts.OnColdConnected
-	n.cold = cn
+	tier, err := coldtier.New(tcfg)
+	if err != nil {
+		return fmt.Errorf("cold tier: %w", err)
+	}
+	n.onClose(func() { tier.Close() }) // idempotent: startColdLoop closes it first
+	if err := tier.SetColdQuotas(n.cfg.TenantColdQuotas()); err != nil {
+		return fmt.Errorf("cold tier: %w", err)
+	}
+	// Deletes through cn.store (the admin lifecycle's) keep the tenants'
+	// cold bytes current (coldtier/quota.go).
+	cn.tier, cn.store = tier, tier.AccountedStore()
 	return nil
 }
 
