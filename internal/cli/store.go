@@ -15,31 +15,23 @@ import (
 
 // store is what put, get, lookup and delete need of a node (a
 // *client.Client) or of a cluster (a *client.Cluster, which routes each
-// key to its owner).
+// key to its owner): the client.Cache both implement, plus the session's
+// limits and tenant.
 type store interface {
-	Get(ctx context.Context, ns client.Namespace, keys []client.BlockKey, opts ...client.GetOption) []client.GetResult
-	Put(ctx context.Context, ns client.Namespace, blocks []client.PutBlock) ([]client.Status, error)
-	Delete(ctx context.Context, ns client.Namespace, keys []client.BlockKey) ([]client.Status, error)
-	Lookup(ctx context.Context, ns client.Namespace, keys []client.BlockKey, leaseTTL time.Duration) (int, client.LeaseID, error)
+	client.Cache
 	Limits() client.Limits
 	Tenant() string
-	Close() error
 }
 
 var _ store = (*client.Client)(nil)
 var _ store = (*clusterStore)(nil)
 
-// clusterStore adapts a *client.Cluster to store. The session tenant and
-// the limits are those of the seed that answered first.
+// clusterStore adds to a *client.Cluster the session tenant and the limits
+// of the seed that answered first.
 type clusterStore struct {
 	*client.Cluster
 	tenant string
 	limits client.Limits
-}
-
-func (c *clusterStore) Lookup(ctx context.Context, ns client.Namespace, keys []client.BlockKey, leaseTTL time.Duration) (int, client.LeaseID, error) {
-	n, err := c.Cluster.Lookup(ctx, ns, keys, leaseTTL)
-	return n, 0, err
 }
 
 func (c *clusterStore) Limits() client.Limits { return c.limits }
