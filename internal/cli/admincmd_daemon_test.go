@@ -1,7 +1,7 @@
 package cli
 
 // Daemon-level tests of the lifecycle commands (issue 15 item 5): a real
-// gpucached (daemon.RunWith, in process) with a real cold tier, blocks
+// gpucached (daemon.Start, in process) with a real cold tier, blocks
 // written through the client, and `gpucache admin ...` run through Main.
 
 import (
@@ -40,29 +40,18 @@ func lcConfig(t *testing.T) config.Config {
 // its addresses.
 func lcNode(t *testing.T, c config.Config, opts daemon.Options) (daemon.Addrs, func()) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan daemon.Addrs, 1)
-	done := make(chan error, 1)
-	opts.Ready = func(a daemon.Addrs) { ready <- a }
-	go func() { done <- daemon.RunWith(ctx, c, slog.New(slog.NewTextHandler(io.Discard, nil)), opts) }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("node: %v", err)
-			}
-		})
-	}
-	select {
-	case a := <-ready:
-		t.Cleanup(stop)
-		return a, stop
-	case err := <-done:
-		cancel()
+	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	n, err := daemon.Start(t.Context(), c, opts)
+	if err != nil {
 		t.Fatalf("node did not start: %v", err)
-		return daemon.Addrs{}, nil
 	}
+	stop := func() {
+		if err := n.Close(context.Background()); err != nil {
+			t.Errorf("node: %v", err)
+		}
+	}
+	t.Cleanup(stop)
+	return n.Addrs(), stop
 }
 
 func lcNamespace(tenant string) client.Namespace {

@@ -69,21 +69,9 @@ func ablationArm(t *testing.T, p2p, dpa bool) (hot, refilled [][]byte, objects m
 // runArmNode runs a node with log until body returns.
 func runArmNode(t *testing.T, c config.Config, log *slog.Logger, body func(addr string)) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan Addrs, 1)
-	done := make(chan error, 1)
-	go func() { done <- RunWith(ctx, c, log, Options{Ready: func(a Addrs) { ready <- a }}) }()
-	select {
-	case a := <-ready:
-		body(a.Data)
-	case err := <-done:
-		cancel()
-		t.Fatalf("node did not start: %v", err)
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	n := mustStart(t, c, Options{Logger: log})
+	body(n.Addrs().Data)
+	stopNode(t, n)
 }
 
 // getAll GETs every key, in small batches on one connection (see

@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
@@ -49,23 +48,7 @@ func TestAdminListenerUnderMTLS(t *testing.T) {
 			CertNames: []string{"ops-client"}, Rights: []string{"*=a"}},
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan Addrs, 1)
-	done := make(chan error, 1)
-	go func() { done <- Run(ctx, cfg, quiet(), func(a Addrs) { ready <- a }) }()
-	var a Addrs
-	select {
-	case a = <-ready:
-	case err := <-done:
-		cancel()
-		t.Fatalf("Run: %v", err)
-	}
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	a := mustStart(t, cfg, Options{}).Addrs()
 
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(dataCA.CertPEM())

@@ -10,6 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"os"
+	"path/filepath"
+	"strings"
+
 	"github.com/gpucache/gpucache/client"
 	"github.com/gpucache/gpucache/internal/cold/s3store/s3test"
 	"github.com/gpucache/gpucache/internal/config"
@@ -20,9 +24,6 @@ import (
 	"github.com/gpucache/gpucache/internal/server"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
-	"os"
-	"path/filepath"
-	"strings"
 )
 
 // clusterConfig is a test node of the cluster at endpoint.
@@ -34,30 +35,11 @@ func clusterConfig(endpoint, id, domain string) config.Config {
 }
 
 // startNode runs a node until the test ends (or until it stops on its own,
-// after a drain); it returns its addresses and a channel with RunWith's
-// result.
-func startNode(t *testing.T, c config.Config, opts Options) (Addrs, <-chan error) {
+// after a drain); it returns its addresses and the node.
+func startNode(t *testing.T, c config.Config, opts Options) (Addrs, *Node) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan Addrs, 1)
-	res := make(chan error, 1)
-	exited := make(chan struct{})
-	opts.Ready = func(a Addrs) { ready <- a }
-	go func() {
-		res <- RunWith(ctx, c, quiet(), opts)
-		close(exited)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-exited
-	})
-	select {
-	case a := <-ready:
-		return a, res
-	case <-exited:
-		t.Fatalf("node did not start: %v", <-res)
-		return Addrs{}, nil
-	}
+	n := mustStart(t, c, opts)
+	return n.Addrs(), n
 }
 
 // clusterView reads a node's GET /cluster.
@@ -193,7 +175,7 @@ func TestDegradeControlPlaneLoss(t *testing.T) {
 func TestClusterDrainLeaves(t *testing.T) {
 	etcd := etcdtest.Start(t)
 	a, _ := startNode(t, clusterConfig(etcd.Endpoint, "node-a", "rack-a"), Options{})
-	b, bDone := startNode(t, clusterConfig(etcd.Endpoint, "node-b", "rack-b"), Options{})
+	b, bNode := startNode(t, clusterConfig(etcd.Endpoint, "node-b", "rack-b"), Options{})
 	va := clusterView(t, a.Admin)
 	vb := clusterView(t, b.Admin)
 	if len(vb.Members) != 2 || vb.Epoch < va.Epoch {
@@ -208,8 +190,8 @@ func TestClusterDrainLeaves(t *testing.T) {
 		t.Fatalf("drain: %s", resp.Status)
 	}
 	select {
-	case err := <-bDone:
-		if err != nil {
+	case <-bNode.Done():
+		if err := bNode.Err(); err != nil {
 			t.Fatalf("drained node: %v", err)
 		}
 	case <-time.After(30 * time.Second):
@@ -275,7 +257,7 @@ func TestDrainedKeysRefillFromSharedS3(t *testing.T) {
 				c.ColdSpillOnDrain = spill
 				return c
 			}
-			a, aDone := startNode(t, node("node-a", "rack-a"), Options{})
+			a, aNode := startNode(t, node("node-a", "rack-a"), Options{})
 			ns, _, ids, keys, payloads := coldBlocks(t)
 			cl := writeBlocks(t, a.Data, ns, ids, payloads)
 			stat, err := cl.Stat(context.Background())
@@ -294,7 +276,8 @@ func TestDrainedKeysRefillFromSharedS3(t *testing.T) {
 				t.Fatal(err)
 			}
 			resp.Body.Close()
-			if err := <-aDone; err != nil {
+			<-aNode.Done()
+			if err := aNode.Err(); err != nil {
 				t.Fatalf("drained node: %v", err)
 			}
 			awaitMembers(t, b.Admin, "node-b")
@@ -362,7 +345,7 @@ func TestClusterOverEtcdTLSAndAuth(t *testing.T) {
 	// The join ends when etcd answers (TestJoinWaitsForEtcdAuthAnswer);
 	// its deadline, 70 s with this TTL, only bounds a hang.
 	c2.MemberLeaseTTL = 30 * time.Second
-	err = RunWith(t.Context(), c2, quiet(), Options{})
+	err = startErr(t, c2, Options{})
 	if err == nil || !strings.Contains(err.Error(), "authentication failed") {
 		t.Fatalf("join with a wrong etcd password: %v", err)
 	}

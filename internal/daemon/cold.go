@@ -42,57 +42,10 @@ type coldNode struct {
 	onChange func(connected bool)
 }
 
-// openCold builds the cold tier the config asks for; the tier is nil for
-// "off". The returned close function releases the store.
-//
-// An S3 store that does not answer at start (cold.ErrUnavailable: no
-// connection, a server error, a missing bucket) does not stop the node: it
-// starts degraded, as the same outage at run time leaves it (cold reads
-// are misses, evicted blocks wait within cold_pending), says so in the log
-// and in /readyz, and run checks the store in the background until it
-// answers. Any other error (bad credentials, a bad config) stops the start.
-func openCold(ctx context.Context, cfg config.Config, log *slog.Logger, sec *secure, faults *degrade.Registry) (*coldNode, func(), error) {
-	var store cold.Store
-	release := func() {}
-	cn := &coldNode{log: log}
-	cn.connected.Store(true)
-	switch cfg.ColdStore {
-	case "off":
-		return cn, release, nil
-	case "fs":
-		fs, err := cold.NewFS(cfg.ColdDir)
-		if err != nil {
-			return nil, nil, fmt.Errorf("cold tier: cold_dir %s: %w", cfg.ColdDir, err)
-		}
-		// No writer runs yet: every temp file is a crashed Put's.
-		n, err := fs.CleanTemp(ctx, 0)
-		if err != nil {
-			return nil, nil, fmt.Errorf("cold tier: cold_dir %s: cleaning tmp/: %w", cfg.ColdDir, err)
-		}
-		if n > 0 {
-			log.Info("cold tier: removed temp files left by interrupted writes", "cold_dir", cfg.ColdDir, "files", n)
-		}
-		store = fs
-	case "s3":
-		s3, err := s3store.New(ctx, s3store.Config{Endpoint: cfg.S3Endpoint, Region: cfg.S3Region, Bucket: cfg.S3Bucket,
-			Prefix: cfg.S3Prefix, PathStyle: cfg.S3PathStyle, AccessKey: cfg.S3AccessKey, SecretKey: cfg.S3SecretKey})
-		if err != nil {
-			return nil, nil, fmt.Errorf("cold tier: s3: %w", err)
-		}
-		if err := s3.Check(ctx); err != nil {
-			if !errors.Is(err, cold.ErrUnavailable) || ctx.Err() != nil {
-				s3.Close()
-				return nil, nil, fmt.Errorf("cold tier: s3 %s bucket %s: %w", cfg.S3Endpoint, cfg.S3Bucket, err)
-			}
-			log.Warn("cold tier unreachable at start: serving degraded (cold reads are misses, evicted blocks wait within cold_pending); checking again in the background",
-				"endpoint", cfg.S3Endpoint, "bucket", cfg.S3Bucket, "err", err)
-			cn.connected.Store(false)
-			cn.check = s3.Check
-		}
-		store, release = s3, s3.Close
-	default:
-		return nil, nil, fmt.Errorf("cold tier: unknown cold_store %q", cfg.ColdStore)
-	}
+// coldTierConfig is the cold tier's config over store: pending bytes,
+// index, refill budget, seal keys with their integrity audit, encryption
+// and compression.
+func coldTierConfig(cfg config.Config, store cold.Store, log *slog.Logger, sec *secure, faults *degrade.Registry) (coldtier.Config, error) {
 	tcfg := coldtier.Config{Store: store, PendingBytes: int64(cfg.ColdPending), Logger: log, Faults: faults}
 	indexConfig(&tcfg, cfg) // coldindex.go
 	// A refill may download one hot_max_class block (ADR 0015).
@@ -111,23 +64,56 @@ func openCold(ctx context.Context, cfg config.Config, log *slog.Logger, sec *sec
 		}
 	}
 	if err := coldCryptConfig(&tcfg, cfg, sec); err != nil { // coldcrypt.go
-		release()
-		return nil, nil, fmt.Errorf("cold tier: %w", err)
+		return tcfg, fmt.Errorf("cold tier: %w", err)
 	}
-	tier, err := coldtier.New(tcfg)
-	if err != nil {
-		release()
-		return nil, nil, fmt.Errorf("cold tier: %w", err)
+	return tcfg, nil
+}
+
+// openColdStore opens cold_store (fs or s3) and returns it with what
+// releases it.
+//
+// An S3 store that does not answer at start (cold.ErrUnavailable: no
+// connection, a server error, a missing bucket) does not stop the node: it
+// starts degraded, as the same outage at run time leaves it (cold reads
+// are misses, evicted blocks wait within cold_pending), says so in the log
+// and in /readyz, and run checks the store in the background until it
+// answers (cn.check). Any other error (bad credentials, a bad config)
+// stops the start.
+func openColdStore(ctx context.Context, cfg config.Config, cn *coldNode) (cold.Store, func(), error) {
+	switch cfg.ColdStore {
+	case "fs":
+		fs, err := cold.NewFS(cfg.ColdDir)
+		if err != nil {
+			return nil, nil, fmt.Errorf("cold tier: cold_dir %s: %w", cfg.ColdDir, err)
+		}
+		// No writer runs yet: every temp file is a crashed Put's.
+		n, err := fs.CleanTemp(ctx, 0)
+		if err != nil {
+			return nil, nil, fmt.Errorf("cold tier: cold_dir %s: cleaning tmp/: %w", cfg.ColdDir, err)
+		}
+		if n > 0 {
+			cn.log.Info("cold tier: removed temp files left by interrupted writes", "cold_dir", cfg.ColdDir, "files", n)
+		}
+		return fs, func() {}, nil
+	case "s3":
+		s3, err := s3store.New(ctx, s3store.Config{Endpoint: cfg.S3Endpoint, Region: cfg.S3Region, Bucket: cfg.S3Bucket,
+			Prefix: cfg.S3Prefix, PathStyle: cfg.S3PathStyle, AccessKey: cfg.S3AccessKey, SecretKey: cfg.S3SecretKey})
+		if err != nil {
+			return nil, nil, fmt.Errorf("cold tier: s3: %w", err)
+		}
+		if err := s3.Check(ctx); err != nil {
+			if !errors.Is(err, cold.ErrUnavailable) || ctx.Err() != nil {
+				s3.Close()
+				return nil, nil, fmt.Errorf("cold tier: s3 %s bucket %s: %w", cfg.S3Endpoint, cfg.S3Bucket, err)
+			}
+			cn.log.Warn("cold tier unreachable at start: serving degraded (cold reads are misses, evicted blocks wait within cold_pending); checking again in the background",
+				"endpoint", cfg.S3Endpoint, "bucket", cfg.S3Bucket, "err", err)
+			cn.connected.Store(false)
+			cn.check = s3.Check
+		}
+		return s3, s3.Close, nil
 	}
-	if err := tier.SetColdQuotas(cfg.TenantColdQuotas()); err != nil {
-		tier.Close()
-		release()
-		return nil, nil, fmt.Errorf("cold tier: %w", err)
-	}
-	// Deletes through cn.store (the admin lifecycle's) keep the tenants'
-	// cold bytes current (coldtier/quota.go).
-	cn.tier, cn.store = tier, tier.AccountedStore()
-	return cn, release, nil
+	return nil, nil, fmt.Errorf("cold tier: unknown cold_store %q", cfg.ColdStore)
 }
 
 // run runs the tier's write-behind (coldtier.Tier.Run, which flushes what

@@ -23,24 +23,11 @@ func runIndexed(t *testing.T, c config.Config, body func(addr string)) {
 func runIndexedAddrs(t *testing.T, c config.Config, body func(a Addrs)) {
 	t.Helper()
 	w := &watchLog{}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan Addrs, 1)
-	done := make(chan error, 1)
 	log := slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	go func() { done <- RunWith(ctx, c, log, Options{Ready: func(a Addrs) { ready <- a }}) }()
-	var a Addrs
-	select {
-	case a = <-ready:
-	case err := <-done:
-		cancel()
-		t.Fatalf("node did not start: %v", err)
-	}
+	n := mustStart(t, c, Options{Logger: log})
 	waitFor(t, w.when("cold presence index listed"), "the cold presence index listed the store")
-	body(a)
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	body(n.Addrs())
+	stopNode(t, n)
 }
 
 // TestColdLookupAfterRestart: blocks evicted and written behind, and the

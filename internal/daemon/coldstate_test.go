@@ -81,26 +81,8 @@ func (w *watchLog) count(sub string) int {
 // test ends.
 func runLogged(t *testing.T, c config.Config, opts Options, w *watchLog) Addrs {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan Addrs, 1)
-	done := make(chan error, 1)
-	opts.Ready = func(a Addrs) { ready <- a }
-	log := slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	go func() { done <- RunWith(ctx, c, log, opts) }()
-	select {
-	case a := <-ready:
-		t.Cleanup(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("node: %v", err)
-			}
-		})
-		return a
-	case err := <-done:
-		cancel()
-		t.Fatalf("node did not start: %v", err)
-		return Addrs{}
-	}
+	opts.Logger = slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	return mustStart(t, c, opts).Addrs()
 }
 
 func waitFor(t *testing.T, ch <-chan struct{}, what string) {

@@ -27,6 +27,49 @@ func testConfig() config.Config {
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
+// mustStart starts a node (logging nowhere unless opts.Logger says) and
+// closes it when the test ends, failing the test if the node stopped with
+// an error; a test may close it first.
+func mustStart(t *testing.T, c config.Config, opts Options) *Node {
+	t.Helper()
+	if opts.Logger == nil {
+		opts.Logger = quiet()
+	}
+	n, err := Start(t.Context(), c, opts)
+	if err != nil {
+		t.Fatalf("node did not start: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := n.Close(context.Background()); err != nil {
+			t.Errorf("node: %v", err)
+		}
+	})
+	return n
+}
+
+// stopNode closes n and fails the test if it stopped with an error.
+func stopNode(t *testing.T, n *Node) {
+	t.Helper()
+	if err := n.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startErr is the error Start returns for c; a node that starts is closed
+// and reported.
+func startErr(t *testing.T, c config.Config, opts Options) error {
+	t.Helper()
+	if opts.Logger == nil {
+		opts.Logger = quiet()
+	}
+	n, err := Start(t.Context(), c, opts)
+	if err == nil {
+		n.Close(context.Background())
+		t.Errorf("node started")
+	}
+	return err
+}
+
 func httpGet(t *testing.T, url string) (int, string) {
 	t.Helper()
 	resp, err := http.Get(url)
@@ -38,12 +81,17 @@ func httpGet(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-func TestRunServesAdminAndDrainsOnCancel(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan Addrs, 1)
-	done := make(chan error, 1)
-	go func() { done <- Run(ctx, testConfig(), quiet(), func(a Addrs) { ready <- a }) }()
-	a := <-ready
+func TestStartServesAdminAndDrainsOnClose(t *testing.T) {
+	n, err := Start(t.Context(), testConfig(), Options{Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-n.Ready():
+	default:
+		t.Fatal("Start returned a node that is not ready")
+	}
+	a := n.Addrs()
 	if code, body := httpGet(t, "http://"+a.Admin+"/healthz"); code != 200 || body != "ok\n" {
 		t.Fatalf("healthz %d %q", code, body)
 	}
@@ -64,9 +112,16 @@ func TestRunServesAdminAndDrainsOnCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	nc.Close()
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("Run after cancel: %v", err)
+	if err := n.Close(t.Context()); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	select {
+	case <-n.Done():
+	default:
+		t.Fatal("Close returned before the node was done")
+	}
+	if err := n.Err(); err != nil {
+		t.Fatalf("Err after Close: %v", err)
 	}
 	if _, err := net.Dial("tcp", a.Data); err == nil {
 		t.Fatal("data port still open after shutdown")
@@ -81,19 +136,19 @@ func TestStartupErrorsAreClear(t *testing.T) {
 	defer ln.Close()
 	c := testConfig()
 	c.Listen = ln.Addr().String()
-	err = Run(context.Background(), c, quiet(), nil)
+	err = startErr(t, c, Options{})
 	if err == nil || !strings.Contains(err.Error(), "address already in use") || !strings.Contains(err.Error(), "--listen") {
 		t.Fatalf("port in use: %v", err)
 	}
 	c = testConfig()
 	c.AdminListen = ln.Addr().String()
-	err = Run(context.Background(), c, quiet(), nil)
+	err = startErr(t, c, Options{})
 	if err == nil || !strings.Contains(err.Error(), "--admin-listen") {
 		t.Fatalf("admin port in use: %v", err)
 	}
 	c = testConfig()
 	c.HotCapacity = 1 << 50
-	if err := Run(context.Background(), c, quiet(), nil); err == nil || !strings.Contains(err.Error(), "memory") {
+	if err := startErr(t, c, Options{}); err == nil || !strings.Contains(err.Error(), "memory") {
 		t.Fatalf("capacity beyond memory: %v", err)
 	}
 }
@@ -113,20 +168,15 @@ func TestMainExitCodes(t *testing.T) {
 	}
 }
 
-func TestRunWithFSColdTier(t *testing.T) {
+func TestStartWithFSColdTier(t *testing.T) {
 	c := testConfig()
 	c.ColdStore, c.ColdDir = "fs", t.TempDir()+"/cold"
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan Addrs, 1)
-	done := make(chan error, 1)
-	go func() { done <- Run(ctx, c, quiet(), func(a Addrs) { ready <- a }) }()
-	<-ready
-	cancel()
-	if err := <-done; err != nil {
+	n := mustStart(t, c, Options{})
+	if err := n.Close(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	c.ColdDir = "/proc/no-such/cold" // cannot be created
-	if err := Run(context.Background(), c, quiet(), nil); err == nil || !strings.Contains(err.Error(), "cold_dir") {
+	if err := startErr(t, c, Options{}); err == nil || !strings.Contains(err.Error(), "cold_dir") {
 		t.Fatalf("unusable cold_dir: %v", err)
 	}
 }

@@ -59,19 +59,11 @@ func TestRaiseFDLimit(t *testing.T) {
 // and opens one connection more: it is closed at once, unserved, while
 // the first 64 are served.
 func TestAdminConnectionsCapped(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan Addrs, 1)
-	done := make(chan error, 1)
 	cfg := testConfig()
 	cfg.AdminIdleTimeout = time.Hour // held connections stay held however slow the machine
-	go func() { done <- Run(ctx, cfg, quiet(), func(a Addrs) { ready <- a }) }()
-	a := <-ready
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	n := mustStart(t, cfg, Options{})
+	defer stopNode(t, n)
+	a := n.Addrs()
 	const capDefault = 64
 	var held []net.Conn
 	defer func() {

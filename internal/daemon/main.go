@@ -14,8 +14,8 @@ import (
 	"github.com/gpucache/gpucache/internal/version"
 )
 
-// Main is the whole gpucached command: it loads the config, runs the node
-// until SIGINT or SIGTERM, and returns the exit code.
+// Main is the whole gpucached command: it loads the config, starts the
+// node, drains it on SIGINT or SIGTERM, and returns the exit code.
 func Main(args []string, stderr io.Writer) int {
 	for _, a := range args {
 		if a == "--version" || a == "-version" {
@@ -34,7 +34,16 @@ func Main(args []string, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	reload := func() (config.Config, error) { return config.Load(args, os.LookupEnv, io.Discard) }
-	if err := RunWith(ctx, cfg, NewLogger(cfg, stderr), Options{Reload: reload, Stderr: stderr}); err != nil {
+	n, err := Start(ctx, cfg, Options{Logger: NewLogger(cfg, stderr), Reload: reload, Stderr: stderr})
+	if err != nil {
+		fmt.Fprintln(stderr, "gpucached:", err)
+		return 1
+	}
+	select {
+	case <-ctx.Done(): // SIGINT or SIGTERM: drain
+	case <-n.Done(): // POST /admin/drain, or a listener failed
+	}
+	if err := n.Close(context.Background()); err != nil {
 		fmt.Fprintln(stderr, "gpucached:", err)
 		return 1
 	}

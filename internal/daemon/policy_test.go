@@ -46,19 +46,8 @@ func TestHotPolicyConfigured(t *testing.T) {
 			c.HotCapacity, c.HotSlab, c.HotMaxClass = 4<<20, 1<<20, 1<<20
 			c.HotPolicy = name
 			var logs syncLog
-			ctx, cancel := context.WithCancel(context.Background())
-			ready := make(chan Addrs, 1)
-			done := make(chan error, 1)
-			go func() {
-				done <- RunWith(ctx, c, slog.New(slog.NewTextHandler(&logs, nil)), Options{Ready: func(a Addrs) { ready <- a }})
-			}()
-			var a Addrs
-			select {
-			case a = <-ready:
-			case err := <-done:
-				cancel()
-				t.Fatalf("node did not start: %v", err)
-			}
+			n := mustStart(t, c, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			a := n.Addrs()
 			if !strings.Contains(logs.String(), "policy="+name+" ") {
 				t.Errorf("startup log does not name policy %s:\n%s", name, logs.String())
 			}
@@ -99,10 +88,7 @@ func TestHotPolicyConfigured(t *testing.T) {
 				}
 			}
 			cl.Close()
-			cancel()
-			if err := <-done; err != nil {
-				t.Fatal(err)
-			}
+			stopNode(t, n)
 		})
 	}
 }
@@ -112,7 +98,7 @@ func TestHotPolicyConfigured(t *testing.T) {
 func TestHotPolicyUnknown(t *testing.T) {
 	c := testConfig()
 	c.HotPolicy = "clairvoyant"
-	err := Run(context.Background(), c, quiet(), nil)
+	err := startErr(t, c, Options{})
 	if err == nil || !strings.Contains(err.Error(), "hot_policy") || !strings.Contains(err.Error(), config.BuiltinHotPolicy) {
 		t.Fatalf("unknown policy: %v", err)
 	}

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"bufio"
-	"context"
 	"io"
 	"net"
 	"testing"
@@ -21,11 +20,8 @@ func TestRESPListenServesRedisProtocol(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan Addrs, 1)
-	done := make(chan error, 1)
-	go func() { done <- Run(ctx, cfg, quiet(), func(a Addrs) { ready <- a }) }()
-	a := <-ready
+	n := mustStart(t, cfg, Options{})
+	a := n.Addrs()
 	if a.RESP == "" {
 		t.Fatal("no RESP address")
 	}
@@ -50,10 +46,7 @@ func TestRESPListenServesRedisProtocol(t *testing.T) {
 		t.Fatalf("got %q, want %q", got, want)
 	}
 	nc.Close()
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("Run: %v", err)
-	}
+	stopNode(t, n)
 }
 
 func TestRESPConfigRefusals(t *testing.T) {

@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -16,23 +15,9 @@ import (
 // runNode runs a node with c and opts until body returns.
 func runNode(t *testing.T, c config.Config, opts Options, body func(addr string)) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan Addrs, 1)
-	done := make(chan error, 1)
-	opts.Ready = func(a Addrs) { ready <- a }
-	go func() { done <- RunWith(ctx, c, quiet(), opts) }()
-	var a Addrs
-	select {
-	case a = <-ready:
-	case err := <-done:
-		cancel()
-		t.Fatalf("node did not start: %v", err)
-	}
-	body(a.Data)
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	n := mustStart(t, c, opts)
+	body(n.Addrs().Data)
+	stopNode(t, n)
 }
 
 // auditEvents reads the audit log's events of kind.

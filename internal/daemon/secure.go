@@ -188,52 +188,13 @@ func (s *secure) reload(next config.Config, actor string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	prev := s.cur
-	if next.AuthEnabled() != prev.AuthEnabled() || next.TLSEnabled() != prev.TLSEnabled() ||
-		(len(next.SealKeys) > 0) != (s.keyring != nil) || next.AuditLog != prev.AuditLog ||
-		(len(next.ColdEncryptionKeys) > 0) != (s.coldKeys != nil) {
-		err := errors.New("turning authentication, TLS, sealing, cold encryption or the audit sink on or off needs a restart")
-		s.audit.AdminAction(actor, "reload_refused", slog.String("reason", err.Error()))
-		return err
-	}
-	if fit := s.guard.Replay().MaxTenants(); len(next.Tenants) > fit {
-		// The replay window's size is fixed at start (replay_* need a restart).
-		err := fmt.Errorf("%d tenants, but the running replay window holds nonces for %d (replay_max_nonces / replay_tenant_nonces at start): raise replay_max_nonces and restart", len(next.Tenants), fit)
-		s.audit.AdminAction(actor, "reload_refused", slog.String("reason", err.Error()))
-		return err
-	}
-	var reuse *ratelimit.Limiter
-	if reflect.DeepEqual(limitsOf(prev), limitsOf(next)) {
-		reuse = s.guard.Policy().Limiter
-	}
-	pol, err := buildPolicy(next, s.getenv, reuse)
+	pol, err := s.prepareReload(prev, next)
 	if err != nil {
 		s.audit.AdminAction(actor, "reload_refused", slog.String("reason", err.Error()))
 		return err
 	}
-	if s.tls != nil {
-		if err := s.tls.Reload(); err != nil {
-			s.audit.AdminAction(actor, "reload_refused", slog.String("reason", err.Error()))
-			return err
-		}
-	}
-	if s.adminTLS != nil {
-		if err := s.adminTLS.Reload(); err != nil {
-			s.audit.AdminAction(actor, "reload_refused", slog.String("reason", "admin listener: "+err.Error()))
-			return fmt.Errorf("admin listener: %w", err)
-		}
-	}
-	if s.keyring != nil {
-		last := next.SealKeys[len(next.SealKeys)-1]
-		if seal.KeyID(last.ID) != s.keyring.Current() {
-			b, _, err := last.Read(s.getenv)
-			if err != nil {
-				return err
-			}
-			if err := s.keyring.Rotate(seal.KeyID(last.ID), b, next.SealGrace); err != nil {
-				return fmt.Errorf("seal key %q: %w", last.ID, err)
-			}
-			s.audit.Rotation("seal_key", last.ID)
-		}
+	if err := s.rotateSealKey(next); err != nil {
+		return err
 	}
 	if err := s.rotateColdKey(next); err != nil {
 		return err
@@ -251,6 +212,61 @@ func (s *secure) reload(next config.Config, actor string) error {
 	s.cur = next
 	s.audit.AdminAction(actor, "reload", slog.Int("tenants", len(next.Tenants)))
 	s.log.Info("configuration reloaded", "actor", actor, "tenants", len(next.Tenants))
+	return nil
+}
+
+// prepareReload checks that next can be applied without a restart, builds
+// its policy and reloads the TLS certificates; an error refuses the
+// reload. s.mu is held.
+func (s *secure) prepareReload(prev, next config.Config) (*security.Policy, error) {
+	if next.AuthEnabled() != prev.AuthEnabled() || next.TLSEnabled() != prev.TLSEnabled() ||
+		(len(next.SealKeys) > 0) != (s.keyring != nil) || next.AuditLog != prev.AuditLog ||
+		(len(next.ColdEncryptionKeys) > 0) != (s.coldKeys != nil) {
+		return nil, errors.New("turning authentication, TLS, sealing, cold encryption or the audit sink on or off needs a restart")
+	}
+	if fit := s.guard.Replay().MaxTenants(); len(next.Tenants) > fit {
+		// The replay window's size is fixed at start (replay_* need a restart).
+		return nil, fmt.Errorf("%d tenants, but the running replay window holds nonces for %d (replay_max_nonces / replay_tenant_nonces at start): raise replay_max_nonces and restart", len(next.Tenants), fit)
+	}
+	var reuse *ratelimit.Limiter
+	if reflect.DeepEqual(limitsOf(prev), limitsOf(next)) {
+		reuse = s.guard.Policy().Limiter
+	}
+	pol, err := buildPolicy(next, s.getenv, reuse)
+	if err != nil {
+		return nil, err
+	}
+	if s.tls != nil {
+		if err := s.tls.Reload(); err != nil {
+			return nil, err
+		}
+	}
+	if s.adminTLS != nil {
+		if err := s.adminTLS.Reload(); err != nil {
+			return nil, fmt.Errorf("admin listener: %w", err)
+		}
+	}
+	return pol, nil
+}
+
+// rotateSealKey makes the last of next's seal keys current when it is a
+// new one; the previous keys still verify for seal_grace. s.mu is held.
+func (s *secure) rotateSealKey(next config.Config) error {
+	if s.keyring == nil {
+		return nil
+	}
+	last := next.SealKeys[len(next.SealKeys)-1]
+	if seal.KeyID(last.ID) == s.keyring.Current() {
+		return nil
+	}
+	b, _, err := last.Read(s.getenv)
+	if err != nil {
+		return err
+	}
+	if err := s.keyring.Rotate(seal.KeyID(last.ID), b, next.SealGrace); err != nil {
+		return fmt.Errorf("seal key %q: %w", last.ID, err)
+	}
+	s.audit.Rotation("seal_key", last.ID)
 	return nil
 }
 

@@ -100,7 +100,7 @@ func TestSecretFIFORefusedAtStart(t *testing.T) {
 	tenant := testConfig()
 	tenant.Tenants = []config.TenantConfig{{Name: "acme", Secrets: []config.SecretConfig{{ID: "a", File: fifo}}}}
 	for name, cfg := range map[string]config.Config{"seal key": seal, "tenant secret": tenant} {
-		err := RunWith(t.Context(), cfg, quiet(), Options{})
+		err := startErr(t, cfg, Options{})
 		if err == nil || !strings.Contains(err.Error(), fifo) || !strings.Contains(err.Error(), "not a regular file") {
 			t.Errorf("%s in a FIFO: %v", name, err)
 		}

@@ -133,20 +133,8 @@ func TestDaemonRequestBufferShare(t *testing.T) {
 	c.AuditLog = "off"
 	next := c
 	next.TenantRequestBuffers = 40 << 20
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan Addrs, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- RunWith(ctx, c, quiet(), Options{Ready: func(a Addrs) { ready <- a },
-			Reload: func() (config.Config, error) { return next, nil }})
-	}()
-	var a Addrs
-	select {
-	case a = <-ready:
-	case err := <-done:
-		cancel()
-		t.Fatalf("node did not start: %v", err)
-	}
+	n := mustStart(t, c, Options{Reload: func() (config.Config, error) { return next, nil }})
+	a := n.Addrs()
 	share := func() int64 {
 		_, metrics := httpGet(t, "http://"+a.Admin+"/metrics")
 		for _, line := range strings.Split(metrics, "\n") {
@@ -175,8 +163,5 @@ func TestDaemonRequestBufferShare(t *testing.T) {
 	if got := share(); got != 40<<20 {
 		t.Errorf("share after a reload that set 40MiB: %d", got)
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	stopNode(t, n)
 }

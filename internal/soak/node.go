@@ -20,7 +20,7 @@ import (
 )
 
 // NodeMain runs a gpucached node whose failpoints (internal/degrade) the
-// soak arms over stdin. It is the daemon itself (daemon.RunWith, the same
+// soak arms over stdin. It is the daemon itself (daemon.Start, the same
 // code as gpucached) with a degrade.Registry: the release binary has none,
 // so its failpoints cannot be armed from outside. args are gpucached's
 // flags. One command per line on stdin, one answer per line on stdout:
@@ -49,7 +49,16 @@ func NodeMain(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		stop() // the soak closed our stdin: leave
 	}()
 	reload := func() (config.Config, error) { return config.Load(args, os.LookupEnv, io.Discard) }
-	if err := daemon.RunWith(ctx, cfg, daemon.NewLogger(cfg, stderr), daemon.Options{Reload: reload, Stderr: stderr, Faults: reg}); err != nil {
+	n, err := daemon.Start(ctx, cfg, daemon.Options{Logger: daemon.NewLogger(cfg, stderr), Reload: reload, Stderr: stderr, Faults: reg})
+	if err != nil {
+		fmt.Fprintln(stderr, "gpucache-bench soak node:", err)
+		return 1
+	}
+	select {
+	case <-ctx.Done(): // SIGINT, SIGTERM, or the soak closed stdin: drain
+	case <-n.Done():
+	}
+	if err := n.Close(context.Background()); err != nil {
 		fmt.Fprintln(stderr, "gpucache-bench soak node:", err)
 		return 1
 	}
