@@ -17,12 +17,12 @@
 #              OUT/compare-<stamp>.md and raw files to OUT/<stamp>/
 #   HOT_CAPACITY       gpucached --hot-capacity for the throughput runs; default 2GiB
 #   GC_HOT_CAPACITY    gpucached --hot-capacity for the GC run; default 5GiB
-#   GC_HOLD_BYTES      gpucache bench --hold-bytes for the GC run; default 4GiB
+#   GC_HOLD_BYTES      gpucache-bench bench --hold-bytes for the GC run; default 4GiB
 #   GC_MIN_FREE_GIB    skip the GC run below this much MemAvailable; default 8
 #   REDIS_THREADS      if set, passed to redis-benchmark --threads
 #   KEYS               working set in blocks, the same for both systems: gpucache
 #                      bench --keys KEYS, redis-benchmark -r KEYS (prefilled); default 256
-#   CLIENT_PROCS       GOMAXPROCS of the gpucache bench client; default 1, matching
+#   CLIENT_PROCS       GOMAXPROCS of the gpucache-bench bench client; default 1, matching
 #                      redis-benchmark's single-threaded client
 #
 # Client and server share this host's CPUs; nothing is pinned. Ports are
@@ -158,7 +158,7 @@ log "building gpucached, gpucache and the report"
 BIN=$(mktemp -d "${TMPDIR:-/tmp}/gpucache-compare.XXXXXX")
 WORKDIR=$BIN
 go build -o "$BIN/gpucached" ./cmd/gpucached
-go build -o "$BIN/gpucache" ./cmd/gpucache
+go build -o "$BIN/gpucache-bench" ./cmd/gpucache-bench
 go build -o "$BIN/report" ./bench/report
 
 # --- 1. iperf3 ---------------------------------------------------------------
@@ -271,12 +271,12 @@ start_gpucached() { # start_gpucached CAPACITY LOGNAME: sets GPC_PORT and GPC_PI
 		return 1
 	fi
 }
-gpc_bench() { # gpc_bench NAME NCASES ARGS...: one gpucache bench run, JSON to gpucache/NAME.json
+gpc_bench() { # gpc_bench NAME NCASES ARGS...: one gpucache-bench bench run, JSON to gpucache/NAME.json
 	local name=$1 ncases=$2
 	shift 2
-	log "gpucache bench $name: $*"
+	log "gpucache-bench bench $name: $*"
 	# Generous limit: each case runs DURATION, plus writing the working set.
-	if ! GOMAXPROCS=$CLIENT_PROCS fg_run timeout $((ncases * (DUR_S * 3 + 30) + 120)) "$BIN/gpucache" bench --addr "127.0.0.1:$GPC_PORT" --duration "$DURATION" --keys "$KEYS" \
+	if ! GOMAXPROCS=$CLIENT_PROCS fg_run timeout $((ncases * (DUR_S * 3 + 30) + 120)) "$BIN/gpucache-bench" bench --addr "127.0.0.1:$GPC_PORT" --duration "$DURATION" --keys "$KEYS" \
 		--json "$RAW/gpucache/$name.json" "$@" >"$RAW/logs/gpucache-$name.out" 2>&1; then
 		note "gpucache $name: bench failed (see logs/gpucache-$name.out)"
 		[[ -f $RAW/gpucache/$name.json ]] && mv "$RAW/gpucache/$name.json" "$RAW/logs/gpucache-$name.failed.json"
@@ -319,10 +319,10 @@ run_gc() {
 		return 0
 	fi
 	log "gpucache GC run: hold $GC_HOLD_BYTES, GET 1MiB conns 8 for $DURATION"
-	if ! GOMAXPROCS=$CLIENT_PROCS fg_run timeout $((DUR_S * 3 + 600)) "$BIN/gpucache" bench --addr "127.0.0.1:$GPC_PORT" --hold-bytes "$GC_HOLD_BYTES" --op get --sizes 1MiB \
+	if ! GOMAXPROCS=$CLIENT_PROCS fg_run timeout $((DUR_S * 3 + 600)) "$BIN/gpucache-bench" bench --addr "127.0.0.1:$GPC_PORT" --hold-bytes "$GC_HOLD_BYTES" --op get --sizes 1MiB \
 		--conns 8 --duration "$DURATION" --json "$RAW/gc/gc.json" >"$RAW/logs/gpucache-gc.out" 2>&1; then
 		[[ -f $RAW/gc/gc.json ]] && mv "$RAW/gc/gc.json" "$RAW/logs/gpucache-gc.failed.json"
-		echo "gpucache bench failed (see logs/gpucache-gc.out)" >"$RAW/gc/NOT_RUN.txt"
+		echo "gpucache-bench bench failed (see logs/gpucache-gc.out)" >"$RAW/gc/NOT_RUN.txt"
 		note "gc: bench failed (see logs/gpucache-gc.out)"
 	fi
 	stop_pid "$GPC_PID"

@@ -10,7 +10,7 @@
 #                                      # one flood phase and one alone phase
 #
 # Environment:
-#   QUOTA        A's ops_per_sec in the daemon config (gpucache noisy --quota); default 1000
+#   QUOTA        A's ops_per_sec in the daemon config (gpucache-bench noisy --quota); default 1000
 #   OPS_BURST    A's ops_burst; default 100
 #   FACTOR       flood rate as a multiple of QUOTA; default 10
 #   VICTIM_RATE  B's GETs per second; default 1000
@@ -21,12 +21,12 @@
 #   REPS         reps, each one phase alone and one under the flood, in
 #                alternating order; default 5 (1 with QUICK=1)
 #   SLICE        if set (e.g. 1s), measure each phase in windows of SLICE
-#                interleaved ABBA with the other phase's (gpucache noisy --slice);
+#                interleaved ABBA with the other phase's (gpucache-bench noisy --slice);
 #                default: one window per phase
 #   SETTLE       unmeasured time after each flood start or stop; default 100ms
-#   VICTIM_PACER timer or fine (gpucache noisy --victim-pacer); default timer
-#   FLOOD_PACER  fine or timer (gpucache noisy --flood-pacer); default fine
-#   FLOOD_PROC   1 runs the flood in a child process of its own (gpucache noisy
+#   VICTIM_PACER timer or fine (gpucache-bench noisy --victim-pacer); default timer
+#   FLOOD_PACER  fine or timer (gpucache-bench noisy --flood-pacer); default fine
+#   FLOOD_PROC   1 runs the flood in a child process of its own (gpucache-bench noisy
 #                --flood-proc), 0 in the measuring process; default 1
 #   CLIENT_PROCS GOMAXPROCS of the measuring (victim) process; default: unset
 #   FLOOD_PROCS  GOMAXPROCS of the flood process (FLOOD_PROC=1); default 1
@@ -35,7 +35,7 @@
 #   OUT          results directory; default bench/results. Files go to
 #                OUT/noisy-<stamp>/ (noisy.txt, noisy.json, machine.txt,
 #                config.yaml, logs/, profiles/)
-#   EXTRA        extra flags for gpucache noisy (word-split)
+#   EXTRA        extra flags for gpucache-bench noisy (word-split)
 #
 # Client and server share this host's CPUs; nothing is pinned. Ports are
 # picked free at random (never 9400 or 9401). Every background process the
@@ -131,7 +131,7 @@ BIN=$TMP/bin
 mkdir -p "$BIN"
 log "building gpucached and gpucache"
 go build -o "$BIN/gpucached" ./cmd/gpucached
-go build -o "$BIN/gpucache" ./cmd/gpucache
+go build -o "$BIN/gpucache-bench" ./cmd/gpucache-bench
 
 for t in victim noisy ops; do
 	random_secret "$TMP/$t.secret"
@@ -189,7 +189,7 @@ fi
 # shellcheck disable=SC2206
 [[ -n $EXTRA ]] && NOISY_ARGS+=($EXTRA)
 # Client processes run under env, with GOMAXPROCS when CLIENT_PROCS is set.
-RUN_CLIENT=(env ${CLIENT_PROCS:+GOMAXPROCS=$CLIENT_PROCS} "$BIN/gpucache")
+RUN_CLIENT=(env ${CLIENT_PROCS:+GOMAXPROCS=$CLIENT_PROCS} "$BIN/gpucache-bench")
 
 # --- run ---------------------------------------------------------------------
 
@@ -200,7 +200,7 @@ rc=0
 fg_run timeout "$limit" "${RUN_CLIENT[@]}" "${NOISY_ARGS[@]}" --reps "$REPS" --json "$RAW/noisy.json" \
 	>"$RAW/noisy.txt" 2> >(tee "$RAW/logs/noisy.err" >&3) || rc=$?
 cat "$RAW/noisy.txt"
-((rc == 0)) || log "gpucache noisy exited $rc (see $RAW/logs/noisy.err)"
+((rc == 0)) || log "gpucache-bench noisy exited $rc (see $RAW/logs/noisy.err)"
 
 # --- profile -----------------------------------------------------------------
 

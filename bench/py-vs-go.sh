@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/py-vs-go.sh — 1 MiB GET throughput of the Python client
 # (python -m gpucache.bench, get_into with recv_into) against the Go client
-# (`gpucache bench --op get --batch 1`), both against the same gpucached,
+# (`gpucache-bench bench --op get --batch 1`), both against the same gpucached,
 # with 1 and 8 threads/connections, alternating REPS times (issue 14's
 # "Speed" acceptance: Python >= 70% of Go); then the SGLang backend's
 # batch_get_v1 of 128 pages of 256 KiB (python -m gpucache.demo.bench_pages).
@@ -20,7 +20,7 @@ work="$(mktemp -d)"
 trap 'kill "$dpid" 2>/dev/null || true; wait "$dpid" 2>/dev/null || true; rm -rf "$work"' EXIT
 
 go build -o "$work/gpucached" ./cmd/gpucached
-go build -o "$work/gpucache" ./cmd/gpucache
+go build -o "$work/gpucache-bench" ./cmd/gpucache-bench
 "$work/gpucached" --listen 127.0.0.1:0 --admin-listen off --cold-store off --hot-capacity 2GiB 2>"$work/d.log" &
 dpid=$!
 for _ in $(seq 1 200); do
@@ -31,7 +31,7 @@ done
 [ -n "$addr" ] || { cat "$work/d.log"; exit 1; }
 echo "gpucached at $addr; $(nproc) CPUs; $(date -u +%F); size $SIZE; threads $THREADS; ${DURATION}s per case; $REPS reps"
 for r in $(seq 1 "$REPS"); do
-	"$work/gpucache" bench --addr "$addr" --op get --sizes "$SIZE" --conns "$THREADS" --duration "${DURATION}s" \
+	"$work/gpucache-bench" bench --addr "$addr" --op get --sizes "$SIZE" --conns "$THREADS" --duration "${DURATION}s" \
 		--keys 64 --json "$work/go.$r.json" >/dev/null
 	PYTHONPATH=python "$PY" -m gpucache.bench --addr "$addr" --size "$SIZE" --threads "$THREADS" \
 		--duration "$DURATION" --json "$work/py.$r.json" >/dev/null

@@ -26,7 +26,7 @@
 #   OUT          results directory; default bench/results (gitignored). Files go
 #                to OUT/replay-<stamp>/ (replay.txt, replay.json, capacity.txt,
 #                command.txt, machine.txt, logs/)
-#   EXTRA        extra flags for gpucache replay (word-split)
+#   EXTRA        extra flags for gpucache-bench replay (word-split)
 #
 # Client and server share this host's CPUs. The port is picked free at
 # random (never 9400 or 9401); the admin listener and the cold tier are off.
@@ -87,18 +87,18 @@ BIN=$TMP/bin
 mkdir -p "$BIN"
 log "building gpucached and gpucache"
 go build -o "$BIN/gpucached" ./cmd/gpucached
-go build -o "$BIN/gpucache" ./cmd/gpucache
+go build -o "$BIN/gpucache-bench" ./cmd/gpucache-bench
 
 # The hot tier that holds exactly the simulator's capacity in blocks: one
 # size class that the payload fills, a slab that divides the capacity.
-"$BIN/gpucache" replay --print-capacity --trace "$TRACE" --limit "$LIMIT" --capacity-frac "$CAPACITY" \
+"$BIN/gpucache-bench" replay --print-capacity --trace "$TRACE" --limit "$LIMIT" --capacity-frac "$CAPACITY" \
 	--scale "$SCALE" >"$RAW/capacity.txt"
 hot_capacity=$(sed -n 's/^hot_capacity=//p' "$RAW/capacity.txt")
 hot_min_class=$(sed -n 's/^hot_min_class=//p' "$RAW/capacity.txt")
 hot_max_class=$(sed -n 's/^hot_max_class=//p' "$RAW/capacity.txt")
 hot_slab=$(sed -n 's/^hot_slab=//p' "$RAW/capacity.txt")
 capacity_blocks=$(sed -n 's/^capacity_blocks=//p' "$RAW/capacity.txt")
-[[ -n $hot_capacity && -n $hot_slab && -n $capacity_blocks ]] || die "gpucache replay --print-capacity printed no sizing (see $RAW/capacity.txt)"
+[[ -n $hot_capacity && -n $hot_slab && -n $capacity_blocks ]] || die "gpucache-bench replay --print-capacity printed no sizing (see $RAW/capacity.txt)"
 log "capacity $CAPACITY = $capacity_blocks blocks = $hot_capacity bytes (class $hot_max_class, slab $hot_slab)"
 
 free_port PORT
@@ -138,10 +138,10 @@ REPLAY_ARGS=(replay --live --addr "127.0.0.1:$PORT" --trace "$TRACE" --limit "$L
 log "gpucache ${REPLAY_ARGS[*]}"
 printf 'gpucached %s\ngpucache %s --json replay.json\n' "${GPC_ARGS[*]}" "${REPLAY_ARGS[*]}" >"$RAW/command.txt"
 rc=0
-fg_run "$BIN/gpucache" "${REPLAY_ARGS[@]}" --json "$RAW/replay.json" \
+fg_run "$BIN/gpucache-bench" "${REPLAY_ARGS[@]}" --json "$RAW/replay.json" \
 	>"$RAW/replay.txt" 2> >(tee "$RAW/logs/replay.err" >&3) || rc=$?
 cat "$RAW/replay.txt"
-((rc == 0)) || log "gpucache replay exited $rc (see $RAW/logs/replay.err)"
+((rc == 0)) || log "gpucache-bench replay exited $rc (see $RAW/logs/replay.err)"
 
 stop_pid "$GPC_PID"
 log "done: $RAW"

@@ -11,7 +11,7 @@
 #   LONG=1 bench/soak.sh           # the long run: at least 10,000,000 checked
 #                                  # client calls (OPS), bounded by 6 h
 #
-# Environment (each maps to a gpucache soak flag; see gpucache soak -h):
+# Environment (each maps to a gpucache-bench soak flag; see gpucache-bench soak -h):
 #   DURATION  load time (Go duration); default 5m (QUICK: 4m bound, LONG: 6h bound)
 #   OPS       stop after this many client calls; default 0 (LONG: 10000000)
 #   CYCLES    stop after this many cycles of FAULTS; default 0 (QUICK: 1)
@@ -26,7 +26,7 @@
 #   OUT       results directory; default bench/results. The run's directory
 #             is OUT/soak-<stamp>/ (report.json, rss.csv, soak.log, the nodes'
 #             logs and configs, machine.txt, command.txt)
-#   EXTRA     extra flags for gpucache soak (word-split)
+#   EXTRA     extra flags for gpucache-bench soak (word-split)
 #
 # Needs Linux. Run as root for the partition (a network namespace, ip(8))
 # and the full disk (a tmpfs); otherwise those two faults are NOT_RUN with
@@ -88,7 +88,7 @@ mkdir -p "$BIN"
 
 log "building gpucached and gpucache"
 go build -o "$BIN/gpucached" ./cmd/gpucached
-go build -o "$BIN/gpucache" ./cmd/gpucache
+go build -o "$BIN/gpucache-bench" ./cmd/gpucache-bench
 VGW=${GPUCACHE_VERSITYGW:-}
 if [[ -z $VGW ]]; then
 	log "versitygw: scripts/s3-server install (builds it once)"
@@ -109,8 +109,8 @@ ARGS=(soak --gpucached "$BIN/gpucached" --versitygw "$VGW" --dir "$RUN"
 printf 'gpucache %s\n' "${ARGS[*]//$TMP/<tmp>}" >"$RUN/command.txt"
 log "gpucache ${ARGS[*]//$TMP/<tmp>}"
 rc=0
-fg_run "$BIN/gpucache" "${ARGS[@]}" >"$RUN/report.txt" 2> >(tee "$RUN/progress.txt" >&3) || rc=$?
+fg_run "$BIN/gpucache-bench" "${ARGS[@]}" >"$RUN/report.txt" 2> >(tee "$RUN/progress.txt" >&3) || rc=$?
 cat "$RUN/report.txt"
-((rc == 0)) || log "gpucache soak exited $rc"
+((rc == 0)) || log "gpucache-bench soak exited $rc"
 log "done: $RUN"
 exit "$rc"

@@ -25,7 +25,7 @@ type Client struct {
 		blobs map[Namespace][]byte // guarded by ns; canonical encodings
 	}
 	// leases remembers which connection took each lease: the server honours
-	// a lease only on that connection, so GetLeased is sent there.
+	// a lease only on that connection, so a leased Get is sent there.
 	leases struct {
 		sync.Mutex
 		m map[LeaseID]leaseRoute // guarded by leases

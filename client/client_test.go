@@ -77,7 +77,7 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatalf("short buffer: %+v", into[1])
 	}
 
-	// Lookup finds the leading run and leases it; GetLeased releases it.
+	// Lookup finds the leading run and leases it; a Get WithLease releases it.
 	hits, lease, err := c.Lookup(ctx, ns, keys, 5*time.Second)
 	if err != nil || hits != 3 || lease == 0 {
 		t.Fatalf("lookup: hits %d lease %d err %v", hits, lease, err)
@@ -86,7 +86,7 @@ func TestRoundTrip(t *testing.T) {
 	if err != nil || stats["hot_leases_active"] != 1 {
 		t.Fatalf("stat: %v leases %d", err, stats["hot_leases_active"])
 	}
-	for i, r := range c.GetLeased(ctx, ns, lease, keys[:hits]) {
+	for i, r := range c.Get(ctx, ns, keys[:hits], WithLease(lease)) {
 		if !r.Hit || !bytes.Equal(r.Data, blocks[i].Data) {
 			t.Fatalf("leased get %d: %+v", i, r.Reason)
 		}
@@ -233,7 +233,7 @@ func TestBatchSplit(t *testing.T) {
 	if err != nil || hits != 30 || lease == 0 {
 		t.Fatalf("lookup: %d %d %v", hits, lease, err)
 	}
-	for i, r := range c.GetLeased(ctx, ns, lease, keys) {
+	for i, r := range c.Get(ctx, ns, keys, WithLease(lease)) {
 		if !r.Hit {
 			t.Fatalf("leased block %d: %v", i, r.Reason)
 		}

@@ -103,6 +103,7 @@ type Cluster struct {
 	stats struct {
 		wrongEpoch, retries, refreshes, routed, unreachable atomic.Uint64
 	}
+	leases clusterLeases // the leases Lookup handed out (cache.go)
 }
 
 // routing is one immutable routing state: a cluster view, or the single
@@ -629,9 +630,11 @@ func pickKeys(keys []BlockKey, idx []int) []BlockKey {
 // whole: each result is a hit with its payload or a miss with a Reason. The
 // keys of an owner that cannot be reached, or that refuses them twice, are
 // misses (WrongEpoch reads the epoch from the Reason of the latter).
-// Options apply to every owner's request, except WithLease, which is
-// dropped: a lease belongs to the node that granted it, and Cluster.Lookup
-// takes none.
+// Options apply to every owner's request. WithLease takes a lease of this
+// Cluster's Lookup: each owner that pinned its part of the run gets its own
+// node lease with its keys, and releases it once it has answered; an owner
+// the keys no longer route to (the view changed) keeps its pins until they
+// expire.
 func (c *Cluster) Get(ctx context.Context, ns Namespace, keys []BlockKey, opts ...GetOption) []GetResult {
 	res := make([]GetResult, len(keys))
 	if len(keys) == 0 {
@@ -645,14 +648,18 @@ func (c *Cluster) Get(ctx context.Context, ns Namespace, keys []BlockKey, opts .
 	for _, opt := range opts {
 		opt(&o)
 	}
-	o.lease = 0
-	nodeOpts := []GetOption{func(p *getOptions) { *p = o }}
+	var leases *leaseSpend
+	if nodes := c.leases.take(o.lease); nodes != nil {
+		leases = &leaseSpend{nodes: nodes}
+	}
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
 	c.dispatch(ctx, keys, batchOp{
 		send: func(ctx context.Context, n *Client, idx []int, last bool) sent {
+			no := o
+			no.lease = leases.take(n)
 			var s sent
-			for k, r := range n.Get(ctx, ns, pickKeys(keys, idx), nodeOpts...) {
+			for k, r := range n.Get(ctx, ns, pickKeys(keys, idx), func(p *getOptions) { *p = no }) {
 				res[idx[k]] = r
 				if r.Reason != nil {
 					s.note(idx[k], r.Reason)
@@ -764,20 +771,23 @@ func (c *Cluster) Delete(ctx context.Context, ns Namespace, keys []BlockKey) ([]
 // Lookup returns the length of the leading run of keys that are cached,
 // asking every owner in parallel for its part of the chain: the run ends
 // at the first key, in chain order, that its owner does not hold. With
-// leaseTTL > 0 each owner pins its part of the run for that long; the pins
-// expire on their own (leases belong to single nodes, so a cluster Lookup
-// returns none). An owner that cannot be reached, or refuses its keys
-// twice, ends the run at its first key; that is not an error. Lookup fails
-// only for an invalid namespace (ErrInvalid) or a closed Cluster.
-func (c *Cluster) Lookup(ctx context.Context, ns Namespace, keys []BlockKey, leaseTTL time.Duration) (int, error) {
+// leaseTTL > 0 each owner pins its part of the run for that long, and
+// Lookup returns a lease that stands for the owners' leases: pass it to
+// Get with WithLease, which releases each on its owner. Unused, the pins
+// expire on their own. The lease is 0 when no owner granted one or the run
+// is empty. An owner that cannot be reached, or refuses its keys twice,
+// ends the run at its first key; that is not an error. Lookup fails only
+// for an invalid namespace (ErrInvalid) or a closed Cluster.
+func (c *Cluster) Lookup(ctx context.Context, ns Namespace, keys []BlockKey, leaseTTL time.Duration) (int, LeaseID, error) {
 	if len(keys) == 0 {
-		return 0, nil
+		return 0, 0, nil
 	}
 	if err := c.check(ns); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	var mu sync.Mutex
 	run := len(keys)
+	var leases map[*Client]LeaseID // guarded by mu
 	stopAt := func(i int) {
 		mu.Lock()
 		run = min(run, i)
@@ -787,7 +797,17 @@ func (c *Cluster) Lookup(ctx context.Context, ns Namespace, keys []BlockKey, lea
 	defer cancel()
 	c.dispatch(ctx, keys, batchOp{
 		send: func(ctx context.Context, n *Client, idx []int, last bool) sent {
-			hits, _, err := n.Lookup(ctx, ns, pickKeys(keys, idx), leaseTTL)
+			hits, lease, err := n.Lookup(ctx, ns, pickKeys(keys, idx), leaseTTL)
+			if lease != 0 {
+				// A node asked again (a retry after WRONG_EPOCH) keeps its
+				// latest lease; an earlier one expires on its own.
+				mu.Lock()
+				if leases == nil {
+					leases = make(map[*Client]LeaseID)
+				}
+				leases[n] = lease
+				mu.Unlock()
+			}
 			var s sent
 			if err != nil {
 				if e, ok := WrongEpoch(err); ok {
@@ -807,7 +827,10 @@ func (c *Cluster) Lookup(ctx context.Context, ns Namespace, keys []BlockKey, lea
 		},
 		fail: func(_ context.Context, idx []int, _ error) { stopAt(idx[0]) },
 	})
-	return run, nil
+	if run == 0 || len(leases) == 0 {
+		return run, 0, nil // pins of an empty run expire on their own
+	}
+	return run, c.leases.add(leases, leaseTTL), nil
 }
 
 // GetOrFill is Client.GetOrFill over the cluster: the chain's blocks are

@@ -206,7 +206,7 @@ func TestClusterRoutesByOwner(t *testing.T) {
 		t.Fatalf("stats %+v", s)
 	}
 
-	if hits, err := c.Lookup(ctx, ns, keys, 0); err != nil || hits != len(keys) {
+	if hits, _, err := c.Lookup(ctx, ns, keys, 0); err != nil || hits != len(keys) {
 		t.Fatalf("lookup: %d %v", hits, err)
 	}
 	// Delete one block in the middle: the run stops there.
@@ -214,7 +214,7 @@ func TestClusterRoutesByOwner(t *testing.T) {
 	if err != nil || ds[0] != StatusDeleted {
 		t.Fatalf("delete: %v %v", ds, err)
 	}
-	if hits, err := c.Lookup(ctx, ns, keys, time.Second); err != nil || hits != 17 {
+	if hits, _, err := c.Lookup(ctx, ns, keys, time.Second); err != nil || hits != 17 {
 		t.Fatalf("lookup after delete: %d %v, want 17", hits, err)
 	}
 	checkGet(t, c.Get(ctx, ns, keys), blocks, func(i int) bool { return i != 17 })
@@ -365,7 +365,7 @@ func TestClusterNodeDown(t *testing.T) {
 	for first < len(blocks) && !onX(first) {
 		first++
 	}
-	if hits, err := c.Lookup(dctx, ns, keysOf(blocks), 0); err != nil || hits != first {
+	if hits, _, err := c.Lookup(dctx, ns, keysOf(blocks), 0); err != nil || hits != first {
 		t.Fatalf("lookup: %d %v, want the run to stop at %d", hits, err, first)
 	}
 }
@@ -481,7 +481,7 @@ func TestClusterSingleNode(t *testing.T) {
 		t.Fatalf("the node holds %d blocks", rs.Store.Stats().Blocks)
 	}
 	checkGet(t, c.Get(ctx, ns, keysOf(blocks)), blocks, all)
-	if hits, err := c.Lookup(ctx, ns, keysOf(blocks), 0); hits != 12 || err != nil {
+	if hits, _, err := c.Lookup(ctx, ns, keysOf(blocks), 0); hits != 12 || err != nil {
 		t.Fatalf("lookup %d %v", hits, err)
 	}
 	if err := c.Refresh(ctx); err != nil {

@@ -21,7 +21,7 @@
 //	hits, lease, err := c.Lookup(ctx, ns, keys, 2*time.Second)
 //
 //	// Read them (this releases the lease). Any failure is a miss.
-//	for i, r := range c.GetLeased(ctx, ns, lease, keys[:hits]) {
+//	for i, r := range c.Get(ctx, ns, keys[:hits], client.WithLease(lease)) {
 //		if !r.Hit { recompute(i, r.Reason); continue }
 //		load(i, r.Data)
 //	}
@@ -40,9 +40,9 @@
 //
 // # Failure model
 //
-// A read never fails as a whole and never hangs: every block of Get,
-// GetInto and GetLeased is either a hit with its complete payload or a miss
-// with a Reason. ErrNotCached is a plain miss; ErrTimeout (the context
+// A read never fails as a whole and never hangs: every block of Get and
+// GetInto is either a hit with its complete payload or a miss with a
+// Reason. ErrNotCached is a plain miss; ErrTimeout (the context
 // expired), ErrUnavailable (no connection, or it broke), ErrProtocol (a
 // malformed answer) and ErrServer (an error answer, wrapping *wire.Error)
 // explain failed reads. A payload cut short by a dropped connection is a
@@ -68,7 +68,7 @@
 // several pipelined requests (a GET is split so that its answer fits
 // MaxFrame even if every block is as large as allowed: MaxPayload, or for
 // GetInto the buffer's capacity). A lease belongs to the connection that
-// took it, so GetLeased is sent on the connection Lookup used.
+// took it, so a Get WithLease is sent on the connection Lookup used.
 //
 // # Clusters
 //
@@ -88,6 +88,11 @@
 //		Node:  client.Config{Tenant: "acme"},
 //	})
 //	blocks, report, err := cl.GetOrFill(ctx, ns, promptTokens, computeBlocks)
+//
+// Client and Cluster both implement Cache (Get, Put, PutOpaque, Delete,
+// Lookup, GetOrFill, Close) with the same signatures and the same lease
+// rule: Lookup returns a lease, a Get WithLease spends it. Code that works
+// against either takes a Cache.
 //
 // The HELLO of every connection offers protocol versions 1 and 2; the
 // server picks the highest it speaks (Client.ProtocolVersion).

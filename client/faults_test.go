@@ -211,7 +211,7 @@ func TestProtocolViolation(t *testing.T) {
 	}
 }
 
-// A lease belongs to the connection that took it: GetLeased goes there,
+// A lease belongs to the connection that took it: a leased Get goes there,
 // whichever connection the pool would pick otherwise.
 func TestLeaseStaysOnItsConnection(t *testing.T) {
 	var mu sync.Mutex
@@ -250,7 +250,7 @@ func TestLeaseStaysOnItsConnection(t *testing.T) {
 			t.Fatalf("lookup: %d %d %v", hits, lease, err)
 		}
 		c.Ping(ctx) // moves the round-robin on
-		if r := c.GetLeased(ctx, ns, lease, keys)[0]; !r.Hit {
+		if r := c.Get(ctx, ns, keys, WithLease(lease))[0]; !r.Hit {
 			t.Fatalf("get: %v", r.Reason)
 		}
 	}

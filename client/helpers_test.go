@@ -10,13 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/servertest"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // testCtx bounds a whole test's calls.
 func testCtx(t *testing.T) context.Context {

@@ -35,11 +35,6 @@ func (c *Client) Get(ctx context.Context, ns Namespace, keys []BlockKey, opts ..
 	return res
 }
 
-// GetLeased reads blocks pinned by a Lookup lease and releases the lease.
-func (c *Client) GetLeased(ctx context.Context, ns Namespace, lease LeaseID, keys []BlockKey) []GetResult {
-	return c.Get(ctx, ns, keys, WithLease(lease))
-}
-
 // GetInto reads blocks straight from the socket into the caller's buffers:
 // block i goes into dst[i][:n], where n is the cached length, and res[i]
 // tells what happened (on a hit res[i].Data is dst[i][:n]). A block larger
@@ -317,11 +312,12 @@ func collectStatuses(reqs []*request, idx func(j int) []int, statuses []Status, 
 
 // Lookup asks for the leading run of cached keys and returns its length.
 // With leaseTTL > 0 the server pins the run for that long (it may cap the
-// TTL) and returns a lease to pass to GetLeased, which releases it; an
-// unused lease expires. A lease belongs to the connection that took it; the
-// client remembers which, and sends GetLeased there. With more keys than the
-// server's MaxBatch the keys are looked up in chunks, one after the other
-// while the run continues; only the first chunk is leased.
+// TTL) and returns a lease to pass to Get with WithLease, which releases
+// it; an unused lease expires. A lease belongs to the connection that took
+// it; the client remembers which, and sends the leased Get there. With
+// more keys than the server's MaxBatch the keys are looked up in chunks,
+// one after the other while the run continues; only the first chunk is
+// leased.
 func (c *Client) Lookup(ctx context.Context, ns Namespace, keys []BlockKey, leaseTTL time.Duration) (int, LeaseID, error) {
 	if len(keys) == 0 {
 		return 0, 0, nil

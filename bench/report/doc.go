@@ -14,10 +14,11 @@
 //	iperf3/*.json        iperf3 -J output, one file per repetition
 //	redis/<op>_<size>_c<conns>_P<pipeline>_r<rep>.csv
 //	                     redis-benchmark --csv output (op is get or put)
-//	gpucache/*.json      gpucache bench --json output, any number of cases each
-//	gc/gc.json           gpucache bench --json output of the GC and memory run
+//	gpucache/*.json      gpucache-bench bench --json output, any number of cases each
+//	gc/gc.json           gpucache-bench bench --json output of the GC and memory run
 //	gc/NOT_RUN.txt       why the GC and memory run was skipped, if it was
 //
 // Every figure printed comes from those files; a case without data prints
-// NOT_RUN. Only the standard library is used.
+// NOT_RUN. The bench JSON is read with the bench's own types
+// (internal/bench.Report); otherwise only the standard library is used.
 package main

@@ -15,6 +15,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/gpucache/gpucache/internal/bench"
 )
 
 // NotRun is printed wherever a figure was not measured.
@@ -382,33 +384,13 @@ func (r *Run) loadRedis(dir string) {
 	}
 }
 
-// benchJSON is the part of gpucache bench --json output used here.
+// benchJSON is gpucache-bench bench --json output: the report the bench
+// writes (internal/bench), read with its own types. Summary is a pointer so
+// that a file without one (older bench output) is told apart from zeros:
+// the outer field shadows the embedded Report's.
 type benchJSON struct {
-	Cases []struct {
-		Op        string  `json:"op"`
-		Size      int     `json:"size"`
-		Conns     int     `json:"conns"`
-		Batch     int     `json:"batch"`
-		Pipeline  int     `json:"pipeline"`
-		OpsPerSec float64 `json:"ops_per_sec"`
-		GBPerSec  float64 `json:"gb_per_sec"`
-		P50Ns     int64   `json:"p50_ns"`
-		P99Ns     int64   `json:"p99_ns"`
-		Errors    uint64  `json:"errors"`
-		Misses    uint64  `json:"misses"`
-		Corrupt   uint64  `json:"corrupt"`
-	} `json:"cases"`
-	Hold *struct {
-		Requested int64 `json:"requested_bytes"`
-		Held      int64 `json:"held_bytes"`
-	} `json:"hold"`
-	ServerStat map[string]uint64 `json:"server_stat"`
-	Notes      []string          `json:"notes"`
-	Summary    *struct {
-		GoHeapInUseBytes uint64 `json:"go_heap_inuse_bytes"`
-		GoGCPauseP99Ns   uint64 `json:"go_gc_pause_p99_ns"`
-		HotBytesCached   uint64 `json:"hot_bytes_cached"`
-	} `json:"summary"`
+	bench.Report
+	Summary *bench.ServerSummary `json:"summary"`
 }
 
 func parseBench(b []byte) (*benchJSON, error) {
@@ -814,7 +796,7 @@ func (r *Run) Write(w io.Writer) {
 	p("- sizes: %s; conns/clients: %s\n", joinSizes(r.Plan.Sizes), joinInts(r.Plan.Conns))
 	p("- client and server run on the same host over loopback and share its CPUs; GB/s is 1e9 bytes/s of payload; ops/s is blocks (values) per second; latencies are per request\n")
 	p("- Redis: redis-benchmark (single-threaded client), persistence off, working set of `working_set_keys` keys of the given size (`-r`, prefilled; see Machine); PUT is SET; pipelined case is `-P %d` with %d clients\n", redisPipelineDepth, batchCaseConns)
-	p("- gpucache: `gpucache bench` (Go client with GOMAXPROCS `gpucache_client_gomaxprocs`, working set `--keys working_set_keys`; checks one stamp word per 4 KiB page of every GET); batched case is `--batch %d` (one request carries %d blocks; its latency is per request)\n\n", batchCaseBatch, batchCaseBatch)
+	p("- gpucache: `gpucache-bench bench` (Go client with GOMAXPROCS `gpucache_client_gomaxprocs`, working set `--keys working_set_keys`; checks one stamp word per 4 KiB page of every GET); batched case is `--batch %d` (one request carries %d blocks; its latency is per request)\n\n", batchCaseBatch, batchCaseBatch)
 
 	p("## iperf3 loopback, single stream (`-l 1M`)\n\n")
 	if ip, ok := r.IperfGBps(); ok {

@@ -1,12 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"flag"
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/gpucache/gpucache/internal/bench"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden reports in testdata")
@@ -216,5 +220,35 @@ func TestGolden(t *testing.T) {
 				t.Errorf("report differs from %s (rerun with -update and review the diff):\n%s", path, got)
 			}
 		})
+	}
+}
+
+// TestParseBenchReadsBenchReport: the bench's own JSON (bench.Report's
+// WriteJSON) parses with every field the report reads, and a file without a
+// summary is told apart from a summary of zeros.
+func TestParseBenchReadsBenchReport(t *testing.T) {
+	rep := bench.Report{
+		Cases: []bench.CaseResult{{Op: "get", Size: 65536, Conns: 8, Batch: 4, Pipeline: 2, OpsPerSec: 1234.5,
+			GBPerSec: 0.5, P50Ns: 100, P99Ns: 900, Errors: 1, Misses: 2, Corrupt: 3}},
+		Hold:       &bench.HoldResult{Requested: 4 << 30, Held: 3 << 30},
+		ServerStat: map[string]uint64{"hot_bytes_cached": 7},
+		Summary:    bench.ServerSummary{GoHeapInUseBytes: 11, GoGCPauseP99Ns: 12, HotBytesCached: 13},
+		Notes:      []string{"a note"},
+	}
+	var buf bytes.Buffer
+	if err := rep.WriteJSON(&buf); err != nil {
+		t.Fatal(err)
+	}
+	j, err := parseBench(buf.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(j.Cases) != 1 || !reflect.DeepEqual(j.Cases, rep.Cases) || *j.Hold != *rep.Hold || j.ServerStat["hot_bytes_cached"] != 7 ||
+		j.Summary == nil || *j.Summary != rep.Summary || len(j.Notes) != 1 {
+		t.Fatalf("parsed %+v (summary %+v), want %+v", j.Report, j.Summary, rep)
+	}
+	j, err = parseBench([]byte(`{"cases":[]}`))
+	if err != nil || j.Summary != nil || j.Hold != nil {
+		t.Fatalf("no summary: %+v, %v", j, err)
 	}
 }

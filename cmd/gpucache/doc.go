@@ -1,2 +1,4 @@
-// Command gpucache is the gpucache client: put, get, stat, bench and more.
+// Command gpucache is the gpucache client: the data commands (put, get,
+// lookup, delete, stat, ping, members), admin and doctor. The demos and
+// load tools are cmd/gpucache-bench.
 package main

@@ -13,19 +13,19 @@ import (
 )
 
 // TestCLIAgainstEtcdCluster is issue 15's acceptance for the CLI: the
-// built gpucache binary runs put, get, lookup, delete and bench with
-// --cluster against three gpucached processes that form a cluster through
-// a real etcd. Every key works, and the bench reports 0 errors and a share
-// for every node.
+// built gpucache binary runs put, get, lookup and delete, and the built
+// gpucache-bench binary runs bench, with --cluster against three gpucached
+// processes that form a cluster through a real etcd. Every key works, and
+// the bench reports 0 errors and a share for every node.
 func TestCLIAgainstEtcdCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs three daemons and etcd")
 	}
 	etcd := etcdtest.Start(t)
 	bin := buildDaemon(t)
-	cliBin := filepath.Join(t.TempDir(), "gpucache")
-	if out, err := exec.Command("go", "build", "-o", cliBin, "github.com/gpucache/gpucache/cmd/gpucache").CombinedOutput(); err != nil {
-		t.Fatalf("build gpucache: %v\n%s", err, out)
+	binDir := t.TempDir()
+	if out, err := exec.Command("go", "build", "-o", binDir+"/", "github.com/gpucache/gpucache/cmd/gpucache", "github.com/gpucache/gpucache/cmd/gpucache-bench").CombinedOutput(); err != nil {
+		t.Fatalf("build gpucache, gpucache-bench: %v\n%s", err, out)
 	}
 	n1 := clusterNode(t, bin, etcd.Endpoint, "n1", "rack-a")
 	n2 := clusterNode(t, bin, etcd.Endpoint, "n2", "rack-a")
@@ -34,8 +34,9 @@ func TestCLIAgainstEtcdCluster(t *testing.T) {
 		awaitView(t, n, "three members", hasIDs("n1", "n2", "n3"))
 	}
 	seeds := n1.addr + "," + n3.addr
-	cli := func(stdin string, args ...string) (string, string, int) {
-		c := exec.Command(cliBin, args...)
+	// run runs the built command prog (gpucache or gpucache-bench).
+	run := func(prog, stdin string, args ...string) (string, string, int) {
+		c := exec.Command(filepath.Join(binDir, prog), args...)
 		c.Env = append(os.Environ(), "GPUCACHE_CLUSTER="+seeds, "GPUCACHE_ADDR=")
 		c.Stdin = strings.NewReader(stdin)
 		var out, errb strings.Builder
@@ -49,6 +50,7 @@ func TestCLIAgainstEtcdCluster(t *testing.T) {
 		}
 		return out.String(), errb.String(), code
 	}
+	cli := func(stdin string, args ...string) (string, string, int) { return run("gpucache", stdin, args...) }
 	for i := range 24 {
 		key := fmt.Sprintf("cli-key-%d", i)
 		if out, errs, code := cli(key, "put", "--key-text", key, "-"); code != 0 || !strings.HasPrefix(out, "stored") {
@@ -69,7 +71,7 @@ func TestCLIAgainstEtcdCluster(t *testing.T) {
 	}
 
 	js := filepath.Join(t.TempDir(), "bench.json")
-	out, errs, code := cli("", "bench", "--op", "both", "--sizes", "16KiB", "--conns", "1,4", "--requests", "100",
+	out, errs, code := run("gpucache-bench", "", "bench", "--op", "both", "--sizes", "16KiB", "--conns", "1,4", "--requests", "100",
 		"--keys", "64", "--batch", "4", "--json", js)
 	if code != 0 {
 		t.Fatalf("bench: %d\n%s\n%s", code, out, errs)

@@ -56,7 +56,7 @@ func runAdmin(ctx context.Context, args []string, std Stdio) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(std.Out, AdminUsage)
 		if len(args) == 0 {
-			return usageErr("admin needs a subcommand")
+			return UsageErr("admin needs a subcommand")
 		}
 		return nil
 	}
@@ -65,7 +65,7 @@ func runAdmin(ctx context.Context, args []string, std Stdio) error {
 	fs.SetOutput(std.Err)
 	fs.Usage = func() { fmt.Fprint(std.Out, AdminUsage) }
 	var f adminFlags
-	fs.StringVar(&f.admin, "admin", envOr("GPUCACHE_ADMIN", "http://127.0.0.1:9401"), "admin listener URL")
+	fs.StringVar(&f.admin, "admin", EnvOr("GPUCACHE_ADMIN", "http://127.0.0.1:9401"), "admin listener URL")
 	fs.StringVar(&f.tokenFile, "token-file", os.Getenv("GPUCACHE_ADMIN_TOKEN_FILE"), "admin secret file")
 	fs.StringVar(&f.cacert, "cacert", "", "CA bundle")
 	fs.StringVar(&f.cert, "cert", "", "client certificate")
@@ -78,10 +78,10 @@ func runAdmin(ctx context.Context, args []string, std Stdio) error {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
-		return usageErr("%v", err)
+		return UsageErr("%v", err)
 	}
 	if fs.NArg() > 0 {
-		return usageErr("admin %s: unexpected argument %q", sub, fs.Arg(0))
+		return UsageErr("admin %s: unexpected argument %q", sub, fs.Arg(0))
 	}
 	q := url.Values{}
 	if f.tenant != "" {
@@ -93,23 +93,23 @@ func runAdmin(ctx context.Context, args []string, std Stdio) error {
 		method, path = http.MethodGet, "/admin/inventory"
 	case "purge":
 		if f.tenant == "" {
-			return usageErr("admin purge needs --tenant")
+			return UsageErr("admin purge needs --tenant")
 		}
 		path = "/admin/purge"
 	case "expire":
 		if f.olderThan == "" {
-			return usageErr("admin expire needs --older-than (e.g. 168h)")
+			return UsageErr("admin expire needs --older-than (e.g. 168h)")
 		}
 		q.Set("older_than", f.olderThan)
 		path = "/admin/expire"
 	case "backfill":
 		if f.budget <= 0 {
-			return usageErr("admin backfill needs --budget SIZE (> 0), e.g. --budget 4GiB")
+			return UsageErr("admin backfill needs --budget SIZE (> 0), e.g. --budget 4GiB")
 		}
 		q.Set("budget", strconv.FormatInt(int64(f.budget), 10))
 		path = "/admin/backfill"
 	default:
-		return usageErr("unknown admin subcommand %q (inventory, purge, expire, backfill)", sub)
+		return UsageErr("unknown admin subcommand %q (inventory, purge, expire, backfill)", sub)
 	}
 	return adminCall(ctx, f, method, path, q, std)
 }
@@ -150,7 +150,7 @@ func adminCall(ctx context.Context, f adminFlags, method, path string, q url.Val
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u, nil)
 	if err != nil {
-		return usageErr("--admin %q: %v", f.admin, err)
+		return UsageErr("--admin %q: %v", f.admin, err)
 	}
 	if f.tokenFile != "" {
 		tok, err := os.ReadFile(f.tokenFile)

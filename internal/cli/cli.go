@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/gpucache/gpucache/internal/version"
@@ -33,25 +34,16 @@ Commands:
   stat     print the server's counters (--json for JSON)
   ping     measure the round trip to the server
   members  print the node's view of the cluster: epoch, members, owner shares
-  bench    run a load benchmark against a running server
-  noisy    noisy neighbour: tenant B's steady GET load alone and while tenant A
-           floods at 10x its quota; prints B's p99 rise (gpucache noisy --quota OPS
-           --victim-secret-file F --noisy-secret-file F; takes no --tenant)
-  shard-demo  run two shards on loopback: single-flight fills and the transport fallback
-  cold-demo   publish a pack to a local cold tier and refill it, checking the cold contracts
-  dpu-demo    the DPU path: every open refuses, offload_active=false, a simulated queue round trip
-  report   paired-baseline | v3-paired: what a paired hardware run needs and lacks (NOT_RUN_HARDWARE)
-  replay   replay a Mooncake trace: simulate the hot tier's policies (table, --json,
-           --plot), or --live against a running gpucached (hit ratio, throughput,
-           latency): gpucache replay --trace FILE [--live --addr HOST:PORT]
-  soak     robustness soak: 3 cluster nodes + an open node, etcd and S3 (versitygw),
-           faults on a schedule, every payload checked (gpucache soak --duration 5m)
   admin    cold-tier lifecycle on a node: inventory, purge --tenant, expire, backfill
            (gpucache admin --help)
   doctor   what this machine and this node's config can do: CPU, limits, NUMA,
            RDMA/GPU/NVMe/BlueField, S3 and etcd reachability, clock, certificates
            (gpucache doctor --config /etc/gpucache/gpucached.yaml [--json])
   version  print the client and protocol versions
+
+The demos and load tools (bench, noisy, replay, soak, report, shard-demo,
+cold-demo, dpu-demo) are a second command, gpucache-bench: see
+'gpucache-bench --help'.
 
 Common flags (every command but version):
   --addr host:port   server address (env GPUCACHE_ADDR; default 127.0.0.1:9400)
@@ -85,8 +77,15 @@ Run 'gpucache <command> --help' for a command's flags.
 `
 
 // commands are the command names, for suggesting the nearest to a typo.
-var commands = []string{"put", "get", "lookup", "delete", "stat", "ping", "members", "bench", "noisy",
-	"shard-demo", "cold-demo", "dpu-demo", "report", "replay", "soak", "doctor", "version", "help"}
+var commands = []string{"put", "get", "lookup", "delete", "stat", "ping", "members", "admin", "doctor", "version", "help"}
+
+// MovedCommands are the demos and load tools that gpucache-bench runs
+// (internal/benchcli): gpucache does not link the server, the hot tier or
+// the plotting code they need.
+var MovedCommands = []string{"bench", "noisy", "replay", "soak", "report", "shard-demo", "cold-demo", "dpu-demo"}
+
+// BenchProgram is the name of the second command.
+const BenchProgram = "gpucache-bench"
 
 // Main runs the command line args (without the program name) and returns
 // the process exit code.
@@ -112,22 +111,6 @@ func Main(ctx context.Context, args []string, std Stdio) int {
 		err = runPing(ctx, rest, std)
 	case "members":
 		err = runMembers(ctx, rest, std)
-	case "bench":
-		err = runBench(ctx, rest, std)
-	case "noisy":
-		err = runNoisy(ctx, rest, std)
-	case "shard-demo":
-		err = runShardDemo(ctx, rest, std)
-	case "cold-demo":
-		err = runColdDemo(ctx, rest, std)
-	case "dpu-demo":
-		err = runDPUDemo(ctx, rest, std)
-	case "report":
-		err = runReport(ctx, rest, std)
-	case "replay":
-		err = runReplay(ctx, rest, std)
-	case "soak":
-		err = runSoak(ctx, rest, std)
 	case "admin":
 		err = runAdmin(ctx, rest, std)
 	case "doctor":
@@ -139,36 +122,48 @@ func Main(ctx context.Context, args []string, std Stdio) int {
 		fmt.Fprint(std.Out, Usage)
 		return exitOK
 	default:
+		if slices.Contains(MovedCommands, cmd) {
+			fmt.Fprintf(std.Err, "gpucache: %s is a command of %s now: run '%s %s'\n", cmd, BenchProgram, BenchProgram, strings.Join(args, " "))
+			return exitUsage
+		}
 		hint := ""
-		if near, ok := nearest(cmd, commands); ok {
+		if near, ok := Nearest(cmd, commands); ok {
 			hint = fmt.Sprintf(" (did you mean %q?)", near)
 		}
 		fmt.Fprintf(std.Err, "gpucache: unknown command %q%s; see 'gpucache --help'\n", cmd, hint)
 		return exitUsage
 	}
+	return Exit(std, "gpucache", cmd, err)
+}
+
+// Exit returns the exit code of command cmd of program prog that ended
+// with err, printing err as one line ("prog cmd: message") unless it is
+// nil, a help request or already reported.
+func Exit(std Stdio, prog, cmd string, err error) int {
 	switch {
 	case err == nil:
 		return exitOK
 	case errors.Is(err, flag.ErrHelp):
 		return exitOK
 	}
-	return reportErr(std, cmd, err)
+	return reportErr(std, prog, cmd, err)
 }
 
 var (
-	// errUsage marks a usage error (exit 2).
-	errUsage = errors.New("usage")
-	// errReported marks a failure whose message has been printed.
-	errReported = errors.New("reported")
+	// ErrUsage marks a usage error (exit 2).
+	ErrUsage = errors.New("usage")
+	// ErrReported marks a failure whose message has been printed.
+	ErrReported = errors.New("reported")
 )
 
-func usageErr(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, args...))
+// UsageErr returns a usage error (exit 2) with the formatted message.
+func UsageErr(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrUsage, fmt.Sprintf(format, args...))
 }
 
-// oneLine strips the usage marker and newlines from an error message.
-func oneLine(err error) string {
-	s := strings.TrimPrefix(err.Error(), errUsage.Error()+": ")
+// OneLine strips the usage marker and newlines from an error message.
+func OneLine(err error) string {
+	s := strings.TrimPrefix(err.Error(), ErrUsage.Error()+": ")
 	return strings.ReplaceAll(strings.TrimSpace(s), "\n", "; ")
 }
 
@@ -191,7 +186,7 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 				usage()
 				return nil, err
 			}
-			return nil, fmt.Errorf("%w: %v%s", errUsage, err, flagHint(fs, err))
+			return nil, fmt.Errorf("%w: %v%s", ErrUsage, err, flagHint(fs, err))
 		}
 		args = fs.Args()
 		if len(args) == 0 {
@@ -215,20 +210,25 @@ func flagHint(fs *flag.FlagSet, err error) string {
 	name := strings.TrimPrefix(msg[len(undefined):], "-")
 	var names []string
 	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
-	if near, ok := nearest(name, names); ok {
+	if near, ok := Nearest(name, names); ok {
 		return fmt.Sprintf(" (did you mean --%s?)", near)
 	}
 	return ""
 }
 
-// newFlagSet returns a flag set whose help (-h, --help) goes to w, which
-// is the command's stdout; usage errors are returned, not printed (see
-// parse).
+// newFlagSet is NewFlagSet for a gpucache command.
 func newFlagSet(name, synopsis string, w io.Writer) *flag.FlagSet {
+	return NewFlagSet("gpucache", name, synopsis, w)
+}
+
+// NewFlagSet returns the flag set of command name of program prog, whose
+// help (-h, --help) goes to w, which is the command's stdout; usage errors
+// are returned, not printed (see ParseNoArgs).
+func NewFlagSet(prog, name, synopsis string, w io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(w)
 	fs.Usage = func() {
-		fmt.Fprintf(w, "Usage: gpucache %s\n\nFlags:\n", synopsis)
+		fmt.Fprintf(w, "Usage: %s %s\n\nFlags:\n", prog, synopsis)
 		fs.PrintDefaults()
 	}
 	return fs
@@ -236,8 +236,8 @@ func newFlagSet(name, synopsis string, w io.Writer) *flag.FlagSet {
 
 func versionLine() string { return version.Line("gpucache") }
 
-// isTerminal reports whether w is a character device (a terminal).
-func isTerminal(w io.Writer) bool {
+// IsTerminal reports whether w is a character device (a terminal).
+func IsTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	if !ok {
 		return false

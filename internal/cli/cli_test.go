@@ -128,8 +128,6 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"get", "--key-text", "a", "--no-such-flag"}, 2, "flag provided but not defined"},
 		{[]string{"get", "--key-text", "abc", "--block-tokens", "2"}, 2, "do not fit one block"},
 		{[]string{"get", "--key-text", "a", "--model", ""}, 2, "model_id is empty"},
-		{[]string{"bench", "--sizes", "lots"}, 2, "--sizes"},
-		{[]string{"bench", "--op", "scan"}, 2, "--op"},
 		{[]string{"put", "--key-text", "a", "/no/such/file"}, exitFailed, "no such file"},
 		{[]string{"stat", "--addr", "127.0.0.1:1", "--timeout", "1s"}, exitUnavailable, "server unavailable"},
 	} {
@@ -149,70 +147,18 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
-func TestBenchCommand(t *testing.T) {
-	addr := startServer(t)
-	js := filepath.Join(t.TempDir(), "bench.json")
-	r := run(t, "", "bench", "--addr", addr, "--op", "both", "--sizes", "16KiB,64KiB", "--conns", "1,2",
-		"--requests", "50", "--keys", "16", "--batch", "2", "--pipeline", "2", "--hold-bytes", "2MiB", "--json", js)
-	if r.code != 0 {
-		t.Fatalf("bench: %+v", r)
-	}
-	for _, want := range []string{"ops/s", "GB/s", "p999", "corrupt", "16KiB", "go_heap_inuse"} {
-		if !strings.Contains(r.stdout, want) {
-			t.Errorf("table lacks %q:\n%s", want, r.stdout)
+// TestMovedCommands: a demo or load tool typed into gpucache exits 2 with
+// one line naming gpucache-bench and the command line to run there.
+func TestMovedCommands(t *testing.T) {
+	for _, cmd := range MovedCommands {
+		r := run(t, "", cmd, "--addr", "127.0.0.1:1")
+		want := "gpucache: " + cmd + " is a command of gpucache-bench now: run 'gpucache-bench " + cmd + " --addr 127.0.0.1:1'\n"
+		if r.code != exitUsage || r.stderr != want || r.stdout != "" {
+			t.Errorf("%s: %+v, want exit %d and %q", cmd, r, exitUsage, want)
 		}
 	}
-	if n := strings.Count(r.stderr, "case "); n != 8 {
-		t.Errorf("%d progress lines, want 8:\n%s", n, r.stderr)
-	}
-	b, err := os.ReadFile(js)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep struct {
-		Cases []struct {
-			Op      string `json:"op"`
-			Corrupt uint64 `json:"corrupt"`
-			Errors  uint64 `json:"errors"`
-		} `json:"cases"`
-		ServerStat map[string]uint64 `json:"server_stat"`
-	}
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
-	if len(rep.Cases) != 8 || rep.ServerStat["go_heap_inuse_bytes"] == 0 {
-		t.Fatalf("json: %d cases, stat %v", len(rep.Cases), rep.ServerStat["go_heap_inuse_bytes"])
-	}
-	for _, c := range rep.Cases {
-		if c.Corrupt != 0 || c.Errors != 0 {
-			t.Fatalf("case %+v", c)
-		}
-	}
-}
-
-func TestShardDemo(t *testing.T) {
-	var out, errb bytes.Buffer
-	code := Main(context.Background(), []string{"shard-demo", "--clients", "4", "--blocks", "16"}, Stdio{Out: &out, Err: &errb})
-	if code != 0 {
-		t.Fatalf("exit %d\n%s%s", code, out.String(), errb.String())
-	}
-	for _, want := range []string{"SHARD_OK", "rdma=NOT_RUN_HARDWARE", "dma_posted=false fallback=RdmaNotLinked", "16 fills for 16 blocks"} {
-		if !strings.Contains(out.String(), want) {
-			t.Fatalf("output lacks %q:\n%s", want, out.String())
-		}
-	}
-}
-
-func TestColdDemo(t *testing.T) {
-	var out, errb bytes.Buffer
-	code := Main(context.Background(), []string{"cold-demo", "--dir", t.TempDir()}, Stdio{Out: &out, Err: &errb})
-	if code != 0 {
-		t.Fatalf("exit %d\n%s%s", code, out.String(), errb.String())
-	}
-	for _, want := range []string{"COLD_CONTRACT_OK", "gds=NOT_RUN_HARDWARE", "8/8 blocks byte-identical", "0 payload reads", "0 bytes returned", "0 store writes"} {
-		if !strings.Contains(out.String(), want) {
-			t.Fatalf("output lacks %q:\n%s", want, out.String())
-		}
+	if r := run(t, "", "help"); !strings.Contains(r.stdout, "gpucache-bench --help") || strings.Contains(r.stdout, "shard-demo  run") {
+		t.Errorf("help does not point at gpucache-bench: %s", r.stdout)
 	}
 }
 

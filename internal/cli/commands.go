@@ -18,13 +18,13 @@ import (
 func runPut(ctx context.Context, args []string, std Stdio) error {
 	var b blockCmd
 	fs := newFlagSet("put", "put [flags] (--key-text TEXT | --tokens IDS) FILE|-", std.Out)
-	b.register(fs)
+	b.Register(fs)
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 1 {
-		return usageErr("want one FILE to store (- for stdin), got %d arguments", len(pos))
+		return UsageErr("want one FILE to store (- for stdin), got %d arguments", len(pos))
 	}
 	if _, _, _, err := b.resolve(b.common.provisionalTenant()); err != nil {
 		return err
@@ -79,9 +79,9 @@ func runPut(ctx context.Context, args []string, std Stdio) error {
 func runGet(ctx context.Context, args []string, std Stdio) error {
 	var b blockCmd
 	fs := newFlagSet("get", "get [flags] (--key-text TEXT | --tokens IDS) [-o FILE]", std.Out)
-	b.register(fs)
+	b.Register(fs)
 	out := fs.String("o", "-", "write the block to `file` (- for stdout)")
-	if err := parseNoArgs(fs, args); err != nil {
+	if err := ParseNoArgs(fs, args); err != nil {
 		return err
 	}
 	if _, _, _, err := b.resolve(b.common.provisionalTenant()); err != nil {
@@ -118,8 +118,8 @@ func runGet(ctx context.Context, args []string, std Stdio) error {
 func runDelete(ctx context.Context, args []string, std Stdio) error {
 	var b blockCmd
 	fs := newFlagSet("delete", "delete [flags] (--key-text TEXT | --tokens IDS)", std.Out)
-	b.register(fs)
-	if err := parseNoArgs(fs, args); err != nil {
+	b.Register(fs)
+	if err := ParseNoArgs(fs, args); err != nil {
 		return err
 	}
 	if _, _, _, err := b.resolve(b.common.provisionalTenant()); err != nil {
@@ -151,18 +151,18 @@ func runDelete(ctx context.Context, args []string, std Stdio) error {
 }
 
 func runLookup(ctx context.Context, args []string, std Stdio) error {
-	var common commonFlags
-	var nsf nsFlags
+	var common ConnFlags
+	var nsf NSFlags
 	var kf keyFlags
 	fs := newFlagSet("lookup", "lookup [flags] (--key-text TEXT | --tokens IDS)", std.Out)
-	common.register(fs)
-	nsf.register(fs, "cli")
-	kf.register(fs)
+	common.Register(fs)
+	nsf.Register(fs, "cli")
+	kf.Register(fs)
 	ttl := fs.Duration("lease-ttl", 0, "lease the cached run for this long (0: no lease)")
-	if err := parseNoArgs(fs, args); err != nil {
+	if err := ParseNoArgs(fs, args); err != nil {
 		return err
 	}
-	if _, err := nsf.namespace(common.provisionalTenant()); err != nil {
+	if _, err := nsf.Namespace(common.provisionalTenant()); err != nil {
 		return err
 	}
 	toks, err := kf.parseTokens()
@@ -170,20 +170,20 @@ func runLookup(ctx context.Context, args []string, std Stdio) error {
 		return err
 	}
 	if *ttl != 0 && common.cluster != "" {
-		return usageErr("--lease-ttl needs one node (--addr), not --cluster: a lease is held by the node that grants it")
+		return UsageErr("--lease-ttl needs one node (--addr), not --cluster: a lease is held by the node that grants it")
 	}
 	c, err := common.connect(ctx)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	ns, err := nsf.namespace(c.Tenant())
+	ns, err := nsf.Namespace(c.Tenant())
 	if err != nil {
 		return err
 	}
 	keys, err := client.Chain(ns, toks)
 	if err != nil {
-		return usageErr("%v", err)
+		return UsageErr("%v", err)
 	}
 	hits, lease, err := c.Lookup(ctx, ns, keys, *ttl)
 	if err != nil {
@@ -198,11 +198,11 @@ func runLookup(ctx context.Context, args []string, std Stdio) error {
 
 // dialQuery parses the flags of a query command that takes no arguments
 // (stat, members): the connection flags and --json. It dials the node.
-func dialQuery(ctx context.Context, name string, args []string, std Stdio) (c *client.Client, common commonFlags, asJSON bool, err error) {
+func dialQuery(ctx context.Context, name string, args []string, std Stdio) (c *client.Client, common ConnFlags, asJSON bool, err error) {
 	fs := newFlagSet(name, name+" [flags]", std.Out)
-	common.register(fs)
+	common.Register(fs)
 	fs.BoolVar(&asJSON, "json", false, "print a JSON object")
-	if err = parseNoArgs(fs, args); err != nil {
+	if err = ParseNoArgs(fs, args); err != nil {
 		return nil, common, false, err
 	}
 	c, err = common.dial(ctx)
@@ -286,15 +286,15 @@ func runMembers(ctx context.Context, args []string, std Stdio) error {
 }
 
 func runPing(ctx context.Context, args []string, std Stdio) error {
-	var common commonFlags
+	var common ConnFlags
 	fs := newFlagSet("ping", "ping [flags]", std.Out)
-	common.register(fs)
+	common.Register(fs)
 	count := fs.Int("count", 1, "number of pings")
-	if err := parseNoArgs(fs, args); err != nil {
+	if err := ParseNoArgs(fs, args); err != nil {
 		return err
 	}
 	if *count < 1 {
-		return usageErr("--count must be at least 1")
+		return UsageErr("--count must be at least 1")
 	}
 	start := time.Now()
 	c, err := common.dial(ctx)

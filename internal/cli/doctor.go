@@ -70,14 +70,14 @@ func doctorWith(ctx context.Context, args []string, std Stdio, getenv func(strin
 		case "probe-timeout":
 			if !hasVal {
 				if i+1 >= len(args) {
-					return usageErr("--probe-timeout needs a duration, e.g. 3s")
+					return UsageErr("--probe-timeout needs a duration, e.g. 3s")
 				}
 				i++
 				val = args[i]
 			}
 			d, err := time.ParseDuration(val)
 			if err != nil || d <= 0 {
-				return usageErr("--probe-timeout %q is not a positive duration (e.g. 3s)", val)
+				return UsageErr("--probe-timeout %q is not a positive duration (e.g. 3s)", val)
 			}
 			env.Timeout = d
 		default:
@@ -87,7 +87,7 @@ func doctorWith(ctx context.Context, args []string, std Stdio, getenv func(strin
 	cfg, err := config.Load(rest, getenv, io.Discard)
 	if err != nil && !errors.Is(err, config.ErrInvalid) {
 		// A flag gpucached does not know, or a malformed value.
-		return usageErr("%v", err)
+		return UsageErr("%v", err)
 	}
 	rep := doctor.Run(ctx, cfg, err, env)
 	if asJSON {
@@ -100,8 +100,8 @@ func doctorWith(ctx context.Context, args []string, std Stdio, getenv func(strin
 	}
 	if rep.Failed() {
 		// Exit 1, the report being the message: errMiss gives the code,
-		// errReported keeps reportErr from printing a line of its own.
-		return errors.Join(errMiss, errReported)
+		// ErrReported keeps reportErr from printing a line of its own.
+		return errors.Join(errMiss, ErrReported)
 	}
 	return nil
 }

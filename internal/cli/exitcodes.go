@@ -33,7 +33,7 @@ var (
 // message starts with ("" when the message needs none).
 func classify(err error) (code int, label string) {
 	switch {
-	case errors.Is(err, errUsage):
+	case errors.Is(err, ErrUsage):
 		return exitUsage, ""
 	case errors.Is(err, errMiss):
 		return exitMiss, ""
@@ -41,7 +41,7 @@ func classify(err error) (code int, label string) {
 		return exitRefused, ""
 	case errors.Is(err, errUnavailable):
 		return exitUnavailable, ""
-	case errors.Is(err, errReported):
+	case errors.Is(err, ErrReported):
 		return exitFailed, ""
 	}
 	var we *wire.Error
@@ -60,27 +60,27 @@ func classify(err error) (code int, label string) {
 	return exitFailed, ""
 }
 
-// reportErr prints err as one line for command cmd and returns its exit
-// code.
-func reportErr(std Stdio, cmd string, err error) int {
+// reportErr prints err as one line for command cmd of program prog and
+// returns its exit code.
+func reportErr(std Stdio, prog, cmd string, err error) int {
 	code, label := classify(err)
-	if errors.Is(err, errReported) {
+	if errors.Is(err, ErrReported) {
 		return code
 	}
-	msg := oneLine(err)
+	msg := OneLine(err)
 	if label != "" && !strings.HasPrefix(msg, label) {
 		msg = label + ": " + msg
 	}
 	if code == exitUsage {
-		msg += fmt.Sprintf("; see 'gpucache %s --help'", cmd)
+		msg += fmt.Sprintf("; see '%s %s --help'", prog, cmd)
 	}
-	fmt.Fprintf(std.Err, "gpucache %s: %s\n", cmd, msg)
+	fmt.Fprintf(std.Err, "%s %s: %s\n", prog, cmd, msg)
 	return code
 }
 
-// nearest returns the candidate closest to s by edit distance, if it is
+// Nearest returns the candidate closest to s by edit distance, if it is
 // close enough to be a likely typo.
-func nearest(s string, candidates []string) (string, bool) {
+func Nearest(s string, candidates []string) (string, bool) {
 	best, bestD := "", len(s)/2+2
 	for _, c := range candidates {
 		if d := editDistance(s, c); d < bestD {

@@ -14,8 +14,8 @@ import (
 	"github.com/gpucache/gpucache/internal/security/tlsconf"
 )
 
-// commonFlags are the flags every networked command takes.
-type commonFlags struct {
+// ConnFlags are the flags every networked command takes.
+type ConnFlags struct {
 	addr                   string
 	cluster                string // comma-separated seeds; "" for one node
 	tenant                 string
@@ -25,8 +25,9 @@ type commonFlags struct {
 	tlsServerName          string
 }
 
-func (c *commonFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.addr, "addr", envOr("GPUCACHE_ADDR", client.DefaultAddr), "`host:port` of the server (env GPUCACHE_ADDR)")
+// Register defines the flags in fs.
+func (c *ConnFlags) Register(fs *flag.FlagSet) {
+	fs.StringVar(&c.addr, "addr", EnvOr("GPUCACHE_ADDR", client.DefaultAddr), "`host:port` of the server (env GPUCACHE_ADDR)")
 	fs.StringVar(&c.cluster, "cluster", os.Getenv("GPUCACHE_CLUSTER"), "comma-separated `host:port` seeds of a cluster; data commands route each key to its owner (env GPUCACHE_CLUSTER)")
 	fs.StringVar(&c.tenant, "tenant", os.Getenv("GPUCACHE_TENANT"), "session tenant (env GPUCACHE_TENANT; default \"default\", or the tenant the server derives from --secret-file or the client certificate)")
 	fs.DurationVar(&c.timeout, "timeout", client.DefaultRequestTimeout, "per-request timeout")
@@ -37,32 +38,40 @@ func (c *commonFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.tlsServerName, "tls-server-name", "", "name to verify in the server certificate (default: the --addr host)")
 }
 
-// credentials returns the bearer secret and TLS config the flags name.
-func (c *commonFlags) credentials() ([]byte, *tls.Config, error) {
+// Addr is --addr.
+func (c *ConnFlags) Addr() string { return c.addr }
+
+// Timeout is --timeout, the per-request timeout.
+func (c *ConnFlags) Timeout() time.Duration { return c.timeout }
+
+// Credentials returns the bearer secret and TLS config the flags name.
+func (c *ConnFlags) Credentials() ([]byte, *tls.Config, error) {
 	var secret []byte
 	if c.secretFile != "" {
 		b, err := os.ReadFile(c.secretFile)
 		if err != nil {
-			return nil, nil, usageErr("--secret-file: %v", err)
+			return nil, nil, UsageErr("--secret-file: %v", err)
 		}
 		if secret = []byte(strings.TrimSpace(string(b))); len(secret) == 0 {
-			return nil, nil, usageErr("--secret-file %s is empty", c.secretFile)
+			return nil, nil, UsageErr("--secret-file %s is empty", c.secretFile)
 		}
 	}
 	if c.tlsCA == "" {
 		if c.tlsCert != "" || c.tlsKey != "" {
-			return nil, nil, usageErr("--tls-cert and --tls-key need --tls-ca")
+			return nil, nil, UsageErr("--tls-cert and --tls-key need --tls-ca")
 		}
 		return secret, nil, nil
 	}
 	tc, err := tlsconf.NewClient(tlsconf.ClientFiles{CAFile: c.tlsCA, CertFile: c.tlsCert, KeyFile: c.tlsKey, ServerName: c.tlsServerName})
 	if err != nil {
-		return nil, nil, usageErr("%v", err)
+		return nil, nil, UsageErr("%v", err)
 	}
 	return secret, tc, nil
 }
 
-func envOr(name, def string) string {
+// EnvOr returns the environment variable name, or def when it is unset
+// or empty.
+func EnvOr(name, def string) string {
 	if v := os.Getenv(name); v != "" {
 		return v
 	}
@@ -71,7 +80,7 @@ func envOr(name, def string) string {
 
 // provisionalTenant is the tenant to check the namespace flags with
 // before the session tells the real one.
-func (c *commonFlags) provisionalTenant() string {
+func (c *ConnFlags) provisionalTenant() string {
 	if c.tenant != "" {
 		return c.tenant
 	}
@@ -81,12 +90,12 @@ func (c *commonFlags) provisionalTenant() string {
 // sessionTenant returns the session tenant: --tenant; without it the
 // default tenant, or, with credentials, the tenant the server derives from
 // them (one HELLO to --addr or the first --cluster seed).
-func (c *commonFlags) sessionTenant(ctx context.Context) (string, error) {
+func (c *ConnFlags) SessionTenant(ctx context.Context) (string, error) {
 	if c.tenant != "" || (c.secretFile == "" && c.tlsCert == "") {
 		return c.provisionalTenant(), nil
 	}
 	probe := *c
-	if seeds := c.seeds(); len(seeds) > 0 {
+	if seeds := c.Seeds(); len(seeds) > 0 {
 		probe.addr, probe.cluster = seeds[0], ""
 	}
 	cl, err := probe.dial(ctx)
@@ -99,11 +108,11 @@ func (c *commonFlags) sessionTenant(ctx context.Context) (string, error) {
 
 // nodeConfig is the client config the common flags give (Addr unset).
 // With credentials and no --tenant, the tenant is left to the server.
-func (c *commonFlags) nodeConfig() (client.Config, error) {
+func (c *ConnFlags) nodeConfig() (client.Config, error) {
 	if c.timeout <= 0 {
-		return client.Config{}, usageErr("--timeout must be positive")
+		return client.Config{}, UsageErr("--timeout must be positive")
 	}
-	secret, tc, err := c.credentials()
+	secret, tc, err := c.Credentials()
 	if err != nil {
 		return client.Config{}, err
 	}
@@ -112,7 +121,7 @@ func (c *commonFlags) nodeConfig() (client.Config, error) {
 }
 
 // dial connects one connection to --addr with the common flags.
-func (c *commonFlags) dial(ctx context.Context) (*client.Client, error) {
+func (c *ConnFlags) dial(ctx context.Context) (*client.Client, error) {
 	cfg, err := c.nodeConfig()
 	if err != nil {
 		return nil, err
@@ -125,14 +134,15 @@ func (c *commonFlags) dial(ctx context.Context) (*client.Client, error) {
 	return cl, nil
 }
 
-// nsFlags are the namespace (identity) flags. Every field has a default so
+// NSFlags are the namespace (identity) flags. Every field has a default so
 // that put and get work with no flags at all.
-type nsFlags struct {
+type NSFlags struct {
 	trustDomain, model, revision, tokenizer, adapter, rope, dtype, quant, layout      string
 	tpRank, tpSize, ppRank, ppSize, layerStart, layers, kvHeads, headDim, blockTokens uint
 }
 
-func (n *nsFlags) register(fs *flag.FlagSet, defaultModel string) {
+// Register defines the flags in fs; --model defaults to defaultModel.
+func (n *NSFlags) Register(fs *flag.FlagSet, defaultModel string) {
 	fs.StringVar(&n.model, "model", defaultModel, "model id")
 	fs.StringVar(&n.revision, "revision", "main", "model config revision")
 	fs.StringVar(&n.tokenizer, "tokenizer", "main", "tokenizer revision")
@@ -153,8 +163,8 @@ func (n *nsFlags) register(fs *flag.FlagSet, defaultModel string) {
 	fs.UintVar(&n.blockTokens, "block-tokens", 4096, "tokens per block")
 }
 
-// namespace builds and validates the namespace for tenant.
-func (n *nsFlags) namespace(tenant string) (client.Namespace, error) {
+// Namespace builds and validates the namespace for tenant.
+func (n *NSFlags) Namespace(tenant string) (client.Namespace, error) {
 	u32 := func(v uint) uint32 { return uint32(min(v, 1<<32-1)) }
 	ns := client.Namespace{
 		Tenant: tenant, TrustDomain: n.trustDomain, ModelID: n.model, ConfigRevision: n.revision,
@@ -164,7 +174,7 @@ func (n *nsFlags) namespace(tenant string) (client.Namespace, error) {
 			HeadDim: u32(n.headDim), BlockTokens: u32(n.blockTokens)},
 	}
 	if err := ns.Validate(); err != nil {
-		return ns, usageErr("namespace: %v", err)
+		return ns, UsageErr("namespace: %v", err)
 	}
 	return ns, nil
 }
@@ -175,7 +185,7 @@ type keyFlags struct {
 	tokens string
 }
 
-func (k *keyFlags) register(fs *flag.FlagSet) {
+func (k *keyFlags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&k.text, "key-text", "", "block tokens: one per byte of this `text`")
 	fs.StringVar(&k.tokens, "tokens", "", "block tokens: comma-separated token `ids`")
 }
@@ -184,7 +194,7 @@ func (k *keyFlags) register(fs *flag.FlagSet) {
 func (k *keyFlags) parseTokens() ([]uint32, error) {
 	switch {
 	case k.text != "" && k.tokens != "":
-		return nil, usageErr("give --key-text or --tokens, not both")
+		return nil, UsageErr("give --key-text or --tokens, not both")
 	case k.text != "":
 		toks := make([]uint32, len(k.text))
 		for i := 0; i < len(k.text); i++ {
@@ -196,13 +206,13 @@ func (k *keyFlags) parseTokens() ([]uint32, error) {
 		for _, f := range strings.Split(k.tokens, ",") {
 			v, err := strconv.ParseUint(strings.TrimSpace(f), 10, 32)
 			if err != nil {
-				return nil, usageErr("--tokens: %q is not a token id", f)
+				return nil, UsageErr("--tokens: %q is not a token id", f)
 			}
 			toks = append(toks, uint32(v))
 		}
 		return toks, nil
 	}
-	return nil, usageErr("give the block's tokens with --key-text TEXT or --tokens 1,2,3")
+	return nil, UsageErr("give the block's tokens with --key-text TEXT or --tokens 1,2,3")
 }
 
 // block returns the key and the token ids of the single block the flags
@@ -214,33 +224,33 @@ func (k *keyFlags) block(ns client.Namespace) (client.BlockKey, []uint32, error)
 		return client.BlockKey{}, nil, err
 	}
 	if len(toks) > int(ns.Layout.BlockTokens) {
-		return client.BlockKey{}, nil, usageErr("%d tokens do not fit one block of %d (raise --block-tokens)", len(toks), ns.Layout.BlockTokens)
+		return client.BlockKey{}, nil, UsageErr("%d tokens do not fit one block of %d (raise --block-tokens)", len(toks), ns.Layout.BlockTokens)
 	}
 	keys, err := client.Chain(ns, toks)
 	if err != nil {
-		return client.BlockKey{}, nil, usageErr("%v", err)
+		return client.BlockKey{}, nil, UsageErr("%v", err)
 	}
 	return keys[0], toks, nil
 }
 
 // blockCmd holds what put, get and delete share.
 type blockCmd struct {
-	common commonFlags
-	ns     nsFlags
+	common ConnFlags
+	ns     NSFlags
 	key    keyFlags
 }
 
-func (b *blockCmd) register(fs *flag.FlagSet) {
-	b.common.register(fs)
-	b.ns.register(fs, "cli")
-	b.key.register(fs)
+func (b *blockCmd) Register(fs *flag.FlagSet) {
+	b.common.Register(fs)
+	b.ns.Register(fs, "cli")
+	b.key.Register(fs)
 }
 
 // resolve returns the namespace of tenant, the block key and the block's
 // token ids. Called before connecting (with provisionalTenant) it reports
 // usage errors early; after, with the session tenant, it gives the key.
 func (b *blockCmd) resolve(tenant string) (client.Namespace, client.BlockKey, []uint32, error) {
-	ns, err := b.ns.namespace(tenant)
+	ns, err := b.ns.Namespace(tenant)
 	if err != nil {
 		return ns, client.BlockKey{}, nil, err
 	}
@@ -251,16 +261,16 @@ func (b *blockCmd) resolve(tenant string) (client.Namespace, client.BlockKey, []
 // noArgs rejects positional arguments.
 func noArgs(pos []string) error {
 	if len(pos) > 0 {
-		return usageErr("unexpected argument %q", pos[0])
+		return UsageErr("unexpected argument %q", pos[0])
 	}
 	return nil
 }
 
 func fmtBytes(n int) string { return fmt.Sprintf("%d bytes", n) }
 
-// parseNoArgs parses flags for a command that takes no positional
+// ParseNoArgs parses flags for a command that takes no positional
 // arguments.
-func parseNoArgs(fs *flag.FlagSet, args []string) error {
+func ParseNoArgs(fs *flag.FlagSet, args []string) error {
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err

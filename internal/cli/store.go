@@ -15,38 +15,30 @@ import (
 
 // store is what put, get, lookup and delete need of a node (a
 // *client.Client) or of a cluster (a *client.Cluster, which routes each
-// key to its owner).
+// key to its owner): the client.Cache both implement, plus the session's
+// limits and tenant.
 type store interface {
-	Get(ctx context.Context, ns client.Namespace, keys []client.BlockKey, opts ...client.GetOption) []client.GetResult
-	Put(ctx context.Context, ns client.Namespace, blocks []client.PutBlock) ([]client.Status, error)
-	Delete(ctx context.Context, ns client.Namespace, keys []client.BlockKey) ([]client.Status, error)
-	Lookup(ctx context.Context, ns client.Namespace, keys []client.BlockKey, leaseTTL time.Duration) (int, client.LeaseID, error)
+	client.Cache
 	Limits() client.Limits
 	Tenant() string
-	Close() error
 }
 
 var _ store = (*client.Client)(nil)
 var _ store = (*clusterStore)(nil)
 
-// clusterStore adapts a *client.Cluster to store. The session tenant and
-// the limits are those of the seed that answered first.
+// clusterStore adds to a *client.Cluster the session tenant and the limits
+// of the seed that answered first.
 type clusterStore struct {
 	*client.Cluster
 	tenant string
 	limits client.Limits
 }
 
-func (c *clusterStore) Lookup(ctx context.Context, ns client.Namespace, keys []client.BlockKey, leaseTTL time.Duration) (int, client.LeaseID, error) {
-	n, err := c.Cluster.Lookup(ctx, ns, keys, leaseTTL)
-	return n, 0, err
-}
-
 func (c *clusterStore) Limits() client.Limits { return c.limits }
 func (c *clusterStore) Tenant() string        { return c.tenant }
 
-// seeds splits the --cluster list.
-func (c *commonFlags) seeds() []string {
+// Seeds splits the --cluster list.
+func (c *ConnFlags) Seeds() []string {
 	var out []string
 	for _, s := range strings.Split(c.cluster, ",") {
 		if s = strings.TrimSpace(s); s != "" {
@@ -59,8 +51,8 @@ func (c *commonFlags) seeds() []string {
 // connect dials the node of --addr, or with --cluster the cluster of its
 // seeds. The session tenant is the store's Tenant: --tenant, or the one
 // the server derived from the credentials.
-func (c *commonFlags) connect(ctx context.Context) (store, error) {
-	seeds := c.seeds()
+func (c *ConnFlags) connect(ctx context.Context) (store, error) {
+	seeds := c.Seeds()
 	if len(seeds) == 0 {
 		return c.dial(ctx)
 	}
@@ -96,7 +88,7 @@ func (c *commonFlags) connect(ctx context.Context) (store, error) {
 
 // explain adds what the user can do to a dial error: a plaintext client
 // against a TLS listener is told that the server expects TLS.
-func (c *commonFlags) explain(ctx context.Context, addr string, err error) error {
+func (c *ConnFlags) explain(ctx context.Context, addr string, err error) error {
 	if c.tlsCA != "" && isTLSAlert(err) {
 		// The server ended the handshake: it refused the client's
 		// certificate, or the lack of one (mTLS). A refusal, not an outage.

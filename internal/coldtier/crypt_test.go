@@ -33,31 +33,15 @@ func fp16Like(k identity.BlockKey) []byte {
 	return b
 }
 
-// writeEncoded remembers and evicts n chained blocks from token seed,
-// flushes, and returns their keys.
+// writeEncoded writes n chained fp16Like blocks from token seed behind
+// (writeChain) and returns their keys.
 func writeEncoded(t *testing.T, tr *Tier, ns identity.Namespace, n int, seed uint32) []identity.BlockKey {
 	t.Helper()
-	d, _ := ns.Digest()
-	toks := make([]uint32, n*int(ns.Layout.BlockTokens))
-	for i := range toks {
-		toks[i] = seed + uint32(i)
-	}
-	ids, err := identity.Identities(ns, toks)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys := make([]identity.BlockKey, len(ids))
-	for i, id := range ids {
-		keys[i], _ = id.Key()
-		tr.Remember(id)
-		tr.Evicted(d, keys[i], id.Parent, id.ValidLength, fp16Like(keys[i]))
-	}
-	if rep := tr.Flush(context.Background(), true); rep.Completed != 1 || rep.Err != nil {
-		t.Fatalf("flush: %+v", rep)
-	}
+	_, keys := writeChain(t, tr, ns, n, seed, fp16Like)
 	return keys
 }
 
+// readObject returns the whole object key of store.
 func readObject(t *testing.T, store cold.Store, key string) []byte {
 	t.Helper()
 	info, err := store.Head(context.Background(), key)

@@ -54,8 +54,17 @@ func (e *events) take() []refill.IntegrityEvent {
 }
 
 // writeBehind remembers and evicts n chained blocks starting at token seed,
-// flushes, and returns their identities.
+// with payloadOf payloads, flushes, and returns their identities.
 func writeBehind(t *testing.T, tr *Tier, ns identity.Namespace, n int, seed uint32) []identity.CacheIdentity {
+	t.Helper()
+	ids, _ := writeChain(t, tr, ns, n, seed, func(k identity.BlockKey) []byte { return payloadOf(k, 1024) })
+	return ids
+}
+
+// writeChain remembers and evicts n chained blocks starting at token seed,
+// each with payload(key), flushes them as one pack, and returns their
+// identities and keys.
+func writeChain(t *testing.T, tr *Tier, ns identity.Namespace, n int, seed uint32, payload func(identity.BlockKey) []byte) ([]identity.CacheIdentity, []identity.BlockKey) {
 	t.Helper()
 	d, _ := ns.Digest()
 	toks := make([]uint32, n*int(ns.Layout.BlockTokens))
@@ -66,15 +75,16 @@ func writeBehind(t *testing.T, tr *Tier, ns identity.Namespace, n int, seed uint
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range ids {
-		k, _ := id.Key()
+	keys := make([]identity.BlockKey, len(ids))
+	for i, id := range ids {
+		keys[i], _ = id.Key()
 		tr.Remember(id)
-		tr.Evicted(d, k, id.Parent, id.ValidLength, payloadOf(k, 1024))
+		tr.Evicted(d, keys[i], id.Parent, id.ValidLength, payload(keys[i]))
 	}
 	if rep := tr.Flush(context.Background(), true); rep.Completed != 1 || rep.Err != nil {
 		t.Fatalf("flush: %+v", rep)
 	}
-	return ids
+	return ids, keys
 }
 
 // manifests returns every stored manifest, decoded, by key.
@@ -85,15 +95,7 @@ func manifests(t *testing.T, store *cold.Mem) map[string]*pack.Manifest {
 		if !strings.HasPrefix(k, "manifests/") {
 			continue
 		}
-		info, err := store.Head(context.Background(), k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b := make([]byte, info.Size)
-		if err := store.RangeGet(context.Background(), k, 0, b); err != nil {
-			t.Fatal(err)
-		}
-		m, err := pack.OpenManifest(k, b)
+		m, err := pack.OpenManifest(k, readObject(t, store, k))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -53,3 +53,21 @@ func (c Config) validateConn() error {
 	}
 	return nil
 }
+
+// FDReserve is the number of file descriptors kept for everything that is
+// not a client connection: the listeners, the cold tier (fs files, S3
+// HTTP connections), etcd, log and audit files, the epoll descriptor and
+// the standard streams.
+const FDReserve = 256
+
+// FDsNeeded is how many file descriptors c may use at most: every data
+// connection, every admin connection and FDReserve. gpucached refuses to
+// start under a limit that cannot hold it; `gpucache doctor` compares it
+// with RLIMIT_NOFILE the same way.
+func (c Config) FDsNeeded() uint64 {
+	n := uint64(c.MaxConns) + FDReserve
+	if c.AdminListen != "off" {
+		n += uint64(c.AdminMaxConns)
+	}
+	return n
+}

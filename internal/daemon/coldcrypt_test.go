@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,63 +17,43 @@ import (
 // configured, turns them into misses with integrity audit events
 // (decrypt_failed, cipher_key_unavailable) that hold no secret.
 func TestEncryptedColdTierAudited(t *testing.T) {
-	c := testConfig()
-	c.ColdStore, c.ColdDir = "fs", t.TempDir()
-	c.HotCapacity, c.HotSlab, c.HotMaxClass = 4<<20, 1<<20, 1<<20
-	c.ColdFlushInterval = time.Hour // flushed at shutdown
-	c.AuditLog = filepath.Join(t.TempDir(), "audit.log")
+	c := auditedColdConfig(t)
 	c.ColdEncryptionKeys = []config.SecretConfig{{ID: "c1", Env: "COLD_C1"}}
 	c.ColdCompression = config.ColdCompressionZstdPlanes
 	env := map[string]string{"COLD_C1": strings.Repeat("1", 64), "COLD_C2": strings.Repeat("2", 64), "COLD_BAD": strings.Repeat("3", 64)}
-	opts := Options{Getenv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }}
+	opts := envOptions(env)
 	ns, _, ids, keys, payloads := coldBlocks(t)
 	runNode(t, c, opts, func(addr string) { writeBlocks(t, addr, ns, ids, payloads).Close() })
-	readAll := func(addr string) int {
-		cl, hits := readBack(t, addr, ns, keys, payloads)
-		cl.Close()
-		return hits
-	}
-	var clean int
-	runNode(t, c, opts, func(addr string) { clean = readAll(addr) })
+	served := func() (int, []map[string]any) { return servedAfterRestart(t, c, opts, ns, keys, payloads) }
+	clean, _ := served()
 	if clean == 0 {
 		t.Fatal("no encrypted block came back from the cold tier")
 	}
 	// No payload is on disk in the clear.
-	filepath.Walk(c.ColdDir, func(p string, info os.FileInfo, err error) error {
-		if err != nil || !strings.HasSuffix(p, ".pack") {
-			return nil
-		}
-		b, _ := os.ReadFile(p)
+	for _, p := range packFiles(c.ColdDir) {
+		b := must(os.ReadFile(p))
 		for _, pl := range payloads {
 			if bytes.Contains(b, pl[:64]) {
 				t.Fatalf("%s holds a payload in the clear", p)
 			}
 		}
-		return nil
-	})
+	}
 
 	// Rotation: c2 current, c1 still listed: c1's packs still decrypt.
 	c.ColdEncryptionKeys = []config.SecretConfig{{ID: "c1", Env: "COLD_C1"}, {ID: "c2", Env: "COLD_C2"}}
-	var rotated int
-	runNode(t, c, opts, func(addr string) { rotated = readAll(addr) })
+	rotated, _ := served()
 	if rotated != clean {
 		t.Fatalf("with c1 still listed %d blocks served, want %d", rotated, clean)
 	}
 	// A wrong secret under c1's id: misses, audited decrypt_failed.
-	before := len(auditEvents(t, c.AuditLog, "integrity"))
 	c.ColdEncryptionKeys = []config.SecretConfig{{ID: "c1", Env: "COLD_BAD"}}
-	var wrong int
-	runNode(t, c, opts, func(addr string) { wrong = readAll(addr) })
-	evs := auditEvents(t, c.AuditLog, "integrity")[before:]
+	wrong, evs := served()
 	if wrong != 0 || len(evs) == 0 || evs[0]["kind"] != "decrypt_failed" {
 		t.Fatalf("wrong key: %d blocks served, events %v", wrong, evs)
 	}
 	// c1 gone: misses, audited cipher_key_unavailable.
-	before = len(auditEvents(t, c.AuditLog, "integrity"))
 	c.ColdEncryptionKeys = []config.SecretConfig{{ID: "c2", Env: "COLD_C2"}}
-	var gone int
-	runNode(t, c, opts, func(addr string) { gone = readAll(addr) })
-	evs = auditEvents(t, c.AuditLog, "integrity")[before:]
+	gone, evs := served()
 	if gone != 0 || len(evs) == 0 || evs[0]["kind"] != "cipher_key_unavailable" {
 		t.Fatalf("key gone: %d blocks served, events %v", gone, evs)
 	}

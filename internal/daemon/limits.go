@@ -17,11 +17,9 @@ import (
 // connections the configuration allows.
 var ErrFDLimit = errors.New("gpucache/daemon: file descriptor limit too low")
 
-// fdReserve is the number of file descriptors kept for everything that is
-// not a client connection: the listeners, the cold tier (fs files, S3
-// HTTP connections), etcd, log and audit files, the epoll descriptor and
-// the standard streams.
-const fdReserve = 256
+// fdReserve is config.FDReserve: descriptors kept for all but client
+// connections.
+const fdReserve = config.FDReserve
 
 // raiseFDLimit raises the soft RLIMIT_NOFILE to the hard limit and returns
 // both.
@@ -40,19 +38,9 @@ func raiseFDLimit() (soft, hard uint64, err error) {
 	return uint64(r.Cur), uint64(r.Max), nil
 }
 
-// fdsNeeded is how many file descriptors cfg may use at most: every data
-// connection, every admin connection and the reserve.
-func fdsNeeded(cfg config.Config) uint64 {
-	n := uint64(cfg.MaxConns) + fdReserve
-	if cfg.AdminListen != "off" {
-		n += uint64(cfg.AdminMaxConns)
-	}
-	return n
-}
-
-// FDsNeeded is fdsNeeded for `gpucache doctor`, which compares it with
-// RLIMIT_NOFILE as the daemon does at start.
-func FDsNeeded(cfg config.Config) uint64 { return fdsNeeded(cfg) }
+// fdsNeeded is how many file descriptors cfg may use at most
+// (config.Config.FDsNeeded, which `gpucache doctor` checks too).
+func fdsNeeded(cfg config.Config) uint64 { return cfg.FDsNeeded() }
 
 // checkFDLimit refuses a configuration whose connections the soft limit
 // soft (hard limit hard) cannot hold: a node that runs out of descriptors

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpucache/gpucache/client"
 	"github.com/gpucache/gpucache/internal/config"
 )
 
@@ -51,30 +52,64 @@ func auditEvents(t *testing.T, path, kind string) []map[string]any {
 	return out
 }
 
+// auditedColdConfig is a node on a fresh fs cold tier whose blocks are
+// written behind at shutdown, auditing to a file in a temp dir.
+func auditedColdConfig(t *testing.T) config.Config {
+	c := testConfig()
+	c.ColdStore, c.ColdDir = "fs", t.TempDir()
+	c.HotCapacity, c.HotSlab, c.HotMaxClass = 4<<20, 1<<20, 1<<20
+	c.ColdFlushInterval = time.Hour // flushed at shutdown
+	c.AuditLog = filepath.Join(t.TempDir(), "audit.log")
+	return c
+}
+
+// envOptions reads secrets from env instead of the process environment.
+func envOptions(env map[string]string) Options {
+	return Options{Getenv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }}
+}
+
+// servedAfterRestart runs a node with c and opts and returns how many of
+// the blocks it serves byte-identical to payloads, and the integrity events
+// it added to c.AuditLog.
+func servedAfterRestart(t *testing.T, c config.Config, opts Options, ns client.Namespace, keys []client.BlockKey, payloads [][]byte) (int, []map[string]any) {
+	t.Helper()
+	before := len(auditEvents(t, c.AuditLog, "integrity"))
+	var hits int
+	runNode(t, c, opts, func(addr string) {
+		var cl *client.Client
+		cl, hits = readBack(t, addr, ns, keys, payloads)
+		cl.Close()
+	})
+	return hits, auditEvents(t, c.AuditLog, "integrity")[before:]
+}
+
+// packFiles lists the .pack files under dir.
+func packFiles(dir string) []string {
+	var packs []string
+	filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
+		if err == nil && strings.HasSuffix(p, ".pack") {
+			packs = append(packs, p)
+		}
+		return nil
+	})
+	return packs
+}
+
 // TestSealedColdTierTamperIsAuditedMiss: with seal keys, blocks written
 // behind to the fs cold tier come back after a restart; a flipped payload
 // bit, or a seal key that is no longer configured, turns them into misses
 // with 0 bytes served and an integrity audit event, while untouched blocks
 // still come back byte-identical.
 func TestSealedColdTierTamperIsAuditedMiss(t *testing.T) {
-	c := testConfig()
-	c.ColdStore, c.ColdDir = "fs", t.TempDir()
-	c.HotCapacity, c.HotSlab, c.HotMaxClass = 4<<20, 1<<20, 1<<20
-	c.ColdFlushInterval = time.Hour // flushed at shutdown
-	c.AuditLog = filepath.Join(t.TempDir(), "audit.log")
+	c := auditedColdConfig(t)
 	c.SealKeys = []config.SecretConfig{{ID: "k1", Env: "SEAL_K1"}}
 	c.SealHotReads = true // refilled blocks are sealed in DRAM too and verified on read
 	env := map[string]string{"SEAL_K1": strings.Repeat("1", 64), "SEAL_K2": strings.Repeat("2", 64)}
-	opts := Options{Getenv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }}
+	opts := envOptions(env)
 	ns, _, ids, keys, payloads := coldBlocks(t)
 	runNode(t, c, opts, func(addr string) { writeBlocks(t, addr, ns, ids, payloads).Close() })
-	readAll := func(addr string) int {
-		cl, hits := readBack(t, addr, ns, keys, payloads)
-		cl.Close()
-		return hits
-	}
-	var clean int
-	runNode(t, c, opts, func(addr string) { clean = readAll(addr) })
+	served := func() (int, []map[string]any) { return servedAfterRestart(t, c, opts, ns, keys, payloads) }
+	clean, _ := served()
 	if clean == 0 {
 		t.Fatal("no sealed block came back from the cold tier")
 	}
@@ -83,13 +118,7 @@ func TestSealedColdTierTamperIsAuditedMiss(t *testing.T) {
 	}
 
 	// Flip one payload bit of one pack on disk.
-	var packs []string
-	filepath.Walk(c.ColdDir, func(p string, info os.FileInfo, err error) error {
-		if err == nil && strings.HasSuffix(p, ".pack") {
-			packs = append(packs, p)
-		}
-		return nil
-	})
+	packs := packFiles(c.ColdDir)
 	if len(packs) == 0 {
 		t.Fatal("no pack on disk")
 	}
@@ -101,26 +130,20 @@ func TestSealedColdTierTamperIsAuditedMiss(t *testing.T) {
 	if err := os.WriteFile(packs[0], b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var tampered int
-	runNode(t, c, opts, func(addr string) { tampered = readAll(addr) })
-	evs := auditEvents(t, c.AuditLog, "integrity")
+	tampered, evs := served()
 	if tampered >= clean || len(evs) == 0 || evs[0]["kind"] != "payload_checksum" {
 		t.Fatalf("after a bit flip: %d of %d blocks served, integrity events %v", tampered, clean, evs)
 	}
 
 	// Rotation: k2 current, k1 still listed, so k1's seals verify.
 	c.SealKeys = []config.SecretConfig{{ID: "k1", Env: "SEAL_K1"}, {ID: "k2", Env: "SEAL_K2"}}
-	var rotated int
-	runNode(t, c, opts, func(addr string) { rotated = readAll(addr) })
+	rotated, _ := served()
 	if rotated != tampered {
 		t.Fatalf("with k1 still listed %d blocks served, want %d", rotated, tampered)
 	}
 	// k1 removed: every block sealed with it is a miss, audited seal_invalid.
-	before := len(auditEvents(t, c.AuditLog, "integrity"))
 	c.SealKeys = []config.SecretConfig{{ID: "k2", Env: "SEAL_K2"}}
-	var dropped int
-	runNode(t, c, opts, func(addr string) { dropped = readAll(addr) })
-	evs = auditEvents(t, c.AuditLog, "integrity")[before:]
+	dropped, evs := served()
 	if dropped != 0 || len(evs) == 0 {
 		t.Fatalf("with k1 gone %d blocks served, %d integrity events", dropped, len(evs))
 	}

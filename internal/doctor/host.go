@@ -15,7 +15,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpucache/gpucache/internal/config"
-	"github.com/gpucache/gpucache/internal/daemon"
 	"github.com/gpucache/gpucache/internal/transport"
 )
 
@@ -228,7 +227,7 @@ func limitBytes(v uint64) string {
 func nofileCheck(env Env, cfg config.Config) Check {
 	c := Check{Name: "rlimit_nofile"}
 	soft, hard, err := env.Rlimit(unix.RLIMIT_NOFILE)
-	need := daemon.FDsNeeded(cfg)
+	need := cfg.FDsNeeded()
 	switch {
 	case err != nil:
 		c.Status, c.Detail = Warn, "cannot read RLIMIT_NOFILE: "+err.Error()

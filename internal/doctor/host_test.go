@@ -15,7 +15,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpucache/gpucache/internal/config"
-	"github.com/gpucache/gpucache/internal/daemon"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -87,7 +86,7 @@ func TestThisMachine(t *testing.T) {
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &nofile); err != nil {
 		t.Fatal(err)
 	}
-	if daemon.FDsNeeded(cfg) > nofile.Max {
+	if cfg.FDsNeeded() > nofile.Max {
 		expect(t, r, "rlimit_nofile", Fail)
 	} else {
 		expect(t, r, "rlimit_nofile", OK, "need 4416 descriptors")

@@ -2,10 +2,22 @@ package dpu
 
 import (
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 )
+
+// mkdirFile creates dir and an empty file name in it.
+func mkdirFile(t *testing.T, dir, name string) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
 
 // Every open refuses, in this build whichever it is: the error wraps
 // ErrNotRunHardware, names NOT_RUN_HARDWARE, and the Handle is an untyped

@@ -4,21 +4,10 @@ package dpu
 
 import (
 	"errors"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 )
-
-func mkdirFile(t *testing.T, dir, name string) {
-	t.Helper()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, name), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // The tagged build probes the path and names what it saw, and still
 // refuses: a device present is not a device driven.

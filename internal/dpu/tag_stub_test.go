@@ -4,21 +4,9 @@ package dpu
 
 import (
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
-
-func mkdirFile(t *testing.T, dir, name string) {
-	t.Helper()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, name), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // Without the tag nothing is probed: the refusal says so and never claims
 // a device was or was not found.

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -256,33 +255,16 @@ type TestIndex map[string]map[string]bool
 // (directories starting with '.' or '_', testdata, vendor).
 func IndexTests(root string) (TestIndex, error) {
 	idx := TestIndex{}
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		name := d.Name()
-		if d.IsDir() {
-			if path != root && (strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") || name == "testdata" || name == "vendor") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
+	err := walkGo(root, func(rel, name string, b []byte) {
 		if !strings.HasSuffix(name, "_test.go") {
-			return nil
+			return
 		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, filepath.Dir(path))
-		rel = filepath.ToSlash(rel)
 		for _, m := range testFunc.FindAllSubmatch(b, -1) {
 			if idx[rel] == nil {
 				idx[rel] = map[string]bool{}
 			}
 			idx[rel][string(m[1])] = true
 		}
-		return nil
 	})
 	return idx, err
 }

@@ -1,6 +1,7 @@
 package regress
 
 import (
+	"cmp"
 	"context"
 	"io"
 	"io/fs"
@@ -59,7 +60,7 @@ func cpuGates(o Options) []Gate {
 		{Name: "gofmt", Cmd: []string{"gofmt", "-l", "."}, EmptyOutput: true},
 		{Name: "vet", Cmd: []string{"go", "vet", "./..."}},
 		{Name: "staticcheck", Cmd: []string{"go", "run", staticcheck, "./..."}},
-		{Name: "build", Cmd: []string{"go", "build", "-o", "{bin}/", "./cmd/gpucache", "./cmd/gpucached"}},
+		{Name: "build", Cmd: []string{"go", "build", "-o", "{bin}/", "./cmd/gpucache", "./cmd/gpucache-bench", "./cmd/gpucached"}},
 		{Name: "s3-server", Func: s3Server, Command: "$GPUCACHE_VERSITYGW, else scripts/s3-server install"},
 		{Name: "race", Cmd: race, JSON: true, Needs: []string{"s3-server"}, Timeout: 25 * time.Minute},
 	}
@@ -76,7 +77,7 @@ func cpuGates(o Options) []Gate {
 		gs = append(gs, g)
 	}
 	for _, d := range []string{"shard", "cold", "dpu"} {
-		gs = append(gs, Gate{Name: "demo/" + d, Cmd: []string{"{bin}/gpucache", d + "-demo"}, Expect: demoLabels[d], Needs: []string{"build"}})
+		gs = append(gs, Gate{Name: "demo/" + d, Cmd: []string{"{bin}/gpucache-bench", d + "-demo"}, Expect: demoLabels[d], Needs: []string{"build"}})
 	}
 	gs = append(gs, Gate{Name: "doctor", Cmd: []string{"{bin}/gpucache", "doctor", "--json"}, Needs: []string{"build"}})
 	for _, f := range fuzzTargets(root) {
@@ -97,7 +98,7 @@ func cpuGates(o Options) []Gate {
 	}
 	gs = append(gs, bg,
 		Gate{Name: "bench/cli", Func: benchCLI, Needs: []string{"build"},
-			Command: "{bin}/gpucached --listen 127.0.0.1:0 ...; {bin}/gpucache bench --requests 64 --sizes 64KiB --conns 2"})
+			Command: "{bin}/gpucached --listen 127.0.0.1:0 ...; {bin}/gpucache-bench bench --requests 64 --sizes 64KiB --conns 2"})
 	py := Gate{Name: "python", Cmd: []string{"/usr/bin/python3", "-m", "unittest", "discover", "-s", "python/tests", "-v"},
 		Env: []string{"GPUCACHE_BIN={bin}/gpucached"}, Needs: []string{"build"}, Timeout: 20 * time.Minute}
 	if _, err := os.Stat(filepath.Join(root, "python", "tests")); err != nil {
@@ -113,10 +114,11 @@ type fuzzTarget struct{ dir, name string }
 
 var fuzzFunc = regexp.MustCompile(`(?m)^func (Fuzz[A-Za-z0-9_]*)\(\w+ \*testing\.F\)`)
 
-// fuzzTargets finds every `func FuzzX(f *testing.F)` under root.
+// fuzzTargets finds every `func FuzzX(f *testing.F)` under root; a file
+// it cannot read is skipped.
 func fuzzTargets(root string) []fuzzTarget {
 	var out []fuzzTarget
-	walkGo(root, func(rel string, name string, b []byte) {
+	_ = walkGo(root, func(rel string, name string, b []byte) {
 		if !strings.HasSuffix(name, "_test.go") {
 			return
 		}
@@ -133,11 +135,12 @@ func fuzzTargets(root string) []fuzzTarget {
 	return out
 }
 
-// taggedPackages lists the packages ("./dir") with a file constrained by tag.
+// taggedPackages lists the packages ("./dir") with a file constrained by
+// tag; a file it cannot read is skipped.
 func taggedPackages(root, tag string) []string {
 	re := regexp.MustCompile(`(?m)^//go:build .*\b` + regexp.QuoteMeta(tag) + `\b`)
 	seen := map[string]bool{}
-	walkGo(root, func(rel, _ string, b []byte) {
+	_ = walkGo(root, func(rel, _ string, b []byte) {
 		if re.Match(b) {
 			seen["./"+rel] = true
 		}
@@ -150,10 +153,15 @@ func taggedPackages(root, tag string) []string {
 	return out
 }
 
-// walkGo calls fn for every .go file under root the go tool would see.
-func walkGo(root string, fn func(relDir, name string, b []byte)) {
+// walkGo calls fn for every .go file under root the go tool would see
+// (it skips directories starting with '.' or '_', testdata and vendor),
+// with the file's directory relative to root, slash separated. It goes on
+// past a directory or file it cannot read and returns the first such error.
+func walkGo(root string, fn func(relDir, name string, b []byte)) error {
+	var first error
 	_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
+			first = cmp.Or(first, err)
 			return nil
 		}
 		name := d.Name()
@@ -168,10 +176,12 @@ func walkGo(root string, fn func(relDir, name string, b []byte)) {
 		}
 		b, err := os.ReadFile(path)
 		if err != nil {
+			first = cmp.Or(first, err)
 			return nil
 		}
 		rel, _ := filepath.Rel(root, filepath.Dir(path))
 		fn(filepath.ToSlash(rel), name, b)
 		return nil
 	})
+	return first
 }

@@ -469,7 +469,7 @@ func s3Server(ctx context.Context, r *runner, w io.Writer) (int, error) {
 
 var serving = regexp.MustCompile(`msg="gpucached serving" data=(\S+)`)
 
-// benchCLI starts a loopback gpucached and runs a tiny `gpucache bench`.
+// benchCLI starts a loopback gpucached and runs a tiny `gpucache-bench bench`.
 func benchCLI(ctx context.Context, r *runner, w io.Writer) (int, error) {
 	dir, err := os.MkdirTemp("", "gpucache-regress-")
 	if err != nil {
@@ -516,11 +516,11 @@ func benchCLI(ctx context.Context, r *runner, w io.Writer) (int, error) {
 		stop()
 		return -1, errors.New("gpucached did not print its serving line")
 	}
-	_, code, berr := r.sh(ctx, w, nil, filepath.Join(r.bin, "gpucache"), "bench", "--addr", a,
+	_, code, berr := r.sh(ctx, w, nil, filepath.Join(r.bin, "gpucache-bench"), "bench", "--addr", a,
 		"--requests", "64", "--sizes", "64KiB", "--conns", "2", "--keys", "16", "--op", "both")
 	stop()
 	if berr != nil {
-		return code, fmt.Errorf("gpucache bench: exit %d", code)
+		return code, fmt.Errorf("gpucache-bench bench: exit %d", code)
 	}
 	return 0, nil
 }

@@ -2,6 +2,8 @@ package servertest
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"testing"
@@ -13,13 +15,13 @@ import (
 )
 
 // Server is a running server. Stop it with Stop, or let the test's cleanup
-// do it.
+// do it (Close for one started by Launch).
 type Server struct {
 	Addr  string
 	Srv   *server.Server
 	Store *hot.Store
 
-	t      testing.TB
+	t      testing.TB // nil when started by Launch
 	served chan error
 }
 
@@ -34,9 +36,22 @@ func Start(t testing.TB, addr string, limits wire.Limits) *Server {
 // timeouts) before it starts.
 func StartWith(t testing.TB, addr string, limits wire.Limits, mod func(*server.Config)) *Server {
 	t.Helper()
-	store, err := hot.New(hot.Config{CapacityBytes: 64 << 20, SlabBytes: 4 << 20, MaxClass: 1 << 20})
+	s, err := Launch(addr, limits, mod)
 	if err != nil {
 		t.Fatal(err)
+	}
+	s.t = t
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// Launch is StartWith for code without a testing.TB (a TestMain, for the
+// servers Example functions talk to): it returns its error, and the caller
+// stops the server with Close.
+func Launch(addr string, limits wire.Limits, mod func(*server.Config)) (*Server, error) {
+	store, err := hot.New(hot.Config{CapacityBytes: 64 << 20, SlabBytes: 4 << 20, MaxClass: 1 << 20})
+	if err != nil {
+		return nil, err
 	}
 	cfg := server.Config{Store: store, Limits: limits, Name: "test", Logger: slog.New(slog.DiscardHandler)}
 	if mod != nil {
@@ -45,32 +60,41 @@ func StartWith(t testing.TB, addr string, limits wire.Limits, mod func(*server.C
 	srv, err := server.New(cfg)
 	if err != nil {
 		store.Close()
-		t.Fatal(err)
+		return nil, err
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		store.Close()
-		t.Fatal(err)
+		return nil, err
 	}
-	s := &Server{Addr: ln.Addr().String(), Srv: srv, Store: store, t: t, served: make(chan error, 1)}
+	s := &Server{Addr: ln.Addr().String(), Srv: srv, Store: store, served: make(chan error, 1)}
 	go func() { s.served <- srv.Serve(ln) }()
-	t.Cleanup(s.Stop)
-	return s
+	return s, nil
 }
 
-// Stop drains the server and closes its store. It is idempotent.
+// Stop drains the server and closes its store, reporting a failure to the
+// test. It is idempotent.
 func (s *Server) Stop() {
+	if err := s.Close(); err != nil {
+		s.t.Error(err)
+	}
+}
+
+// Close drains the server and closes its store. It is idempotent.
+func (s *Server) Close() error {
 	if s.Srv == nil {
-		return
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	var errs []error
 	if err := s.Srv.Shutdown(ctx); err != nil {
-		s.t.Errorf("shutdown: %v", err)
+		errs = append(errs, fmt.Errorf("shutdown: %w", err))
 	}
 	if err := <-s.served; err != nil {
-		s.t.Errorf("serve: %v", err)
+		errs = append(errs, fmt.Errorf("serve: %w", err))
 	}
 	s.Store.Close()
 	s.Srv = nil
+	return errors.Join(errs...)
 }

@@ -23,9 +23,9 @@
 // through client.Dial) and one of its chains (hot chains that fit in DRAM,
 // or scan chains that overflow it, so blocks go through write-behind to
 // the cold tier and come back by refill), then one operation: GET (and PUT
-// of what missed), LOOKUP with a lease then GET under it (GetLeased on the
-// open node), GetOrFill (single-flight ACQUIRE / FILL_COMMIT / WAIT), PUT,
-// or DELETE then GET. Every payload is derived from its block's key by the
+// of what missed), LOOKUP with a lease then GET under it (WithLease),
+// GetOrFill (single-flight ACQUIRE / FILL_COMMIT / WAIT), PUT, or DELETE
+// then GET. Every payload is derived from its block's key by the
 // Oracle, so the check needs no memory: every block a call returns must be
 // the exact bytes or a miss with a reason, and every call must return
 // within OverrunSlack (50 ms) of the deadline it was given.

@@ -11,82 +11,13 @@ import (
 	"github.com/gpucache/gpucache/client"
 )
 
-// store is what the load calls: a Cluster (routing by placement over the
-// authenticated cluster) or a Client of one node (the open node, where
-// leases are real: Lookup returns one and GetLeased spends it).
-type store interface {
-	Get(ctx context.Context, ns client.Namespace, keys []client.BlockKey) []client.GetResult
-	GetLeased(ctx context.Context, ns client.Namespace, lease client.LeaseID, keys []client.BlockKey) []client.GetResult
-	Lookup(ctx context.Context, ns client.Namespace, keys []client.BlockKey, ttl time.Duration) (int, client.LeaseID, error)
-	Put(ctx context.Context, ns client.Namespace, blocks []client.PutBlock) ([]client.Status, error)
-	Delete(ctx context.Context, ns client.Namespace, keys []client.BlockKey) ([]client.Status, error)
-	GetOrFill(ctx context.Context, ns client.Namespace, tokens []uint32, fill client.FillFunc) ([][]byte, client.FillReport, error)
-}
-
-// clusterStore adapts a Cluster. A cluster Lookup pins blocks on their
-// owners for the TTL but returns no lease (leases belong to one node), so
-// GetLeased is a plain Get there.
-type clusterStore struct{ c *client.Cluster }
-
-func (s clusterStore) Get(ctx context.Context, ns client.Namespace, keys []client.BlockKey) []client.GetResult {
-	return s.c.Get(ctx, ns, keys)
-}
-
-func (s clusterStore) GetLeased(ctx context.Context, ns client.Namespace, _ client.LeaseID, keys []client.BlockKey) []client.GetResult {
-	return s.c.Get(ctx, ns, keys)
-}
-
-func (s clusterStore) Lookup(ctx context.Context, ns client.Namespace, keys []client.BlockKey, ttl time.Duration) (int, client.LeaseID, error) {
-	n, err := s.c.Lookup(ctx, ns, keys, ttl)
-	return n, 0, err
-}
-
-func (s clusterStore) Put(ctx context.Context, ns client.Namespace, blocks []client.PutBlock) ([]client.Status, error) {
-	return s.c.Put(ctx, ns, blocks)
-}
-
-func (s clusterStore) Delete(ctx context.Context, ns client.Namespace, keys []client.BlockKey) ([]client.Status, error) {
-	return s.c.Delete(ctx, ns, keys)
-}
-
-func (s clusterStore) GetOrFill(ctx context.Context, ns client.Namespace, tokens []uint32, fill client.FillFunc) ([][]byte, client.FillReport, error) {
-	return s.c.GetOrFill(ctx, ns, tokens, fill)
-}
-
-// nodeStore adapts a Client.
-type nodeStore struct{ c *client.Client }
-
-func (s nodeStore) Get(ctx context.Context, ns client.Namespace, keys []client.BlockKey) []client.GetResult {
-	return s.c.Get(ctx, ns, keys)
-}
-
-func (s nodeStore) GetLeased(ctx context.Context, ns client.Namespace, lease client.LeaseID, keys []client.BlockKey) []client.GetResult {
-	return s.c.GetLeased(ctx, ns, lease, keys)
-}
-
-func (s nodeStore) Lookup(ctx context.Context, ns client.Namespace, keys []client.BlockKey, ttl time.Duration) (int, client.LeaseID, error) {
-	return s.c.Lookup(ctx, ns, keys, ttl)
-}
-
-func (s nodeStore) Put(ctx context.Context, ns client.Namespace, blocks []client.PutBlock) ([]client.Status, error) {
-	return s.c.Put(ctx, ns, blocks)
-}
-
-func (s nodeStore) Delete(ctx context.Context, ns client.Namespace, keys []client.BlockKey) ([]client.Status, error) {
-	return s.c.Delete(ctx, ns, keys)
-}
-
-func (s nodeStore) GetOrFill(ctx context.Context, ns client.Namespace, tokens []uint32, fill client.FillFunc) ([][]byte, client.FillReport, error) {
-	return s.c.GetOrFill(ctx, ns, tokens, fill)
-}
-
 // tenant is one tenant of the load: its keyspace and the store it uses.
 type tenant struct {
 	name   string
 	auth   bool // authenticated (bearer secret) or open mode
 	ks     *keyspace
-	st     store
-	weight float64 // share of the operations
+	st     client.Cache // a Cluster (the authenticated tenants) or a Client of the open node
+	weight float64      // share of the operations
 }
 
 // leaseTTL is the TTL the load asks for in Lookup.
@@ -235,10 +166,10 @@ func (l *load) op(ctx context.Context, rng *rand.Rand) {
 			l.h.lookupBad.Add(1)
 			l.h.violation("lookup answered more hits than keys")
 		case hits > 0:
-			// Blocks LOOKUP found and pinned (with a lease on the open
-			// node) should hit; a miss here is allowed, with its reason,
-			// but counted apart: under a lease, not_cached would mean the
-			// lease did not pin.
+			// Blocks LOOKUP found and pinned (under its lease) should
+			// hit; a miss here is allowed, with its reason, but counted
+			// apart: under a lease, not_cached would mean the lease did
+			// not pin.
 			for _, r := range l.get(ctx, t, callGetLeased, ch.keys[:hits], lease) {
 				l.h.leasedMiss.Add(1)
 				l.h.reason(t.name + " leased_miss:" + reasonClass(r.Reason))
@@ -274,7 +205,7 @@ func (l *load) get(ctx context.Context, t *tenant, kind string, keys []client.Bl
 	start := time.Now()
 	var res []client.GetResult
 	if kind == callGetLeased {
-		res = t.st.GetLeased(c, t.ks.ns, lease, keys)
+		res = t.st.Get(c, t.ks.ns, keys, client.WithLease(lease))
 	} else {
 		res = t.st.Get(c, t.ks.ns, keys)
 	}

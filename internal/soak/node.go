@@ -37,7 +37,7 @@ func NodeMain(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		return 0
 	}
 	if err != nil {
-		fmt.Fprintln(stderr, "gpucache soak node:", err)
+		fmt.Fprintln(stderr, "gpucache-bench soak node:", err)
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
@@ -50,7 +50,7 @@ func NodeMain(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	}()
 	reload := func() (config.Config, error) { return config.Load(args, os.LookupEnv, io.Discard) }
 	if err := daemon.RunWith(ctx, cfg, daemon.NewLogger(cfg, stderr), daemon.Options{Reload: reload, Stderr: stderr, Faults: reg}); err != nil {
-		fmt.Fprintln(stderr, "gpucache soak node:", err)
+		fmt.Fprintln(stderr, "gpucache-bench soak node:", err)
 		return 1
 	}
 	return 0

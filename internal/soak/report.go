@@ -253,7 +253,7 @@ func (s *soak) fill(r *Report) {
 		case n.spec.name == "open":
 			desc += ": open mode (no tenants), Dial, fs cold tier"
 		case n.spec.control:
-			desc += ": cluster, failpoints over stdin (gpucache soak node)"
+			desc += ": cluster, failpoints over stdin (gpucache-bench soak node)"
 		default:
 			desc += ": cluster, gpucached"
 		}

@@ -312,7 +312,7 @@ func (s *soak) dial(ctx context.Context) ([]*tenant, func(), error) {
 			closeAll()
 			return nil, nil, err
 		}
-		out = append(out, &tenant{name: t.name, auth: true, ks: ks, st: clusterStore{cl}, weight: t.weight})
+		out = append(out, &tenant{name: t.name, auth: true, ks: ks, st: cl, weight: t.weight})
 	}
 	_, oaddr, _ := s.open.snapshot()
 	oc := node
@@ -330,7 +330,7 @@ func (s *soak) dial(ctx context.Context) ([]*tenant, func(), error) {
 		closeAll()
 		return nil, nil, err
 	}
-	out = append(out, &tenant{name: "open", ks: ks, st: nodeStore{c}, weight: 0.35})
+	out = append(out, &tenant{name: "open", ks: ks, st: c, weight: 0.35})
 	return out, closeAll, nil
 }
 

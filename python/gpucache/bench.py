@@ -4,7 +4,7 @@
 
 Each thread has its own connection (pool_size = threads) and reads one
 block per GET into its own preallocated buffer (get_into, zero-copy), like
-`gpucache bench --op get --batch 1`, which bench/py-vs-go.sh runs beside it.
+`gpucache-bench bench --op get --batch 1`, which bench/py-vs-go.sh runs beside it.
 """
 
 import argparse

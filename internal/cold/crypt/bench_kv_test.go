@@ -61,76 +61,83 @@ var kvLevels = []struct {
 	{"fastest-planes", zstd.SpeedFastest, true}, {"default-planes", zstd.SpeedDefault, true},
 }
 
-func BenchmarkKVCompress(b *testing.B) {
+// eachKV runs bench as the sub-benchmark "dtype/size" for each dtype and
+// block size, on that file's blocks, counting size bytes an op.
+func eachKV(b *testing.B, bench func(b *testing.B, size int, blocks [][]byte)) {
 	for _, dt := range []string{"fp16", "bf16"} {
 		for _, size := range kvBlockSizes {
-			for _, lv := range kvLevels {
-				b.Run(dt+"/"+sizeName(size)+"/"+lv.name, func(b *testing.B) {
-					blocks := kvBlocks(b, dt, size)
-					z, err := NewZstdLevel(lv.l)
-					if err != nil {
-						b.Fatal(err)
-					}
-					prep := func(blk []byte) []byte { return blk }
-					if lv.shuffle {
-						sbuf := make([]byte, 0, size)
-						prep = func(blk []byte) []byte { sbuf = Shuffle2(sbuf[:0], blk); return sbuf }
-					}
-					var plain, comp, kept int
-					for _, blk := range blocks {
-						c := z.Compress(nil, prep(blk))
-						plain += len(blk)
-						comp += len(c)
-						if len(c)*100 <= len(blk)*90 {
-							kept++
-						}
-					}
-					buf := make([]byte, 0, size+size/8)
-					b.SetBytes(int64(size))
-					b.ResetTimer()
-					for i := 0; b.Loop(); i++ {
-						buf = z.Compress(buf[:0], prep(blocks[i%len(blocks)]))
-					}
-					b.ReportMetric(float64(plain)/float64(comp), "ratio")
-					b.ReportMetric(100*float64(kept)/float64(len(blocks)), "kept%")
-				})
-			}
+			b.Run(dt+"/"+sizeName(size), func(b *testing.B) {
+				blocks := kvBlocks(b, dt, size)
+				b.SetBytes(int64(size))
+				bench(b, size, blocks)
+			})
 		}
 	}
 }
 
-func BenchmarkKVDecompress(b *testing.B) {
-	for _, dt := range []string{"fp16", "bf16"} {
-		for _, size := range kvBlockSizes {
-			for _, lv := range kvLevels {
-				b.Run(dt+"/"+sizeName(size)+"/"+lv.name, func(b *testing.B) {
-					blocks := kvBlocks(b, dt, size)
-					z, err := NewZstdLevel(lv.l)
-					if err != nil {
-						b.Fatal(err)
-					}
-					comp := make([][]byte, len(blocks))
-					for i, blk := range blocks {
-						if lv.shuffle {
-							blk = Shuffle2(nil, blk)
-						}
-						comp[i] = z.Compress(nil, blk)
-					}
-					dst, plain := make([]byte, size), make([]byte, size)
-					b.SetBytes(int64(size))
-					b.ResetTimer()
-					for i := 0; b.Loop(); i++ {
-						if err := z.Decompress(dst, comp[i%len(comp)]); err != nil {
-							b.Fatal(err)
-						}
-						if lv.shuffle {
-							Unshuffle2(plain, dst)
-						}
-					}
-				})
+// eachKVLevel is eachKV with one sub-benchmark per kvLevels entry below
+// "dtype/size", given that level's codec and whether it shuffles.
+func eachKVLevel(b *testing.B, bench func(b *testing.B, size int, blocks [][]byte, z *Zstd, shuffle bool)) {
+	eachKV(b, func(b *testing.B, size int, blocks [][]byte) {
+		for _, lv := range kvLevels {
+			b.Run(lv.name, func(b *testing.B) {
+				z, err := NewZstdLevel(lv.l)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.SetBytes(int64(size))
+				bench(b, size, blocks, z, lv.shuffle)
+			})
+		}
+	})
+}
+
+func BenchmarkKVCompress(b *testing.B) {
+	eachKVLevel(b, func(b *testing.B, size int, blocks [][]byte, z *Zstd, shuffle bool) {
+		prep := func(blk []byte) []byte { return blk }
+		if shuffle {
+			sbuf := make([]byte, 0, size)
+			prep = func(blk []byte) []byte { sbuf = Shuffle2(sbuf[:0], blk); return sbuf }
+		}
+		var plain, comp, kept int
+		for _, blk := range blocks {
+			c := z.Compress(nil, prep(blk))
+			plain += len(blk)
+			comp += len(c)
+			if len(c)*100 <= len(blk)*90 {
+				kept++
 			}
 		}
-	}
+		buf := make([]byte, 0, size+size/8)
+		b.ResetTimer()
+		for i := 0; b.Loop(); i++ {
+			buf = z.Compress(buf[:0], prep(blocks[i%len(blocks)]))
+		}
+		b.ReportMetric(float64(plain)/float64(comp), "ratio")
+		b.ReportMetric(100*float64(kept)/float64(len(blocks)), "kept%")
+	})
+}
+
+func BenchmarkKVDecompress(b *testing.B) {
+	eachKVLevel(b, func(b *testing.B, size int, blocks [][]byte, z *Zstd, shuffle bool) {
+		comp := make([][]byte, len(blocks))
+		for i, blk := range blocks {
+			if shuffle {
+				blk = Shuffle2(nil, blk)
+			}
+			comp[i] = z.Compress(nil, blk)
+		}
+		dst, plain := make([]byte, size), make([]byte, size)
+		b.ResetTimer()
+		for i := 0; b.Loop(); i++ {
+			if err := z.Decompress(dst, comp[i%len(comp)]); err != nil {
+				b.Fatal(err)
+			}
+			if shuffle {
+				Unshuffle2(plain, dst)
+			}
+		}
+	})
 }
 
 func kvAEAD(b *testing.B) cipher.AEAD {
@@ -153,57 +160,39 @@ func kvAEAD(b *testing.B) cipher.AEAD {
 // (what the pack adds on write and refill); BenchmarkKVSHA256 is the
 // checksum every block already pays on both paths, for comparison.
 func BenchmarkKVEncrypt(b *testing.B) {
-	for _, dt := range []string{"fp16", "bf16"} {
-		for _, size := range kvBlockSizes {
-			b.Run(dt+"/"+sizeName(size), func(b *testing.B) {
-				blocks := kvBlocks(b, dt, size)
-				a := kvAEAD(b)
-				nonce := make([]byte, a.NonceSize())
-				out := make([]byte, 0, size+a.Overhead())
-				b.SetBytes(int64(size))
-				b.ResetTimer()
-				for i := 0; b.Loop(); i++ {
-					nonce[0] = byte(i)
-					out = a.Seal(out[:0], nonce, blocks[i%len(blocks)], nil)
-				}
-			})
+	eachKV(b, func(b *testing.B, size int, blocks [][]byte) {
+		a := kvAEAD(b)
+		nonce := make([]byte, a.NonceSize())
+		out := make([]byte, 0, size+a.Overhead())
+		b.ResetTimer()
+		for i := 0; b.Loop(); i++ {
+			nonce[0] = byte(i)
+			out = a.Seal(out[:0], nonce, blocks[i%len(blocks)], nil)
 		}
-	}
+	})
 }
 
 func BenchmarkKVDecrypt(b *testing.B) {
-	for _, dt := range []string{"fp16", "bf16"} {
-		for _, size := range kvBlockSizes {
-			b.Run(dt+"/"+sizeName(size), func(b *testing.B) {
-				blocks := kvBlocks(b, dt, size)
-				a := kvAEAD(b)
-				nonce := make([]byte, a.NonceSize())
-				ct := a.Seal(nil, nonce, blocks[0], nil)
-				work := make([]byte, len(ct))
-				b.SetBytes(int64(size))
-				b.ResetTimer()
-				for b.Loop() {
-					copy(work, ct)
-					if _, err := a.Open(work[:0], nonce, work, nil); err != nil {
-						b.Fatal(err)
-					}
-				}
-			})
+	eachKV(b, func(b *testing.B, _ int, blocks [][]byte) {
+		a := kvAEAD(b)
+		nonce := make([]byte, a.NonceSize())
+		ct := a.Seal(nil, nonce, blocks[0], nil)
+		work := make([]byte, len(ct))
+		b.ResetTimer()
+		for b.Loop() {
+			copy(work, ct)
+			if _, err := a.Open(work[:0], nonce, work, nil); err != nil {
+				b.Fatal(err)
+			}
 		}
-	}
+	})
 }
 
 func BenchmarkKVSHA256(b *testing.B) {
-	for _, dt := range []string{"fp16", "bf16"} {
-		for _, size := range kvBlockSizes {
-			b.Run(dt+"/"+sizeName(size), func(b *testing.B) {
-				blocks := kvBlocks(b, dt, size)
-				b.SetBytes(int64(size))
-				b.ResetTimer()
-				for i := 0; b.Loop(); i++ {
-					_ = sha256.Sum256(blocks[i%len(blocks)])
-				}
-			})
+	eachKV(b, func(b *testing.B, _ int, blocks [][]byte) {
+		b.ResetTimer()
+		for i := 0; b.Loop(); i++ {
+			_ = sha256.Sum256(blocks[i%len(blocks)])
 		}
-	}
+	})
 }

@@ -9,8 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
+
+	"github.com/gpucache/gpucache/internal/security/keyring"
 )
 
 // Sentinel errors, tested with errors.Is.
@@ -45,73 +46,37 @@ const (
 	hkdfSalt = "gpucache/cold/crypt/v1"
 )
 
-// key is one master secret. A *key is immutable once in the map; Rotate
-// replaces the entry with a copy carrying the new expiry.
-type key struct {
-	secret    []byte    // private copy; never printed
-	notBefore time.Time // usable from this instant
-	expires   time.Time // zero: no expiry; else usable while now < expires
-}
-
-func (k *key) usable(now time.Time) error {
-	if now.Before(k.notBefore) {
-		return ErrKeyNotYetValid
-	}
-	if !k.expires.IsZero() && !now.Before(k.expires) {
-		return ErrExpiredKey
-	}
-	return nil
-}
-
 // Keyring holds the current encryption key and the keys that still decrypt.
-// It is safe for concurrent use; use it by pointer.
+// Its key lifecycle (Add, Rotate with grace, expiry) is
+// internal/security/keyring's. It is safe for concurrent use; use it by
+// pointer.
 type Keyring struct {
-	now func() time.Time // immutable after New
+	ring *keyring.Ring[string] // immutable after New
+}
 
-	mu struct {
-		sync.RWMutex
-		keys    map[string]*key // guarded by mu
-		current string          // guarded by mu; "" when empty
-	}
+var ringConfig = keyring.Config{
+	Name:              "crypt",
+	ErrName:           "gpucache/cold/crypt",
+	MaxIDLen:          MaxKeyIDLen,
+	MinSecretLen:      MinSecretLen,
+	ErrUnknownKey:     ErrUnknownKey,
+	ErrExpiredKey:     ErrExpiredKey,
+	ErrKeyNotYetValid: ErrKeyNotYetValid,
+	ErrNoCurrentKey:   ErrNoCurrentKey,
+	ErrDuplicateKey:   ErrDuplicateKey,
+	ErrBadKeyID:       ErrBadKeyID,
+	ErrWeakSecret:     ErrWeakSecret,
 }
 
 // New returns an empty keyring reading time from now (time.Now if nil).
 func New(now func() time.Time) *Keyring {
-	if now == nil {
-		now = time.Now
-	}
-	r := &Keyring{now: now}
-	r.mu.keys = make(map[string]*key)
-	return r
-}
-
-func newKey(id string, secret []byte, notBefore time.Time) (*key, error) {
-	if len(id) == 0 || len(id) > MaxKeyIDLen {
-		return nil, fmt.Errorf("%w: length %d, want 1..%d", ErrBadKeyID, len(id), MaxKeyIDLen)
-	}
-	if len(secret) < MinSecretLen {
-		return nil, fmt.Errorf("%w: %d < %d bytes", ErrWeakSecret, len(secret), MinSecretLen)
-	}
-	return &key{secret: append([]byte(nil), secret...), notBefore: notBefore}, nil
+	return &Keyring{ring: keyring.New[string](ringConfig, now)}
 }
 
 // Add registers a key usable from notBefore on, with no expiry. If the
 // keyring has no current key, it becomes current. The secret is copied.
 func (r *Keyring) Add(id string, secret []byte, notBefore time.Time) error {
-	k, err := newKey(id, secret, notBefore)
-	if err != nil {
-		return err
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if _, ok := r.mu.keys[id]; ok {
-		return fmt.Errorf("%w: %q", ErrDuplicateKey, id)
-	}
-	r.mu.keys[id] = k
-	if r.mu.current == "" {
-		r.mu.current = id
-	}
-	return nil
+	return r.ring.Add(id, secret, notBefore)
 }
 
 // Rotate makes a new key, usable from now, the current key. The previous
@@ -119,54 +84,21 @@ func (r *Keyring) Add(id string, secret []byte, notBefore time.Time) error {
 // on (grace 0 expires it at once). Keys already in a grace period keep
 // their own expiry. The secret is copied.
 func (r *Keyring) Rotate(newID string, secret []byte, grace time.Duration) error {
-	if grace < 0 {
-		return fmt.Errorf("gpucache/cold/crypt: negative grace %v", grace)
-	}
-	now := r.now()
-	k, err := newKey(newID, secret, now)
-	if err != nil {
-		return err
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if _, ok := r.mu.keys[newID]; ok {
-		return fmt.Errorf("%w: %q", ErrDuplicateKey, newID)
-	}
-	if old, ok := r.mu.keys[r.mu.current]; ok {
-		exp := now.Add(grace)
-		if old.expires.IsZero() || exp.Before(old.expires) {
-			nk := *old
-			nk.expires = exp
-			r.mu.keys[r.mu.current] = &nk
-		}
-	}
-	r.mu.keys[newID] = k
-	r.mu.current = newID
-	return nil
+	return r.ring.Rotate(newID, secret, grace)
 }
 
 // Current returns the id of the key new packs are encrypted with ("" if
 // none).
-func (r *Keyring) Current() string {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	return r.mu.current
-}
+func (r *Keyring) Current() string { return r.ring.Current() }
 
 // Encrypter returns the current key id and the AES-256-GCM AEAD of
 // tenant under it. The current key must be usable now.
 func (r *Keyring) Encrypter(tenant string) (string, cipher.AEAD, error) {
-	r.mu.RLock()
-	id := r.mu.current
-	k := r.mu.keys[id]
-	r.mu.RUnlock()
-	if k == nil {
-		return "", nil, ErrNoCurrentKey
+	id, secret, err := r.ring.CurrentSecret()
+	if err != nil {
+		return "", nil, err
 	}
-	if err := k.usable(r.now()); err != nil {
-		return "", nil, fmt.Errorf("current key %q: %w", id, err)
-	}
-	a, err := derive(k.secret, tenant)
+	a, err := derive(secret, tenant)
 	return id, a, err
 }
 
@@ -174,16 +106,11 @@ func (r *Keyring) Encrypter(tenant string) (string, cipher.AEAD, error) {
 // wrap ErrUnknownKey, ErrExpiredKey or ErrKeyNotYetValid; the key is
 // checked against the clock on every call.
 func (r *Keyring) Decrypter(tenant, id string) (cipher.AEAD, error) {
-	r.mu.RLock()
-	k := r.mu.keys[id]
-	r.mu.RUnlock()
-	if k == nil {
-		return nil, fmt.Errorf("%w: %q", ErrUnknownKey, id)
+	secret, err := r.ring.Secret(id)
+	if err != nil {
+		return nil, err
 	}
-	if err := k.usable(r.now()); err != nil {
-		return nil, fmt.Errorf("key %q: %w", id, err)
-	}
-	return derive(k.secret, tenant)
+	return derive(secret, tenant)
 }
 
 // DeriveKey returns tenant's 32-byte key under a master secret (doc.go).
@@ -211,11 +138,7 @@ func derive(secret []byte, tenant string) (cipher.AEAD, error) {
 }
 
 // String describes the keyring without any secret.
-func (r *Keyring) String() string {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	return fmt.Sprintf("crypt.Keyring{current: %q, keys: %d}", r.mu.current, len(r.mu.keys))
-}
+func (r *Keyring) String() string { return r.ring.String() }
 
 // GoString is String: %#v must not dump the secrets either.
 func (r *Keyring) GoString() string { return r.String() }

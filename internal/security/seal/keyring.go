@@ -8,8 +8,9 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"sync"
 	"time"
+
+	"github.com/gpucache/gpucache/internal/security/keyring"
 )
 
 // Sentinel errors. All carry the package prefix and are tested with errors.Is.
@@ -62,15 +63,6 @@ type Seal struct {
 // String prints the key id and a MAC prefix; a MAC is not secret.
 func (s Seal) String() string { return fmt.Sprintf("seal{%q %x…}", string(s.KeyID), s.MAC[:4]) }
 
-// key is one secret. A *key is immutable once stored in the map, so Seal and
-// Verify may use it after dropping the lock; Rotate replaces the entry with
-// a copy carrying the new expiry instead of writing to it.
-type key struct {
-	secret    []byte    // private copy; never printed
-	notBefore time.Time // verifies (and seals) from this instant
-	expires   time.Time // zero: no expiry; else valid while now < expires
-}
-
 // Keyring holds the current sealing key and the keys that still verify.
 //
 // Seal always uses the current key. Rotate installs a new current key and
@@ -79,37 +71,31 @@ type key struct {
 // yet) stay readable; after the grace period Verify reports ErrExpiredKey.
 //
 // Secrets are copied on entry and never leave the Keyring: String, GoString,
-// Format and LogValue print only key ids and counts.
+// Format and LogValue print only key ids and counts. The key lifecycle is
+// internal/security/keyring's.
 //
 // A Keyring is safe for concurrent use. Use it by pointer.
 type Keyring struct {
-	now func() time.Time // immutable after New
+	ring *keyring.Ring[KeyID] // immutable after New
+}
 
-	mu struct {
-		sync.RWMutex
-		keys    map[KeyID]*key // guarded by mu
-		current KeyID          // guarded by mu; "" when empty
-	}
+var ringConfig = keyring.Config{
+	Name:              "seal",
+	ErrName:           "gpucache/seal",
+	MaxIDLen:          MaxKeyIDLen,
+	MinSecretLen:      MinSecretLen,
+	ErrUnknownKey:     ErrUnknownKey,
+	ErrExpiredKey:     ErrExpiredKey,
+	ErrKeyNotYetValid: ErrKeyNotYetValid,
+	ErrNoCurrentKey:   ErrNoCurrentKey,
+	ErrDuplicateKey:   ErrDuplicateKey,
+	ErrBadKeyID:       ErrBadKeyID,
+	ErrWeakSecret:     ErrWeakSecret,
 }
 
 // New returns an empty keyring reading time from now (time.Now if nil).
 func New(now func() time.Time) *Keyring {
-	if now == nil {
-		now = time.Now
-	}
-	r := &Keyring{now: now}
-	r.mu.keys = make(map[KeyID]*key)
-	return r
-}
-
-func newKey(id KeyID, secret []byte, notBefore time.Time) (*key, error) {
-	if !id.valid() {
-		return nil, fmt.Errorf("%w: length %d", ErrBadKeyID, len(id))
-	}
-	if len(secret) < MinSecretLen {
-		return nil, fmt.Errorf("%w: %d < %d bytes", ErrWeakSecret, len(secret), MinSecretLen)
-	}
-	return &key{secret: append([]byte(nil), secret...), notBefore: notBefore}, nil
+	return &Keyring{ring: keyring.New[KeyID](ringConfig, now)}
 }
 
 // Add registers a key that verifies from notBefore on, with no expiry. If the
@@ -117,20 +103,7 @@ func newKey(id KeyID, secret []byte, notBefore time.Time) (*key, error) {
 // keys at start-up (including keys a peer may still seal with); use Rotate
 // to change the current key. The secret is copied.
 func (r *Keyring) Add(id KeyID, secret []byte, notBefore time.Time) error {
-	k, err := newKey(id, secret, notBefore)
-	if err != nil {
-		return err
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if _, ok := r.mu.keys[id]; ok {
-		return fmt.Errorf("%w: %q", ErrDuplicateKey, string(id))
-	}
-	r.mu.keys[id] = k
-	if r.mu.current == "" {
-		r.mu.current = id
-	}
-	return nil
+	return r.ring.Add(id, secret, notBefore)
 }
 
 // Rotate makes a new key, valid from now, the current key. The previous
@@ -138,67 +111,17 @@ func (r *Keyring) Add(id KeyID, secret []byte, notBefore time.Time) error {
 // (grace 0 expires it at once). Keys already in a grace period keep their
 // own expiry. The secret is copied.
 func (r *Keyring) Rotate(newID KeyID, secret []byte, grace time.Duration) error {
-	if grace < 0 {
-		return fmt.Errorf("gpucache/seal: negative grace %v", grace)
-	}
-	now := r.now()
-	k, err := newKey(newID, secret, now)
-	if err != nil {
-		return err
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if _, ok := r.mu.keys[newID]; ok {
-		return fmt.Errorf("%w: %q", ErrDuplicateKey, string(newID))
-	}
-	if old, ok := r.mu.keys[r.mu.current]; ok {
-		exp := now.Add(grace)
-		if old.expires.IsZero() || exp.Before(old.expires) {
-			nk := *old // copy-on-write: readers may hold old
-			nk.expires = exp
-			r.mu.keys[r.mu.current] = &nk
-		}
-	}
-	r.mu.keys[newID] = k
-	r.mu.current = newID
-	return nil
+	return r.ring.Rotate(newID, secret, grace)
 }
 
 // Current returns the id of the key Seal uses ("" if none).
-func (r *Keyring) Current() KeyID {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	return r.mu.current
-}
+func (r *Keyring) Current() KeyID { return r.ring.Current() }
 
 // Prune forgets expired keys and returns how many it dropped. Seals made
 // with a pruned key fail with ErrUnknownKey afterwards. The secret bytes are
 // not zeroed (a concurrent Verify may still be reading them); they become
 // garbage.
-func (r *Keyring) Prune() int {
-	now := r.now()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	for id, k := range r.mu.keys {
-		if id != r.mu.current && !k.expires.IsZero() && !now.Before(k.expires) {
-			delete(r.mu.keys, id)
-			n++
-		}
-	}
-	return n
-}
-
-// usable reports whether k may be used at now.
-func (k *key) usable(now time.Time) error {
-	if now.Before(k.notBefore) {
-		return ErrKeyNotYetValid
-	}
-	if !k.expires.IsZero() && !now.Before(k.expires) {
-		return ErrExpiredKey
-	}
-	return nil
-}
+func (r *Keyring) Prune() int { return r.ring.Prune() }
 
 // Seal computes the seal of (identityCanonical, payload) with the current key.
 //
@@ -211,21 +134,12 @@ func (r *Keyring) Seal(identityCanonical, payload []byte) (Seal, error) {
 	if uint64(len(identityCanonical)) > math.MaxUint32 {
 		return Seal{}, ErrTooLarge
 	}
-	r.mu.RLock()
-	id := r.mu.current
-	k := r.mu.keys[id]
-	r.mu.RUnlock()
-	if k == nil {
-		return Seal{}, ErrNoCurrentKey
-	}
-	// Read the clock after the key: Rotate stamps notBefore before it takes
-	// the lock, so a monotonic clock read here is never earlier than that.
-	now := r.now()
-	if err := k.usable(now); err != nil {
-		return Seal{}, fmt.Errorf("current key %q: %w", string(id), err)
+	id, secret, err := r.ring.CurrentSecret()
+	if err != nil {
+		return Seal{}, err
 	}
 	s := Seal{KeyID: id}
-	mac(k.secret, identityCanonical, payload, &s.MAC)
+	mac(secret, identityCanonical, payload, &s.MAC)
 	return s, nil
 }
 
@@ -237,18 +151,12 @@ func (r *Keyring) Verify(identityCanonical, payload []byte, s Seal) error {
 	if uint64(len(identityCanonical)) > math.MaxUint32 {
 		return ErrTooLarge
 	}
-	r.mu.RLock()
-	k := r.mu.keys[s.KeyID]
-	r.mu.RUnlock()
-	if k == nil {
-		return fmt.Errorf("%w: %q", ErrUnknownKey, string(s.KeyID))
-	}
-	now := r.now() // after the key, as in Seal
-	if err := k.usable(now); err != nil {
-		return fmt.Errorf("key %q: %w", string(s.KeyID), err)
+	secret, err := r.ring.Secret(s.KeyID)
+	if err != nil {
+		return err
 	}
 	var want [MACSize]byte
-	mac(k.secret, identityCanonical, payload, &want)
+	mac(secret, identityCanonical, payload, &want)
 	if !hmac.Equal(want[:], s.MAC[:]) {
 		return fmt.Errorf("%w (key %q)", ErrBadSeal, string(s.KeyID))
 	}
@@ -270,11 +178,7 @@ func mac(secret, identity, payload []byte, out *[MACSize]byte) {
 }
 
 // String describes the keyring without any secret.
-func (r *Keyring) String() string {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	return fmt.Sprintf("seal.Keyring{current: %q, keys: %d}", string(r.mu.current), len(r.mu.keys))
-}
+func (r *Keyring) String() string { return r.ring.String() }
 
 // GoString is String: %#v must not dump the secrets either.
 func (r *Keyring) GoString() string { return r.String() }

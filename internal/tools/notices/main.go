@@ -1,5 +1,5 @@
 // Command notices writes THIRD_PARTY_NOTICES from the module graph: the
-// modules linked into cmd/gpucache and cmd/gpucached, each with the license
+// modules linked into cmd/gpucache, cmd/gpucache-bench and cmd/gpucached, each with the license
 // detected from its files in the module cache and the texts of those files.
 //
 //	go run ./internal/tools/notices          # rewrite THIRD_PARTY_NOTICES

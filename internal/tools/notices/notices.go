@@ -21,7 +21,7 @@ import (
 var ErrUnknownLicense = errors.New("gpucache/notices: license not recognized")
 
 // Binaries are the commands whose linked modules the notices cover.
-var Binaries = []string{"./cmd/gpucache", "./cmd/gpucached"}
+var Binaries = []string{"./cmd/gpucache", "./cmd/gpucache-bench", "./cmd/gpucached"}
 
 // Platforms are the GOOS/GOARCH pairs the module set is the union over
 // (docs/OPERATIONS.md, compatibility matrix).

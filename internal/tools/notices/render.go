@@ -10,10 +10,10 @@ import (
 
 // notes says where a module's content needs more than its license line:
 // the fonts and SVG code that gonum.org/v1/plot brings into the
-// `gpucache replay` figures. A note is printed only while its module is
+// `gpucache-bench replay` figures. A note is printed only while its module is
 // linked, in this order.
 var notes = []struct{ path, text string }{
-	{"gonum.org/v1/plot", "draws the `gpucache replay` figures (SVG, PNG, PDF) and is linked into cmd/gpucache only. It brings in the fonts and the SVG, PDF and rasterizer code of the next notes."},
+	{"gonum.org/v1/plot", "draws the `gpucache-bench replay` figures (SVG, PNG, PDF) and is linked into cmd/gpucache-bench only. It brings in the fonts and the SVG, PDF and rasterizer code of the next notes."},
 	{"codeberg.org/go-fonts/liberation", "embeds the Liberation font files, compiled into the binary as data (through gonum.org/v1/plot/font/liberation). " +
 		"The fonts are under the SIL Open Font License 1.1 (LICENSE-SIL); the Go code around them is BSD-3-Clause (LICENSE)."},
 	{"golang.org/x/image", "its font/gofont packages embed the Go fonts (through codeberg.org/go-latex/latex/font/ttf), under the module's BSD-3-Clause license."},
@@ -22,7 +22,7 @@ var notes = []struct{ path, text string }{
 		"both texts (licenses/) are reproduced below. Which one a distribution relies on is not decided here."},
 	{"codeberg.org/go-pdf/fpdf", "the PDF writer behind gonum.org/v1/plot/vg/vgpdf."},
 	{"codeberg.org/go-latex/latex", "renders the TeX-like labels of gonum.org/v1/plot/text."},
-	{"go.etcd.io/etcd/server/v3", "linked into cmd/gpucache only, by `gpucache soak` (a single-member etcd embedded in the soak process). The daemon, cmd/gpucached, is an etcd client only."},
+	{"go.etcd.io/etcd/server/v3", "linked into cmd/gpucache-bench only, by `gpucache-bench soak` (a single-member etcd embedded in the soak process). The daemon, cmd/gpucached, is an etcd client only."},
 }
 
 // stdModule is the Go toolchain's standard library and runtime, linked into
@@ -43,11 +43,12 @@ file from the module graph and fails on any difference, so a go.mod or
 go.sum change must come with a regenerated file.
 
 Scope: the modules linked into the gpucache binaries (cmd/gpucache,
-cmd/gpucached) in the default build (no build tags) for linux/amd64 and
-linux/arm64, as "go list -deps -json" reports them, and the Go standard
-library. Modules that only tests, benchmarks or tools use (for example
-go.uber.org/goleak) are not in the binaries and are not listed. The gpucache
-code itself is under the Apache License 2.0 (LICENSE).
+cmd/gpucache-bench, cmd/gpucached) in the default build (no build tags)
+for linux/amd64 and linux/arm64, as "go list -deps -json" reports them,
+and the Go standard library. Modules that only tests, benchmarks or tools
+use (for example go.uber.org/goleak) are not in the binaries and are not
+listed. The gpucache code itself is under the Apache License 2.0
+(LICENSE).
 
 Each license is detected from the module's license files in the module
 cache (LICENSE, COPYING, ...; NOTICE and PATENTS files are reproduced as

@@ -1,4 +1,4 @@
-package cli
+package benchcli
 
 import (
 	"bytes"
@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/gpucache/gpucache/internal/cli"
 	"github.com/gpucache/gpucache/internal/dpu"
 )
 
@@ -18,15 +19,15 @@ import (
 // offload_active=false, hardware=NOT_RUN_HARDWARE and DPU_DEMO_OK, or
 // DPU_DEMO_FAIL with the reason. It prints no timing: nothing here ran on
 // a DPU.
-func runDPUDemo(ctx context.Context, args []string, std Stdio) error {
+func runDPUDemo(ctx context.Context, args []string, std cli.Stdio) error {
 	fs := newFlagSet("dpu-demo", "dpu-demo [--nvme PATH]", std.Out)
 	nvme := fs.String("nvme", "/dev/nvme0n1", "NVMe block device OpenNVMeDevice is asked for (never opened)")
-	if err := parseNoArgs(fs, args); err != nil {
+	if err := cli.ParseNoArgs(fs, args); err != nil {
 		return err
 	}
 	if err := dpuDemo(ctx, std.Out, *nvme); err != nil {
 		fmt.Fprintf(std.Out, "DPU_DEMO_FAIL: %v\n", err)
-		return errReported
+		return cli.ErrReported
 	}
 	fmt.Fprintln(std.Out, "DPU_DEMO_OK")
 	return nil

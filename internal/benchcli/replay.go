@@ -1,4 +1,4 @@
-package cli
+package benchcli
 
 import (
 	"context"
@@ -20,12 +20,13 @@ import (
 	"time"
 
 	"github.com/gpucache/gpucache/client"
+	"github.com/gpucache/gpucache/internal/cli"
 	"github.com/gpucache/gpucache/internal/replay"
 	"github.com/gpucache/gpucache/internal/replay/live"
 	"github.com/gpucache/gpucache/internal/replay/plot"
 )
 
-// replayFlags are the flags of `gpucache replay`.
+// replayFlags are the flags of `gpucache-bench replay`.
 type replayFlags struct {
 	trace    string
 	limit    int
@@ -40,7 +41,7 @@ type replayFlags struct {
 
 	// live
 	live         bool
-	common       commonFlags
+	common       cli.ConnFlags
 	scale        int
 	speedup      float64
 	capacityFrac float64
@@ -92,7 +93,7 @@ func (f *replayFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.workers, "workers", runtime.GOMAXPROCS(0), "simulate: runs in parallel")
 
 	fs.BoolVar(&f.live, "live", false, "drive a running gpucached (--addr) instead of simulating")
-	f.common.register(fs)
+	f.common.Register(fs)
 	fs.IntVar(&f.scale, "scale", live.DefaultScale, "live, print-capacity: block payload = 64 MiB (Llama-3-8B fp16, 512 tokens) / `factor`")
 	fs.Float64Var(&f.speedup, "speedup", 0, "live: divide the trace's inter-arrival times by `X` (0: as fast as --conns allow)")
 	fs.Float64Var(&f.capacityFrac, "capacity-frac", 0.10, "live, print-capacity: the daemon's capacity as a `fraction` of the replayed requests' unique blocks")
@@ -104,11 +105,11 @@ func (f *replayFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.printCapacity, "print-capacity", false, "print the gpucached hot-tier flags for a live replay at --capacity-frac and --scale, as shell assignments")
 }
 
-func runReplay(ctx context.Context, args []string, std Stdio) error {
+func runReplay(ctx context.Context, args []string, std cli.Stdio) error {
 	var f replayFlags
 	fs := newFlagSet("replay", replaySynopsis, std.Out)
 	f.register(fs)
-	if err := parseNoArgs(fs, args); err != nil {
+	if err := cli.ParseNoArgs(fs, args); err != nil {
 		return err
 	}
 	set := map[string]bool{}
@@ -116,7 +117,7 @@ func runReplay(ctx context.Context, args []string, std Stdio) error {
 	if err := f.check(set); err != nil {
 		return err
 	}
-	showProgress := f.progress == "on" || (f.progress == "auto" && isTerminal(std.Err))
+	showProgress := f.progress == "on" || (f.progress == "auto" && cli.IsTerminal(std.Err))
 	if f.live && !set["limit"] {
 		f.limit = defaultLiveLimit
 	}
@@ -140,43 +141,43 @@ func runReplay(ctx context.Context, args []string, std Stdio) error {
 // check validates the flags that do not need the trace.
 func (f *replayFlags) check(set map[string]bool) error {
 	if f.trace == "" {
-		return usageErr("--trace FILE is required (a Mooncake JSONL trace)")
+		return cli.UsageErr("--trace FILE is required (a Mooncake JSONL trace)")
 	}
 	if f.limit < 0 {
-		return usageErr("--limit must not be negative")
+		return cli.UsageErr("--limit must not be negative")
 	}
 	switch f.progress {
 	case "auto", "on", "off":
 	default:
-		return usageErr("--progress must be auto, on or off, not %q", f.progress)
+		return cli.UsageErr("--progress must be auto, on or off, not %q", f.progress)
 	}
 	if f.live && f.printCapacity {
-		return usageErr("give --live or --print-capacity, not both")
+		return cli.UsageErr("give --live or --print-capacity, not both")
 	}
 	if f.live || f.printCapacity {
 		for _, n := range simOnly {
 			if set[n] {
-				return usageErr("--%s is a simulate flag; it does not go with --live or --print-capacity", n)
+				return cli.UsageErr("--%s is a simulate flag; it does not go with --live or --print-capacity", n)
 			}
 		}
 		if !(f.capacityFrac > 0 && f.capacityFrac <= 1) {
-			return usageErr("--capacity-frac %v out of range: want a fraction in (0, 1], e.g. 0.1", f.capacityFrac)
+			return cli.UsageErr("--capacity-frac %v out of range: want a fraction in (0, 1], e.g. 0.1", f.capacityFrac)
 		}
 		if f.scale < 1 || f.scale > live.ModelBlockBytes {
-			return usageErr("--scale %d out of range 1..%d", f.scale, live.ModelBlockBytes)
+			return cli.UsageErr("--scale %d out of range 1..%d", f.scale, live.ModelBlockBytes)
 		}
 	} else {
 		for _, n := range append(slices.Clone(liveOnly), "scale", "capacity-frac") {
 			if set[n] {
-				return usageErr("--%s needs --live (or --print-capacity)", n)
+				return cli.UsageErr("--%s needs --live (or --print-capacity)", n)
 			}
 		}
 		if f.workers < 1 {
-			return usageErr("--workers must be at least 1")
+			return cli.UsageErr("--workers must be at least 1")
 		}
 		if f.plotOut != "" {
 			if _, err := plot.Format(f.plotOut); err != nil {
-				return usageErr("--plot: want a .svg, .png or .pdf file name, got %q", f.plotOut)
+				return cli.UsageErr("--plot: want a .svg, .png or .pdf file name, got %q", f.plotOut)
 			}
 		}
 		if _, err := f.policyList(); err != nil {
@@ -189,22 +190,22 @@ func (f *replayFlags) check(set map[string]bool) error {
 	if f.printCapacity {
 		for _, n := range liveOnly {
 			if set[n] {
-				return usageErr("--%s is a --live flag; --print-capacity takes --trace, --limit, --capacity-frac and --scale", n)
+				return cli.UsageErr("--%s is a --live flag; --print-capacity takes --trace, --limit, --capacity-frac and --scale", n)
 			}
 		}
 	}
 	if f.live {
 		if f.speedup < 0 || math.IsNaN(f.speedup) || math.IsInf(f.speedup, 0) {
-			return usageErr("--speedup must be a number >= 0 (0: as fast as possible)")
+			return cli.UsageErr("--speedup must be a number >= 0 (0: as fast as possible)")
 		}
 		if f.conns < 1 || f.conns > 1024 {
-			return usageErr("--conns %d out of range 1..1024", f.conns)
+			return cli.UsageErr("--conns %d out of range 1..1024", f.conns)
 		}
 		if f.leaseTTL < 0 {
-			return usageErr("--lease-ttl must not be negative")
+			return cli.UsageErr("--lease-ttl must not be negative")
 		}
 		if !slices.Contains(replay.Policies(), f.simPolicy) {
-			return usageErr("--sim-policy: unknown policy %q (known: %s)", f.simPolicy, strings.Join(replay.Policies(), ", "))
+			return cli.UsageErr("--sim-policy: unknown policy %q (known: %s)", f.simPolicy, strings.Join(replay.Policies(), ", "))
 		}
 	}
 	return nil
@@ -223,14 +224,14 @@ func (f *replayFlags) policyList() ([]string, error) {
 			continue
 		}
 		if !slices.Contains(known, p) {
-			return nil, usageErr("--policies: unknown policy %q (known: %s)", p, strings.Join(known, ", "))
+			return nil, cli.UsageErr("--policies: unknown policy %q (known: %s)", p, strings.Join(known, ", "))
 		}
 		if !slices.Contains(out, p) {
 			out = append(out, p)
 		}
 	}
 	if len(out) == 0 {
-		return nil, usageErr("--policies names no policy")
+		return nil, cli.UsageErr("--policies names no policy")
 	}
 	return out, nil
 }
@@ -245,17 +246,17 @@ func parseCapacities(s string) ([]float64, error) {
 		}
 		v, err := strconv.ParseFloat(f, 64)
 		if err != nil {
-			return nil, usageErr("--capacities: %q is not a percentage", f)
+			return nil, cli.UsageErr("--capacities: %q is not a percentage", f)
 		}
 		if !(v > 0 && v <= 100) {
-			return nil, usageErr("--capacities: capacity %v%% out of range (0, 100]", v)
+			return nil, cli.UsageErr("--capacities: capacity %v%% out of range (0, 100]", v)
 		}
 		if !slices.Contains(out, v) {
 			out = append(out, v)
 		}
 	}
 	if len(out) == 0 {
-		return nil, usageErr("--capacities names no capacity")
+		return nil, cli.UsageErr("--capacities names no capacity")
 	}
 	slices.Sort(out)
 	return out, nil
@@ -264,7 +265,7 @@ func parseCapacities(s string) ([]float64, error) {
 func readTraceFile(path string, limit int) ([]replay.Request, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, usageErr("--trace: %v", err)
+		return nil, cli.UsageErr("--trace: %v", err)
 	}
 	defer f.Close()
 	reqs, err := replay.ReadTrace(f, limit)
@@ -296,7 +297,7 @@ type simJSON struct {
 	Results []replay.Result `json:"results"`
 }
 
-func (f *replayFlags) runSimulate(reqs []replay.Request, meta traceMeta, showProgress bool, std Stdio) error {
+func (f *replayFlags) runSimulate(reqs []replay.Request, meta traceMeta, showProgress bool, std cli.Stdio) error {
 	policies, _ := f.policyList()
 	caps, _ := parseCapacities(f.capacities)
 	type job struct {
@@ -388,10 +389,10 @@ func (f *replayFlags) runSimulate(reqs []replay.Request, meta traceMeta, showPro
 	return nil
 }
 
-func (f *replayFlags) runPrintCapacity(reqs []replay.Request, meta traceMeta, std Stdio) error {
+func (f *replayFlags) runPrintCapacity(reqs []replay.Request, meta traceMeta, std cli.Stdio) error {
 	sz, err := live.Size(reqs, f.capacityFrac, live.PayloadBytes(f.scale))
 	if err != nil {
-		return usageErr("%v", err)
+		return cli.UsageErr("%v", err)
 	}
 	w := std.Out
 	fmt.Fprintf(w, "# live replay sizing: %s; capacity %v = %d blocks of %d bytes (scale %d)\n",
@@ -416,23 +417,23 @@ type liveJSON struct {
 	Live       live.Report `json:"live"`
 }
 
-func (f *replayFlags) runLive(ctx context.Context, reqs []replay.Request, meta traceMeta, showProgress bool, std Stdio) error {
-	if f.common.timeout <= 0 {
-		return usageErr("--timeout must be positive")
+func (f *replayFlags) runLive(ctx context.Context, reqs []replay.Request, meta traceMeta, showProgress bool, std cli.Stdio) error {
+	if f.common.Timeout() <= 0 {
+		return cli.UsageErr("--timeout must be positive")
 	}
-	secret, tc, err := f.common.credentials()
+	secret, tc, err := f.common.Credentials()
 	if err != nil {
 		return err
 	}
-	tenant, err := f.common.sessionTenant(ctx)
+	tenant, err := f.common.SessionTenant(ctx)
 	if err != nil {
 		return err
 	}
 	bar := startProgress(std.Err, showProgress, fmt.Sprintf("replaying %d requests", len(reqs)), int64(len(reqs)))
 	var last atomic.Int64
 	rep, err := live.Run(ctx, live.Config{
-		Client: client.Config{Addr: f.common.addr, Tenant: tenant, Secret: secret, TLS: tc, Conns: f.conns,
-			DialTimeout: f.common.timeout, RequestTimeout: f.common.timeout, ClientName: "gpucache-replay"},
+		Client: client.Config{Addr: f.common.Addr(), Tenant: tenant, Secret: secret, TLS: tc, Conns: f.conns,
+			DialTimeout: f.common.Timeout(), RequestTimeout: f.common.Timeout(), ClientName: "gpucache-replay"},
 		Requests: reqs, PayloadBytes: live.PayloadBytes(f.scale), Speedup: f.speedup, Workers: f.conns,
 		CapacityFrac: f.capacityFrac, SimPolicy: f.simPolicy, LeaseTTL: f.leaseTTL,
 		Progress: func(done int) {
@@ -516,7 +517,7 @@ func printLive(w io.Writer, f *replayFlags, meta traceMeta, rep live.Report) {
 	tw.Flush()
 	if sz, s := rep.Sizing, rep.Server; sz != nil && s != nil {
 		if c, ok := s["hot_capacity_bytes"]; ok && c != uint64(sz.CapacityBytes) {
-			fmt.Fprintf(w, "warning: the daemon's hot capacity is %d bytes, not the %d this replay's capacity needs: the hit ratios are not comparable (see gpucache replay --print-capacity)\n", c, sz.CapacityBytes)
+			fmt.Fprintf(w, "warning: the daemon's hot capacity is %d bytes, not the %d this replay's capacity needs: the hit ratios are not comparable (see gpucache-bench replay --print-capacity)\n", c, sz.CapacityBytes)
 		}
 	}
 	if rep.ServerBlocksBefore > 0 {

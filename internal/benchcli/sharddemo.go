@@ -1,4 +1,4 @@
-package cli
+package benchcli
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gpucache/gpucache/client"
+	"github.com/gpucache/gpucache/internal/cli"
 	"github.com/gpucache/gpucache/internal/directory"
 	"github.com/gpucache/gpucache/internal/hot"
 	"github.com/gpucache/gpucache/internal/server"
@@ -28,22 +29,22 @@ import (
 // same bytes, and that the shards never share a flight; then it sends a
 // stage over TCP through SubmitPreferringRDMA, which falls back because RDMA
 // is not linked. It prints SHARD_OK, or SHARD_FAIL with the reason.
-func runShardDemo(ctx context.Context, args []string, std Stdio) error {
+func runShardDemo(ctx context.Context, args []string, std cli.Stdio) error {
 	fs := newFlagSet("shard-demo", "shard-demo [--clients N] [--blocks N] [--block-size SIZE]", std.Out)
 	clients := fs.Int("clients", 8, "concurrent clients per shard")
 	blocks := fs.Int("blocks", 32, "blocks in the chain")
 	size := fs.Int("block-size", 16<<10, "bytes per block")
-	err := parseNoArgs(fs, args)
+	err := cli.ParseNoArgs(fs, args)
 	if err != nil {
 		return err
 	}
 	if *clients < 1 || *blocks < 2 || *size < 16 || *size > 1<<20 {
-		return fmt.Errorf("%w: need --clients >= 1, --blocks >= 2, 16 <= --block-size <= 1MiB", errUsage)
+		return fmt.Errorf("%w: need --clients >= 1, --blocks >= 2, 16 <= --block-size <= 1MiB", cli.ErrUsage)
 	}
 	err = shardDemo(ctx, std.Out, *clients, *blocks, *size)
 	if err != nil {
 		fmt.Fprintf(std.Out, "SHARD_FAIL: %v\n", err)
-		return errReported
+		return cli.ErrReported
 	}
 	fmt.Fprintln(std.Out, "SHARD_OK")
 	return nil

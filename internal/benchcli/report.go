@@ -1,17 +1,19 @@
-package cli
+package benchcli
 
 import (
 	"context"
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/gpucache/gpucache/internal/cli"
 )
 
 // The paired reports (issue 16): what a paired hardware run would need and
 // what is missing. They measure nothing and print no number: every result
 // is NOT_RUN_HARDWARE, the cost TCO_UNKNOWN, the gate NOT_EVALUATED.
 
-const reportUsage = `Usage: gpucache report <paired-baseline | v3-paired> [flags]
+const reportUsage = `Usage: gpucache-bench report <paired-baseline | v3-paired> [flags]
 
   paired-baseline  the engine with and without gpucache on the same GPUs:
                    what that run needs, what is missing, the go gate
@@ -30,15 +32,15 @@ const (
 	reportMeasured = "measured: nothing (no latency, throughput, goodput or cost figure is printed because none was measured)"
 )
 
-func runReport(_ context.Context, args []string, std Stdio) error {
+func runReport(_ context.Context, args []string, std cli.Stdio) error {
 	if len(args) == 0 {
 		fmt.Fprint(std.Err, reportUsage)
-		return usageErr("name a report: paired-baseline or v3-paired")
+		return cli.UsageErr("name a report: paired-baseline or v3-paired")
 	}
 	switch args[0] {
 	case "paired-baseline":
 		fs := newFlagSet("report paired-baseline", "report paired-baseline", std.Out)
-		if err := parseNoArgs(fs, args[1:]); err != nil {
+		if err := cli.ParseNoArgs(fs, args[1:]); err != nil {
 			return err
 		}
 		pairedBaseline(std.Out)
@@ -46,15 +48,15 @@ func runReport(_ context.Context, args []string, std Stdio) error {
 	case "v3-paired":
 		fs := newFlagSet("report v3-paired", "report v3-paired [--baseline nic-rdma]", std.Out)
 		baseline := fs.String("baseline", "nic-rdma", "the baseline the DPU is paired against: nic-rdma (tcp is refused)")
-		if err := parseNoArgs(fs, args[1:]); err != nil {
+		if err := cli.ParseNoArgs(fs, args[1:]); err != nil {
 			return err
 		}
 		switch strings.ToLower(*baseline) {
 		case "nic-rdma":
 		case "tcp":
-			return usageErr("--baseline tcp refused: v3-paired compares the storage-queue offload with the same RDMA fabric without it; TCP differs in more than the offload, so it cannot be that baseline (use --baseline nic-rdma)")
+			return cli.UsageErr("--baseline tcp refused: v3-paired compares the storage-queue offload with the same RDMA fabric without it; TCP differs in more than the offload, so it cannot be that baseline (use --baseline nic-rdma)")
 		default:
-			return usageErr("--baseline %q: the only baseline is nic-rdma", *baseline)
+			return cli.UsageErr("--baseline %q: the only baseline is nic-rdma", *baseline)
 		}
 		v3Paired(std.Out)
 		return nil
@@ -62,7 +64,7 @@ func runReport(_ context.Context, args []string, std Stdio) error {
 		fmt.Fprint(std.Out, reportUsage)
 		return nil
 	}
-	return usageErr("unknown report %q: paired-baseline or v3-paired", args[0])
+	return cli.UsageErr("unknown report %q: paired-baseline or v3-paired", args[0])
 }
 
 // need is one requirement of a paired run and whether this checkout has it.
@@ -91,7 +93,7 @@ func pairedBaseline(w io.Writer) {
 		{"GPU nodes running an inference engine with a KV connector (vLLM with LMCache or NIXL)", "MISSING: " + reportNotRun},
 		{"GPU KV export into gpucache (a connector moving real KV tensors)", "MISSING: " + reportNotRun},
 		{"an RDMA NIC pair for the data path (NIXL)", "MISSING: " + reportNotRun + " (libnixl is not linked; the TCP transport is what runs)"},
-		{"a production-like request trace with shared prefixes", "PARTIAL: the Mooncake replay runs on the CPU (gpucache replay), not against an engine"},
+		{"a production-like request trace with shared prefixes", "PARTIAL: the Mooncake replay runs on the CPU (gpucache-bench replay), not against an engine"},
 		{"prices: GPU hours, node power, network and storage", "MISSING: " + reportTCO},
 		{"the same model, engine revision, batch policy and trace for both arms", "MISSING: no arm has run"},
 	})

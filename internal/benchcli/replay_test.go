@@ -1,4 +1,4 @@
-package cli
+package benchcli
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package cli
+package benchcli
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/gpucache/gpucache/internal/cli"
 	"github.com/gpucache/gpucache/internal/cold"
 	"github.com/gpucache/gpucache/internal/cold/pack"
 	"github.com/gpucache/gpucache/internal/cold/refill"
@@ -25,16 +26,16 @@ import (
 // payload read for a wrong one; no bytes from a corrupt pack; a forged job
 // rejected before any write. It prints COLD_CONTRACT_OK, or
 // COLD_CONTRACT_FAIL with the reason.
-func runColdDemo(ctx context.Context, args []string, std Stdio) error {
+func runColdDemo(ctx context.Context, args []string, std cli.Stdio) error {
 	fs := newFlagSet("cold-demo", "cold-demo [--dir DIR] [--blocks N]", std.Out)
 	dir := fs.String("dir", "", "directory for the fs store (default: a temporary directory, removed afterwards)")
 	blocks := fs.Int("blocks", 8, "blocks in the pack")
-	err := parseNoArgs(fs, args)
+	err := cli.ParseNoArgs(fs, args)
 	if err != nil {
 		return err
 	}
 	if *blocks < 2 || *blocks > 1000 {
-		return fmt.Errorf("%w: --blocks must be 2..1000", errUsage)
+		return fmt.Errorf("%w: --blocks must be 2..1000", cli.ErrUsage)
 	}
 	root := *dir
 	if root == "" {
@@ -45,7 +46,7 @@ func runColdDemo(ctx context.Context, args []string, std Stdio) error {
 	}
 	if err := coldDemo(ctx, std.Out, root, *blocks); err != nil {
 		fmt.Fprintf(std.Out, "COLD_CONTRACT_FAIL: %v\n", err)
-		return errReported
+		return cli.ErrReported
 	}
 	fmt.Fprintln(std.Out, "gds=NOT_RUN_HARDWARE (GPUDirect Storage is not linked in this build; refill reads through host memory)")
 	fmt.Fprintln(std.Out, "COLD_CONTRACT_OK")

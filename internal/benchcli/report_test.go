@@ -1,4 +1,4 @@
-package cli
+package benchcli
 
 import (
 	"bytes"
@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/gpucache/gpucache/internal/cli"
 )
 
 // versionToken is a version string ("v3" in v3-paired); digits anywhere
@@ -15,7 +17,7 @@ var versionToken = regexp.MustCompile(`\bv\d+(\.\d+)*\b`)
 func runReportCmd(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code := Main(context.Background(), append([]string{"report"}, args...), Stdio{Out: &out, Err: &errb})
+	code := Main(context.Background(), append([]string{"report"}, args...), cli.Stdio{Out: &out, Err: &errb})
 	return code, out.String(), errb.String()
 }
 

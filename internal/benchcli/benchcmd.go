@@ -1,4 +1,4 @@
-package cli
+package benchcli
 
 import (
 	"context"
@@ -8,14 +8,15 @@ import (
 	"time"
 
 	"github.com/gpucache/gpucache/internal/bench"
+	"github.com/gpucache/gpucache/internal/cli"
 )
 
-func runBench(ctx context.Context, args []string, std Stdio) error {
-	var common commonFlags
-	var nsf nsFlags
+func runBench(ctx context.Context, args []string, std cli.Stdio) error {
+	var common cli.ConnFlags
+	var nsf cli.NSFlags
 	fs := newFlagSet("bench", "bench [flags]", std.Out)
-	common.register(fs)
-	nsf.register(fs, "bench")
+	common.Register(fs)
+	nsf.Register(fs, "bench")
 	op := fs.String("op", "both", "operation: get, put or both")
 	sizes := fs.String("sizes", "64KiB,256KiB,1MiB", "comma-separated payload `sizes`")
 	conns := fs.String("conns", "1,8,32", "comma-separated worker counts; each worker has its own connection")
@@ -28,46 +29,46 @@ func runBench(ctx context.Context, args []string, std Stdio) error {
 	warmup := fs.Duration("warmup", 0, "unmeasured warm-up per case")
 	hold := fs.String("hold-bytes", "0", "fill the server with this many bytes of blocks first (e.g. 4GiB)")
 	holdBlock := fs.String("hold-block", "1MiB", "block size for --hold-bytes")
-	err := parseNoArgs(fs, args)
+	err := cli.ParseNoArgs(fs, args)
 	if err != nil {
 		return err
 	}
-	tenant, err := common.sessionTenant(ctx)
+	tenant, err := common.SessionTenant(ctx)
 	if err != nil {
 		return err
 	}
-	cfg := bench.Config{Addr: common.addr, Cluster: common.seeds(), Tenant: tenant, Batch: *batch, Pipeline: *pipeline,
-		Duration: *duration, Requests: *requests, Keys: *keys, Warmup: *warmup, RequestTimeout: common.timeout}
-	if cfg.Secret, cfg.TLS, err = common.credentials(); err != nil {
+	cfg := bench.Config{Addr: common.Addr(), Cluster: common.Seeds(), Tenant: tenant, Batch: *batch, Pipeline: *pipeline,
+		Duration: *duration, Requests: *requests, Keys: *keys, Warmup: *warmup, RequestTimeout: common.Timeout()}
+	if cfg.Secret, cfg.TLS, err = common.Credentials(); err != nil {
 		return err
 	}
-	if cfg.Namespace, err = nsf.namespace(tenant); err != nil {
+	if cfg.Namespace, err = nsf.Namespace(tenant); err != nil {
 		return err
 	}
 	if cfg.Ops, err = bench.ParseOps(*op); err != nil {
-		return usageErr("--op: %v", err)
+		return cli.UsageErr("--op: %v", err)
 	}
 	if cfg.Sizes, err = bench.ParseSizes(*sizes); err != nil {
-		return usageErr("--sizes: %v", err)
+		return cli.UsageErr("--sizes: %v", err)
 	}
 	if cfg.Conns, err = bench.ParseInts(*conns); err != nil {
-		return usageErr("--conns: %v", err)
+		return cli.UsageErr("--conns: %v", err)
 	}
 	if cfg.HoldBytes, err = bench.ParseSize(*hold); err != nil {
-		return usageErr("--hold-bytes: %v", err)
+		return cli.UsageErr("--hold-bytes: %v", err)
 	}
 	hb, err := bench.ParseSize(*holdBlock)
 	if err != nil || hb > 1<<31 {
-		return usageErr("--hold-block: bad size %q", *holdBlock)
+		return cli.UsageErr("--hold-block: bad size %q", *holdBlock)
 	}
 	cfg.HoldBlock = int(hb)
 	if *duration <= 0 && *requests == 0 {
-		return usageErr("--duration must be positive (or give --requests)")
+		return cli.UsageErr("--duration must be positive (or give --requests)")
 	}
 
-	rep, runErr := bench.Run(ctx, cfg, bench.Output{Progress: std.Err, TTY: isTerminal(std.Err)})
+	rep, runErr := bench.Run(ctx, cfg, bench.Output{Progress: std.Err, TTY: cli.IsTerminal(std.Err)})
 	if errors.Is(runErr, bench.ErrConfig) {
-		return usageErr("%v", runErr)
+		return cli.UsageErr("%v", runErr)
 	}
 	if rep == nil {
 		return runErr

@@ -1,4 +1,4 @@
-package cli
+package benchcli
 
 import (
 	"context"
@@ -14,9 +14,10 @@ import (
 
 	"github.com/gpucache/gpucache/client"
 	"github.com/gpucache/gpucache/internal/bench"
+	"github.com/gpucache/gpucache/internal/cli"
 )
 
-// noisyFlags are the flags of `gpucache noisy`.
+// noisyFlags are the flags of `gpucache-bench noisy`.
 type noisyFlags struct {
 	addr                     string
 	victimTenant, victimFile string
@@ -39,7 +40,7 @@ type noisyFlags struct {
 }
 
 func (f *noisyFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.addr, "addr", envOr("GPUCACHE_ADDR", client.DefaultAddr), "`host:port` of the server (env GPUCACHE_ADDR)")
+	fs.StringVar(&f.addr, "addr", cli.EnvOr("GPUCACHE_ADDR", client.DefaultAddr), "`host:port` of the server (env GPUCACHE_ADDR)")
 	fs.StringVar(&f.victimTenant, "victim-tenant", "victim", "tenant B, which runs the steady load")
 	fs.StringVar(&f.victimFile, "victim-secret-file", "", "`file` holding tenant B's bearer secret")
 	fs.StringVar(&f.noisyTenant, "noisy-tenant", "noisy", "tenant A, which floods")
@@ -74,11 +75,11 @@ func readSecret(flagName, path string) ([]byte, error) {
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, usageErr("--%s: %v", flagName, err)
+		return nil, cli.UsageErr("--%s: %v", flagName, err)
 	}
 	s := []byte(strings.TrimSpace(string(b)))
 	if len(s) == 0 {
-		return nil, usageErr("--%s %s is empty", flagName, path)
+		return nil, cli.UsageErr("--%s %s is empty", flagName, path)
 	}
 	return s, nil
 }
@@ -87,20 +88,20 @@ func (f *noisyFlags) config() (bench.NoisyConfig, error) {
 	var cfg bench.NoisyConfig
 	var err error
 	if f.quota <= 0 {
-		return cfg, usageErr("--quota must be positive: tenant A's ops_per_sec on the server")
+		return cfg, cli.UsageErr("--quota must be positive: tenant A's ops_per_sec on the server")
 	}
 	if f.duration <= 0 || f.timeout <= 0 || f.warmup < 0 || f.slice < 0 || f.settle < 0 {
-		return cfg, usageErr("--duration and --timeout must be positive, --warmup, --slice and --settle not negative")
+		return cfg, cli.UsageErr("--duration and --timeout must be positive, --warmup, --slice and --settle not negative")
 	}
 	cfg = bench.NoisyConfig{Addr: f.addr, Victim: bench.NoisyTenant{Name: f.victimTenant}, Noisy: bench.NoisyTenant{Name: f.noisyTenant},
 		Quota: f.quota, FloodFactor: f.factor, VictimRate: f.rate, Keys: f.keys, VictimConns: f.victimConns, FloodConns: f.noisyConns,
 		VictimWorkers: f.victimWorkers, FloodWorkers: f.noisyWorkers, Duration: f.duration, Warmup: f.warmup, Slice: f.slice, Settle: f.settle, Reps: f.reps,
 		RequestTimeout: f.timeout}
 	if cfg.VictimPacer, err = bench.ParsePacer(f.victimPacer); err != nil {
-		return cfg, usageErr("--victim-pacer: %v", err)
+		return cfg, cli.UsageErr("--victim-pacer: %v", err)
 	}
 	if cfg.FloodPacer, err = bench.ParsePacer(f.floodPacer); err != nil {
-		return cfg, usageErr("--flood-pacer: %v", err)
+		return cfg, cli.UsageErr("--flood-pacer: %v", err)
 	}
 	if cfg.Victim.Secret, err = readSecret("victim-secret-file", f.victimFile); err != nil {
 		return cfg, err
@@ -111,7 +112,7 @@ func (f *noisyFlags) config() (bench.NoisyConfig, error) {
 	size := func(name, s string) (int, error) {
 		n, err := bench.ParseSize(s)
 		if err != nil || n < 16 || n > 1<<30 {
-			return 0, usageErr("--%s: bad size %q (16B..1GiB)", name, s)
+			return 0, cli.UsageErr("--%s: bad size %q (16B..1GiB)", name, s)
 		}
 		return int(n), nil
 	}
@@ -127,11 +128,11 @@ func (f *noisyFlags) config() (bench.NoisyConfig, error) {
 	return cfg, nil
 }
 
-func runNoisy(ctx context.Context, args []string, std Stdio) error {
+func runNoisy(ctx context.Context, args []string, std cli.Stdio) error {
 	var f noisyFlags
 	fs := newFlagSet("noisy", "noisy --quota OPS [flags]", std.Out)
 	f.register(fs)
-	if err := parseNoArgs(fs, args); err != nil {
+	if err := cli.ParseNoArgs(fs, args); err != nil {
 		return err
 	}
 	cfg, err := f.config()
@@ -143,10 +144,10 @@ func runNoisy(ctx context.Context, args []string, std Stdio) error {
 	case "flood":
 		return serveFlood(ctx, cfg, std)
 	default:
-		return usageErr("--role %q (want flood, or none)", f.role)
+		return cli.UsageErr("--role %q (want flood, or none)", f.role)
 	}
 	if err := cfg.Validate(); err != nil {
-		return usageErr("%v", err)
+		return cli.UsageErr("%v", err)
 	}
 	cfg.Progress = std.Err
 	if f.floodProc {
@@ -159,7 +160,7 @@ func runNoisy(ctx context.Context, args []string, std Stdio) error {
 	}
 	rep, runErr := bench.RunNoisy(ctx, cfg)
 	if errors.Is(runErr, bench.ErrConfig) {
-		return usageErr("%v", runErr)
+		return cli.UsageErr("%v", runErr)
 	}
 	if rep == nil {
 		return runErr
@@ -196,12 +197,12 @@ func writeJSONFile(path string, write func(w io.Writer) error) error {
 
 // serveFlood is the --role flood child: it writes the noisy tenant's
 // working set and serves the flood protocol on stdin and stdout.
-func serveFlood(ctx context.Context, cfg bench.NoisyConfig, std Stdio) error {
+func serveFlood(ctx context.Context, cfg bench.NoisyConfig, std cli.Stdio) error {
 	lf, err := bench.NewLocalFlood(ctx, bench.FloodConfig{Addr: cfg.Addr, Tenant: cfg.Noisy, Namespace: bench.NoisyNamespace(),
 		Rate: cfg.Quota * cfg.FloodFactor, Size: cfg.FloodSize, Keys: cfg.Keys, Conns: cfg.FloodConns, Workers: cfg.FloodWorkers,
 		Pacer: cfg.FloodPacer, RequestTimeout: cfg.RequestTimeout})
 	if err != nil {
-		fmt.Fprintf(std.Out, "error %s\n", oneLine(err))
+		fmt.Fprintf(std.Out, "error %s\n", cli.OneLine(err))
 		return err
 	}
 	defer lf.Close()
@@ -217,7 +218,7 @@ type floodChild struct {
 
 // startFloodProc starts this binary as `noisy --role flood` with the
 // parent's flags and waits until its flood is ready.
-func startFloodProc(ctx context.Context, args []string, procs int, std Stdio) (*floodChild, error) {
+func startFloodProc(ctx context.Context, args []string, procs int, std cli.Stdio) (*floodChild, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("--flood-proc: %w", err)

@@ -1,4 +1,4 @@
-package cli
+package benchcli
 
 import (
 	"bytes"
@@ -6,13 +6,15 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/gpucache/gpucache/internal/cli"
 )
 
 // dpu-demo: every open refuses, the agent leaves offload_active false, and
 // the simulated queue's round trip compares equal, labelled.
 func TestDPUDemo(t *testing.T) {
 	var out, errb bytes.Buffer
-	code := Main(context.Background(), []string{"dpu-demo"}, Stdio{Out: &out, Err: &errb})
+	code := Main(context.Background(), []string{"dpu-demo"}, cli.Stdio{Out: &out, Err: &errb})
 	if code != 0 {
 		t.Fatalf("exit %d\n%s%s", code, out.String(), errb.String())
 	}
@@ -44,7 +46,7 @@ func TestDPUDemo(t *testing.T) {
 	if regexp.MustCompile(`\d+(\.\d+)?\s*(ns|µs|us|ms|s|GB/s|MB/s|GiB/s|ops)\b`).MatchString(out.String()) {
 		t.Fatalf("a measurement printed:\n%s", out.String())
 	}
-	if code := Main(context.Background(), []string{"dpu-demo", "extra"}, Stdio{Out: &out, Err: &errb}); code != exitUsage {
+	if code := Main(context.Background(), []string{"dpu-demo", "extra"}, cli.Stdio{Out: &out, Err: &errb}); code != exitUsage {
 		t.Fatalf("extra argument: exit %d", code)
 	}
 }

@@ -1,4 +1,4 @@
-package cli
+package benchcli
 
 import (
 	"encoding/json"
@@ -11,7 +11,7 @@ import (
 	"github.com/gpucache/gpucache/internal/servertest"
 )
 
-// TestNoisyCommand runs `gpucache noisy` briefly against a server with two
+// TestNoisyCommand runs `gpucache-bench noisy` briefly against a server with two
 // tenants, the noisy one rate-limited, and checks that the report is sane:
 // the flood got RATE_LIMITED answers and every victim GET verified. It
 // asserts no latency figure.

@@ -1,4 +1,4 @@
-package cli
+package benchcli
 
 import (
 	"context"
@@ -12,10 +12,11 @@ import (
 	"time"
 
 	"github.com/gpucache/gpucache/internal/bench"
+	"github.com/gpucache/gpucache/internal/cli"
 	"github.com/gpucache/gpucache/internal/soak"
 )
 
-// soakFlags are the flags of `gpucache soak`.
+// soakFlags are the flags of `gpucache-bench soak`.
 type soakFlags struct {
 	duration, opTimeout, slack time.Duration
 	warmup, hold, recover      time.Duration
@@ -81,7 +82,7 @@ func (f *soakFlags) config() (soak.Config, error) {
 	for i, sz := range sizes {
 		n, err := bench.ParseSize(sz.s)
 		if err != nil || n <= 0 {
-			return cfg, usageErr("--%s: bad size %q", sz.name, sz.s)
+			return cfg, cli.UsageErr("--%s: bad size %q", sz.name, sz.s)
 		}
 		switch i {
 		case 0:
@@ -94,13 +95,13 @@ func (f *soakFlags) config() (soak.Config, error) {
 	}
 	var err error
 	if cfg.Schedule.Faults, err = soak.ParseFaults(f.faults); err != nil {
-		return cfg, usageErr("--faults: %v", err)
+		return cfg, cli.UsageErr("--faults: %v", err)
 	}
 	if cfg.Gpucached, err = findBinary(f.gpucached, "gpucached", ""); err != nil {
-		return cfg, usageErr("--gpucached: %v", err)
+		return cfg, cli.UsageErr("--gpucached: %v", err)
 	}
 	if cfg.Versitygw, err = findBinary(f.versitygw, "versitygw", os.Getenv("GPUCACHE_VERSITYGW")); err != nil {
-		return cfg, usageErr("--versitygw: %v (build it with scripts/s3-server install)", err)
+		return cfg, cli.UsageErr("--versitygw: %v (build it with scripts/s3-server install)", err)
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -149,7 +150,7 @@ func findBinary(flagVal, name, env string) (string, error) {
 	return filepath.Abs(p)
 }
 
-func runSoak(ctx context.Context, args []string, std Stdio) error {
+func runSoak(ctx context.Context, args []string, std cli.Stdio) error {
 	if len(args) > 0 && (args[0] == "node" || args[0] == "etcd") {
 		// Internal: the soak's helper processes (soak.NodeMain, soak.EtcdMain).
 		helper := soak.NodeMain
@@ -157,14 +158,14 @@ func runSoak(ctx context.Context, args []string, std Stdio) error {
 			helper = soak.EtcdMain
 		}
 		if code := helper(ctx, args[1:], std.In, std.Out, std.Err); code != 0 {
-			return fmt.Errorf("%w: soak %s exited %d", errReported, args[0], code)
+			return fmt.Errorf("%w: soak %s exited %d", cli.ErrReported, args[0], code)
 		}
 		return nil
 	}
 	var f soakFlags
 	fs := newFlagSet("soak", "soak [flags]", std.Out)
 	f.register(fs)
-	if err := parseNoArgs(fs, args); err != nil {
+	if err := cli.ParseNoArgs(fs, args); err != nil {
 		return err
 	}
 	cfg, err := f.config()
@@ -190,7 +191,7 @@ func runSoak(ctx context.Context, args []string, std Stdio) error {
 	}
 	defer logf.Close()
 	cfg.Log = slog.New(slog.NewTextHandler(logf, nil))
-	fmt.Fprintf(std.Err, "gpucache soak: work directory %s\n", cfg.Dir)
+	fmt.Fprintf(std.Err, "gpucache-bench soak: work directory %s\n", cfg.Dir)
 	rep, runErr := soak.Run(ctx, cfg)
 	if !f.keepData {
 		for _, d := range []string{"s3", "etcd", "open-disk", "secrets"} {
@@ -207,7 +208,7 @@ func runSoak(ctx context.Context, args []string, std Stdio) error {
 	fmt.Fprintf(std.Out, "report: %s, samples: %s, logs: %s\n", filepath.Join(cfg.Dir, "report.json"),
 		filepath.Join(cfg.Dir, "rss.csv"), cfg.Dir)
 	if errors.Is(runErr, soak.ErrFailed) {
-		return errReported
+		return cli.ErrReported
 	}
 	return runErr
 }

@@ -1,0 +1,37 @@
+package main
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestDepsLeaveOutServer: the client command links neither the server, the
+// hot tier, the daemon nor the load tools and their plotting (gonum): those
+// are cmd/gpucache-bench's. It asks `go list -deps`, which go test puts on
+// PATH.
+func TestDepsLeaveOutServer(t *testing.T) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("go not on PATH (go test puts GOROOT/bin there): %v", err)
+	}
+	out, err := exec.Command(goBin, "list", "-deps", ".").Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	const mod = "github.com/gpucache/gpucache/"
+	banned := map[string]bool{}
+	for _, p := range []string{"internal/server", "internal/hot", "internal/daemon", "internal/directory",
+		"internal/bench", "internal/soak", "internal/replay/plot", "internal/benchcli"} {
+		banned[mod+p] = true
+	}
+	deps := strings.Fields(string(out))
+	if len(deps) == 0 || deps[len(deps)-1] != mod+"cmd/gpucache" {
+		t.Fatalf("go list -deps did not list cmd/gpucache last: %q", deps)
+	}
+	for _, d := range deps {
+		if banned[d] || strings.HasPrefix(d, "gonum.org/") {
+			t.Errorf("cmd/gpucache depends on %s", d)
+		}
+	}
+}
