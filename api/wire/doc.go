@@ -7,7 +7,7 @@
 // 0008): the MEMBERS operation, the WRONG_EPOCH code and the ownership rules
 // of "Cluster mode (version 2)" below. Version 3 adds one operation,
 // PUT_OPAQUE, which stores opaque-key blocks (a RESP key under a tenant's
-// profile namespace, issue 13). Everything else is the same in every
+// profile namespace). Everything else is the same in every
 // version.
 //
 // # Conventions

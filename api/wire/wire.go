@@ -9,7 +9,7 @@ import (
 )
 
 // Magic is the first four bytes of every frame: "GPUC".
-var Magic = [4]byte{'G', 'P', 'U', 'C'}
+const Magic = "GPUC"
 
 // Protocol constants.
 const (
@@ -190,7 +190,7 @@ type Header struct {
 // Encode writes h into b[:HeaderSize].
 func (h Header) Encode(b []byte) {
 	_ = b[HeaderSize-1]
-	copy(b[0:4], Magic[:])
+	copy(b[0:4], Magic)
 	b[4] = h.Version
 	b[5] = byte(h.Op)
 	binary.LittleEndian.PutUint16(b[6:8], uint16(h.Flags))
@@ -214,7 +214,7 @@ func DecodeHeader(b []byte) (Header, error) {
 	if len(b) < HeaderSize {
 		return Header{}, Errorf(CodeMalformed, "header is %d bytes, want %d", len(b), HeaderSize)
 	}
-	if [4]byte(b[0:4]) != Magic {
+	if string(b[0:4]) != Magic {
 		return Header{}, Errorf(CodeBadMagic, "bad magic %q", b[0:4])
 	}
 	h := Header{

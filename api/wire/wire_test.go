@@ -47,7 +47,14 @@ func sampleHeader() wire.Header {
 		RequestID: 0x0102030405060708, BodyLen: 0x0a0b0c0d}
 }
 
+// magic is wire.Magic as a constant expression: it compiles only while
+// Magic is a constant, which no importer can change.
+const magic = wire.Magic
+
 func TestHeaderLayout(t *testing.T) {
+	if magic != "GPUC" {
+		t.Fatalf("Magic = %q", magic)
+	}
 	h := sampleHeader()
 	var b [wire.HeaderSize]byte
 	h.Encode(b[:])

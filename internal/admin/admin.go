@@ -72,7 +72,7 @@ type Handler struct {
 type Authorizer func(r *http.Request) (actor string, err error)
 
 // ErrForbidden marks an Authorizer error as "authenticated, not an admin".
-var ErrForbidden = errors.New("admin role required")
+var ErrForbidden = errors.New("gpucache/admin: admin role required")
 
 // New builds the admin handler. Readiness starts false; call SetReady.
 func New(stats StatsFunc) *Handler {

@@ -1,6 +1,6 @@
 // Package control is the cluster control plane's dependency-free core:
 // membership views, epochs, placement and fault-domain isolation planning.
-// The etcd-backed membership (issue 6) builds on it; nothing here talks to
+// The etcd-backed membership (internal/control/etcdmember) builds on it; nothing here talks to
 // the network.
 //
 // # Views and epochs

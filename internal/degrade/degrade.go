@@ -49,7 +49,7 @@ func Faults() []Fault {
 var ErrMiss = errors.New("gpucache/degrade: miss")
 
 // ErrInjected is the cause of a miss a failpoint caused.
-var ErrInjected = errors.New("injected fault")
+var ErrInjected = errors.New("gpucache/degrade: injected fault")
 
 // Miss is a degraded answer: which fault (or "" for a real failure), and why.
 type Miss struct {

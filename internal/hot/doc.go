@@ -51,7 +51,9 @@
 // work in proportion to cached blocks. The GC sees one slice header per slab
 // and per lease, nothing per block. A ref (entry index + generation) names a
 // slot in a Reservation or a View. Freeing an entry bumps its generation, so
-// a stale or repeated Commit, Abort or Release is detected and ignored.
+// a stale Commit, Abort or Release (its entry freed since) is detected and
+// ignored; a repeated one on a live entry only the invariants build tells
+// (see Ownership).
 //
 // # Eviction
 //
@@ -151,6 +153,16 @@
 //     Past that, Lookup grants none.
 //   - Close unmaps every slab. The caller guarantees that no View or
 //     Reservation is still in use.
+//   - The invariants build (-tags invariants, or -race, which the test
+//     script uses; invariants.go) checks these contracts. Each View and
+//     Reservation carries a ticket, and a second Release, Commit or Abort
+//     of one panics instead of acting: a release build cannot tell a
+//     second Release from another reader's first, because both name the
+//     same entry, and drops that reader's pin. checkInvariants, which the
+//     tests call after each step, also matches every pin to a View handed
+//     out and every in-flight slot to a Reservation. In a release build
+//     (invariants_off.go) the tickets are empty and the checks are no-ops
+//     the compiler removes.
 //
 // # Locking
 //

@@ -55,6 +55,7 @@ func TestOnEvictReportsEvictedBlocks(t *testing.T) {
 func TestCommitAcquirePinsAtOnce(t *testing.T) {
 	clk := newFakeClock()
 	s := newTestStore(t, testConfig(clk, 2*mib))
+	misused := catchMisuse(s)
 	ns := nsOf(1)
 	r, err := s.Reserve(ns, key(1), Key{}, 16, 64*kib)
 	if err != nil {
@@ -75,4 +76,5 @@ func TestCommitAcquirePinsAtOnce(t *testing.T) {
 	if _, ok := s.CommitAcquire(r); ok {
 		t.Fatal("a stale reservation committed twice")
 	}
+	misused.expect(t, errSettledTwice, 1)
 }

@@ -2,6 +2,7 @@ package hot
 
 import (
 	"encoding/binary"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -143,4 +144,35 @@ func mustInvariants(t testing.TB, s *Store) {
 	if err := s.checkInvariants(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// misuses collects the ownership misuses the invariants build reports
+// (testHooks.misuse) instead of panicking.
+type misuses struct{ errs []error }
+
+// catchMisuse makes s report misuses to the returned collector. Call it
+// before s is shared.
+func catchMisuse(s *Store) *misuses {
+	m := &misuses{}
+	s.hooks.misuse = func(err error) { m.errs = append(m.errs, err) }
+	return m
+}
+
+// expect checks that the calls since the last expect reported n misuses,
+// each matching want, in the invariants build, and none in a release
+// build (which cannot tell them).
+func (m *misuses) expect(t testing.TB, want error, n int) {
+	t.Helper()
+	if !invariantsOn {
+		n = 0
+	}
+	if len(m.errs) != n {
+		t.Fatalf("misuses reported: %v; want %d of %q", m.errs, n, want)
+	}
+	for _, err := range m.errs {
+		if !errors.Is(err, want) {
+			t.Fatalf("misuse %v, want %q", err, want)
+		}
+	}
+	m.errs = nil
 }

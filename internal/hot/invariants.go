@@ -1,14 +1,132 @@
+//go:build invariants || race
+
 package hot
+
+// The invariants build (-tags invariants, or -race, which scripts/test
+// uses): the store checks that every View is released and every
+// Reservation committed or aborted exactly once, and checkInvariants walks
+// the whole store. A release build compiles invariants_off.go instead,
+// whose no-op stubs the compiler inlines away: View and Reservation carry
+// no ticket and the hot path takes no extra step.
 
 import (
 	"errors"
 	"fmt"
 )
 
+// invariantsOn reports whether this is the invariants build.
+const invariantsOn = true
+
+// ticket names one View or one Reservation handed out, so that a second
+// Release (or Commit, or Abort) of it is told apart from another holder's
+// first: a View's ref names the entry, which every reader of the block
+// shares. Zero: a zero View or Reservation, never handed out.
+type ticket struct{ n uint64 }
+
+// tracker is what the store has handed out and not yet taken back.
+// Guarded by Store.mu. The maps stay across Close: a View released after
+// Close is not a misuse, and its ticket is still found.
+type tracker struct {
+	next  uint64         // last ticket issued
+	views map[uint64]ref // Views not yet released, by ticket
+	resvs map[uint64]ref // Reservations not yet committed or aborted, by ticket
+}
+
+// viewTicketLocked records a View of r handed out.
+func (s *Store) viewTicketLocked(r ref) ticket {
+	t := &s.mu.handed
+	if t.views == nil {
+		t.views = make(map[uint64]ref)
+	}
+	t.next++
+	t.views[t.next] = r
+	return ticket{t.next}
+}
+
+// resvTicketLocked records a Reservation of r handed out.
+func (s *Store) resvTicketLocked(r ref) ticket {
+	t := &s.mu.handed
+	if t.resvs == nil {
+		t.resvs = make(map[uint64]ref)
+	}
+	t.next++
+	t.resvs[t.next] = r
+	return ticket{t.next}
+}
+
+// releaseTicketLocked takes back the View of tk; false reports a View
+// released before (a misuse: reported, and the Release does nothing, so
+// another reader's pin survives).
+func (s *Store) releaseTicketLocked(tk ticket, r ref) bool {
+	if tk.n == 0 {
+		return true // a zero View: Release ignores it
+	}
+	if _, ok := s.mu.handed.views[tk.n]; !ok {
+		s.misuse(fmt.Errorf("%w (entry %d gen %d)", errReleasedTwice, r.idx, r.gen))
+		return false
+	}
+	delete(s.mu.handed.views, tk.n)
+	return true
+}
+
+// settleTicketLocked takes back the Reservation of tk for op (Commit,
+// Abort or CommitAcquire); false reports one settled before (reported; the
+// call does nothing).
+func (s *Store) settleTicketLocked(tk ticket, r ref, op string) bool {
+	if tk.n == 0 {
+		return true // a zero Reservation: ignored
+	}
+	if _, ok := s.mu.handed.resvs[tk.n]; !ok {
+		s.misuse(fmt.Errorf("%w: %s (entry %d gen %d)", errSettledTwice, op, r.idx, r.gen))
+		return false
+	}
+	delete(s.mu.handed.resvs, tk.n)
+	return true
+}
+
+// misuse reports a broken ownership contract: to the test hook if one is
+// set, else by panicking (with the store's lock held; every caller unlocks
+// in a defer).
+func (s *Store) misuse(err error) {
+	if s.hooks.misuse != nil {
+		s.hooks.misuse(err)
+		return
+	}
+	panic(err)
+}
+
+// checkHandedLocked compares the Views and Reservations handed out with
+// the entries' pin counts and the in-flight gauge.
+func (s *Store) checkHandedLocked() error {
+	es := s.mu.entries
+	pins := make(map[uint32]uint32, len(s.mu.handed.views))
+	for tk, r := range s.mu.handed.views {
+		if int(r.idx) >= len(es) || es[r.idx].gen != r.gen || es[r.idx].state != statePublished {
+			return fmt.Errorf("invariant: View %d of entry %d/%d outlived its block", tk, r.idx, r.gen)
+		}
+		pins[r.idx]++
+	}
+	for i := s.cl.n; i < len(es); i++ {
+		if es[i].pins != pins[uint32(i)] {
+			return fmt.Errorf("invariant: entry %d has %d pins, %d Views out", i, es[i].pins, pins[uint32(i)])
+		}
+	}
+	for tk, r := range s.mu.handed.resvs {
+		if int(r.idx) >= len(es) || es[r.idx].gen != r.gen || es[r.idx].state != stateReserved {
+			return fmt.Errorf("invariant: Reservation %d of entry %d/%d outlived its slot", tk, r.idx, r.gen)
+		}
+	}
+	if got := uint64(len(s.mu.handed.resvs)); got != s.mu.st.InFlight {
+		return fmt.Errorf("invariant: %d Reservations out, InFlight %d", got, s.mu.st.InFlight)
+	}
+	return nil
+}
+
 // checkInvariants walks the whole store and reports the first inconsistency
-// between the index, the LRU lists, the slabs, the leases, the gauges in
-// Stats and, with a Config.Policy, the policy's block count. It is O(entries + slots) and takes the lock; tests call it after
-// each operation sequence.
+// between the index, the LRU lists, the slabs, the leases, the Views and
+// Reservations handed out, the gauges in Stats and, with a Config.Policy,
+// the policy's block count. It is O(entries + slots) and takes the lock;
+// tests call it after each operation sequence.
 func (s *Store) checkInvariants() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -17,6 +135,9 @@ func (s *Store) checkInvariants() error {
 	}
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("invariant: "+format, args...)
+	}
+	if err := s.checkHandedLocked(); err != nil {
+		return err
 	}
 	es := s.mu.entries
 	n := s.cl.n

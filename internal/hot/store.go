@@ -2,6 +2,7 @@ package hot
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -134,6 +135,11 @@ type Store struct {
 		meta []entryMeta // guarded by mu
 		// victim is the state of one policy victim scan (policyhook.go).
 		victim victimScan // guarded by mu
+
+		// handed is, in the invariants build, the Views and
+		// Reservations handed out and not yet taken back; empty in a
+		// release build (invariants.go).
+		handed tracker // guarded by mu
 	}
 	// yieldVictim is s.yieldVictimLocked bound once in New, so a policy
 	// victim scan allocates no closure. Immutable after New.
@@ -152,7 +158,17 @@ type testHooks struct {
 	// waitRoom runs, with the lock held, before a Reserve waits for a
 	// remap in progress; it must not call into the Store.
 	waitRoom func()
+	// misuse, in the invariants build, receives a broken ownership
+	// contract (errReleasedTwice, errSettledTwice) instead of a panic.
+	misuse func(error)
 }
+
+// The ownership misuses the invariants build detects. A release build
+// ignores a repeated Release, Commit or Abort (see each method).
+var (
+	errReleasedTwice = errors.New("gpucache/hot: View released twice")
+	errSettledTwice  = errors.New("gpucache/hot: Reservation committed or aborted twice")
+)
 
 // maxReserveAttempts bounds the find-space loop of one Reserve, on top of
 // the slabs one slab of the reserved class replaces (attemptsFor).
@@ -427,7 +443,8 @@ func (s *Store) reserveSlotLocked(ns Namespace, key, parent Key, meta BlockMeta,
 	s.mu.index[key] = idx
 	s.mu.st.InFlight++
 	s.mu.st.BytesReserved += uint64(s.cl.size(k))
-	return Reservation{Buf: s.bytesLocked(e), ref: ref{idx: idx, gen: e.gen}}
+	r := ref{idx: idx, gen: e.gen}
+	return Reservation{Buf: s.bytesLocked(e), tk: s.resvTicketLocked(r), ref: r}
 }
 
 // bytesLocked returns the payload of e as a slice of slab memory with
@@ -486,12 +503,16 @@ func (s *Store) lookupRefLocked(r ref, want entryState) (uint32, bool) {
 
 // Commit publishes a reserved block: it becomes visible to Acquire and
 // Lookup and an eviction candidate. A stale or repeated Commit (or one after
-// Abort or Close) is ignored. A block whose parent chain would loop back to
+// Abort or Close) is ignored; the invariants build reports a repeated one,
+// or one after Abort, as a misuse (a panic). A block whose parent chain would loop back to
 // its own key is dropped instead (counted as a PutReject): a cycle would make
 // every block on it unevictable.
 func (s *Store) Commit(r Reservation) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !s.settleTicketLocked(r.tk, r.ref, "Commit") {
+		return
+	}
 	idx, ok := s.lookupRefLocked(r.ref, stateReserved)
 	if !ok {
 		return
@@ -508,10 +529,15 @@ func (s *Store) Commit(r Reservation) {
 	s.publishLocked(idx)
 }
 
-// Abort frees a reserved slot. A stale or repeated Abort is ignored.
+// Abort frees a reserved slot. A stale or repeated Abort is ignored; the
+// invariants build reports a repeated one, or one after Commit, as a
+// misuse (a panic).
 func (s *Store) Abort(r Reservation) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !s.settleTicketLocked(r.tk, r.ref, "Abort") {
+		return
+	}
 	idx, ok := s.lookupRefLocked(r.ref, stateReserved)
 	if !ok {
 		return
@@ -528,6 +554,9 @@ func (s *Store) Abort(r Reservation) {
 func (s *Store) CommitAcquire(r Reservation) (View, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !s.settleTicketLocked(r.tk, r.ref, "CommitAcquire") {
+		return View{}, false
+	}
 	idx, ok := s.lookupRefLocked(r.ref, stateReserved)
 	if !ok {
 		return View{}, false
@@ -548,7 +577,8 @@ func (s *Store) CommitAcquire(r Reservation) (View, bool) {
 	}
 	e.pins++
 	s.mu.st.Hits++
-	return View{Bytes: s.bytesLocked(e), ref: ref{idx: idx, gen: e.gen}}, true
+	v := ref{idx: idx, gen: e.gen}
+	return View{Bytes: s.bytesLocked(e), tk: s.viewTicketLocked(v), ref: v}, true
 }
 
 // Acquire pins the published block key and returns its bytes. It misses
@@ -578,13 +608,20 @@ func (s *Store) Acquire(ns Namespace, key Key) (View, bool) {
 	e.pins++
 	s.touchLocked(idx)
 	s.mu.st.Hits++
-	return View{Bytes: s.bytesLocked(e), ref: ref{idx: idx, gen: e.gen}}, true
+	v := ref{idx: idx, gen: e.gen}
+	return View{Bytes: s.bytesLocked(e), tk: s.viewTicketLocked(v), ref: v}, true
 }
 
-// Release unpins a View. A zero, stale or repeated Release is ignored.
+// Release unpins a View. A zero or stale Release is ignored. A repeated
+// Release of one View is a misuse: a release build cannot tell it from
+// another reader's and drops that reader's pin; the invariants build
+// reports it (a panic) and ignores it.
 func (s *Store) Release(v View) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !s.releaseTicketLocked(v.tk, v.ref) {
+		return
+	}
 	idx, ok := s.lookupRefLocked(v.ref, statePublished)
 	if !ok {
 		return

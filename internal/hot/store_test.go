@@ -11,6 +11,7 @@ import (
 
 func TestRoundTrip(t *testing.T) {
 	s := newTestStore(t, testConfig(newFakeClock(), 8*mib))
+	misused := catchMisuse(s)
 	ns := nsOf(1)
 	sizes := []int{0, 1, 100, 16 * kib, 16*kib + 1, 100_000, 1 * mib}
 	var cached, reserved uint64
@@ -42,7 +43,8 @@ func TestRoundTrip(t *testing.T) {
 			t.Fatalf("block %d: bytes differ", id)
 		}
 		s.Release(v)
-		s.Release(v) // a repeated Release is ignored
+		s.Release(v) // a repeated Release is ignored (and reported in the invariants build)
+		misused.expect(t, errReleasedTwice, 1)
 	}
 	mustInvariants(t, s)
 	st := s.Stats()
@@ -83,6 +85,7 @@ func TestZeroSizePayload(t *testing.T) {
 
 func TestReserveAbort(t *testing.T) {
 	s := newTestStore(t, testConfig(newFakeClock(), 2*mib))
+	misused := catchMisuse(s)
 	ns := nsOf(1)
 	r1, err := s.Reserve(ns, key(1), Key{}, 16, 20*kib)
 	if err != nil {
@@ -112,6 +115,7 @@ func TestReserveAbort(t *testing.T) {
 	}
 	s.Commit(r1)
 	s.Abort(r1)
+	misused.expect(t, errSettledTwice, 2) // r1 was aborted
 	mustInvariants(t, s)
 	if st := s.Stats(); st.InFlight != 1 || st.Puts != 0 {
 		t.Fatalf("stale Commit/Abort changed state: %+v", st)
@@ -120,6 +124,7 @@ func TestReserveAbort(t *testing.T) {
 	s.Commit(r2)
 	s.Commit(r2) // double Commit is ignored
 	s.Abort(r2)  // Abort after Commit is ignored
+	misused.expect(t, errSettledTwice, 2)
 	if !has(t, s, ns, 2, 20*kib) {
 		t.Fatal("block 2 missing")
 	}
@@ -131,6 +136,7 @@ func TestReserveAbort(t *testing.T) {
 	}
 	s.Commit(Reservation{}) // zero reservation is ignored
 	s.Release(View{})
+	misused.expect(t, errSettledTwice, 0)
 }
 
 func TestReserveRejects(t *testing.T) {
@@ -239,6 +245,7 @@ func TestClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	misused := catchMisuse(s)
 	ns := nsOf(1)
 	put(t, s, ns, 1, 0, 100)
 	r, err := s.Reserve(ns, key(2), Key{}, 16, 100)
@@ -269,8 +276,10 @@ func TestClose(t *testing.T) {
 		t.Fatal("lease calls after Close")
 	}
 	s.Commit(r)
-	s.Abort(r)
-	s.Release(v)
+	s.Abort(r) // after the Commit: reported in the invariants build
+	misused.expect(t, errSettledTwice, 1)
+	s.Release(v) // released before Close: reported in the invariants build
+	misused.expect(t, errReleasedTwice, 1)
 	if st := s.Stats(); st.BytesMapped != 0 || st.Blocks != 0 || st.LeasesActive != 0 || st.Puts != 1 {
 		t.Fatalf("Stats after Close = %+v", st)
 	}

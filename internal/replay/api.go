@@ -1,4 +1,4 @@
-// Package replay replays Mooncake-format KV-cache traces (issue 7): a
+// Package replay replays Mooncake-format KV-cache traces: a
 // metadata-only simulator of the hot tier's policies (internal/hot/policy)
 // and the shared types of the live replay.
 package replay

@@ -193,7 +193,7 @@ func (c *cache) alloc(h uint64) policy.ID {
 	return id
 }
 
-var errNotCached = errors.New("victim is not cached")
+var errNotCached = errors.New("gpucache/replay: victim is not cached")
 
 // evict drops id from the cache and the policy.
 func (c *cache) evict(id policy.ID) error {

@@ -1,5 +1,5 @@
 // Package resp speaks the subset of RESP2, the Redis serialisation
-// protocol, that LMCache's remote tiers use (issue 13; docs/PROTOCOL.md,
+// protocol, that LMCache's remote tiers use (docs/PROTOCOL.md,
 // "RESP2 endpoint").
 //
 // Reader decodes requests strictly and with bounds: a request is an array

@@ -25,7 +25,10 @@ func (c NIXLConfig) withDefaults() NIXLConfig {
 	return c
 }
 
-// RDMAStatus is this build's RDMA/NIXL capability, for `gpucache doctor`.
+// RDMAStatus is this build's RDMA/NIXL capability. `gpucache doctor`
+// (internal/doctor) reads it: the rdma check reports BuildTag beside the
+// RDMA devices it finds, and the rlimit_memlock check warns about a limit
+// below hot_capacity only when Linked.
 type RDMAStatus struct {
 	// BuildTag reports whether the build used the rdma_nixl tag.
 	BuildTag bool

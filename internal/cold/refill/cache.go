@@ -77,16 +77,6 @@ func (c *caches) putManifest(key string, m *pack.Manifest) {
 	c.bytes += cost
 }
 
-// manifestBytes returns the MemCost of the cached manifests.
-func (c *caches) manifestBytes() int64 {
-	if c == nil {
-		return 0
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.bytes
-}
-
 func (c *caches) pointer(key string) (pack.Pointer, bool) {
 	if c == nil || c.ttl <= 0 {
 		return pack.Pointer{}, false

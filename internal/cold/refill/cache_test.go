@@ -117,3 +117,14 @@ func TestManifestCacheBoundedByBytes(t *testing.T) {
 		t.Fatalf("after a second round: %d > %d", got, limit)
 	}
 }
+
+// manifestBytes returns the MemCost of the cached manifests (a test
+// accessor: production code reads no cache size).
+func (c *caches) manifestBytes() int64 {
+	if c == nil {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.bytes
+}

@@ -100,7 +100,7 @@
 // RefillKeyInto takes no buffer: after step 5's budget check it asks the
 // caller's alloc for one of the payload's length, so a server can reserve a
 // hot-tier slot and have the payload read straight into slab memory, with
-// no payload-sized buffer on the Go heap (issue 13: 64 MiB blocks). A
+// no payload-sized buffer on the Go heap (blocks of up to 64 MiB). A
 // refused alloc is Missing(NoDestination), before any payload read; the
 // caller discards an allocated buffer on any miss (it is zeroed).
 //

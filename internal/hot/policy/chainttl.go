@@ -1,7 +1,5 @@
 package policy
 
-func init() { register(ChainTTLName, func() Policy { return NewChainTTL() }) }
-
 // ChainTTLName is the configuration name of ChainTTL.
 const ChainTTLName = "chainttl"
 

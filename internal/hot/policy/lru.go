@@ -1,7 +1,5 @@
 package policy
 
-func init() { register("lru", func() Policy { return NewLRU() }) }
-
 // LRU is plain least-recently-used: it admits everything and evicts the
 // block whose last Insert or Touch is oldest, chains notwithstanding.
 type LRU struct {

@@ -1,5 +1,5 @@
-// Package policy holds the hot tier's admission and eviction policies
-// (issue 7). One implementation serves both the hot store (internal/hot,
+// Package policy holds the hot tier's admission and eviction policies.
+// One implementation serves both the hot store (internal/hot,
 // Config.Policy) and the trace simulator (internal/replay), so that the
 // simulator measures the code the daemon runs.
 //

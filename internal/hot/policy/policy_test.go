@@ -31,6 +31,9 @@ func TestRegistry(t *testing.T) {
 		if p.Name() != want {
 			t.Fatalf("New(%q).Name() = %q", want, p.Name())
 		}
+		if again, _ := New(want); again == p {
+			t.Fatalf("New(%q) returned the same instance twice; a policy serves one Store", want)
+		}
 	}
 	if !slices.IsSorted(names) {
 		t.Fatalf("Names() = %v, not sorted", names)

@@ -1,7 +1,5 @@
 package policy
 
-func init() { register("prefix", func() Policy { return NewPrefix() }) }
-
 // orderedWalk bounds the walk that puts a parent back on the candidate
 // list by its last touch (as the hot store's built-in order does).
 const orderedWalk = 64

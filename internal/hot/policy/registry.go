@@ -1,34 +1,35 @@
 package policy
 
-import (
-	"fmt"
-	"sort"
-)
+import "fmt"
 
-// constructors of the online policies, by name; each policy file registers
-// its own in init.
-var constructors = map[string]func() Policy{}
-
-// register adds an online policy constructor; called from init.
-func register(name string, f func() Policy) { constructors[name] = f }
+// constructors are the online policies, sorted by name: what
+// gpucached's hot_policy may name. A new policy adds its row here.
+var constructors = [...]struct {
+	name string
+	new  func() Policy
+}{
+	{ChainTTLName, func() Policy { return NewChainTTL() }},
+	{"lru", func() Policy { return NewLRU() }},
+	{"prefix", func() Policy { return NewPrefix() }},
+}
 
 // New returns a fresh online policy by name (what gpucached's hot_policy
 // names). Offline policies (Belady OPT) need the future and are built by
 // the simulator, not here.
 func New(name string) (Policy, error) {
-	f, ok := constructors[name]
-	if !ok {
-		return nil, fmt.Errorf("gpucache/policy: unknown policy %q (known: %v)", name, Names())
+	for _, c := range constructors {
+		if c.name == name {
+			return c.new(), nil
+		}
 	}
-	return f(), nil
+	return nil, fmt.Errorf("gpucache/policy: unknown policy %q (known: %v)", name, Names())
 }
 
 // Names lists the online policies, sorted.
 func Names() []string {
-	out := make([]string, 0, len(constructors))
-	for n := range constructors {
-		out = append(out, n)
+	out := make([]string, len(constructors))
+	for i, c := range constructors {
+		out[i] = c.name
 	}
-	sort.Strings(out)
 	return out
 }

@@ -1,5 +1,5 @@
 // Package live replays a Mooncake trace against a running gpucached with
-// real payloads (issue 7, "gpucache-bench replay --live"): each request looks up
+// real payloads ("gpucache-bench replay --live"): each request looks up
 // its block chain, reads the cached leading run back (checking every byte)
 // and stores the rest, at the trace's arrival times (optionally sped up),
 // with a bounded number of requests in flight. It reports the hit ratio, the

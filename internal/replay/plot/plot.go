@@ -1,4 +1,4 @@
-// Package plot draws the replay's hit-ratio curves (issue 7): prefix-hit
+// Package plot draws the replay's hit-ratio curves: prefix-hit
 // ratio against cache capacity, one line per policy, as SVG, PNG or PDF,
 // with gonum.org/v1/plot (ADR 0009).
 package plot

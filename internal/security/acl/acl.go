@@ -65,7 +65,7 @@ func (r Right) Name() string {
 func (r Right) Has(need Right) bool { return r&need == need }
 
 // ErrDenied is returned (wrapped) by Policy.Check when access is denied.
-var ErrDenied = errors.New("acl: access denied")
+var ErrDenied = errors.New("gpucache/acl: access denied")
 
 // DeniedError describes a denial. It unwraps to ErrDenied.
 type DeniedError struct {
@@ -75,7 +75,7 @@ type DeniedError struct {
 }
 
 func (e *DeniedError) Error() string {
-	return fmt.Sprintf("acl: access denied: tenant %q lacks %s on model %q", e.Tenant, e.Need.Name(), e.Model)
+	return fmt.Sprintf("gpucache/acl: access denied: tenant %q lacks %s on model %q", e.Tenant, e.Need.Name(), e.Model)
 }
 
 // Is makes errors.Is(err, ErrDenied) true.

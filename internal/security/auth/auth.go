@@ -9,13 +9,13 @@ import (
 	"time"
 )
 
-// Errors. ErrUnauthenticated wraps every authentication failure; its
-// reasons are the other sentinels.
+// Errors. Every authentication failure matches ErrUnauthenticated; its
+// reasons (ErrUnknown, ErrExpired, ErrNoCredential) wrap it.
 var (
 	ErrUnauthenticated = errors.New("gpucache/auth: unauthenticated")
-	ErrUnknown         = errors.New("unknown credential")
-	ErrExpired         = errors.New("credential expired")
-	ErrNoCredential    = errors.New("no credential presented")
+	ErrUnknown         = fmt.Errorf("%w: unknown credential", ErrUnauthenticated)
+	ErrExpired         = fmt.Errorf("%w: credential expired", ErrUnauthenticated)
+	ErrNoCredential    = fmt.Errorf("%w: no credential presented", ErrUnauthenticated)
 	ErrConfig          = errors.New("gpucache/auth: invalid tenant config")
 )
 
@@ -133,17 +133,17 @@ func (t *Table) Tenants() []string { return append([]string(nil), t.tenants...) 
 // Bearer authenticates a bearer secret at now.
 func (t *Table) Bearer(secret []byte, now time.Time) (Session, error) {
 	if len(secret) == 0 {
-		return Session{}, fmt.Errorf("%w: %w", ErrUnauthenticated, ErrNoCredential)
+		return Session{}, ErrNoCredential
 	}
 	d := sha256.Sum256(secret)
 	e, ok := t.secrets[d]
 	// The map is keyed by a digest the caller cannot steer; compare the
 	// stored digest in constant time all the same.
 	if !ok || subtle.ConstantTimeCompare(e.digest[:], d[:]) != 1 {
-		return Session{}, fmt.Errorf("%w: %w", ErrUnauthenticated, ErrUnknown)
+		return Session{}, ErrUnknown
 	}
 	if !e.notAfter.IsZero() && !now.Before(e.notAfter) {
-		return Session{}, fmt.Errorf("%w: %w (secret %q of tenant %q)", ErrUnauthenticated, ErrExpired, e.id, e.tenant)
+		return Session{}, fmt.Errorf("%w (secret %q of tenant %q)", ErrExpired, e.id, e.tenant)
 	}
 	return Session{Tenant: e.tenant, Method: MethodBearer, CredID: e.id, NotAfter: e.notAfter}, nil
 }
@@ -152,14 +152,14 @@ func (t *Table) Bearer(secret []byte, now time.Time) (Session, error) {
 // name that belongs to a tenant decides.
 func (t *Table) Cert(names []string) (Session, error) {
 	if len(names) == 0 {
-		return Session{}, fmt.Errorf("%w: %w", ErrUnauthenticated, ErrNoCredential)
+		return Session{}, ErrNoCredential
 	}
 	for _, n := range names {
 		if tn, ok := t.certs[n]; ok {
 			return Session{Tenant: tn, Method: MethodMTLS, CredID: n}, nil
 		}
 	}
-	return Session{}, fmt.Errorf("%w: %w (certificate names match no tenant)", ErrUnauthenticated, ErrUnknown)
+	return Session{}, fmt.Errorf("%w (certificate names match no tenant)", ErrUnknown)
 }
 
 // Still reports whether s remains valid under t at now: its credential is
@@ -173,7 +173,7 @@ func (t *Table) Still(s Session, now time.Time) (notAfter time.Time, err error) 
 		for _, e := range t.secrets {
 			if e.tenant == s.Tenant && e.id == s.CredID {
 				if !e.notAfter.IsZero() && !now.Before(e.notAfter) {
-					return e.notAfter, fmt.Errorf("%w: %w (secret %q of tenant %q)", ErrUnauthenticated, ErrExpired, e.id, e.tenant)
+					return e.notAfter, fmt.Errorf("%w (secret %q of tenant %q)", ErrExpired, e.id, e.tenant)
 				}
 				return e.notAfter, nil
 			}

@@ -11,7 +11,7 @@ import (
 )
 
 // ErrRateLimited is the sentinel matched by every *LimitedError.
-var ErrRateLimited = errors.New("ratelimit: RATE_LIMITED")
+var ErrRateLimited = errors.New("gpucache/ratelimit: RATE_LIMITED")
 
 // LimitedError reports that Tenant exceeded its quota and may retry after
 // RetryAfter.
@@ -21,7 +21,7 @@ type LimitedError struct {
 }
 
 func (e *LimitedError) Error() string {
-	return fmt.Sprintf("ratelimit: RATE_LIMITED: tenant %q over quota, retry after %s", e.Tenant, e.RetryAfter)
+	return fmt.Sprintf("gpucache/ratelimit: RATE_LIMITED: tenant %q over quota, retry after %s", e.Tenant, e.RetryAfter)
 }
 
 // Is makes errors.Is(err, ErrRateLimited) true.

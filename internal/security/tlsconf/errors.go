@@ -12,22 +12,22 @@ import (
 var (
 	// ErrConfig: the Files or ClientFiles value itself is incomplete or
 	// inconsistent (a required path is empty, a certificate without a key).
-	ErrConfig = errors.New("tlsconf: invalid configuration")
+	ErrConfig = errors.New("gpucache/tlsconf: invalid configuration")
 	// ErrNoPEM: the file holds no PEM block of the expected type (empty,
 	// DER-encoded, garbage, or the wrong kind of file).
-	ErrNoPEM = errors.New("no usable PEM block")
+	ErrNoPEM = errors.New("gpucache/tlsconf: no usable PEM block")
 	// ErrMalformed: a PEM block of the right type does not parse.
-	ErrMalformed = errors.New("malformed PEM content")
+	ErrMalformed = errors.New("gpucache/tlsconf: malformed PEM content")
 	// ErrKeyMismatch: the private key is not the key of the certificate.
-	ErrKeyMismatch = errors.New("private key does not match certificate")
+	ErrKeyMismatch = errors.New("gpucache/tlsconf: private key does not match certificate")
 	// ErrExpired: a certificate's NotAfter is in the past.
-	ErrExpired = errors.New("certificate expired")
+	ErrExpired = errors.New("gpucache/tlsconf: certificate expired")
 	// ErrNotYetValid: a certificate's NotBefore is in the future.
-	ErrNotYetValid = errors.New("certificate not yet valid")
+	ErrNotYetValid = errors.New("gpucache/tlsconf: certificate not yet valid")
 	// ErrUnsuitable: the material parses but cannot serve its role (wrong
 	// extended key usage, no SANs on a server certificate, a leaf in a CA
 	// bundle, a misordered chain, an encrypted or unsupported key, ...).
-	ErrUnsuitable = errors.New("unsuitable for its role")
+	ErrUnsuitable = errors.New("gpucache/tlsconf: unsuitable for its role")
 )
 
 // FileError reports a problem with one named file.
@@ -43,7 +43,7 @@ type FileError struct {
 }
 
 func (e *FileError) Error() string {
-	return fmt.Sprintf("tlsconf: %s file %q: %v", e.Role, e.Path, e.Err)
+	return fmt.Sprintf("gpucache/tlsconf: %s file %q: %v", e.Role, e.Path, e.Err)
 }
 
 func (e *FileError) Unwrap() error { return e.Err }

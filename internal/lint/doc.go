@@ -1,0 +1,8 @@
+// Package lint holds checks over the module's own source, run by go test:
+// conventions that vet and staticcheck do not know. It has no code.
+//
+// sentinel_test.go: every package-level sentinel error (errors.New or
+// fmt.Errorf in a var declaration) starts with "gpucache/<pkg>: ", where
+// <pkg> is the package name or a path ending in it, or wraps such a
+// sentinel of its own package with a leading %w.
+package lint
