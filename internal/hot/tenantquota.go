@@ -137,24 +137,3 @@ func (s *Store) TenantDRAMUsage(tenant string) TenantDRAM {
 	}
 	return TenantDRAM{Tenant: tenant, Bytes: s.mu.tenants.ownedBy(tenant), Quota: s.mu.tenants.quotas[tenant]}
 }
-
-// TenantsDRAM reports the usage of every tenant that owns a block or has a
-// quota, in no particular order.
-func (s *Store) TenantsDRAM() []TenantDRAM {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.mu.closed {
-		return nil
-	}
-	t := &s.mu.tenants
-	out := make([]TenantDRAM, 0, len(t.ids)+len(t.quotas))
-	for name, id := range t.ids {
-		out = append(out, TenantDRAM{Tenant: name, Bytes: t.recs[id].owned, Quota: t.quotas[name]})
-	}
-	for name, q := range t.quotas {
-		if t.ids[name] == 0 {
-			out = append(out, TenantDRAM{Tenant: name, Quota: q})
-		}
-	}
-	return out
-}

@@ -2,7 +2,6 @@ package pack
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 
 	"github.com/gpucache/gpucache/internal/cold"
@@ -208,10 +207,4 @@ func VerifyWith(p *Pack, v SealVerifier, dec Decrypter, cz Compressor) error {
 		return rejectf("%w", err)
 	}
 	return nil
-}
-
-// IsSealError reports whether err comes from the seal policy
-// (ErrSealMissing, ErrSealInvalid or ErrSealUnverifiable).
-func IsSealError(err error) bool {
-	return errors.Is(err, ErrSealMissing) || errors.Is(err, ErrSealInvalid) || errors.Is(err, ErrSealUnverifiable)
 }

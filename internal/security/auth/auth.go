@@ -71,7 +71,6 @@ type secretEntry struct {
 type Table struct {
 	secrets map[[sha256.Size]byte]secretEntry
 	certs   map[string]string // certificate name -> tenant
-	tenants []string
 }
 
 // NewTable validates tenants and builds a Table. Tenant names must be
@@ -95,7 +94,6 @@ func NewTable(tenants []Tenant) (*Table, error) {
 			return nil, fmt.Errorf("%w: tenant %q has neither secrets nor cert_names, so nothing can authenticate as it", ErrConfig, tn.Name)
 		}
 		seen[tn.Name] = true
-		t.tenants = append(t.tenants, tn.Name)
 		ids := make(map[string]bool)
 		for j, c := range tn.Secrets {
 			switch {
@@ -126,9 +124,6 @@ func NewTable(tenants []Tenant) (*Table, error) {
 	}
 	return t, nil
 }
-
-// Tenants returns the tenant names in config order.
-func (t *Table) Tenants() []string { return append([]string(nil), t.tenants...) }
 
 // Bearer authenticates a bearer secret at now.
 func (t *Table) Bearer(secret []byte, now time.Time) (Session, error) {

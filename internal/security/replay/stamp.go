@@ -31,9 +31,6 @@ type Stamp struct {
 // NewStamp returns a stamp for t with the given nonce.
 func NewStamp(t time.Time, nonce [16]byte) Stamp { return Stamp{UnixNano: t.UnixNano(), Nonce: nonce} }
 
-// Time returns the stamp's timestamp.
-func (s Stamp) Time() time.Time { return time.Unix(0, s.UnixNano) }
-
 // Append appends the 24-byte encoding of s to dst. It panics on a negative
 // timestamp (before 1970), which has no encoding.
 func (s Stamp) Append(dst []byte) []byte {
