@@ -9,18 +9,9 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/gpucache/gpucache/internal/testfix"
 )
-
-// fakeClock is a manually advanced clock, safe for concurrent use.
-type fakeClock struct{ ns atomic.Int64 }
-
-func newFakeClock() *fakeClock {
-	c := &fakeClock{}
-	c.ns.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
-	return c
-}
-func (c *fakeClock) Now() time.Time          { return time.Unix(0, c.ns.Load()) }
-func (c *fakeClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
 
 func mustNew(t testing.TB, cfg Config) *Limiter {
 	t.Helper()
@@ -247,7 +238,7 @@ func TestUnlimitedAndZeroCost(t *testing.T) {
 }
 
 func TestClockBackwards(t *testing.T) {
-	c := newFakeClock()
+	c := testfix.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)) // runs backwards: not a synctest bubble
 	l := mustNew(t, Config{Now: c.Now, Default: Limit{OpsPerSec: 1, OpsBurst: 1}})
 	l.Allow("x", 1, 0)
 	c.Advance(-time.Hour)
