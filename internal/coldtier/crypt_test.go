@@ -15,6 +15,7 @@ import (
 	"github.com/gpucache/gpucache/internal/cold/s3store/s3test"
 	"github.com/gpucache/gpucache/internal/identity"
 	"github.com/gpucache/gpucache/internal/security/seal"
+	"github.com/gpucache/gpucache/internal/testfix"
 )
 
 const encBlock = 4096
@@ -110,7 +111,7 @@ func expectMiss(t *testing.T, tr *Tier, ev *events, ns identity.Namespace, k ide
 // a reader with the wrong secret, or with no cipher keyring, gets misses
 // with events; every miss is clean.
 func runEncrypted(t *testing.T, store cold.Store) {
-	clk := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clk := testfix.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	ck := crypt.New(clk.Now)
 	if err := ck.Add("c1", bytes.Repeat([]byte{1}, 32), clk.Now()); err != nil {
 		t.Fatal(err)
