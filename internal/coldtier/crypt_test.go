@@ -126,7 +126,7 @@ func runEncrypted(t *testing.T, store cold.Store) {
 	}
 	ev := &events{}
 	tr := newTier(t, store, func(c *Config) { c.Crypt, c.Compress, c.Keyring, c.OnIntegrity = ck, z, sk, ev.on })
-	ns := testNS("acme")
+	ns := testfix.TinyNamespace("acme")
 
 	old := writeEncoded(t, tr, ns, 4, 0)
 	mk, m := manifestOf(t, store, ns, old[0])
@@ -218,7 +218,7 @@ func TestEncryptionAtRestOnRealS3(t *testing.T) {
 func TestUnencryptedPacksStayReadable(t *testing.T) {
 	store := cold.NewMem()
 	plain := newTier(t, store, nil)
-	ns := testNS("acme")
+	ns := testfix.TinyNamespace("acme")
 	before := writeEncoded(t, plain, ns, 3, 0)
 	if _, m := manifestOf(t, store, ns, before[0]); m.Encrypted() || !m.Plain(m.Ranges[0]) {
 		t.Fatal("a tier without options wrote an encoded pack")

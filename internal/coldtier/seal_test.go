@@ -112,7 +112,7 @@ func TestSealedWriteBehindAndRotation(t *testing.T) {
 	store := cold.NewMem()
 	ev := &events{}
 	tr := newTier(t, store, func(c *Config) { c.Keyring = kr; c.OnIntegrity = ev.on })
-	ns := testNS("acme")
+	ns := testfix.TinyNamespace("acme")
 
 	old := writeBehind(t, tr, ns, 4, 0)
 	ms := manifests(t, store)
@@ -181,7 +181,7 @@ func TestSealedTierRejectsConsistentRewrite(t *testing.T) {
 	store := cold.NewMem()
 	ev := &events{}
 	tr := newTier(t, store, func(c *Config) { c.Keyring = kr; c.OnIntegrity = ev.on })
-	ns := testNS("acme")
+	ns := testfix.TinyNamespace("acme")
 	ids := writeBehind(t, tr, ns, 3, 0)
 	var m *pack.Manifest
 	for _, mm := range manifests(t, store) {
@@ -226,7 +226,7 @@ func TestSealedTierRejectsConsistentRewrite(t *testing.T) {
 func TestUnsealedDefaultAndSealedWithoutKeyring(t *testing.T) {
 	store := cold.NewMem()
 	tr := newTier(t, store, nil)
-	ns := testNS("acme")
+	ns := testfix.TinyNamespace("acme")
 	ids := writeBehind(t, tr, ns, 2, 0)
 	for k, m := range manifests(t, store) {
 		if m.Seal.Kind != pack.SealNone || len(m.Seal.KeyID)+len(m.Seal.MAC) != 0 {

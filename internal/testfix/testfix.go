@@ -86,3 +86,11 @@ func Payload(n int, seed byte) []byte {
 	}
 	return b
 }
+
+// TinyNamespace is a small valid namespace of tenant: one layer, one
+// head, 16-token blocks in the "raw" layout.
+func TinyNamespace(tenant string) identity.Namespace {
+	return identity.Namespace{Tenant: tenant, TrustDomain: "t", ModelID: "m", ConfigRevision: "c", TokenizerRevision: "k",
+		RoPE: "rope", DType: "fp16", Quantization: "none",
+		Layout: identity.Layout{Format: "raw", TPSize: 1, PPSize: 1, LayerCount: 1, KVHeads: 1, HeadDim: 1, BlockTokens: 16}}
+}
