@@ -117,7 +117,7 @@ func TestRetryAfterIsExact(t *testing.T) {
 						if ok, d2 := l.Allow("t", 1, bytes); ok || d2 != 1 {
 							t.Fatalf("step %d: 1ns before retryAfter: ok=%v d=%v", step, ok, d2)
 						}
-						time.Sleep(1)
+						time.Sleep(time.Nanosecond)
 					} else {
 						time.Sleep(d)
 					}
