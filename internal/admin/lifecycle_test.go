@@ -18,15 +18,8 @@ import (
 	"github.com/gpucache/gpucache/internal/cold/pack"
 	"github.com/gpucache/gpucache/internal/cold/s3store/s3test"
 	"github.com/gpucache/gpucache/internal/identity"
+	"github.com/gpucache/gpucache/internal/testfix"
 )
-
-func lcNamespace(tenant, model string) identity.Namespace {
-	return identity.Namespace{
-		Tenant: tenant, TrustDomain: "prod", ModelID: model, ConfigRevision: "c1",
-		TokenizerRevision: "t1", RoPE: "none", DType: "bf16", Quantization: "none",
-		Layout: identity.Layout{Format: "raw", TPSize: 1, PPSize: 1, LayerCount: 1, KVHeads: 1, HeadDim: 1, BlockTokens: 1},
-	}
-}
 
 // publishOpaque writes one pack of n opaque-key blocks of ns, as a sink
 // would: pack, manifest, pointers.
@@ -80,7 +73,7 @@ func countPrefix(t *testing.T, st cold.Store, prefix string) int {
 // and returns the namespaces.
 func twoTenants(t *testing.T, st cold.Store) (a, b []identity.Namespace) {
 	for _, m := range []string{"m1", "m2"} {
-		na, nb := lcNamespace("a", m), lcNamespace("b", m)
+		na, nb := testfix.RawNamespace("a", m), testfix.RawNamespace("b", m)
 		publishOpaque(t, st, na, 3, "a"+m)
 		publishOpaque(t, st, na, 2, "a2"+m)
 		publishOpaque(t, st, nb, 4, "b"+m)

@@ -25,6 +25,7 @@ import (
 	"github.com/gpucache/gpucache/internal/config"
 	"github.com/gpucache/gpucache/internal/daemon"
 	"github.com/gpucache/gpucache/internal/identity"
+	"github.com/gpucache/gpucache/internal/testfix"
 )
 
 func lcConfig(t *testing.T) config.Config {
@@ -54,16 +55,10 @@ func lcNode(t *testing.T, c config.Config, opts daemon.Options) (daemon.Addrs, f
 	return n.Addrs(), stop
 }
 
-func lcNamespace(tenant string) client.Namespace {
-	return client.Namespace{Tenant: tenant, TrustDomain: "t", ModelID: "m", ConfigRevision: "c", TokenizerRevision: "k",
-		RoPE: "rope", DType: "fp16", Quantization: "none",
-		Layout: client.Layout{Format: "raw", TPSize: 1, PPSize: 1, LayerCount: 1, KVHeads: 1, HeadDim: 1, BlockTokens: 16}}
-}
-
 // lcBlocks is n blocks of 64 KiB of one chain of tenant's.
 func lcBlocks(t *testing.T, tenant string, n int) (client.Namespace, []client.CacheIdentity, []client.BlockKey, [][]byte) {
 	t.Helper()
-	ns := lcNamespace(tenant)
+	ns := testfix.TinyNamespace(tenant)
 	tokens := make([]uint32, n*16)
 	for i := range tokens {
 		tokens[i] = uint32(i)

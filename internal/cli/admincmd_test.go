@@ -16,19 +16,12 @@ import (
 	"github.com/gpucache/gpucache/internal/cold"
 	"github.com/gpucache/gpucache/internal/cold/pack"
 	"github.com/gpucache/gpucache/internal/identity"
+	"github.com/gpucache/gpucache/internal/testfix"
 )
-
-func adminTestNS(tenant string) identity.Namespace {
-	return identity.Namespace{
-		Tenant: tenant, TrustDomain: "prod", ModelID: "m", ConfigRevision: "c1",
-		TokenizerRevision: "t1", RoPE: "none", DType: "bf16", Quantization: "none",
-		Layout: identity.Layout{Format: "raw", TPSize: 1, PPSize: 1, LayerCount: 1, KVHeads: 1, HeadDim: 1, BlockTokens: 1},
-	}
-}
 
 func adminTestPublish(t *testing.T, st cold.Store, tenant string, n int) {
 	t.Helper()
-	ns := adminTestNS(tenant)
+	ns := testfix.RawNamespace(tenant, "m")
 	blocks := make([]pack.Block, n)
 	for i := range blocks {
 		blocks[i] = pack.Block{Identity: identity.CacheIdentity{Namespace: ns, Opaque: fmt.Appendf(nil, "k%d", i)}, Payload: []byte("v")}

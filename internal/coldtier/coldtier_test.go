@@ -12,15 +12,10 @@ import (
 	"github.com/gpucache/gpucache/internal/cold"
 	"github.com/gpucache/gpucache/internal/hot"
 	"github.com/gpucache/gpucache/internal/identity"
+	"github.com/gpucache/gpucache/internal/testfix"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-func testNS(tenant string) identity.Namespace {
-	return identity.Namespace{Tenant: tenant, TrustDomain: "t", ModelID: "m", ConfigRevision: "c", TokenizerRevision: "k",
-		RoPE: "rope", DType: "fp16", Quantization: "none",
-		Layout: identity.Layout{Format: "raw", TPSize: 1, PPSize: 1, LayerCount: 1, KVHeads: 1, HeadDim: 1, BlockTokens: 16}}
-}
 
 func payloadOf(k identity.BlockKey, n int) []byte {
 	b := make([]byte, n)
@@ -56,7 +51,7 @@ func TestEvictedBlocksAreWrittenBehindAndRefilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer hs.Close()
-	ns := testNS("acme")
+	ns := testfix.TinyNamespace("acme")
 	d, _ := ns.Digest()
 	tokens := make([]uint32, 100*16)
 	for i := range tokens {
@@ -107,14 +102,14 @@ func TestEvictedBlocksAreWrittenBehindAndRefilled(t *testing.T) {
 		t.Fatalf("refilled %d blocks, %d evicted", refilled, ev)
 	}
 	// Another tenant, same key: a miss.
-	if _, res, _ := tr.Refill(context.Background(), testNS("other"), keys[0], dst); res.Hit {
+	if _, res, _ := tr.Refill(context.Background(), testfix.TinyNamespace("other"), keys[0], dst); res.Hit {
 		t.Fatal("another tenant's namespace refilled a block")
 	}
 }
 
 func TestUnknownOrOverBudgetEvictionsAreDropped(t *testing.T) {
 	tr := newTier(t, cold.NewMem(), func(c *Config) { c.PendingBytes = 100 })
-	ns := testNS("acme")
+	ns := testfix.TinyNamespace("acme")
 	d, _ := ns.Digest()
 	ids, _ := identity.Identities(ns, make([]uint32, 32))
 	k0, _ := ids[0].Key()
@@ -131,7 +126,7 @@ func TestUnknownOrOverBudgetEvictionsAreDropped(t *testing.T) {
 func TestReclaimKeepsPublishedPacks(t *testing.T) {
 	store := cold.NewMem()
 	tr := newTier(t, store, func(c *Config) { c.ReclaimGrace = time.Nanosecond })
-	ns := testNS("acme")
+	ns := testfix.TinyNamespace("acme")
 	d, _ := ns.Digest()
 	ids, _ := identity.Identities(ns, make([]uint32, 4*16))
 	for _, id := range ids {

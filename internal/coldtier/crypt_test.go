@@ -15,6 +15,7 @@ import (
 	"github.com/gpucache/gpucache/internal/cold/s3store/s3test"
 	"github.com/gpucache/gpucache/internal/identity"
 	"github.com/gpucache/gpucache/internal/security/seal"
+	"github.com/gpucache/gpucache/internal/testfix"
 )
 
 const encBlock = 4096
@@ -110,7 +111,7 @@ func expectMiss(t *testing.T, tr *Tier, ev *events, ns identity.Namespace, k ide
 // a reader with the wrong secret, or with no cipher keyring, gets misses
 // with events; every miss is clean.
 func runEncrypted(t *testing.T, store cold.Store) {
-	clk := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clk := testfix.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	ck := crypt.New(clk.Now)
 	if err := ck.Add("c1", bytes.Repeat([]byte{1}, 32), clk.Now()); err != nil {
 		t.Fatal(err)
@@ -125,7 +126,7 @@ func runEncrypted(t *testing.T, store cold.Store) {
 	}
 	ev := &events{}
 	tr := newTier(t, store, func(c *Config) { c.Crypt, c.Compress, c.Keyring, c.OnIntegrity = ck, z, sk, ev.on })
-	ns := testNS("acme")
+	ns := testfix.TinyNamespace("acme")
 
 	old := writeEncoded(t, tr, ns, 4, 0)
 	mk, m := manifestOf(t, store, ns, old[0])
@@ -217,7 +218,7 @@ func TestEncryptionAtRestOnRealS3(t *testing.T) {
 func TestUnencryptedPacksStayReadable(t *testing.T) {
 	store := cold.NewMem()
 	plain := newTier(t, store, nil)
-	ns := testNS("acme")
+	ns := testfix.TinyNamespace("acme")
 	before := writeEncoded(t, plain, ns, 3, 0)
 	if _, m := manifestOf(t, store, ns, before[0]); m.Encrypted() || !m.Plain(m.Ranges[0]) {
 		t.Fatal("a tier without options wrote an encoded pack")

@@ -14,6 +14,7 @@ import (
 	"github.com/gpucache/gpucache/internal/cold/s3store/s3test"
 	"github.com/gpucache/gpucache/internal/degrade"
 	"github.com/gpucache/gpucache/internal/identity"
+	"github.com/gpucache/gpucache/internal/testfix"
 )
 
 // memAsS3 is a Mem store that names S3's faults, so the S3 failpoints run
@@ -53,7 +54,7 @@ func checkDegradedRefill(t *testing.T, store cold.Store, fault degrade.Fault, mo
 	reg := &degrade.Registry{}
 	tr := newTier(t, store, func(c *Config) { c.Faults, c.RefillBudget = reg, testRefillBudget })
 	ctx := context.Background()
-	ns := testNS("acme")
+	ns := testfix.TinyNamespace("acme")
 	ids := writeBehind(t, tr, ns, 2, 1)
 	keys := make([]identity.BlockKey, len(ids))
 	for i, id := range ids {
@@ -172,7 +173,7 @@ func TestDegradeS3UnavailableWriteBehind(t *testing.T) {
 					c.Faults, c.RefillBudget, c.Sink.PutTimeout = reg, testRefillBudget, time.Second
 				})
 				ctx := context.Background()
-				ns := testNS("acme")
+				ns := testfix.TinyNamespace("acme")
 				d, _ := ns.Digest()
 				ids, _ := identity.Identities(ns, make([]uint32, 4*16))
 				disarm := reg.Arm(tc.fault, tc.mode)

@@ -14,6 +14,7 @@ import (
 	"github.com/gpucache/gpucache/internal/cold"
 	"github.com/gpucache/gpucache/internal/cold/pack"
 	"github.com/gpucache/gpucache/internal/identity"
+	"github.com/gpucache/gpucache/internal/testfix"
 )
 
 var bg = context.Background()
@@ -97,9 +98,9 @@ func TestPresentAfterPublishAndRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns := testNS("acme")
+	ns := testfix.TinyNamespace("acme")
 	d, _ := ns.Digest()
-	other, _ := testNS("other").Digest()
+	other, _ := testfix.TinyNamespace("other").Digest()
 	bs := mixedBlocks(t, ns, 4)
 
 	tr := newTier(t, store, nil)
@@ -156,7 +157,7 @@ func TestPresentAfterPublishAndRestart(t *testing.T) {
 // it, and the blocks left out answer absent (GET still refills them).
 func TestIndexBound(t *testing.T) {
 	store := cold.NewMem()
-	ns := testNS("acme")
+	ns := testfix.TinyNamespace("acme")
 	d, _ := ns.Digest()
 	bs := mixedBlocks(t, ns, 4) // 8 blocks
 	tr := newTier(t, store, func(c *Config) { c.IndexMax = 3 })
@@ -198,7 +199,7 @@ func TestDeleteHidesPublishedBlock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns := testNS("acme")
+	ns := testfix.TinyNamespace("acme")
 	d, _ := ns.Digest()
 	bs := mixedBlocks(t, ns, 2)
 	tr := newTier(t, store, nil)
@@ -281,7 +282,7 @@ func (s *switchStore) Delete(ctx context.Context, key string) error {
 // on a sink that cannot write yet, is not resurrected by a later flush;
 // the blocks around it are written.
 func TestDeletePendingWriteBehindNotResurrected(t *testing.T) {
-	ns := testNS("acme")
+	ns := testfix.TinyNamespace("acme")
 	d, _ := ns.Digest()
 	for _, stage := range []string{"batched", "queued"} {
 		t.Run(stage, func(t *testing.T) {
@@ -323,7 +324,7 @@ func TestDeletePendingWriteBehindNotResurrected(t *testing.T) {
 // present and refills.
 func TestRewriteAfterDelete(t *testing.T) {
 	store := cold.NewMem()
-	ns := testNS("acme")
+	ns := testfix.TinyNamespace("acme")
 	d, _ := ns.Digest()
 	bs := mixedBlocks(t, ns, 1)
 	tr := newTier(t, store, nil)
@@ -349,7 +350,7 @@ func TestRewriteAfterDelete(t *testing.T) {
 // removes the pointer.
 func TestDeleteStoreUnreachable(t *testing.T) {
 	store := &switchStore{Store: cold.NewMem()}
-	ns := testNS("acme")
+	ns := testfix.TinyNamespace("acme")
 	d, _ := ns.Digest()
 	bs := mixedBlocks(t, ns, 1)
 	tr := newTier(t, store, nil)
@@ -379,7 +380,7 @@ func TestDeleteStoreUnreachable(t *testing.T) {
 // A refill that finds no pointer drops a stale entry.
 func TestRefillMissDropsStaleEntry(t *testing.T) {
 	store := cold.NewMem()
-	ns := testNS("acme")
+	ns := testfix.TinyNamespace("acme")
 	d, _ := ns.Digest()
 	bs := mixedBlocks(t, ns, 1)
 	tr := newTier(t, store, nil)
@@ -435,7 +436,7 @@ func (s *switchStore) List(ctx context.Context, prefix string, fn func(cold.Obje
 func TestRunIndexRetriesAndRescans(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		mem := cold.NewMem()
-		ns := testNS("acme")
+		ns := testfix.TinyNamespace("acme")
 		d, _ := ns.Digest()
 		bs := mixedBlocks(t, ns, 1)
 		// Another node's tier writes the blocks to the shared store.
@@ -480,7 +481,7 @@ func TestRunIndexRetriesAndRescans(t *testing.T) {
 // present.
 func TestAccountedDeleteDropsIndexEntries(t *testing.T) {
 	store := cold.NewMem()
-	ns, other := testNS("acme"), testNS("beta")
+	ns, other := testfix.TinyNamespace("acme"), testfix.TinyNamespace("beta")
 	d, _ := ns.Digest()
 	od, _ := other.Digest()
 	bs, obs := mixedBlocks(t, ns, 2), mixedBlocks(t, other, 2)

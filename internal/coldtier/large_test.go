@@ -9,6 +9,7 @@ import (
 	"github.com/gpucache/gpucache/internal/cold"
 	"github.com/gpucache/gpucache/internal/hot"
 	"github.com/gpucache/gpucache/internal/identity"
+	"github.com/gpucache/gpucache/internal/testfix"
 )
 
 // TestLargeEvictedBlocksAreWrittenBehind: with the default write-behind
@@ -28,7 +29,7 @@ func TestLargeEvictedBlocksAreWrittenBehind(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer hs.Close()
-	ns := testNS("acme")
+	ns := testfix.TinyNamespace("acme")
 	d, _ := ns.Digest()
 	put := func(name string, size int) (identity.BlockKey, []byte) {
 		t.Helper()
@@ -90,7 +91,7 @@ func TestMaxBlockOverheadBoundsTheAllowance(t *testing.T) {
 // bounded with large blocks, and every block still refills.
 func TestPacksCloseAtPackBytes(t *testing.T) {
 	tr := newTier(t, cold.NewMem(), func(c *Config) { c.PackBytes = 1 << 20 })
-	ns := testNS("acme")
+	ns := testfix.TinyNamespace("acme")
 	d, _ := ns.Digest()
 	var keys []identity.BlockKey
 	for i := range 5 {

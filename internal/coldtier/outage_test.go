@@ -19,6 +19,7 @@ import (
 	"github.com/gpucache/gpucache/internal/degrade"
 	"github.com/gpucache/gpucache/internal/identity"
 	"github.com/gpucache/gpucache/internal/security/seal"
+	"github.com/gpucache/gpucache/internal/testfix"
 )
 
 func countContaining(lines []string, sub string) int {
@@ -64,7 +65,7 @@ func TestOutageThenRecoveryWritesBehind(t *testing.T) {
 				t.Fatalf("%s: held %d (batches %d + packs %d), limit %d", when, st.HeldBytes, st.PendingBytes, st.SinkBytes, limit)
 			}
 		}
-		ns := testNS("acme")
+		ns := testfix.TinyNamespace("acme")
 		d, _ := ns.Digest()
 		toks := make([]uint32, 120*16)
 		for i := range toks {
@@ -157,7 +158,7 @@ func (p permanentStore) Put(context.Context, string, []byte, cold.PutOptions) er
 func TestGivenUpPacksReleaseTheirBytes(t *testing.T) {
 	logs := &coldtest.LogRecorder{}
 	tr := newTier(t, permanentStore{cold.NewMem()}, func(c *Config) { c.Logger = slog.New(logs); c.PackBlocks = 4 })
-	ns := testNS("acme")
+	ns := testfix.TinyNamespace("acme")
 	d, _ := ns.Digest()
 	ids, _ := identity.Identities(ns, make([]uint32, 12*16))
 	for _, id := range ids {
@@ -192,10 +193,10 @@ func TestBlockCostCoversPackMetadata(t *testing.T) {
 	if err := kr.Add(seal.KeyID(strings.Repeat("k", seal.MaxKeyIDLen)), bytes.Repeat([]byte{1}, 32), time.Time{}); err != nil {
 		t.Fatal(err)
 	}
-	long := testNS("acme")
+	long := testfix.TinyNamespace("acme")
 	long.ModelID = strings.Repeat("m", 256)
 	long.Adapter = strings.Repeat("a", 256)
-	for _, ns := range []identity.Namespace{testNS("a"), long} {
+	for _, ns := range []identity.Namespace{testfix.TinyNamespace("a"), long} {
 		for _, blockTokens := range []uint32{1, 16, 256} {
 			ns.Layout.BlockTokens = blockTokens
 			for _, n := range []int{1, 2, 64} {
@@ -250,7 +251,7 @@ func TestOutageRealS3(t *testing.T) {
 	logs := &coldtest.LogRecorder{}
 	tr := newTier(t, store, func(c *Config) { c.PendingBytes = 1 << 20; c.Logger = slog.New(logs) })
 	ctx := context.Background()
-	ns := testNS("acme")
+	ns := testfix.TinyNamespace("acme")
 	d, _ := ns.Digest()
 	toks := make([]uint32, 40*16)
 	for i := range toks {

@@ -9,6 +9,7 @@ import (
 	"github.com/gpucache/gpucache/internal/cold"
 	"github.com/gpucache/gpucache/internal/cold/pack"
 	"github.com/gpucache/gpucache/internal/identity"
+	"github.com/gpucache/gpucache/internal/testfix"
 )
 
 // quotaBlock is one block written behind by writeBehind.
@@ -22,7 +23,7 @@ type quotaBlock struct {
 // tier has PackBlocks 1): remembered, evicted from DRAM, flushed.
 func quotaWrite(t *testing.T, tr *Tier, tenant string, first, n int) []quotaBlock {
 	t.Helper()
-	ns := testNS(tenant)
+	ns := testfix.TinyNamespace(tenant)
 	d, _ := ns.Digest()
 	var out []quotaBlock
 	for i := first; i < first+n; i++ {
@@ -194,7 +195,7 @@ func TestReclaimDeletesAreSubtracted(t *testing.T) {
 	quotaWrite(t, tr, "a", 0, 1)
 	ls := ledgerStore{Store: st, l: tr.ledger}
 	var keys []string
-	d, _ := testNS("a").Digest()
+	d, _ := testfix.TinyNamespace("a").Digest()
 	for _, p := range pack.NamespacePrefixes(d) {
 		if err := st.List(context.Background(), p, func(oi cold.ObjectInfo) error { keys = append(keys, oi.Key); return nil }); err != nil {
 			t.Fatal(err)

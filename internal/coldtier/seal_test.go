@@ -14,25 +14,8 @@ import (
 	"github.com/gpucache/gpucache/internal/cold/refill"
 	"github.com/gpucache/gpucache/internal/identity"
 	"github.com/gpucache/gpucache/internal/security/seal"
+	"github.com/gpucache/gpucache/internal/testfix"
 )
-
-// fakeClock is a manual clock for the keyring.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time // guarded by mu
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 type events struct {
 	mu  sync.Mutex
@@ -121,7 +104,7 @@ func refillAll(t *testing.T, tr *Tier, ns identity.Namespace, ids []identity.Cac
 // seal_invalid event naming k1 (their manifests are cached, and still
 // re-verified), while k2's blocks refill.
 func TestSealedWriteBehindAndRotation(t *testing.T) {
-	clk := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clk := testfix.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	kr := seal.New(clk.Now)
 	if err := kr.Add("k1", bytes.Repeat([]byte{1}, 32), clk.Now()); err != nil {
 		t.Fatal(err)
@@ -129,7 +112,7 @@ func TestSealedWriteBehindAndRotation(t *testing.T) {
 	store := cold.NewMem()
 	ev := &events{}
 	tr := newTier(t, store, func(c *Config) { c.Keyring = kr; c.OnIntegrity = ev.on })
-	ns := testNS("acme")
+	ns := testfix.TinyNamespace("acme")
 
 	old := writeBehind(t, tr, ns, 4, 0)
 	ms := manifests(t, store)
@@ -190,7 +173,7 @@ func TestSealedWriteBehindAndRotation(t *testing.T) {
 // pointer re-pointed): the tier's refill is a miss with a seal_invalid
 // event, and the other blocks still refill.
 func TestSealedTierRejectsConsistentRewrite(t *testing.T) {
-	clk := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clk := testfix.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	kr := seal.New(clk.Now)
 	if err := kr.Add("k1", bytes.Repeat([]byte{1}, 32), clk.Now()); err != nil {
 		t.Fatal(err)
@@ -198,7 +181,7 @@ func TestSealedTierRejectsConsistentRewrite(t *testing.T) {
 	store := cold.NewMem()
 	ev := &events{}
 	tr := newTier(t, store, func(c *Config) { c.Keyring = kr; c.OnIntegrity = ev.on })
-	ns := testNS("acme")
+	ns := testfix.TinyNamespace("acme")
 	ids := writeBehind(t, tr, ns, 3, 0)
 	var m *pack.Manifest
 	for _, mm := range manifests(t, store) {
@@ -243,7 +226,7 @@ func TestSealedTierRejectsConsistentRewrite(t *testing.T) {
 func TestUnsealedDefaultAndSealedWithoutKeyring(t *testing.T) {
 	store := cold.NewMem()
 	tr := newTier(t, store, nil)
-	ns := testNS("acme")
+	ns := testfix.TinyNamespace("acme")
 	ids := writeBehind(t, tr, ns, 2, 0)
 	for k, m := range manifests(t, store) {
 		if m.Seal.Kind != pack.SealNone || len(m.Seal.KeyID)+len(m.Seal.MAC) != 0 {

@@ -16,6 +16,7 @@ import (
 	"github.com/gpucache/gpucache/internal/degrade"
 	"github.com/gpucache/gpucache/internal/hot"
 	"github.com/gpucache/gpucache/internal/identity"
+	"github.com/gpucache/gpucache/internal/testfix"
 )
 
 // spillFixture is a real hot tier holding n remembered blocks of size
@@ -36,7 +37,7 @@ func newSpillFixture(t testing.TB, tr *Tier, n, size int) *spillFixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { hs.Close() })
-	f := &spillFixture{hs: hs, ns: testNS("acme"), size: size}
+	f := &spillFixture{hs: hs, ns: testfix.TinyNamespace("acme"), size: size}
 	d, _ := f.ns.Digest()
 	tokens := make([]uint32, (n+1)*16)
 	for i := range tokens {

@@ -3,35 +3,18 @@ package hot
 import (
 	"encoding/binary"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/gpucache/gpucache/internal/testfix"
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// fakeClock is an injectable Config.Now that moves only when told to.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newFakeClock() *fakeClock {
-	return &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
+// newFakeClock is an injectable Config.Now that moves only when told to.
+func newFakeClock() *testfix.Clock {
+	return testfix.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 }
 
 const (
@@ -40,7 +23,7 @@ const (
 )
 
 // testConfig is a small store: 16 KiB..1 MiB classes in 1 MiB slabs.
-func testConfig(clk *fakeClock, capacity int64) Config {
+func testConfig(clk *testfix.Clock, capacity int64) Config {
 	return Config{
 		CapacityBytes: capacity,
 		MinClass:      16 * kib,

@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/gpucache/gpucache/internal/testfix"
 )
 
 func TestRoundTrip(t *testing.T) {
@@ -450,7 +452,7 @@ func TestTags(t *testing.T) {
 // writing it, so a DELETE right after the GET must not answer BUSY); a
 // leased block is busy at once; the wait ends with ctx.
 func TestDeleteWaitForReaders(t *testing.T) {
-	s := newTestStore(t, testConfig(&fakeClock{}, 4*mib))
+	s := newTestStore(t, testConfig(&testfix.Clock{}, 4*mib))
 	ns, k := nsOf(1), key(7)
 	put(t, s, ns, 7, 0, 100)
 	v, ok := s.Acquire(ns, k)

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gpucache/gpucache/internal/testfix"
 )
 
 // The stress key space: chains of 10 blocks, each chain in one of three
@@ -49,7 +51,7 @@ func checkBytes(b []byte, id uint64) error {
 // runStress runs the stress workers (4 × 2500 operations) on a store of
 // cfg, checks the invariants before and after every lease has expired, and
 // returns the store's stats.
-func runStress(t *testing.T, clk *fakeClock, cfg Config, seed uint64) Stats {
+func runStress(t *testing.T, clk *testfix.Clock, cfg Config, seed uint64) Stats {
 	t.Helper()
 	s := newTestStore(t, cfg)
 	const workers, ops = 4, 2500
@@ -87,7 +89,7 @@ func TestConcurrentStress(t *testing.T) {
 	}
 }
 
-func stressWorker(s *Store, clk *fakeClock, rng *rand.Rand, ops int, noSpace *atomic.Int64) error {
+func stressWorker(s *Store, clk *testfix.Clock, rng *rand.Rand, ops int, noSpace *atomic.Int64) error {
 	for op := range ops {
 		clk.Advance(time.Millisecond)
 		id := 1 + rng.Uint64N(stressKeys)

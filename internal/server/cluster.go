@@ -198,20 +198,35 @@ func (c *conn) routes(st *clusterState) bool {
 	return st != nil && c.version >= wire.Version2 && st.mode != ControlUnknown
 }
 
-// checkOwned answers WRONG_EPOCH, with the view's epoch, when the session
-// routes and some key is not this node's under st's view. One foreign key
-// refuses the whole request: the client's view is stale, so it refreshes
-// and re-routes the whole batch rather than trusting any of its routing.
-func (c *conn) checkOwned(st *clusterState, keys []wire.Key) error {
-	return c.checkOwnedKeys(st, len(keys), func(i int) wire.Key { return keys[i] })
+// resolve is the prologue of every handler whose request names a namespace
+// and a batch of keys (LOOKUP, GET, DELETE, ACQUIRE, PUT, PUT_OPAQUE), run
+// once the request is decoded: it resolves and authorises the namespace
+// (namespace), loads the cluster state once, and checks that this node owns
+// each of the n keys, key(i) the i-th, under that state (checkOwnedKeys).
+// The handler decides its mode against the state it returns, the one the
+// keys were checked against. The first failure is returned as is.
+func (c *conn) resolve(op wire.Opcode, nsBlob []byte, n int, key func(i int) wire.Key) (identity.NamespaceDigest, *clusterState, error) {
+	ns, err := c.namespace(op, nsBlob)
+	if err != nil {
+		return identity.NamespaceDigest{}, nil, err
+	}
+	st := c.clusterState()
+	if err := c.checkOwnedKeys(st, n, key); err != nil {
+		return identity.NamespaceDigest{}, nil, err
+	}
+	return ns, st, nil
 }
 
-// checkOwnedBlocks is checkOwned over the keys of PUT blocks.
-func (c *conn) checkOwnedBlocks(st *clusterState, blocks []wire.PutBlock) error {
-	return c.checkOwnedKeys(st, len(blocks), func(i int) wire.Key { return blocks[i].Key })
+// resolveKeys is resolve over a request's key list.
+func (c *conn) resolveKeys(op wire.Opcode, nsBlob []byte, keys []wire.Key) (identity.NamespaceDigest, *clusterState, error) {
+	return c.resolve(op, nsBlob, len(keys), func(i int) wire.Key { return keys[i] })
 }
 
-// checkOwnedKeys is checkOwned over n keys, key(i) the i-th.
+// checkOwnedKeys answers WRONG_EPOCH, with the view's epoch, when the
+// session routes and some key of the n keys, key(i) the i-th, is not this
+// node's under st's view. One foreign key refuses the whole request: the
+// client's view is stale, so it refreshes and re-routes the whole batch
+// rather than trusting any of its routing.
 func (c *conn) checkOwnedKeys(st *clusterState, n int, key func(i int) wire.Key) error {
 	if !c.routes(st) {
 		return nil

@@ -7,6 +7,7 @@ import (
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/control"
 	"github.com/gpucache/gpucache/internal/identity"
+	"github.com/gpucache/gpucache/internal/testfix"
 )
 
 // helloV opens a session offering protocol versions min..max and returns
@@ -275,7 +276,7 @@ func TestWrongEpochPerOperation(t *testing.T) {
 	c.send(wire.OpAcquire, (&wire.AcquireRequest{Namespace: blob, Keys: mixed}).AppendTo(nil))
 	expectWrong("ACQUIRE")
 	// PUT: the payloads are skipped, so the stream stays in sync.
-	payloads := [][]byte{randomPayload(30<<10, 1), randomPayload(20<<10, 2)}
+	payloads := [][]byte{testfix.Payload(30<<10, 1), testfix.Payload(20<<10, 2)}
 	blocks := []wire.PutBlock{putBlock(mustKey(t, own[0]), own[0], len(payloads[0])), putBlock(mustKey(t, foreign[0]), foreign[0], len(payloads[1]))}
 	c.send(wire.OpPut, putBody(blob, blocks, payloads))
 	expectWrong("PUT")
@@ -321,14 +322,14 @@ func TestVersion1SessionIsNotRouted(t *testing.T) {
 	_, foreign := ownedIDs(t, v, "node-a", 1)
 	blob := mustCanonical(t, testNamespace("acme"))
 	old := helloConn(t, ts.addr, "acme") // offers version 1 only
-	if st := old.put(blob, foreign[0], randomPayload(10<<10, 4)); st != wire.StatusStored {
+	if st := old.put(blob, foreign[0], testfix.Payload(10<<10, 4)); st != wire.StatusStored {
 		t.Fatalf("v1 put: %s", st)
 	}
 	resp, payload, _ := old.get(blob, 0, mustKey(t, foreign[0]))
 	if resp.Blocks[0].Status != wire.StatusHit {
 		t.Fatalf("v1 get: %s", resp.Blocks[0].Status)
 	}
-	equalBytes(t, payload, randomPayload(10<<10, 4))
+	equalBytes(t, payload, testfix.Payload(10<<10, 4))
 
 	routed, _ := helloV(t, ts.addr, "acme", 1, 2)
 	routed.send(wire.OpGet, (&wire.GetRequest{Namespace: blob, Keys: wireKeysOf(t, foreign[0])}).AppendTo(nil))
@@ -356,7 +357,7 @@ func TestAdvanceViewFencesFills(t *testing.T) {
 		if err != nil || n != 1 {
 			t.Fatalf("AdvanceView fenced %d fills (%v), want 1", n, err)
 		}
-		if st := c.commit(blob, e.Token, own[0], randomPayload(8<<10, 1)); st != wire.StatusFenced {
+		if st := c.commit(blob, e.Token, own[0], testfix.Payload(8<<10, 1)); st != wire.StatusFenced {
 			t.Fatalf("commit after the view change: %s, want FENCED", st)
 		}
 		// An older or equal view changes nothing.
@@ -380,7 +381,7 @@ func TestAdvanceViewFencesFills(t *testing.T) {
 		if !cl.Draining() || ts.srv.InFlightFills() != 1 {
 			t.Fatalf("draining %v, in-flight fills %d", cl.Draining(), ts.srv.InFlightFills())
 		}
-		if st := c.commit(blob, e.Token, own[0], randomPayload(8<<10, 1)); st != wire.StatusStored {
+		if st := c.commit(blob, e.Token, own[0], testfix.Payload(8<<10, 1)); st != wire.StatusStored {
 			t.Fatalf("commit while draining: %s, want STORED", st)
 		}
 		if ts.srv.InFlightFills() != 0 {
@@ -409,7 +410,7 @@ func TestControlModes(t *testing.T) {
 		t.Fatalf("negotiated version %d, want 4", hr.Version)
 	}
 	cached := own[:2]
-	if st := c.putMany(blob, cached, [][]byte{randomPayload(9<<10, 1), randomPayload(9<<10, 2)}); st[0] != wire.StatusStored || st[1] != wire.StatusStored {
+	if st := c.putMany(blob, cached, [][]byte{testfix.Payload(9<<10, 1), testfix.Payload(9<<10, 2)}); st[0] != wire.StatusStored || st[1] != wire.StatusStored {
 		t.Fatalf("live put: %v", st)
 	}
 	ownKeys := wireKeysOf(t, own...)
@@ -426,17 +427,17 @@ func TestControlModes(t *testing.T) {
 		if resp.Blocks[0].Status != wire.StatusHit {
 			t.Fatal("read-only GET missed a cached block")
 		}
-		equalBytes(t, payload, randomPayload(9<<10, 1))
+		equalBytes(t, payload, testfix.Payload(9<<10, 1))
 		// Writes store nothing, on every session, and the stream stays in
 		// sync after the skipped payload. A version-4 session is told
 		// READ_ONLY; older sessions, which do not know it, NO_SPACE.
 		for _, s := range []*rawConn{c, old} {
-			if st := s.putMany(blob, own[2:], [][]byte{randomPayload(7<<10, 3)}); st[0] != wire.StatusNoSpace {
+			if st := s.putMany(blob, own[2:], [][]byte{testfix.Payload(7<<10, 3)}); st[0] != wire.StatusNoSpace {
 				t.Fatalf("read-only put: %s, want NO_SPACE", st[0])
 			}
 			s.roundTrip(wire.OpPing, nil)
 		}
-		if st := v4.putMany(blob, own[2:], [][]byte{randomPayload(7<<10, 3)}); st[0] != wire.StatusReadOnly {
+		if st := v4.putMany(blob, own[2:], [][]byte{testfix.Payload(7<<10, 3)}); st[0] != wire.StatusReadOnly {
 			t.Fatalf("read-only put in a version-4 session: %s, want READ_ONLY", st[0])
 		}
 		v4.roundTrip(wire.OpPing, nil)
@@ -462,7 +463,7 @@ func TestControlModes(t *testing.T) {
 			if resp.Blocks[0].Status != wire.StatusMiss || resp.Blocks[1].Status != wire.StatusMiss || len(payload) != 0 {
 				t.Fatalf("unknown-mode get: %+v", resp.Blocks)
 			}
-			if st := s.putMany(blob, own[2:], [][]byte{randomPayload(7<<10, 3)}); st[0] != wire.StatusNoSpace {
+			if st := s.putMany(blob, own[2:], [][]byte{testfix.Payload(7<<10, 3)}); st[0] != wire.StatusNoSpace {
 				t.Fatalf("unknown-mode put: %s", st[0])
 			}
 			e := s.acquire(blob, mustKey(t, cached[0]), mustKey(t, own[2]))
@@ -470,7 +471,7 @@ func TestControlModes(t *testing.T) {
 				t.Fatalf("unknown-mode acquire: %s %s, want DENIED DENIED", e[0].Outcome, e[1].Outcome)
 			}
 		}
-		if st := v4.putMany(blob, own[2:], [][]byte{randomPayload(7<<10, 3)}); st[0] != wire.StatusReadOnly {
+		if st := v4.putMany(blob, own[2:], [][]byte{testfix.Payload(7<<10, 3)}); st[0] != wire.StatusReadOnly {
 			t.Fatalf("unknown-mode put in a version-4 session: %s, want READ_ONLY", st[0])
 		}
 		// DELETE is allowed.

@@ -14,6 +14,7 @@ import (
 	"github.com/gpucache/gpucache/internal/coldtier"
 	"github.com/gpucache/gpucache/internal/hot"
 	"github.com/gpucache/gpucache/internal/identity"
+	"github.com/gpucache/gpucache/internal/testfix"
 )
 
 // getInto sends a GET for one key and reads the response frame into buf,
@@ -60,7 +61,7 @@ func TestLargeColdRefillReadsIntoTheSlot(t *testing.T) {
 	ns := id.Namespace
 	d, _ := ns.Digest()
 	key := mustKey(t, id)
-	want := randomPayload(size, 7)
+	want := testfix.Payload(size, 7)
 	tier.Remember(id)
 	tier.Evicted(d, key, id.Parent, id.ValidLength, want)
 	if rep := tier.Flush(context.Background(), true); rep.Completed != 1 {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/identity"
+	"github.com/gpucache/gpucache/internal/testfix"
 )
 
 // fakeCold is a cold tier as the ColdPresent/ColdDelete hooks see it.
@@ -83,7 +84,7 @@ func TestLookupCountsColdBlocks(t *testing.T) {
 	c := helloConn(t, ts.addr, "acme")
 	// Block 0 in DRAM, 1-2 cold, 3 in DRAM, 4 nowhere.
 	for _, i := range []int{0, 3} {
-		if st := c.put(blob, ids[i], randomPayload(4096, byte(i))); st != wire.StatusStored {
+		if st := c.put(blob, ids[i], testfix.Payload(4096, byte(i))); st != wire.StatusStored {
 			t.Fatalf("put %d: %s", i, st)
 		}
 	}
@@ -123,7 +124,7 @@ func TestDeleteHidesColdCopy(t *testing.T) {
 	blob := mustCanonical(t, ns)
 	ids := tenantChain(t, "acme", 4, 3)
 	c := helloConn(t, ts.addr, "acme")
-	if st := c.put(blob, ids[0], randomPayload(4096, 1)); st != wire.StatusStored {
+	if st := c.put(blob, ids[0], testfix.Payload(4096, 1)); st != wire.StatusStored {
 		t.Fatal(st)
 	}
 	fc.add(d, mustKey(t, ids[0]))
@@ -143,7 +144,7 @@ func TestDeleteHidesColdCopy(t *testing.T) {
 	}
 
 	// The cold tier cannot be reached: the DRAM copy goes, BUSY says so.
-	if st := c.put(blob, ids[2], randomPayload(4096, 2)); st != wire.StatusStored {
+	if st := c.put(blob, ids[2], testfix.Payload(4096, 2)); st != wire.StatusStored {
 		t.Fatal(st)
 	}
 	fc.mu.Lock()

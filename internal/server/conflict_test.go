@@ -11,6 +11,7 @@ import (
 	"github.com/gpucache/gpucache/internal/security/audit"
 	"github.com/gpucache/gpucache/internal/security/replay"
 	"github.com/gpucache/gpucache/internal/security/tlsconf/tlstest"
+	"github.com/gpucache/gpucache/internal/testfix"
 )
 
 // TestHelloCredentialConflict: a HELLO whose verified client certificate
@@ -24,7 +25,7 @@ func TestHelloCredentialConflict(t *testing.T) {
 
 	tenants := testTenants()
 	tenants[0].CertNames = []string{"acme-client"} // acme
-	clock := &fakeClock{t: time.Unix(1_800_000_000, 0)}
+	clock := testfix.NewClock(time.Unix(1_800_000_000, 0))
 	w, err := replay.New(replay.Config{Window: 5 * time.Minute, MaxNonces: 1024, TenantNonces: 256, Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"github.com/gpucache/gpucache/internal/identity"
 	"github.com/gpucache/gpucache/internal/security"
 	"github.com/gpucache/gpucache/internal/security/replay"
+	"github.com/gpucache/gpucache/internal/testfix"
 )
 
 var (
@@ -250,7 +251,7 @@ func TestRequestBuffersBounded(t *testing.T) {
 		}
 		// A usual request needs no budget and is served now.
 		ok := b.pipeHello(t, srcA, "acme")
-		if st := ok.put(blob, testID(1), randomPayload(16<<10, 1)); st != wire.StatusStored {
+		if st := ok.put(blob, testID(1), testfix.Payload(16<<10, 1)); st != wire.StatusStored {
 			t.Fatalf("small PUT during the attack: %v", st)
 		}
 		time.Sleep(time.Second) // BufferWait passes for those still waiting
@@ -297,7 +298,7 @@ func chain(n int) ([]identity.CacheIdentity, [][]byte) {
 		id.Parent, id.Position = parent, uint64(16*i)
 		k, _ := id.Key()
 		ids = append(ids, id)
-		payloads = append(payloads, randomPayload(64, byte(i)))
+		payloads = append(payloads, testfix.Payload(64, byte(i)))
 		parent = k
 	}
 	return ids, payloads
@@ -380,7 +381,7 @@ func TestParkedWaitCharged(t *testing.T) {
 		if used := b.srv.bufs.inUse(); used != waitCost(1) {
 			t.Fatalf("parked WAIT holds %d bytes of budget, want %d", used, waitCost(1))
 		}
-		if st := leader.commit(blob, lead.Token, id, randomPayload(20<<10, 3)); st != wire.StatusStored {
+		if st := leader.commit(blob, lead.Token, id, testfix.Payload(20<<10, 3)); st != wire.StatusStored {
 			t.Fatalf("commit: %s", st)
 		}
 		joiner.recv()

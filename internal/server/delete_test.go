@@ -5,6 +5,7 @@ import (
 
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/hot"
+	"github.com/gpucache/gpucache/internal/testfix"
 )
 
 // TestDeleteRightAfterGet: a DELETE pipelined right behind a GET of the
@@ -17,7 +18,7 @@ func TestDeleteRightAfterGet(t *testing.T) {
 	c := helloConn(t, ts.addr, "acme")
 	blob := mustCanonical(t, testNamespace("acme"))
 	ids, keys := chainIDs(t, testNamespace("acme"), 1, 3)
-	payload := randomPayload(1<<20, 7)
+	payload := testfix.Payload(1<<20, 7)
 	if st := c.put(blob, ids[0], payload); st != wire.StatusStored {
 		t.Fatalf("put: %s", st)
 	}

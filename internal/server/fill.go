@@ -41,12 +41,8 @@ func (c *conn) handleAcquire(h wire.Header, body []byte) error {
 	if err := req.Decode(body, c.s.cfg.Limits.MaxBatch); err != nil {
 		return err
 	}
-	ns, err := c.namespace(h.Op, req.Namespace)
+	ns, st, err := c.resolveKeys(h.Op, req.Namespace, req.Keys)
 	if err != nil {
-		return err
-	}
-	st := c.clusterState()
-	if err := c.checkOwned(st, req.Keys); err != nil {
 		return err
 	}
 	resp := wire.AcquireResponse{Entries: make([]wire.AcquireEntry, len(req.Keys))}

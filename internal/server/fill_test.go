@@ -7,6 +7,7 @@ import (
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/directory"
 	"github.com/gpucache/gpucache/internal/identity"
+	"github.com/gpucache/gpucache/internal/testfix"
 )
 
 func (c *rawConn) acquire(blob []byte, keys ...identity.BlockKey) []wire.AcquireEntry {
@@ -75,7 +76,7 @@ func TestFillLeadJoinFinish(t *testing.T) {
 	if la.Outcome != wire.AcquireLead || jb.Outcome != wire.AcquireJoined || jb.Token.Fill != la.Token.Fill {
 		t.Fatalf("acquire: %+v / %+v", la, jb)
 	}
-	if st := a.commit(blob, la.Token, id, randomPayload(20<<10, 3)); st != wire.StatusStored {
+	if st := a.commit(blob, la.Token, id, testfix.Payload(20<<10, 3)); st != wire.StatusStored {
 		t.Fatalf("commit: %s", st)
 	}
 	n := b.wait(blob, 5*time.Second, jb.Token.Fill)[0]
@@ -86,7 +87,7 @@ func TestFillLeadJoinFinish(t *testing.T) {
 	if resp.Blocks[0].Status != wire.StatusHit {
 		t.Fatal("block not readable after FINISHED")
 	}
-	equalBytes(t, payload, randomPayload(20<<10, 3))
+	equalBytes(t, payload, testfix.Payload(20<<10, 3))
 	if e := b.acquire(blob, key)[0]; e.Outcome != wire.AcquireHit {
 		t.Fatalf("acquire after finish: %s", e.Outcome)
 	}

@@ -3,7 +3,7 @@ package server
 import "github.com/gpucache/gpucache/internal/identity"
 
 // Remote reports whether key belongs to another member under the current
-// view: exactly the keys checkOwned refuses to a routing session. In live
+// view: exactly the keys checkOwnedKeys refuses to a routing session. In live
 // and read-only mode a key is remote unless this node owns it (a draining
 // node, or one absent from its view, owns none; under a view with no
 // active member every key is remote, and forwarding it is a miss). In

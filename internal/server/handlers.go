@@ -164,12 +164,8 @@ func (c *conn) handleLookup(h wire.Header, body []byte) error {
 	if err := req.Decode(body, c.s.cfg.Limits.MaxBatch); err != nil {
 		return err
 	}
-	ns, err := c.namespace(h.Op, req.Namespace)
+	ns, st, err := c.resolveKeys(h.Op, req.Namespace, req.Keys)
 	if err != nil {
-		return err
-	}
-	st := c.clusterState()
-	if err := c.checkOwned(st, req.Keys); err != nil {
 		return err
 	}
 	if st.unknown() {
@@ -200,12 +196,8 @@ func (c *conn) handleGet(h wire.Header, body []byte) error {
 	if err := req.Decode(body, c.s.cfg.Limits.MaxBatch); err != nil {
 		return err
 	}
-	ns, err := c.namespace(h.Op, req.Namespace)
+	ns, st, err := c.resolveKeys(h.Op, req.Namespace, req.Keys)
 	if err != nil {
-		return err
-	}
-	st := c.clusterState()
-	if err := c.checkOwned(st, req.Keys); err != nil {
 		return err
 	}
 	// The response's table and vectors grow with the key count and wait
@@ -289,12 +281,9 @@ func (c *conn) handlePut(h wire.Header) error {
 		err = wire.CheckPayload(total, h.BodyLen, uint32(len(table)))
 	}
 	var ns identity.NamespaceDigest
+	var st *clusterState
 	if err == nil {
-		ns, err = c.namespace(h.Op, req.Namespace)
-	}
-	st := c.clusterState()
-	if err == nil {
-		err = c.checkOwnedBlocks(st, req.Blocks)
+		ns, st, err = c.resolve(h.Op, req.Namespace, len(req.Blocks), func(i int) wire.Key { return req.Blocks[i].Key })
 	}
 	if err == nil {
 		err = c.allowBytes(total)
@@ -454,13 +443,10 @@ func (c *conn) handleDelete(h wire.Header, body []byte) error {
 	if err := req.Decode(body, c.s.cfg.Limits.MaxBatch); err != nil {
 		return err
 	}
-	ns, err := c.namespace(h.Op, req.Namespace)
+	// DELETE is served in every control mode (the state's mode is not
+	// consulted): removing a block can never make a stale node serve it.
+	ns, _, err := c.resolveKeys(h.Op, req.Namespace, req.Keys)
 	if err != nil {
-		return err
-	}
-	// DELETE is served in every control mode: removing a block can never
-	// make a stale node serve it.
-	if err := c.checkOwned(c.clusterState(), req.Keys); err != nil {
 		return err
 	}
 	resp := wire.StatusResponse{Statuses: make([]wire.Status, len(req.Keys))}

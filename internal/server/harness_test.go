@@ -278,16 +278,6 @@ func (c *rawConn) get(nsBlob []byte, lease uint64, keys ...identity.BlockKey) (w
 	return resp, payload, h
 }
 
-func randomPayload(n int, seed byte) []byte {
-	b := make([]byte, n)
-	x := uint32(seed) + 1
-	for i := range b {
-		x = x*1664525 + 1013904223
-		b[i] = byte(x >> 24)
-	}
-	return b
-}
-
 func equalBytes(t *testing.T, got, want []byte) {
 	t.Helper()
 	if !bytes.Equal(got, want) {

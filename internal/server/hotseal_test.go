@@ -9,6 +9,7 @@ import (
 	"github.com/gpucache/gpucache/internal/security"
 	"github.com/gpucache/gpucache/internal/security/audit"
 	"github.com/gpucache/gpucache/internal/security/seal"
+	"github.com/gpucache/gpucache/internal/testfix"
 )
 
 // TestHotSealCatchesCorruptionAndExpiry: with hot seals on, a bit flipped
@@ -16,7 +17,7 @@ import (
 // integrity event is audited; after a key rotation the old seals verify
 // through the grace period and not after it.
 func TestHotSealCatchesCorruptionAndExpiry(t *testing.T) {
-	clock := &fakeClock{t: time.Unix(1_800_000_000, 0)}
+	clock := testfix.NewClock(time.Unix(1_800_000_000, 0))
 	ring := seal.New(clock.Now)
 	if err := ring.Add("k1", []byte("0123456789abcdef0123456789abcdef"), time.Time{}); err != nil {
 		t.Fatal(err)
@@ -33,7 +34,7 @@ func TestHotSealCatchesCorruptionAndExpiry(t *testing.T) {
 	blob := mustCanonical(t, testNamespace("acme"))
 	ns, _ := testNamespace("acme").Digest()
 	ids, keys := chainIDs(t, testNamespace("acme"), 3, 9)
-	payloads := [][]byte{randomPayload(20<<10, 1), randomPayload(20<<10, 2), randomPayload(20<<10, 3)}
+	payloads := [][]byte{testfix.Payload(20<<10, 1), testfix.Payload(20<<10, 2), testfix.Payload(20<<10, 3)}
 	for i := range ids {
 		if st := c.put(blob, ids[i], payloads[i]); st != wire.StatusStored {
 			t.Fatalf("put: %s", st)
@@ -69,13 +70,13 @@ func TestHotSealCatchesCorruptionAndExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	extra, extraKeys := chainIDs(t, testNamespace("acme"), 4, 9)
-	if st := c.put(blob, extra[3], randomPayload(1000, 4)); st != wire.StatusStored {
+	if st := c.put(blob, extra[3], testfix.Payload(1000, 4)); st != wire.StatusStored {
 		t.Fatalf("put under k2: %s", st)
 	}
 	if resp, _, _ := c.get(blob, 0, extraKeys...); hits(resp) != 4 {
 		t.Fatalf("during the grace: %d hits", hits(resp))
 	}
-	clock.Add(time.Hour)
+	clock.Advance(time.Hour)
 	resp, _, _ = c.get(blob, 0, extraKeys...)
 	if hits(resp) != 1 || resp.Blocks[3].Status != wire.StatusHit {
 		t.Fatalf("after the grace: %+v, want only the k2 block", resp.Blocks)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/control"
+	"github.com/gpucache/gpucache/internal/testfix"
 )
 
 // TestIsolationFencesOrChangesNothing runs a fault-domain isolation against
@@ -66,7 +67,7 @@ func TestIsolationFencesOrChangesNothing(t *testing.T) {
 	if e := waiter.wait(blob, 0, join.Token.Fill)[0]; e.Kind != wire.NoticeFenced {
 		t.Fatalf("waiter notice %s, want FENCED", e.Kind)
 	}
-	if st := leader.commit(blob, lead.Token, own[0], randomPayload(8<<10, 3)); st != wire.StatusFenced {
+	if st := leader.commit(blob, lead.Token, own[0], testfix.Payload(8<<10, 3)); st != wire.StatusFenced {
 		t.Fatalf("leader commit after isolation: %s, want FENCED", st)
 	}
 	if s := ts.srv.dir.Stats(); s.Fills != 0 || s.Waiters != 0 || s.CreditsInUse != 0 {

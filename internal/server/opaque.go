@@ -25,12 +25,9 @@ func (c *conn) handlePutOpaque(h wire.Header) error {
 		err = wire.CheckPayload(total, h.BodyLen, uint32(len(table)))
 	}
 	var ns identity.NamespaceDigest
+	var st *clusterState
 	if err == nil {
-		ns, err = c.namespace(h.Op, req.Namespace)
-	}
-	st := c.clusterState()
-	if err == nil {
-		err = c.checkOwnedKeys(st, len(req.Blocks), func(i int) wire.Key { return req.Blocks[i].Key })
+		ns, st, err = c.resolve(h.Op, req.Namespace, len(req.Blocks), func(i int) wire.Key { return req.Blocks[i].Key })
 	}
 	if err == nil {
 		err = c.allowBytes(total)

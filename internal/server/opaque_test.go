@@ -8,6 +8,7 @@ import (
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/control"
 	"github.com/gpucache/gpucache/internal/identity"
+	"github.com/gpucache/gpucache/internal/testfix"
 )
 
 // putOpaqueBody builds a PUT_OPAQUE body.
@@ -77,7 +78,7 @@ func TestPutOpaque(t *testing.T) {
 	}
 	name := "llama@00000000@0@ab12cd"
 	key := opaqueKeyOf(t, ns, name)
-	one, two := randomPayload(3000, 1), randomPayload(3000, 2)
+	one, two := testfix.Payload(3000, 1), testfix.Payload(3000, 2)
 	chain := mustKey(t, testID(1))
 	st := c.putOpaque(blob, []string{name, "other", name, "big"},
 		[]identity.BlockKey{key, key, chain, opaqueKeyOf(t, ns, "big")},

@@ -9,6 +9,7 @@ import (
 	"github.com/gpucache/gpucache/internal/hot"
 	"github.com/gpucache/gpucache/internal/hot/policy"
 	"github.com/gpucache/gpucache/internal/identity"
+	"github.com/gpucache/gpucache/internal/testfix"
 )
 
 // recordingPolicy admits full blocks only and records what the store tells
@@ -91,7 +92,7 @@ func TestPutPolicyAdmission(t *testing.T) {
 	chain := policyChain(t, 10, 3, 5) // 16, 16, 5 tokens: the last is partial
 	other := testID(77)
 	ids := append(chain, other)
-	payloads := [][]byte{randomPayload(20<<10, 1), randomPayload(20<<10, 2), randomPayload(7<<10, 3), randomPayload(30<<10, 4)}
+	payloads := [][]byte{testfix.Payload(20<<10, 1), testfix.Payload(20<<10, 2), testfix.Payload(7<<10, 3), testfix.Payload(30<<10, 4)}
 	st := c.putMany(blob, ids, payloads)
 	want := []wire.Status{wire.StatusStored, wire.StatusStored, wire.StatusNoSpace, wire.StatusStored}
 	if !slices.Equal(st, want) {
@@ -139,7 +140,7 @@ func TestPutPolicyAdmission(t *testing.T) {
 	}
 	// A full version of the refused block's position is admitted.
 	full := policyChain(t, 10, 3, 16)[2]
-	if s := c.put(blob, full, randomPayload(20<<10, 5)); s != wire.StatusStored {
+	if s := c.put(blob, full, testfix.Payload(20<<10, 5)); s != wire.StatusStored {
 		t.Fatalf("full block: %s", s)
 	}
 	if got := ts.store.Stats(); got.NotAdmitted != 1 || got.Blocks != 4 || p.Len() != 4 {
@@ -165,14 +166,14 @@ func TestFillCommitPolicyMetadata(t *testing.T) {
 	blob := mustCanonical(t, testNamespace("acme"))
 	c := helloConn(t, ts.addr, "acme")
 	chain := policyChain(t, 40, 2, 3)
-	if s := c.put(blob, chain[0], randomPayload(20<<10, 1)); s != wire.StatusStored {
+	if s := c.put(blob, chain[0], testfix.Payload(20<<10, 1)); s != wire.StatusStored {
 		t.Fatalf("put: %s", s)
 	}
 	lead := c.acquire(blob, mustKey(t, chain[1]))[0]
 	if lead.Outcome != wire.AcquireLead {
 		t.Fatalf("acquire: %+v", lead)
 	}
-	if s := c.commit(blob, lead.Token, chain[1], randomPayload(5<<10, 2)); s != wire.StatusNoSpace {
+	if s := c.commit(blob, lead.Token, chain[1], testfix.Payload(5<<10, 2)); s != wire.StatusNoSpace {
 		t.Fatalf("commit of a refused block: %s", s)
 	}
 	p.mu.Lock()
@@ -182,7 +183,7 @@ func TestFillCommitPolicyMetadata(t *testing.T) {
 		t.Fatalf("offered %+v", last)
 	}
 	// The session still works.
-	if s := c.put(blob, testID(99), randomPayload(20<<10, 3)); s != wire.StatusStored {
+	if s := c.put(blob, testID(99), testfix.Payload(20<<10, 3)); s != wire.StatusStored {
 		t.Fatalf("put after: %s", s)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/control"
 	"github.com/gpucache/gpucache/internal/identity"
+	"github.com/gpucache/gpucache/internal/testfix"
 )
 
 // TestReadOnlyPutOpaque: in read-only and unknown modes a PUT_OPAQUE
@@ -34,7 +35,7 @@ func TestReadOnlyPutOpaque(t *testing.T) {
 	if r3.Version != wire.Version3 || r4.Version != wire.Version4 {
 		t.Fatalf("negotiated %d and %d, want 3 and 4", r3.Version, r4.Version)
 	}
-	payload := randomPayload(3000, 7)
+	payload := testfix.Payload(3000, 7)
 	for _, mode := range []ControlMode{ControlReadOnly, ControlUnknown} {
 		cl.SetMode(mode)
 		for _, tc := range []struct {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/security/replay"
+	"github.com/gpucache/gpucache/internal/testfix"
 )
 
 // TestReplayFloodIsolation is issue 12 defect 2 at the server: a read-only
@@ -54,14 +55,14 @@ func TestReplayFloodIsolation(t *testing.T) {
 		blob := mustCanonical(t, ns)
 		ids, keys := chainIDs(t, ns, 2, 9)
 		c := f.dial(t, tenant.secret)
-		if st := c.putID(blob, ids[0], randomPayload(100, 1)); st != wire.StatusStored {
+		if st := c.putID(blob, ids[0], testfix.Payload(100, 1)); st != wire.StatusStored {
 			t.Fatalf("%s PUT after gamma's flood: %s", tenant.name, st)
 		}
 		del := c.do(wire.OpDelete, (&wire.DeleteRequest{Namespace: blob, Keys: []wire.Key{wire.Key(keys[0])}}).AppendTo(nil))
 		if e := errOf(t, del); e != nil {
 			t.Fatalf("%s DELETE after gamma's flood: %v", tenant.name, e)
 		}
-		id := c.sendStamped(wire.OpPut, putBody(blob, []wire.PutBlock{putBlock(keys[1], ids[1], 100)}, [][]byte{randomPayload(100, 2)}), c.last)
+		id := c.sendStamped(wire.OpPut, putBody(blob, []wire.PutBlock{putBlock(keys[1], ids[1], 100)}, [][]byte{testfix.Payload(100, 2)}), c.last)
 		h, b := c.recv()
 		if h.RequestID != id {
 			t.Fatal("out of order")

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/identity"
+	"github.com/gpucache/gpucache/internal/testfix"
 )
 
 // bufferShareConfig is the server of the request-buffer share tests: a
@@ -55,7 +56,7 @@ func largePut(t *testing.T, tenant string, seed uint32, n int) ([]byte, []identi
 	payloads := make([][]byte, n)
 	blocks := make([]wire.PutBlock, n)
 	for i, id := range ids {
-		payloads[i] = randomPayload(64, byte(i))
+		payloads[i] = testfix.Payload(64, byte(i))
 		blocks[i] = putBlock(mustKey(t, id), id, len(payloads[i]))
 	}
 	body := putBody(mustCanonical(t, testNamespace(tenant)), blocks, payloads)

@@ -11,6 +11,7 @@ import (
 	"github.com/gpucache/gpucache/internal/security/ratelimit"
 	"github.com/gpucache/gpucache/internal/security/replay"
 	"github.com/gpucache/gpucache/internal/security/seal"
+	"github.com/gpucache/gpucache/internal/testfix"
 )
 
 // TestRESPRightsOnTheProfileModel: RESP requests are authorised on the
@@ -61,7 +62,7 @@ func TestRESPRightsOnTheProfileModel(t *testing.T) {
 // not charged.
 func TestRESPRateLimited(t *testing.T) {
 	store := bigStore(t, 64<<20)
-	clock := &fakeClock{t: time.Unix(1_800_000_000, 0)}
+	clock := testfix.NewClock(time.Unix(1_800_000_000, 0))
 	f := startRESP(t, store, true, func(c *Config) {
 		c.RESPProfiles = map[string]RESPProfile{"acme": respProfile(0), "beta": respProfile(0)}
 		lim, err := ratelimit.New(ratelimit.Config{Now: clock.Now, Tenants: map[string]ratelimit.Limit{
@@ -115,7 +116,7 @@ func TestRESPRateLimited(t *testing.T) {
 		t.Fatalf("beta GET: %q", got)
 	}
 	// After the wait acme is served again, and the dropped SET left nothing.
-	clock.Add(2 * time.Second)
+	clock.Advance(2 * time.Second)
 	if got := a.do("GET", mpKey(3)); got != "$-1\r\n" {
 		t.Fatalf("the dropped SET was stored: %q", got)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/gpucache/gpucache/internal/security/auth"
 	"github.com/gpucache/gpucache/internal/security/ratelimit"
 	"github.com/gpucache/gpucache/internal/security/replay"
+	"github.com/gpucache/gpucache/internal/testfix"
 )
 
 // Secrets of the test tenants.
@@ -28,21 +29,6 @@ var (
 	secretOps   = []byte("ops-secret-0123456789abcdefgh")
 	secretGamma = []byte("gamma-secret-0123456789abcdef")
 )
-
-// fakeClock is a settable clock shared by the guard, the replay window and
-// the limiter.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *fakeClock) Set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // syncBuffer is an audit sink tests can read while the server writes.
 type syncBuffer struct {
@@ -79,7 +65,7 @@ func (s *syncBuffer) events(t *testing.T, kind string) []map[string]any {
 type secFixture struct {
 	ts    *testServer
 	guard *security.Guard
-	clock *fakeClock
+	clock *testfix.Clock
 	audit *syncBuffer
 }
 
@@ -110,7 +96,7 @@ func testPolicy(t *testing.T, tenants []auth.Tenant, lim *ratelimit.Limiter) *se
 // fake clock. lim may be nil.
 func startSecure(t *testing.T, lim func(now func() time.Time) *ratelimit.Limiter) *secFixture {
 	t.Helper()
-	f := &secFixture{clock: &fakeClock{t: time.Unix(1_800_000_000, 0)}, audit: &syncBuffer{}}
+	f := &secFixture{clock: testfix.NewClock(time.Unix(1_800_000_000, 0)), audit: &syncBuffer{}}
 	w, err := replay.New(replay.Config{Window: 5 * time.Minute, MaxNonces: 1024, TenantNonces: 256, Now: f.clock.Now})
 	if err != nil {
 		t.Fatal(err)
@@ -346,7 +332,7 @@ func TestTenantIsolationPaired(t *testing.T) {
 	blobA, blobB := mustCanonical(t, nsA), mustCanonical(t, nsB)
 	idsA, keysA := chainIDs(t, nsA, 3, 7)
 	_, keysB := chainIDs(t, nsB, 3, 7) // the same tokens under B's namespace
-	payloads := [][]byte{randomPayload(20<<10, 1), randomPayload(20<<10, 2), randomPayload(20<<10, 3)}
+	payloads := [][]byte{testfix.Payload(20<<10, 1), testfix.Payload(20<<10, 2), testfix.Payload(20<<10, 3)}
 
 	a1 := f.dial(t, secretA)
 	for i := range idsA {
@@ -555,7 +541,7 @@ func TestReplayWindow(t *testing.T) {
 	ids, _ := chainIDs(t, ns, 8, 11)
 	c := f.dial(t, secretA)
 	put := func(i int) []byte {
-		return putBody(blob, []wire.PutBlock{putBlock(mustKey(t, ids[i]), ids[i], 100)}, [][]byte{randomPayload(100, byte(i))})
+		return putBody(blob, []wire.PutBlock{putBlock(mustKey(t, ids[i]), ids[i], 100)}, [][]byte{testfix.Payload(100, byte(i))})
 	}
 	status := func(what string, a answer) wire.Status {
 		t.Helper()
@@ -605,7 +591,7 @@ func TestReplayWindow(t *testing.T) {
 	wantErr(t, "6m stale", stamped(4, freshStamp(now.Add(-6*time.Minute))), wire.CodeReplay)
 	wantErr(t, "6s future", stamped(4, freshStamp(now.Add(6*time.Second))), wire.CodeReplay)
 	// Time passes: the captured fresh request is now stale, and still refused.
-	f.clock.Add(10 * time.Minute)
+	f.clock.Advance(10 * time.Minute)
 	wantErr(t, "captured request after 10m", stamped(1, s0), wire.CodeReplay)
 	if st := status("fresh after 10m", stamped(5, freshStamp(f.clock.Now()))); st != wire.StatusStored {
 		t.Fatalf("fresh after 10m: %s", st)
@@ -660,15 +646,15 @@ func TestRateLimits(t *testing.T) {
 	for range 20 {
 		getHits(t, b.do(wire.OpGet, getBody(blobB, 0, keys...)))
 	}
-	f.clock.Add(e.RetryAfter)
+	f.clock.Advance(e.RetryAfter)
 	getHits(t, a.do(wire.OpGet, getBody(blob, 0, keys...)))
 	// Bytes: a PUT larger than what the byte bucket holds after a big one.
-	f.clock.Add(time.Second)
+	f.clock.Advance(time.Second)
 	ids, _ := chainIDs(t, ns, 2, 2)
-	if st := a.putID(blob, ids[0], randomPayload(60<<10, 1)); st != wire.StatusStored {
+	if st := a.putID(blob, ids[0], testfix.Payload(60<<10, 1)); st != wire.StatusStored {
 		t.Fatalf("put: %s", st)
 	}
-	pb := putBody(blob, []wire.PutBlock{putBlock(mustKey(t, ids[1]), ids[1], 60<<10)}, [][]byte{randomPayload(60<<10, 2)})
+	pb := putBody(blob, []wire.PutBlock{putBlock(mustKey(t, ids[1]), ids[1], 60<<10)}, [][]byte{testfix.Payload(60<<10, 2)})
 	e = wantErr(t, "second 60KiB PUT", a.do(wire.OpPut, pb), wire.CodeRateLimited)
 	if e.RetryAfter < 800*time.Millisecond {
 		t.Fatalf("byte retry-after %v", e.RetryAfter)
@@ -716,7 +702,7 @@ func TestSecretRotation(t *testing.T) {
 	// Expiry: the secret stops at NotAfter, and so do its sessions.
 	swap(auth.Credential{ID: "acme-2", Secret: newA, NotAfter: f.clock.Now().Add(time.Hour)})
 	getHits(t, fresh.do(wire.OpGet, getBody(blob, 0, keys...)))
-	f.clock.Add(time.Hour)
+	f.clock.Advance(time.Hour)
 	wantErr(t, "expired session", fresh.do(wire.OpGet, getBody(blob, 0, keys...)), wire.CodeUnauthenticated)
 	if _, e := fresh.hello("", newA); e == nil || e.Code != wire.CodeUnauthenticated || !strings.Contains(e.Message, "expired") {
 		t.Fatalf("expired secret: %v", e)
@@ -751,7 +737,7 @@ func TestClientRedialsAfterSessionEnds(t *testing.T) {
 	}
 	ns := testNamespace("acme")
 	ids, keys := chainIDs(t, ns, 1, 5)
-	payload := randomPayload(1000, 5)
+	payload := testfix.Payload(1000, 5)
 	if st, err := c.Put(ctx, ns, client.BlocksOf(ids, [][]byte{payload})); err != nil || st[0] != client.StatusStored {
 		t.Fatalf("put (stamped by the client): %v %v", st, err)
 	}

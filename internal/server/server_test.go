@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/identity"
+	"github.com/gpucache/gpucache/internal/testfix"
 )
 
 func TestPutGetRoundTrip(t *testing.T) {
@@ -29,7 +30,7 @@ func TestPutGetRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	payloads := [][]byte{randomPayload(1<<20, 1), randomPayload(64<<10, 2), randomPayload(100, 3)}
+	payloads := [][]byte{testfix.Payload(1<<20, 1), testfix.Payload(64<<10, 2), testfix.Payload(100, 3)}
 	for i := range keys {
 		if st := c.put(blob, ids[i], payloads[i]); st != wire.StatusStored {
 			t.Fatalf("put %d: %s", i, st)
@@ -82,7 +83,7 @@ func TestIdentityMismatchEveryField(t *testing.T) {
 		t.Fatal(err)
 	}
 	writer := helloConn(t, ts.addr, "acme")
-	if st := writer.put(mustCanonical(t, base.Namespace), base, randomPayload(32<<10, 9)); st != wire.StatusStored {
+	if st := writer.put(mustCanonical(t, base.Namespace), base, testfix.Payload(32<<10, 9)); st != wire.StatusStored {
 		t.Fatalf("put: %s", st)
 	}
 	type mut struct {
@@ -162,7 +163,7 @@ func TestIdentityMismatchEveryField(t *testing.T) {
 	if resp.Blocks[0].Status != wire.StatusHit {
 		t.Fatalf("control read: %s", resp.Blocks[0].Status)
 	}
-	equalBytes(t, payload, randomPayload(32<<10, 9))
+	equalBytes(t, payload, testfix.Payload(32<<10, 9))
 	if st := ts.store.Stats(); st.IdentityMismatches == 0 {
 		t.Fatal("no identity mismatch counted")
 	}
@@ -189,7 +190,7 @@ func TestLookupLeaseReleasedByGet(t *testing.T) {
 	keys, _ := identity.Chain(ns, make([]uint32, 64))
 	ids, _ := identity.Identities(ns, make([]uint32, 64))
 	for i, id := range ids[:3] {
-		c.put(blob, id, randomPayload(20<<10, byte(i)))
+		c.put(blob, id, testfix.Payload(20<<10, byte(i)))
 	}
 	wk := make([]wire.Key, len(keys))
 	for i, k := range keys {
@@ -235,14 +236,14 @@ func TestBadInput(t *testing.T) {
 	healthy := helloConn(t, ts.addr, "acme")
 	blob := mustCanonical(t, testNamespace("acme"))
 	key := mustKey(t, testID(7))
-	healthy.put(blob, testID(7), randomPayload(16<<10, 7))
+	healthy.put(blob, testID(7), testfix.Payload(16<<10, 7))
 	checkHealthy := func() {
 		t.Helper()
 		resp, payload, _ := healthy.get(blob, 0, key)
 		if resp.Blocks[0].Status != wire.StatusHit {
 			t.Fatal("healthy client lost its block")
 		}
-		equalBytes(t, payload, randomPayload(16<<10, 7))
+		equalBytes(t, payload, testfix.Payload(16<<10, 7))
 	}
 	frame := func(h wire.Header, body []byte) []byte { return append(h.Append(nil), body...) }
 
@@ -311,7 +312,7 @@ func TestBadInput(t *testing.T) {
 	})
 	t.Run("payload larger than the largest class", func(t *testing.T) {
 		c := helloConn(t, ts.addr, "acme")
-		big := randomPayload(2<<20, 1)
+		big := testfix.Payload(2<<20, 1)
 		req := wire.PutRequest{Namespace: blob, Blocks: []wire.PutBlock{putBlock(mustKey(t, testID(4)), testID(4), len(big))}}
 		_, body := c.roundTrip(wire.OpPut, append(wire.AppendMeta(nil, req.AppendTo(nil)), big...))
 		var sr wire.StatusResponse
@@ -407,7 +408,7 @@ func TestSlowReaderDoesNotBlockOthers(t *testing.T) {
 	blob := mustCanonical(t, testNamespace("acme"))
 	w := helloConn(t, ts.addr, "acme")
 	key := mustKey(t, testID(42))
-	w.put(blob, testID(42), randomPayload(1<<20, 4))
+	w.put(blob, testID(42), testfix.Payload(1<<20, 4))
 
 	slow := helloConn(t, ts.addr, "acme")
 	g := wire.GetRequest{Namespace: blob, Keys: []wire.Key{wire.Key(key)}}
@@ -427,7 +428,7 @@ func TestSlowReaderDoesNotBlockOthers(t *testing.T) {
 		if resp.Blocks[0].Status != wire.StatusHit {
 			t.Fatal("healthy client missed")
 		}
-		equalBytes(t, payload, randomPayload(1<<20, 4))
+		equalBytes(t, payload, testfix.Payload(1<<20, 4))
 	}
 	<-closed // the slow connection hit its write deadline
 	w.roundTrip(wire.OpPing, nil)
@@ -454,7 +455,7 @@ func TestShutdownDrainsInFlight(t *testing.T) {
 	c := helloConn(t, ts.addr, "acme")
 	blob := mustCanonical(t, testNamespace("acme"))
 	key := mustKey(t, testID(5))
-	c.put(blob, testID(5), randomPayload(64<<10, 5))
+	c.put(blob, testID(5), testfix.Payload(64<<10, 5))
 	lk := wire.LookupRequest{Namespace: blob, LeaseTTLMillis: 30000, Keys: []wire.Key{wire.Key(key)}}
 	_, body := c.roundTrip(wire.OpLookup, lk.AppendTo(nil))
 	var lr wire.LookupResponse
@@ -498,8 +499,8 @@ func TestGetNeverExceedsMaxFrame(t *testing.T) {
 	c := helloConn(t, ts.addr, "acme")
 	blob := mustCanonical(t, testNamespace("acme"))
 	k1, k2 := mustKey(t, testID(1)), mustKey(t, testID(2))
-	c.put(blob, testID(1), randomPayload(1<<20, 1))
-	c.put(blob, testID(2), randomPayload(1<<20, 2))
+	c.put(blob, testID(1), testfix.Payload(1<<20, 1))
+	c.put(blob, testID(2), testfix.Payload(1<<20, 2))
 	resp, payload, h := c.get(blob, 0, k1, k2)
 	if resp.Blocks[0].Status != wire.StatusHit || resp.Blocks[1].Status != wire.StatusMiss {
 		t.Fatalf("statuses %v, want HIT then MISS", resp.Blocks)
@@ -507,7 +508,7 @@ func TestGetNeverExceedsMaxFrame(t *testing.T) {
 	if h.BodyLen > 1<<20+4096 {
 		t.Fatalf("frame body %d exceeds MaxFrame", h.BodyLen)
 	}
-	equalBytes(t, payload, randomPayload(1<<20, 1))
+	equalBytes(t, payload, testfix.Payload(1<<20, 1))
 	if st := ts.store.Stats(); st.Pinned != 0 {
 		c.roundTrip(wire.OpPing, nil)
 		if st := ts.store.Stats(); st.Pinned != 0 {
@@ -551,7 +552,7 @@ func TestPutKeyMustDeriveFromIdentity(t *testing.T) {
 		t.Fatal(err)
 	}
 	k0, k1 := mustKey(t, ids[0]), mustKey(t, ids[1])
-	payload := randomPayload(20<<10, 1)
+	payload := testfix.Payload(20<<10, 1)
 	miss := func(k identity.BlockKey) {
 		t.Helper()
 		if resp, _, _ := c.get(blob, 0, k); resp.Blocks[0].Status != wire.StatusMiss {

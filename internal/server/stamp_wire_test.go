@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpucache/gpucache/api/wire"
+	"github.com/gpucache/gpucache/internal/testfix"
 )
 
 // stampGolden is the part of internal/security/replay/testdata/stamp_golden.json
@@ -54,7 +55,7 @@ func TestReplayStampGoldenOnTheWire(t *testing.T) {
 	ids, keys := chainIDs(t, ns, 2, 21)
 	c := f.dial(t, secretA)
 	put := func(i int, sb []byte) answer {
-		id := c.sendStampBytes(wire.OpPut, putBody(blob, []wire.PutBlock{putBlock(keys[i], ids[i], 100)}, [][]byte{randomPayload(100, byte(i))}), sb)
+		id := c.sendStampBytes(wire.OpPut, putBody(blob, []wire.PutBlock{putBlock(keys[i], ids[i], 100)}, [][]byte{testfix.Payload(100, byte(i))}), sb)
 		h, b := c.recv()
 		if h.RequestID != id {
 			t.Fatal("out of order")

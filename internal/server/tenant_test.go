@@ -12,6 +12,7 @@ import (
 	"github.com/gpucache/gpucache/internal/directory"
 	"github.com/gpucache/gpucache/internal/hot"
 	"github.com/gpucache/gpucache/internal/identity"
+	"github.com/gpucache/gpucache/internal/testfix"
 )
 
 // tenantChain returns n chained identities of tenant's namespace: block i
@@ -95,7 +96,7 @@ func hog(t *testing.T, h *tenantHarness) (hogResult, []*rawConn) {
 	ids := tenantChain(t, "acme", 7, 24)
 	for i := range ids {
 		ids[i].Parent, ids[i].Position = identity.BlockKey{}, 0 // 24 first blocks, no chain
-		if st := a.put(blob, ids[i], randomPayload(256<<10, byte(i))); st != wire.StatusStored {
+		if st := a.put(blob, ids[i], testfix.Payload(256<<10, byte(i))); st != wire.StatusStored {
 			t.Fatalf("acme put %d: %s", i, st)
 		}
 		<-h.reserved
@@ -152,7 +153,7 @@ func tenantBetaScript(t *testing.T, h *tenantHarness, coldID identity.CacheIdent
 	ids := tenantChain(t, "beta", 1, 8)
 	payloads := make([][]byte, len(ids))
 	for i := range payloads {
-		payloads[i] = randomPayload(64<<10, byte(100+i))
+		payloads[i] = testfix.Payload(64<<10, byte(100+i))
 	}
 	log("put chain: %v", b.putMany(blob, ids, payloads))
 	l := b.lookup(blob, 30_000, wireKeysOf(t, ids...))
@@ -176,12 +177,12 @@ func tenantBetaScript(t *testing.T, h *tenantHarness, coldID identity.CacheIdent
 	e := b.acquire(blob, mustKey(t, fill))[0]
 	log("acquire: %s", e.Outcome)
 	if e.Outcome == wire.AcquireLead {
-		log("fill commit: %s", b.commit(blob, e.Token, fill, randomPayload(32<<10, 9)))
+		log("fill commit: %s", b.commit(blob, e.Token, fill, testfix.Payload(32<<10, 9)))
 	}
 	log("acquire again: %s", b.acquire(blob, mustKey(t, fill))[0].Outcome)
 
 	resp, payload, _ = b.get(blob, 0, mustKey(t, coldID))
-	log("cold get: %s, intact %v", resp.Blocks[0].Status, bytes.Equal(payload, randomPayload(48<<10, 77)))
+	log("cold get: %s, intact %v", resp.Blocks[0].Status, bytes.Equal(payload, testfix.Payload(48<<10, 77)))
 	l = b.lookup(blob, 0, wireKeysOf(t, append(ids, fill, coldID)...))
 	log("lookup all: hits %d", l.Hits)
 	return out
@@ -196,7 +197,7 @@ func tenantBetaScript(t *testing.T, h *tenantHarness, coldID identity.CacheIdent
 // of its own.
 func TestTenantAtItsCapsDoesNotStarveAnother(t *testing.T) {
 	coldID := tenantChain(t, "beta", 3, 1)[0]
-	cold := map[identity.BlockKey][]byte{mustKey(t, coldID): randomPayload(48<<10, 77)}
+	cold := map[identity.BlockKey][]byte{mustKey(t, coldID): testfix.Payload(48<<10, 77)}
 
 	want := tenantBetaScript(t, startTenantHarness(t, cold), coldID)
 

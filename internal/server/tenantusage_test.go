@@ -9,13 +9,14 @@ import (
 	"github.com/gpucache/gpucache/internal/security"
 	"github.com/gpucache/gpucache/internal/security/audit"
 	"github.com/gpucache/gpucache/internal/security/replay"
+	"github.com/gpucache/gpucache/internal/testfix"
 )
 
 // TestStatShowsOnlyTheSessionsOwnTenantUsage: each authenticated session's
 // STAT carries its own tenant's DRAM and cold usage and quotas, never
 // another tenant's figures.
 func TestStatShowsOnlyTheSessionsOwnTenantUsage(t *testing.T) {
-	f := &secFixture{clock: &fakeClock{t: time.Unix(1_800_000_000, 0)}, audit: &syncBuffer{}}
+	f := &secFixture{clock: testfix.NewClock(time.Unix(1_800_000_000, 0)), audit: &syncBuffer{}}
 	w, err := replay.New(replay.Config{Window: 5 * time.Minute, MaxNonces: 1024, TenantNonces: 256, Now: f.clock.Now})
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"github.com/gpucache/gpucache/internal/replay"
 	"github.com/gpucache/gpucache/internal/server"
 	"github.com/gpucache/gpucache/internal/servertest"
+	"github.com/gpucache/gpucache/internal/testfix"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -179,31 +180,10 @@ func replaySim(t *testing.T, reqs []replay.Request, pol string, frac float64) re
 	return r
 }
 
-// fakeClock advances only when the replay sleeps.
-type fakeClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	sleeps []time.Duration
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.sleeps = append(c.sleeps, d)
-	c.now = c.now.Add(d)
-	return ctx.Err()
-}
-
 func TestPacing(t *testing.T) {
 	reqs := tinyTrace()
 	srv := startServer(t, sizing(t, reqs, 1), "")
-	clk := &fakeClock{now: time.Unix(1000, 0)}
+	clk := testfix.NewClock(time.Unix(1000, 0))
 	var mu sync.Mutex
 	var progress []int
 	rep := run(t, Config{Client: client.Config{Addr: srv.Addr}, Requests: reqs, PayloadBytes: testPayload,
@@ -218,8 +198,8 @@ func TestPacing(t *testing.T) {
 	for i := range want {
 		want[i] *= time.Millisecond
 	}
-	if !slices.Equal(clk.sleeps, want) {
-		t.Fatalf("sleeps %v, want %v", clk.sleeps, want)
+	if !slices.Equal(clk.Sleeps(), want) {
+		t.Fatalf("sleeps %v, want %v", clk.Sleeps(), want)
 	}
 	if rep.Seconds != 3 || rep.RequestsPerS != float64(len(reqs))/3 || rep.MaxLagMS != 0 {
 		t.Fatalf("elapsed %vs, %v req/s, max lag %vms; want 3s by the fake clock, no lag", rep.Seconds, rep.RequestsPerS, rep.MaxLagMS)
@@ -236,7 +216,7 @@ func TestPacing(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := Run(ctx, Config{Client: client.Config{Addr: srv.Addr}, Requests: reqs, PayloadBytes: testPayload,
-		Speedup: 1, Clock: &fakeClock{}}); err == nil {
+		Speedup: 1, Clock: &testfix.Clock{}}); err == nil {
 		t.Fatal("Run with a cancelled context: no error")
 	}
 }

@@ -7,19 +7,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
+
+	"github.com/gpucache/gpucache/internal/testfix"
 )
-
-// fakeClock is a manually advanced clock, safe for concurrent use.
-type fakeClock struct{ ns atomic.Int64 }
-
-func newFakeClock() *fakeClock {
-	c := &fakeClock{}
-	c.ns.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
-	return c
-}
-func (c *fakeClock) Now() time.Time          { return time.Unix(0, c.ns.Load()) }
-func (c *fakeClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
 
 func mustNew(t testing.TB, cfg Config) *Limiter {
 	t.Helper()
@@ -31,67 +23,69 @@ func mustNew(t testing.TB, cfg Config) *Limiter {
 }
 
 func TestBurstThenRefill(t *testing.T) {
-	c := newFakeClock()
-	l := mustNew(t, Config{Now: c.Now, Tenants: map[string]Limit{"a": {OpsPerSec: 10, OpsBurst: 5}}})
-	for i := range 5 {
-		if ok, _ := l.Allow("a", 1, 0); !ok {
-			t.Fatalf("op %d within burst refused", i)
+	synctest.Test(t, func(t *testing.T) {
+		l := mustNew(t, Config{Tenants: map[string]Limit{"a": {OpsPerSec: 10, OpsBurst: 5}}})
+		for i := range 5 {
+			if ok, _ := l.Allow("a", 1, 0); !ok {
+				t.Fatalf("op %d within burst refused", i)
+			}
 		}
-	}
-	ok, d := l.Allow("a", 1, 0)
-	if ok || d != 100*time.Millisecond {
-		t.Fatalf("6th op: ok=%v retry=%v, want refused 100ms", ok, d)
-	}
-	c.Advance(300 * time.Millisecond) // 3 tokens
-	for i := range 3 {
-		if ok, _ := l.Allow("a", 1, 0); !ok {
-			t.Fatalf("refilled op %d refused", i)
+		ok, d := l.Allow("a", 1, 0)
+		if ok || d != 100*time.Millisecond {
+			t.Fatalf("6th op: ok=%v retry=%v, want refused 100ms", ok, d)
 		}
-	}
-	if ok, _ := l.Allow("a", 1, 0); ok {
-		t.Fatal("op beyond refill admitted")
-	}
-	c.Advance(time.Hour) // refill caps at burst
-	for i := range 5 {
-		if ok, _ := l.Allow("a", 1, 0); !ok {
-			t.Fatalf("op %d after long idle refused", i)
+		time.Sleep(300 * time.Millisecond) // 3 tokens
+		for i := range 3 {
+			if ok, _ := l.Allow("a", 1, 0); !ok {
+				t.Fatalf("refilled op %d refused", i)
+			}
 		}
-	}
-	if ok, _ := l.Allow("a", 1, 0); ok {
-		t.Fatal("refill exceeded burst")
-	}
+		if ok, _ := l.Allow("a", 1, 0); ok {
+			t.Fatal("op beyond refill admitted")
+		}
+		time.Sleep(time.Hour) // refill caps at burst
+		for i := range 5 {
+			if ok, _ := l.Allow("a", 1, 0); !ok {
+				t.Fatalf("op %d after long idle refused", i)
+			}
+		}
+		if ok, _ := l.Allow("a", 1, 0); ok {
+			t.Fatal("refill exceeded burst")
+		}
+	})
 }
 
 func TestBytesLimitIndependentOfOps(t *testing.T) {
-	c := newFakeClock()
-	l := mustNew(t, Config{Now: c.Now, Tenants: map[string]Limit{
-		"a": {OpsPerSec: 1000, OpsBurst: 1000, BytesPerSec: 1000, BytesBurst: 1000},
-	}})
-	if ok, _ := l.Allow("a", 1, 1000); !ok {
-		t.Fatal("first 1000 bytes refused")
-	}
-	ok, d := l.Allow("a", 1, 500)
-	if ok || d != 500*time.Millisecond {
-		t.Fatalf("bytes over: ok=%v d=%v, want 500ms", ok, d)
-	}
-	// Ops still available: zero-byte ops pass even with the byte bucket empty.
-	for i := range 100 {
-		if ok, _ := l.Allow("a", 1, 0); !ok {
-			t.Fatalf("zero-byte op %d refused", i)
+	synctest.Test(t, func(t *testing.T) {
+		l := mustNew(t, Config{Tenants: map[string]Limit{
+			"a": {OpsPerSec: 1000, OpsBurst: 1000, BytesPerSec: 1000, BytesBurst: 1000},
+		}})
+		if ok, _ := l.Allow("a", 1, 1000); !ok {
+			t.Fatal("first 1000 bytes refused")
 		}
-	}
-	// Refused requests consume nothing: ops bucket has 1000-1-100 left.
-	if ok, _ := l.Allow("a", 899, 0); !ok {
-		t.Fatal("refused request consumed ops tokens")
-	}
-	if ok, _ := l.Allow("a", 1, 0); ok {
-		t.Fatal("ops bucket should now be empty")
-	}
-	// And an ops-only limit does not restrict bytes.
-	l2 := mustNew(t, Config{Now: c.Now, Default: Limit{OpsPerSec: 1, OpsBurst: 10}})
-	if ok, _ := l2.Allow("x", 1, 1<<40); !ok {
-		t.Fatal("unlimited bytes dimension refused")
-	}
+		ok, d := l.Allow("a", 1, 500)
+		if ok || d != 500*time.Millisecond {
+			t.Fatalf("bytes over: ok=%v d=%v, want 500ms", ok, d)
+		}
+		// Ops still available: zero-byte ops pass even with the byte bucket empty.
+		for i := range 100 {
+			if ok, _ := l.Allow("a", 1, 0); !ok {
+				t.Fatalf("zero-byte op %d refused", i)
+			}
+		}
+		// Refused requests consume nothing: ops bucket has 1000-1-100 left.
+		if ok, _ := l.Allow("a", 899, 0); !ok {
+			t.Fatal("refused request consumed ops tokens")
+		}
+		if ok, _ := l.Allow("a", 1, 0); ok {
+			t.Fatal("ops bucket should now be empty")
+		}
+		// And an ops-only limit does not restrict bytes.
+		l2 := mustNew(t, Config{Default: Limit{OpsPerSec: 1, OpsBurst: 10}})
+		if ok, _ := l2.Allow("x", 1, 1<<40); !ok {
+			t.Fatal("unlimited bytes dimension refused")
+		}
+	})
 }
 
 func TestRetryAfterIsExact(t *testing.T) {
@@ -104,141 +98,147 @@ func TestRetryAfterIsExact(t *testing.T) {
 	}
 	for i, lim := range limits {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
-			c := newFakeClock()
-			l := mustNew(t, Config{Now: c.Now, Default: lim})
-			checked := 0
-			for step := range 50 {
-				bytes := int64(step*37%900 + 1)
-				ok, d := l.Allow("t", 1, bytes)
-				if ok {
-					continue
-				}
-				checked++
-				if d <= 0 {
-					t.Fatalf("refused with retryAfter %v", d)
-				}
-				if d > 1 {
-					// One nanosecond early must still be refused (minimal).
-					c.Advance(d - 1)
-					if ok, d2 := l.Allow("t", 1, bytes); ok || d2 != 1 {
-						t.Fatalf("step %d: 1ns before retryAfter: ok=%v d=%v", step, ok, d2)
+			synctest.Test(t, func(t *testing.T) {
+				l := mustNew(t, Config{Default: lim})
+				checked := 0
+				for step := range 50 {
+					bytes := int64(step*37%900 + 1)
+					ok, d := l.Allow("t", 1, bytes)
+					if ok {
+						continue
 					}
-					c.Advance(1)
-				} else {
-					c.Advance(d)
+					checked++
+					if d <= 0 {
+						t.Fatalf("refused with retryAfter %v", d)
+					}
+					if d > 1 {
+						// One nanosecond early must still be refused (minimal).
+						time.Sleep(d - 1)
+						if ok, d2 := l.Allow("t", 1, bytes); ok || d2 != 1 {
+							t.Fatalf("step %d: 1ns before retryAfter: ok=%v d=%v", step, ok, d2)
+						}
+						time.Sleep(time.Nanosecond)
+					} else {
+						time.Sleep(d)
+					}
+					if ok, d2 := l.Allow("t", 1, bytes); !ok {
+						t.Fatalf("step %d: refused after waiting retryAfter=%v (new %v)", step, d, d2)
+					}
 				}
-				if ok, d2 := l.Allow("t", 1, bytes); !ok {
-					t.Fatalf("step %d: refused after waiting retryAfter=%v (new %v)", step, d, d2)
+				if checked == 0 {
+					t.Fatal("never rate limited; test ineffective")
 				}
-			}
-			if checked == 0 {
-				t.Fatal("never rate limited; test ineffective")
-			}
+			})
 		})
 	}
 }
 
 func TestRetryAfterIsMaxOfDimensions(t *testing.T) {
-	c := newFakeClock()
-	l := mustNew(t, Config{Now: c.Now, Default: Limit{OpsPerSec: 1, OpsBurst: 1, BytesPerSec: 100, BytesBurst: 100}})
-	if ok, _ := l.Allow("t", 1, 100); !ok {
-		t.Fatal("first refused")
-	}
-	ok, d := l.Allow("t", 1, 50) // ops needs 1s, bytes 0.5s
-	if ok || d != time.Second {
-		t.Fatalf("ok=%v d=%v want 1s", ok, d)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		l := mustNew(t, Config{Default: Limit{OpsPerSec: 1, OpsBurst: 1, BytesPerSec: 100, BytesBurst: 100}})
+		if ok, _ := l.Allow("t", 1, 100); !ok {
+			t.Fatal("first refused")
+		}
+		ok, d := l.Allow("t", 1, 50) // ops needs 1s, bytes 0.5s
+		if ok || d != time.Second {
+			t.Fatalf("ok=%v d=%v want 1s", ok, d)
+		}
+	})
 }
 
 func TestOversizedRequestGoesIntoDebt(t *testing.T) {
-	c := newFakeClock()
-	l := mustNew(t, Config{Now: c.Now, Default: Limit{BytesPerSec: 100, BytesBurst: 100}})
-	if ok, _ := l.Allow("t", 1, 250); !ok {
-		t.Fatal("oversized request refused on full bucket")
-	}
-	ok, d := l.Allow("t", 1, 1) // balance -150, need 1 -> 1.51s
-	if ok || d != 1510*time.Millisecond {
-		t.Fatalf("after debt: ok=%v d=%v", ok, d)
-	}
-	ok, d = l.Allow("t", 1, 250) // needs full bucket (100) -> 2.5s
-	if ok || d != 2500*time.Millisecond {
-		t.Fatalf("oversized after debt: ok=%v d=%v", ok, d)
-	}
-	c.Advance(d)
-	if ok, _ := l.Allow("t", 1, 250); !ok {
-		t.Fatal("oversized refused after retryAfter")
-	}
+	synctest.Test(t, func(t *testing.T) {
+		l := mustNew(t, Config{Default: Limit{BytesPerSec: 100, BytesBurst: 100}})
+		if ok, _ := l.Allow("t", 1, 250); !ok {
+			t.Fatal("oversized request refused on full bucket")
+		}
+		ok, d := l.Allow("t", 1, 1) // balance -150, need 1 -> 1.51s
+		if ok || d != 1510*time.Millisecond {
+			t.Fatalf("after debt: ok=%v d=%v", ok, d)
+		}
+		ok, d = l.Allow("t", 1, 250) // needs full bucket (100) -> 2.5s
+		if ok || d != 2500*time.Millisecond {
+			t.Fatalf("oversized after debt: ok=%v d=%v", ok, d)
+		}
+		time.Sleep(d)
+		if ok, _ := l.Allow("t", 1, 250); !ok {
+			t.Fatal("oversized refused after retryAfter")
+		}
+	})
 }
 
 func TestTenantsIsolated(t *testing.T) {
-	c := newFakeClock()
-	l := mustNew(t, Config{Now: c.Now,
-		Default: Limit{OpsPerSec: 5, OpsBurst: 5},
-		Tenants: map[string]Limit{"A": {OpsPerSec: 10, OpsBurst: 10}, "B": {OpsPerSec: 10, OpsBurst: 10}},
-	})
-	for l.Take("A", 1, 0) == nil {
-	}
-	for _, tenant := range []string{"B", "unknown-1", "unknown-2"} {
-		if err := l.Take(tenant, 1, 0); err != nil {
-			t.Fatalf("tenant %s affected by A: %v", tenant, err)
+	synctest.Test(t, func(t *testing.T) {
+		l := mustNew(t, Config{
+			Default: Limit{OpsPerSec: 5, OpsBurst: 5},
+			Tenants: map[string]Limit{"A": {OpsPerSec: 10, OpsBurst: 10}, "B": {OpsPerSec: 10, OpsBurst: 10}},
+		})
+		for l.Take("A", 1, 0) == nil {
 		}
-	}
-	// Unknown tenants each get their own default bucket.
-	for l.Take("unknown-1", 1, 0) == nil {
-	}
-	if err := l.Take("unknown-2", 1, 0); err != nil {
-		t.Fatalf("unknown-2 affected by unknown-1: %v", err)
-	}
-	if got := l.Limit("zzz"); got.OpsPerSec != 5 || got.OpsBurst != 5 {
-		t.Fatalf("default limit = %+v", got)
-	}
+		for _, tenant := range []string{"B", "unknown-1", "unknown-2"} {
+			if err := l.Take(tenant, 1, 0); err != nil {
+				t.Fatalf("tenant %s affected by A: %v", tenant, err)
+			}
+		}
+		// Unknown tenants each get their own default bucket.
+		for l.Take("unknown-1", 1, 0) == nil {
+		}
+		if err := l.Take("unknown-2", 1, 0); err != nil {
+			t.Fatalf("unknown-2 affected by unknown-1: %v", err)
+		}
+		if got := l.Limit("zzz"); got.OpsPerSec != 5 || got.OpsBurst != 5 {
+			t.Fatalf("default limit = %+v", got)
+		}
+	})
 }
 
 func TestTakeError(t *testing.T) {
-	c := newFakeClock()
-	l := mustNew(t, Config{Now: c.Now, Default: Limit{OpsPerSec: 2, OpsBurst: 1}})
-	if err := l.Take("acme", 1, 0); err != nil {
-		t.Fatal(err)
-	}
-	err := l.Take("acme", 1, 0)
-	if !errors.Is(err, ErrRateLimited) {
-		t.Fatalf("errors.Is(ErrRateLimited) false: %v", err)
-	}
-	var le *LimitedError
-	if !errors.As(err, &le) || le.Tenant != "acme" || le.RetryAfter != 500*time.Millisecond {
-		t.Fatalf("LimitedError = %+v", le)
-	}
-	if !strings.Contains(err.Error(), "RATE_LIMITED") || !strings.Contains(err.Error(), "500ms") {
-		t.Fatalf("message %q", err)
-	}
-	if errors.Is(errors.New("other"), ErrRateLimited) {
-		t.Fatal("unrelated error matched")
-	}
+	synctest.Test(t, func(t *testing.T) {
+		l := mustNew(t, Config{Default: Limit{OpsPerSec: 2, OpsBurst: 1}})
+		if err := l.Take("acme", 1, 0); err != nil {
+			t.Fatal(err)
+		}
+		err := l.Take("acme", 1, 0)
+		if !errors.Is(err, ErrRateLimited) {
+			t.Fatalf("errors.Is(ErrRateLimited) false: %v", err)
+		}
+		var le *LimitedError
+		if !errors.As(err, &le) || le.Tenant != "acme" || le.RetryAfter != 500*time.Millisecond {
+			t.Fatalf("LimitedError = %+v", le)
+		}
+		if !strings.Contains(err.Error(), "RATE_LIMITED") || !strings.Contains(err.Error(), "500ms") {
+			t.Fatalf("message %q", err)
+		}
+		if errors.Is(errors.New("other"), ErrRateLimited) {
+			t.Fatal("unrelated error matched")
+		}
+	})
 }
 
 func TestUnlimitedAndZeroCost(t *testing.T) {
-	c := newFakeClock()
-	l := mustNew(t, Config{Now: c.Now}) // zero default: unlimited
-	for range 10000 {
-		if ok, _ := l.Allow("x", 1, 1<<30); !ok {
-			t.Fatal("unlimited refused")
+	synctest.Test(t, func(t *testing.T) {
+		l := mustNew(t, Config{}) // zero default: unlimited
+		for range 10000 {
+			if ok, _ := l.Allow("x", 1, 1<<30); !ok {
+				t.Fatal("unlimited refused")
+			}
 		}
-	}
-	l2 := mustNew(t, Config{Now: c.Now, Default: Limit{OpsPerSec: 1, OpsBurst: 1}})
-	l2.Allow("x", 1, 0)
-	if ok, _ := l2.Allow("x", 0, 0); !ok {
-		t.Fatal("zero-cost request refused")
-	}
-	if ok, _ := l2.Allow("x", -5, -5); !ok {
-		t.Fatal("negative-cost request refused")
-	}
-	if ok, _ := l2.Allow("x", 1, 0); ok {
-		t.Fatal("negative cost refunded tokens")
-	}
+		l2 := mustNew(t, Config{Default: Limit{OpsPerSec: 1, OpsBurst: 1}})
+		l2.Allow("x", 1, 0)
+		if ok, _ := l2.Allow("x", 0, 0); !ok {
+			t.Fatal("zero-cost request refused")
+		}
+		if ok, _ := l2.Allow("x", -5, -5); !ok {
+			t.Fatal("negative-cost request refused")
+		}
+		if ok, _ := l2.Allow("x", 1, 0); ok {
+			t.Fatal("negative cost refunded tokens")
+		}
+	})
 }
 
 func TestClockBackwards(t *testing.T) {
-	c := newFakeClock()
+	c := testfix.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)) // runs backwards: not a synctest bubble
 	l := mustNew(t, Config{Now: c.Now, Default: Limit{OpsPerSec: 1, OpsBurst: 1}})
 	l.Allow("x", 1, 0)
 	c.Advance(-time.Hour)
@@ -268,57 +268,59 @@ func TestBurstDefaultsAndValidation(t *testing.T) {
 }
 
 func TestBoundedTableEvictsLRU(t *testing.T) {
-	c := newFakeClock()
-	l := mustNew(t, Config{Now: c.Now, MaxTenants: 32,
-		Default: Limit{OpsPerSec: 1, OpsBurst: 1},
-		Tenants: map[string]Limit{"pinned": {OpsPerSec: 1, OpsBurst: 1}},
+	synctest.Test(t, func(t *testing.T) {
+		l := mustNew(t, Config{MaxTenants: 32,
+			Default: Limit{OpsPerSec: 1, OpsBurst: 1},
+			Tenants: map[string]Limit{"pinned": {OpsPerSec: 1, OpsBurst: 1}},
+		})
+		l.Take("pinned", 1, 0)
+		for i := range 1000 {
+			l.Take(fmt.Sprintf("t%d", i), 1, 0)
+		}
+		if n := l.Len(); n > 32 {
+			t.Fatalf("table grew to %d > 32", n)
+		}
+		// Configured tenants are never evicted: still exhausted.
+		if err := l.Take("pinned", 1, 0); err == nil {
+			t.Fatal("pinned tenant lost its state")
+		}
+		// The most recently used dynamic tenant survives.
+		if err := l.Take("t999", 1, 0); err == nil {
+			t.Fatal("most recent tenant evicted")
+		}
 	})
-	l.Take("pinned", 1, 0)
-	for i := range 1000 {
-		l.Take(fmt.Sprintf("t%d", i), 1, 0)
-	}
-	if n := l.Len(); n > 32 {
-		t.Fatalf("table grew to %d > 32", n)
-	}
-	// Configured tenants are never evicted: still exhausted.
-	if err := l.Take("pinned", 1, 0); err == nil {
-		t.Fatal("pinned tenant lost its state")
-	}
-	// The most recently used dynamic tenant survives.
-	if err := l.Take("t999", 1, 0); err == nil {
-		t.Fatal("most recent tenant evicted")
-	}
 }
 
 func TestConcurrentUse(t *testing.T) {
-	c := newFakeClock()
-	l := mustNew(t, Config{Now: c.Now, MaxTenants: 8,
-		Default: Limit{OpsPerSec: 1000, OpsBurst: 100},
-		Tenants: map[string]Limit{"A": {OpsPerSec: 1, OpsBurst: 500}},
-	})
-	var wg sync.WaitGroup
-	var admittedA atomic.Int64
-	for g := range 8 {
-		wg.Go(func() {
-			for i := range 2000 {
-				if l.Take("A", 1, 0) == nil {
-					admittedA.Add(1)
-				}
-				l.Allow(fmt.Sprintf("dyn%d", (g*7+i)%40), 1, 10)
-				if i%100 == 0 {
-					c.Advance(time.Microsecond)
-				}
-			}
+	synctest.Test(t, func(t *testing.T) {
+		l := mustNew(t, Config{MaxTenants: 8,
+			Default: Limit{OpsPerSec: 1000, OpsBurst: 100},
+			Tenants: map[string]Limit{"A": {OpsPerSec: 1, OpsBurst: 500}},
 		})
-	}
-	wg.Wait()
-	// 500 burst + at most ~1 refill over the tiny advanced time.
-	if n := admittedA.Load(); n < 500 || n > 501 {
-		t.Fatalf("A admitted %d, want 500..501", n)
-	}
-	if n := l.Len(); n > 8 {
-		t.Fatalf("table %d > 8", n)
-	}
+		var wg sync.WaitGroup
+		var admittedA atomic.Int64
+		for g := range 8 {
+			wg.Go(func() {
+				for i := range 2000 {
+					if l.Take("A", 1, 0) == nil {
+						admittedA.Add(1)
+					}
+					l.Allow(fmt.Sprintf("dyn%d", (g*7+i)%40), 1, 10)
+					if i%100 == 0 {
+						time.Sleep(time.Microsecond)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		// 500 burst + at most ~1 refill over the tiny advanced time.
+		if n := admittedA.Load(); n < 500 || n > 501 {
+			t.Fatalf("A admitted %d, want 500..501", n)
+		}
+		if n := l.Len(); n > 8 {
+			t.Fatalf("table %d > 8", n)
+		}
+	})
 }
 
 func BenchmarkAllowParallel(b *testing.B) {
