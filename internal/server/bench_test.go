@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpucache/gpucache/client"
 	"github.com/gpucache/gpucache/internal/hot"
+	"github.com/gpucache/gpucache/internal/testfix"
 )
 
 // benchServer serves a hot tier of capacity bytes on loopback until the
@@ -57,7 +58,7 @@ func benchBlocks(b *testing.B, n, size int) (client.Namespace, []client.PutBlock
 	}
 	payloads := make([][]byte, n)
 	for i := range payloads {
-		payloads[i] = randomPayload(size, byte(i))
+		payloads[i] = testfix.Payload(size, byte(i))
 	}
 	return ns, client.BlocksOf(ids, payloads)
 }
