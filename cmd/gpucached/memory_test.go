@@ -136,8 +136,11 @@ tenants:
 	allSent := make(chan struct{})
 	go func() { sent.Wait(); close(allSent) }()
 
-	// Poll until the daemon holds every connection and has read every byte
-	// sent; fail as soon as its peak RSS passes the bound.
+	// Poll until the daemon holds every connection, has read every byte
+	// sent and has refused every read-only tenant's request (a refusal is
+	// counted after its bytes leave the socket, so "drained" alone can
+	// come first); fail as soon as its peak RSS passes the bound.
+	wantDenied := uint64(attackConns * 4 / 10)
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -150,7 +153,7 @@ tenants:
 			<-tick.C
 			continue
 		}
-		if stat(t, ops)["conns_open"] == attackConns+1 && drained(t, port) {
+		if st := stat(t, ops); st["conns_open"] == attackConns+1 && st["acl_denied"] >= wantDenied && drained(t, port) {
 			break
 		}
 		<-tick.C
@@ -165,8 +168,8 @@ tenants:
 	if st["request_buffer_bytes"] > attackReqBufs {
 		t.Fatalf("request buffers hold %d bytes, over the %d budget", st["request_buffer_bytes"], attackReqBufs)
 	}
-	if want := uint64(attackConns * 4 / 10); st["acl_denied"] < want {
-		t.Fatalf("acl_denied %d: the read-only tenant's %d requests were not refused on their namespace", st["acl_denied"], want)
+	if st["acl_denied"] < wantDenied {
+		t.Fatalf("acl_denied %d: the read-only tenant's %d requests were not refused on their namespace", st["acl_denied"], wantDenied)
 	}
 	for _, a := range attackers {
 		a.nc.Close()
