@@ -482,15 +482,8 @@ func (a *audit) gauges() error {
 // reservations hold (want, by tenant id).
 func (s *Store) checkTenantsLocked(want map[uint32]tenantRec) error {
 	t := &s.mu.tenants
-	free := make(map[uint32]bool, len(t.free))
-	for _, id := range t.free {
-		if id == 0 || int(id) >= len(t.recs) || free[id] || t.recs[id] != (tenantRec{}) {
-			return fmt.Errorf("invariant: tenant id %d free twice, out of range or in use", id)
-		}
-		free[id] = true
-	}
-	if len(t.ids)+len(t.free)+1 != len(t.recs) {
-		return fmt.Errorf("invariant: %d tenant ids + %d free + 1 != %d records", len(t.ids), len(t.free), len(t.recs))
+	if err := t.checkFree(); err != nil {
+		return err
 	}
 	for name, id := range t.ids {
 		r := t.recs[id]
@@ -502,6 +495,22 @@ func (s *Store) checkTenantsLocked(want map[uint32]tenantRec) error {
 	}
 	if len(want) != 0 {
 		return fmt.Errorf("invariant: leases or reservations charge unknown tenant ids %v", want)
+	}
+	return nil
+}
+
+// checkFree checks the free tenant ids: in range, once each, with empty
+// records, and with the ids in use accounting for every record.
+func (t *tenantTable) checkFree() error {
+	free := make(map[uint32]bool, len(t.free))
+	for _, id := range t.free {
+		if id == 0 || int(id) >= len(t.recs) || free[id] || t.recs[id] != (tenantRec{}) {
+			return fmt.Errorf("invariant: tenant id %d free twice, out of range or in use", id)
+		}
+		free[id] = true
+	}
+	if len(t.ids)+len(t.free)+1 != len(t.recs) {
+		return fmt.Errorf("invariant: %d tenant ids + %d free + 1 != %d records", len(t.ids), len(t.free), len(t.recs))
 	}
 	return nil
 }
