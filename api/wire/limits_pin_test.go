@@ -7,9 +7,10 @@ import (
 )
 
 // The wire limits are a published contract: docs/PROTOCOL.md, "Limits"
-// (the table) and "Frame header", mirrored in doc.go. Clients in other
-// languages (python/gpucache) hard-code them from that page, so a change
-// of a constant here must be a change of the protocol document first. The
+// (the table) and "Frame header", mirrored in the package comment (doc.go,
+// doc_status.go). Clients in other languages (python/gpucache) hard-code
+// them from that page, so a change of a constant here must be a change of
+// the protocol document first. The
 // other tests read the constants; this one compares them with the
 // documented literals.
 func TestPinnedProtocolLimits(t *testing.T) {

@@ -66,28 +66,8 @@ func Run(ctx context.Context, cfg Config, out Output) (*Report, error) {
 	if cfg.HoldBytes > 0 {
 		rep.Hold = r.hold(ctx, data, min(cfg.HoldBlock, int(lim.MaxPayload)))
 	}
-	total := len(cfg.Sizes) * len(cfg.Conns) * len(cfg.Ops)
-	index := 0
-	for _, size := range cfg.Sizes {
-		for _, op := range []string{OpPut, OpGet} {
-			if !has(cfg.Ops, op) {
-				continue
-			}
-			if op == OpGet {
-				r.populate(ctx, data, size)
-			}
-			for _, conns := range cfg.Conns {
-				if ctx.Err() != nil {
-					break
-				}
-				index++
-				res, err := r.runCase(ctx, op, size, conns, index, total)
-				if err != nil {
-					return rep, err
-				}
-				rep.Cases = append(rep.Cases, res)
-			}
-		}
+	if err := r.runCases(ctx, data); err != nil {
+		return rep, err
 	}
 	if err := ctx.Err(); err != nil {
 		return rep, err
@@ -106,6 +86,36 @@ func Run(ctx context.Context, cfg Config, out Output) (*Report, error) {
 		rep.Cluster.Stats = r.stats
 	}
 	return rep, nil
+}
+
+// runCases runs every case (size × op × conns), PUTs before GETs of each
+// size, the GETs on a populated working set, appending to r.rep.Cases.
+func (r *runner) runCases(ctx context.Context, data dataClient) error {
+	cfg, rep := r.cfg, r.rep
+	total := len(cfg.Sizes) * len(cfg.Conns) * len(cfg.Ops)
+	index := 0
+	for _, size := range cfg.Sizes {
+		for _, op := range []string{OpPut, OpGet} {
+			if !has(cfg.Ops, op) {
+				continue
+			}
+			if op == OpGet {
+				r.populate(ctx, data, size)
+			}
+			for _, conns := range cfg.Conns {
+				if ctx.Err() != nil {
+					break
+				}
+				index++
+				res, err := r.runCase(ctx, op, size, conns, index, total)
+				if err != nil {
+					return err
+				}
+				rep.Cases = append(rep.Cases, res)
+			}
+		}
+	}
+	return nil
 }
 
 func has(list []string, s string) bool {
@@ -371,7 +381,16 @@ func (r *runner) runCase(ctx context.Context, op string, size, conns, index, tot
 		}
 	}
 	wg.Wait()
+	r.collect(&res, workers, cs)
+	r.prog.end(index, total, &res)
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
+	return res, nil
+}
 
+// collect sums the workers' records of one case into res.
+func (r *runner) collect(res *CaseResult, workers []*worker, cs *caseState) {
 	var hist Histogram
 	var last time.Time
 	nodes := make([]nodeCount, len(r.members))
@@ -416,11 +435,6 @@ func (r *runner) runCase(ctx context.Context, op string, size, conns, index, tot
 	res.P99Ns, res.P999Ns = int64(hist.Quantile(0.99)), int64(hist.Quantile(0.999))
 	res.MaxNs = int64(hist.Max())
 	res.FirstError = cs.firstEr
-	r.prog.end(index, total, &res)
-	if err := ctx.Err(); err != nil {
-		return res, err
-	}
-	return res, nil
 }
 
 // worker issues one request at a time on a shared client; Pipeline workers

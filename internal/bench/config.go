@@ -122,20 +122,8 @@ func (c *Config) applyDefaults() {
 
 // Validate reports the first invalid field.
 func (c *Config) Validate() error {
-	for _, op := range c.Ops {
-		if op != OpGet && op != OpPut {
-			return fmt.Errorf("%w: op %q (want get, put or both)", ErrConfig, op)
-		}
-	}
-	for _, s := range c.Sizes {
-		if s < 16 {
-			return fmt.Errorf("%w: size %d is below 16 bytes", ErrConfig, s)
-		}
-	}
-	for _, n := range c.Conns {
-		if n < 1 || n > 4096 {
-			return fmt.Errorf("%w: conns %d not in 1..4096", ErrConfig, n)
-		}
+	if err := c.validateLists(); err != nil {
+		return err
 	}
 	switch {
 	case c.Batch < 1 || c.Batch > 1<<16:
@@ -155,6 +143,26 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Namespace.Validate(); err != nil {
 		return fmt.Errorf("%w: namespace: %w", ErrConfig, err)
+	}
+	return nil
+}
+
+// validateLists checks the ops, sizes and connection counts to run.
+func (c *Config) validateLists() error {
+	for _, op := range c.Ops {
+		if op != OpGet && op != OpPut {
+			return fmt.Errorf("%w: op %q (want get, put or both)", ErrConfig, op)
+		}
+	}
+	for _, s := range c.Sizes {
+		if s < 16 {
+			return fmt.Errorf("%w: size %d is below 16 bytes", ErrConfig, s)
+		}
+	}
+	for _, n := range c.Conns {
+		if n < 1 || n > 4096 {
+			return fmt.Errorf("%w: conns %d not in 1..4096", ErrConfig, n)
+		}
 	}
 	return nil
 }

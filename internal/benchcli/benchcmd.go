@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/gpucache/gpucache/internal/bench"
@@ -45,23 +44,9 @@ func runBench(ctx context.Context, args []string, std cli.Stdio) error {
 	if cfg.Namespace, err = nsf.Namespace(tenant); err != nil {
 		return err
 	}
-	if cfg.Ops, err = bench.ParseOps(*op); err != nil {
-		return cli.UsageErr("--op: %v", err)
+	if err := parseBenchLists(&cfg, *op, *sizes, *conns, *hold, *holdBlock); err != nil {
+		return err
 	}
-	if cfg.Sizes, err = bench.ParseSizes(*sizes); err != nil {
-		return cli.UsageErr("--sizes: %v", err)
-	}
-	if cfg.Conns, err = bench.ParseInts(*conns); err != nil {
-		return cli.UsageErr("--conns: %v", err)
-	}
-	if cfg.HoldBytes, err = bench.ParseSize(*hold); err != nil {
-		return cli.UsageErr("--hold-bytes: %v", err)
-	}
-	hb, err := bench.ParseSize(*holdBlock)
-	if err != nil || hb > 1<<31 {
-		return cli.UsageErr("--hold-block: bad size %q", *holdBlock)
-	}
-	cfg.HoldBlock = int(hb)
 	if *duration <= 0 && *requests == 0 {
 		return cli.UsageErr("--duration must be positive (or give --requests)")
 	}
@@ -77,21 +62,18 @@ func runBench(ctx context.Context, args []string, std cli.Stdio) error {
 		return err
 	}
 	if *jsonOut != "" {
-		f, err := os.Create(*jsonOut)
-		if err != nil {
-			return err
-		}
-		if err := rep.WriteJSON(f); err != nil {
-			f.Close()
-			return err
-		}
-		if err := f.Close(); err != nil {
+		if err := writeJSONFile(*jsonOut, rep.WriteJSON); err != nil {
 			return err
 		}
 	}
 	if runErr != nil {
 		return runErr
 	}
+	return corruptReplies(rep)
+}
+
+// corruptReplies reports the corrupt replies of rep's cases, if any.
+func corruptReplies(rep *bench.Report) error {
 	var corrupt uint64
 	for _, c := range rep.Cases {
 		corrupt += c.Corrupt
@@ -99,5 +81,29 @@ func runBench(ctx context.Context, args []string, std cli.Stdio) error {
 	if corrupt > 0 {
 		return fmt.Errorf("%d corrupt replies", corrupt)
 	}
+	return nil
+}
+
+// parseBenchLists parses the --op, --sizes, --conns, --hold-bytes and
+// --hold-block flags into cfg.
+func parseBenchLists(cfg *bench.Config, op, sizes, conns, hold, holdBlock string) error {
+	var err error
+	if cfg.Ops, err = bench.ParseOps(op); err != nil {
+		return cli.UsageErr("--op: %v", err)
+	}
+	if cfg.Sizes, err = bench.ParseSizes(sizes); err != nil {
+		return cli.UsageErr("--sizes: %v", err)
+	}
+	if cfg.Conns, err = bench.ParseInts(conns); err != nil {
+		return cli.UsageErr("--conns: %v", err)
+	}
+	if cfg.HoldBytes, err = bench.ParseSize(hold); err != nil {
+		return cli.UsageErr("--hold-bytes: %v", err)
+	}
+	hb, err := bench.ParseSize(holdBlock)
+	if err != nil || hb > 1<<31 {
+		return cli.UsageErr("--hold-block: bad size %q", holdBlock)
+	}
+	cfg.HoldBlock = int(hb)
 	return nil
 }

@@ -113,6 +113,25 @@ func coldDemo(ctx context.Context, out io.Writer, root string, n int) error {
 		return err
 	}
 	store := &countingStore{Store: fsStore}
+	ns, ids, blocks, p, err := coldDemoPack(n)
+	if err != nil {
+		return err
+	}
+	if err := coldDemoSink(ctx, out, store, ns, p, root, n); err != nil {
+		return err
+	}
+	rf, err := refill.New(store, refill.Default())
+	if err != nil {
+		return err
+	}
+	if err := coldDemoRefill(ctx, out, store, rf, ids, blocks); err != nil {
+		return err
+	}
+	return coldDemoCorrupt(ctx, out, rf, root, p, ids[n-1])
+}
+
+// coldDemoPack builds the demo's pack: n chained 32 KiB blocks.
+func coldDemoPack(n int) (identity.Namespace, []identity.CacheIdentity, []pack.Block, *pack.Pack, error) {
 	ns := identity.Namespace{Tenant: "demo", TrustDomain: "local", ModelID: "cold-demo", ConfigRevision: "r1",
 		TokenizerRevision: "t1", RoPE: "rope:theta=500000", DType: "fp16", Quantization: "none",
 		Layout: identity.Layout{Format: "vllm-nhd", TPSize: 1, PPSize: 1, LayerCount: 1, KVHeads: 1, HeadDim: 1, BlockTokens: 16}}
@@ -122,20 +141,23 @@ func coldDemo(ctx context.Context, out io.Writer, root string, n int) error {
 	}
 	ids, err := identity.Identities(ns, tokens)
 	if err != nil {
-		return err
+		return ns, nil, nil, nil, err
 	}
 	blocks := make([]pack.Block, n)
 	for i, id := range ids {
 		k, err := id.Key()
 		if err != nil {
-			return err
+			return ns, nil, nil, nil, err
 		}
 		blocks[i] = pack.Block{Identity: id, Payload: demoPayload(k, 32<<10)}
 	}
 	p, err := pack.Build(ns, blocks)
-	if err != nil {
-		return err
-	}
+	return ns, ids, blocks, p, err
+}
+
+// coldDemoSink shows the sink refusing a forged job before any write, then
+// publishing the pack under root.
+func coldDemoSink(ctx context.Context, out io.Writer, store *countingStore, ns identity.Namespace, p *pack.Pack, root string, n int) error {
 	dig, _ := ns.Digest()
 	sk, err := sink.New(store, sink.Config{Verify: packVerifier(ns)})
 	if err != nil {
@@ -163,11 +185,13 @@ func coldDemo(ctx context.Context, out io.Writer, root string, n int) error {
 	}
 	fmt.Fprintf(out, "sink: 1 pack of %d blocks published to %s (%d objects: pack, manifest, %d pointers)\n",
 		n, root, 2+len(p.Pointers), len(p.Pointers))
+	return nil
+}
 
-	rf, err := refill.New(store, refill.Default())
-	if err != nil {
-		return err
-	}
+// coldDemoRefill refills every block byte-identical, and shows that
+// another model or tenant misses without reading a payload.
+func coldDemoRefill(ctx context.Context, out io.Writer, store *countingStore, rf *refill.Refiller, ids []identity.CacheIdentity, blocks []pack.Block) error {
+	n := len(ids)
 	dst := make([]byte, 32<<10)
 	for i, id := range ids {
 		got, res, err := rf.RefillBlock(ctx, id, dst)
@@ -190,8 +214,13 @@ func coldDemo(ctx context.Context, out io.Writer, root string, n int) error {
 		return fmt.Errorf("another tenant: %v", res)
 	}
 	fmt.Fprintln(out, "refill: another model or tenant: miss, 0 payload reads")
+	return nil
+}
 
-	// Corrupt the pack on disk: refill returns no bytes.
+// coldDemoCorrupt flips a byte of the pack on disk: refilling last then
+// misses as corrupt and returns no bytes.
+func coldDemoCorrupt(ctx context.Context, out io.Writer, rf *refill.Refiller, root string, p *pack.Pack, last identity.CacheIdentity) error {
+	dst := make([]byte, 32<<10)
 	packPath := filepath.Join(root, "objects", filepath.FromSlash(p.Object.Key))
 	body, err := os.ReadFile(packPath)
 	if err != nil {
@@ -201,7 +230,7 @@ func coldDemo(ctx context.Context, out io.Writer, root string, n int) error {
 	if err := os.WriteFile(packPath, body, 0o600); err != nil {
 		return err
 	}
-	got, res, _ := rf.RefillBlock(ctx, ids[n-1], dst)
+	got, res, _ := rf.RefillBlock(ctx, last, dst)
 	if res.Hit || got != 0 || res.Reason != refill.Corrupt {
 		return fmt.Errorf("corrupt pack: %v with %d bytes", res, got)
 	}

@@ -66,7 +66,12 @@ func dpuDemo(ctx context.Context, w io.Writer, nvme string) error {
 		return fmt.Errorf("agent status %+v", st)
 	}
 
-	q := agent.Queue()
+	return dpuRoundTrip(ctx, w, agent.Queue())
+}
+
+// dpuRoundTrip writes a slot to the simulated block and reads it back
+// into another slot through the submit and complete rings.
+func dpuRoundTrip(ctx context.Context, w io.Writer, q *dpu.SimQueue) error {
 	size := q.Config().SlotSize
 	want := make([]byte, size)
 	for i := range want {

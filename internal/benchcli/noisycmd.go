@@ -109,19 +109,12 @@ func (f *noisyFlags) config() (bench.NoisyConfig, error) {
 	if cfg.Noisy.Secret, err = readSecret("noisy-secret-file", f.noisyFile); err != nil {
 		return cfg, err
 	}
-	size := func(name, s string) (int, error) {
-		n, err := bench.ParseSize(s)
-		if err != nil || n < 16 || n > 1<<30 {
-			return 0, cli.UsageErr("--%s: bad size %q (16B..1GiB)", name, s)
-		}
-		return int(n), nil
-	}
-	if cfg.Size, err = size("size", f.size); err != nil {
+	if cfg.Size, err = noisySize("size", f.size); err != nil {
 		return cfg, err
 	}
 	cfg.FloodSize = cfg.Size
 	if f.noisySize != "" {
-		if cfg.FloodSize, err = size("noisy-size", f.noisySize); err != nil {
+		if cfg.FloodSize, err = noisySize("noisy-size", f.noisySize); err != nil {
 			return cfg, err
 		}
 	}
@@ -181,6 +174,15 @@ func runNoisy(ctx context.Context, args []string, std cli.Stdio) error {
 		return fmt.Errorf("%d wrong payloads", rep.Wrong)
 	}
 	return nil
+}
+
+// noisySize parses the size flag name (16B..1GiB).
+func noisySize(name, s string) (int, error) {
+	n, err := bench.ParseSize(s)
+	if err != nil || n < 16 || n > 1<<30 {
+		return 0, cli.UsageErr("--%s: bad size %q (16B..1GiB)", name, s)
+	}
+	return int(n), nil
 }
 
 func writeJSONFile(path string, write func(w io.Writer) error) error {

@@ -154,38 +154,14 @@ func (f *replayFlags) check(set map[string]bool) error {
 	if f.live && f.printCapacity {
 		return cli.UsageErr("give --live or --print-capacity, not both")
 	}
+	var err error
 	if f.live || f.printCapacity {
-		for _, n := range simOnly {
-			if set[n] {
-				return cli.UsageErr("--%s is a simulate flag; it does not go with --live or --print-capacity", n)
-			}
-		}
-		if !(f.capacityFrac > 0 && f.capacityFrac <= 1) {
-			return cli.UsageErr("--capacity-frac %v out of range: want a fraction in (0, 1], e.g. 0.1", f.capacityFrac)
-		}
-		if f.scale < 1 || f.scale > live.ModelBlockBytes {
-			return cli.UsageErr("--scale %d out of range 1..%d", f.scale, live.ModelBlockBytes)
-		}
+		err = f.checkScaled(set)
 	} else {
-		for _, n := range append(slices.Clone(liveOnly), "scale", "capacity-frac") {
-			if set[n] {
-				return cli.UsageErr("--%s needs --live (or --print-capacity)", n)
-			}
-		}
-		if f.workers < 1 {
-			return cli.UsageErr("--workers must be at least 1")
-		}
-		if f.plotOut != "" {
-			if _, err := plot.Format(f.plotOut); err != nil {
-				return cli.UsageErr("--plot: want a .svg, .png or .pdf file name, got %q", f.plotOut)
-			}
-		}
-		if _, err := f.policyList(); err != nil {
-			return err
-		}
-		if _, err := parseCapacities(f.capacities); err != nil {
-			return err
-		}
+		err = f.checkSimulate(set)
+	}
+	if err != nil {
+		return err
 	}
 	if f.printCapacity {
 		for _, n := range liveOnly {
@@ -195,18 +171,65 @@ func (f *replayFlags) check(set map[string]bool) error {
 		}
 	}
 	if f.live {
-		if f.speedup < 0 || math.IsNaN(f.speedup) || math.IsInf(f.speedup, 0) {
-			return cli.UsageErr("--speedup must be a number >= 0 (0: as fast as possible)")
+		return f.checkLive()
+	}
+	return nil
+}
+
+// checkScaled checks the flags of --live and --print-capacity, which
+// scale the trace to a real store.
+func (f *replayFlags) checkScaled(set map[string]bool) error {
+	for _, n := range simOnly {
+		if set[n] {
+			return cli.UsageErr("--%s is a simulate flag; it does not go with --live or --print-capacity", n)
 		}
-		if f.conns < 1 || f.conns > 1024 {
-			return cli.UsageErr("--conns %d out of range 1..1024", f.conns)
+	}
+	if !(f.capacityFrac > 0 && f.capacityFrac <= 1) {
+		return cli.UsageErr("--capacity-frac %v out of range: want a fraction in (0, 1], e.g. 0.1", f.capacityFrac)
+	}
+	if f.scale < 1 || f.scale > live.ModelBlockBytes {
+		return cli.UsageErr("--scale %d out of range 1..%d", f.scale, live.ModelBlockBytes)
+	}
+	return nil
+}
+
+// checkSimulate checks the flags of a simulation.
+func (f *replayFlags) checkSimulate(set map[string]bool) error {
+	for _, n := range append(slices.Clone(liveOnly), "scale", "capacity-frac") {
+		if set[n] {
+			return cli.UsageErr("--%s needs --live (or --print-capacity)", n)
 		}
-		if f.leaseTTL < 0 {
-			return cli.UsageErr("--lease-ttl must not be negative")
+	}
+	if f.workers < 1 {
+		return cli.UsageErr("--workers must be at least 1")
+	}
+	if f.plotOut != "" {
+		if _, err := plot.Format(f.plotOut); err != nil {
+			return cli.UsageErr("--plot: want a .svg, .png or .pdf file name, got %q", f.plotOut)
 		}
-		if !slices.Contains(replay.Policies(), f.simPolicy) {
-			return cli.UsageErr("--sim-policy: unknown policy %q (known: %s)", f.simPolicy, strings.Join(replay.Policies(), ", "))
-		}
+	}
+	if _, err := f.policyList(); err != nil {
+		return err
+	}
+	if _, err := parseCapacities(f.capacities); err != nil {
+		return err
+	}
+	return nil
+}
+
+// checkLive checks the flags of --live.
+func (f *replayFlags) checkLive() error {
+	if f.speedup < 0 || math.IsNaN(f.speedup) || math.IsInf(f.speedup, 0) {
+		return cli.UsageErr("--speedup must be a number >= 0 (0: as fast as possible)")
+	}
+	if f.conns < 1 || f.conns > 1024 {
+		return cli.UsageErr("--conns %d out of range 1..1024", f.conns)
+	}
+	if f.leaseTTL < 0 {
+		return cli.UsageErr("--lease-ttl must not be negative")
+	}
+	if !slices.Contains(replay.Policies(), f.simPolicy) {
+		return cli.UsageErr("--sim-policy: unknown policy %q (known: %s)", f.simPolicy, strings.Join(replay.Policies(), ", "))
 	}
 	return nil
 }

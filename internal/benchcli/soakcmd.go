@@ -152,15 +152,7 @@ func findBinary(flagVal, name, env string) (string, error) {
 
 func runSoak(ctx context.Context, args []string, std cli.Stdio) error {
 	if len(args) > 0 && (args[0] == "node" || args[0] == "etcd") {
-		// Internal: the soak's helper processes (soak.NodeMain, soak.EtcdMain).
-		helper := soak.NodeMain
-		if args[0] == "etcd" {
-			helper = soak.EtcdMain
-		}
-		if code := helper(ctx, args[1:], std.In, std.Out, std.Err); code != 0 {
-			return fmt.Errorf("%w: soak %s exited %d", cli.ErrReported, args[0], code)
-		}
-		return nil
+		return runSoakHelper(ctx, args, std)
 	}
 	var f soakFlags
 	fs := newFlagSet("soak", "soak [flags]", std.Out)
@@ -172,14 +164,7 @@ func runSoak(ctx context.Context, args []string, std cli.Stdio) error {
 	if err != nil {
 		return err
 	}
-	dir := f.dir
-	if dir == "" {
-		dir = "gpucache-soak-" + time.Now().UTC().Format("20060102T150405Z")
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	if cfg.Dir, err = filepath.Abs(dir); err != nil {
+	if cfg.Dir, err = f.workDir(); err != nil {
 		return err
 	}
 	if !f.quiet {
@@ -211,4 +196,30 @@ func runSoak(ctx context.Context, args []string, std cli.Stdio) error {
 		return cli.ErrReported
 	}
 	return runErr
+}
+
+// runSoakHelper runs one of the soak's helper processes (internal:
+// soak.NodeMain, soak.EtcdMain), named by args[0].
+func runSoakHelper(ctx context.Context, args []string, std cli.Stdio) error {
+	helper := soak.NodeMain
+	if args[0] == "etcd" {
+		helper = soak.EtcdMain
+	}
+	if code := helper(ctx, args[1:], std.In, std.Out, std.Err); code != 0 {
+		return fmt.Errorf("%w: soak %s exited %d", cli.ErrReported, args[0], code)
+	}
+	return nil
+}
+
+// workDir makes the work directory (--dir, or one named for the time) and
+// returns its absolute path.
+func (f *soakFlags) workDir() (string, error) {
+	dir := f.dir
+	if dir == "" {
+		dir = "gpucache-soak-" + time.Now().UTC().Format("20060102T150405Z")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	return filepath.Abs(dir)
 }

@@ -83,35 +83,44 @@ func runAdmin(ctx context.Context, args []string, std Stdio) error {
 	if fs.NArg() > 0 {
 		return UsageErr("admin %s: unexpected argument %q", sub, fs.Arg(0))
 	}
-	q := url.Values{}
+	method, path, q, err := f.request(sub)
+	if err != nil {
+		return err
+	}
+	return adminCall(ctx, f, method, path, q, std)
+}
+
+// request returns the HTTP method, path and query of admin subcommand sub.
+func (f adminFlags) request(sub string) (method, path string, q url.Values, err error) {
+	q = url.Values{}
 	if f.tenant != "" {
 		q.Set("tenant", f.tenant)
 	}
-	method, path := http.MethodPost, ""
+	method = http.MethodPost
 	switch sub {
 	case "inventory":
 		method, path = http.MethodGet, "/admin/inventory"
 	case "purge":
 		if f.tenant == "" {
-			return UsageErr("admin purge needs --tenant")
+			return "", "", nil, UsageErr("admin purge needs --tenant")
 		}
 		path = "/admin/purge"
 	case "expire":
 		if f.olderThan == "" {
-			return UsageErr("admin expire needs --older-than (e.g. 168h)")
+			return "", "", nil, UsageErr("admin expire needs --older-than (e.g. 168h)")
 		}
 		q.Set("older_than", f.olderThan)
 		path = "/admin/expire"
 	case "backfill":
 		if f.budget <= 0 {
-			return UsageErr("admin backfill needs --budget SIZE (> 0), e.g. --budget 4GiB")
+			return "", "", nil, UsageErr("admin backfill needs --budget SIZE (> 0), e.g. --budget 4GiB")
 		}
 		q.Set("budget", strconv.FormatInt(int64(f.budget), 10))
 		path = "/admin/backfill"
 	default:
-		return UsageErr("unknown admin subcommand %q (inventory, purge, expire, backfill)", sub)
+		return "", "", nil, UsageErr("unknown admin subcommand %q (inventory, purge, expire, backfill)", sub)
 	}
-	return adminCall(ctx, f, method, path, q, std)
+	return method, path, q, nil
 }
 
 func (f adminFlags) client() (*http.Client, error) {
@@ -170,17 +179,28 @@ func adminCall(ctx context.Context, f adminFlags, method, path string, q url.Val
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		text := strings.TrimSpace(string(msg))
-		switch resp.StatusCode {
-		case http.StatusUnauthorized, http.StatusForbidden:
-			return fmt.Errorf("%w: admin %s (HTTP %d): %s", errRefused, path, resp.StatusCode, text)
-		case http.StatusConflict, http.StatusServiceUnavailable:
-			return fmt.Errorf("%w: admin %s busy or not ready (HTTP %d): %s", errUnavailable, path, resp.StatusCode, text)
-		}
-		return fmt.Errorf("admin %s failed (HTTP %d): %s", path, resp.StatusCode, text)
+		return statusErr(resp, path)
 	}
-	sc := bufio.NewScanner(resp.Body)
+	return readAnswer(resp.Body, path, f.json, std)
+}
+
+// statusErr explains an admin answer that is not 200 OK.
+func statusErr(resp *http.Response, path string) error {
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	text := strings.TrimSpace(string(msg))
+	switch resp.StatusCode {
+	case http.StatusUnauthorized, http.StatusForbidden:
+		return fmt.Errorf("%w: admin %s (HTTP %d): %s", errRefused, path, resp.StatusCode, text)
+	case http.StatusConflict, http.StatusServiceUnavailable:
+		return fmt.Errorf("%w: admin %s busy or not ready (HTTP %d): %s", errUnavailable, path, resp.StatusCode, text)
+	}
+	return fmt.Errorf("admin %s failed (HTTP %d): %s", path, resp.StatusCode, text)
+}
+
+// readAnswer reads an admin answer, one JSON line at a time: progress
+// lines go to std.Err, then a result is printed or an error returned.
+func readAnswer(body io.Reader, path string, asJSON bool, std Stdio) error {
+	sc := bufio.NewScanner(body)
 	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
 	for sc.Scan() {
 		var line struct {
@@ -201,7 +221,7 @@ func adminCall(ctx context.Context, f adminFlags, method, path string, q url.Val
 			}
 			return fmt.Errorf("admin %s failed: %s (safe to run again)", path, line.Error)
 		case line.Result != nil:
-			return printResult(std.Out, line.Result, f.json)
+			return printResult(std.Out, line.Result, asJSON)
 		}
 	}
 	if err := sc.Err(); err != nil {

@@ -75,9 +75,9 @@ func doctorWith(ctx context.Context, args []string, std Stdio, getenv func(strin
 				i++
 				val = args[i]
 			}
-			d, err := time.ParseDuration(val)
-			if err != nil || d <= 0 {
-				return UsageErr("--probe-timeout %q is not a positive duration (e.g. 3s)", val)
+			d, err := probeTimeout(val)
+			if err != nil {
+				return err
 			}
 			env.Timeout = d
 		default:
@@ -104,4 +104,13 @@ func doctorWith(ctx context.Context, args []string, std Stdio, getenv func(strin
 		return errors.Join(errMiss, ErrReported)
 	}
 	return nil
+}
+
+// probeTimeout parses the value of --probe-timeout: a positive duration.
+func probeTimeout(val string) (time.Duration, error) {
+	d, err := time.ParseDuration(val)
+	if err != nil || d <= 0 {
+		return 0, UsageErr("--probe-timeout %q is not a positive duration (e.g. 3s)", val)
+	}
+	return d, nil
 }

@@ -371,22 +371,7 @@ func (f *FS) walk(ctx context.Context, dir, dirKey, prefix string, fn func(Objec
 	case err != nil:
 		return fsErr(OpList, prefix, err)
 	}
-	type item struct {
-		key   string // object key, or directory key ending in "/"
-		entry os.DirEntry
-	}
-	items := make([]item, 0, len(entries))
-	for _, e := range entries {
-		if e.IsDir() {
-			k := dirKey + e.Name() + "/"
-			if strings.HasPrefix(k, prefix) || strings.HasPrefix(prefix, k) {
-				items = append(items, item{k, e})
-			}
-		} else if k := dirKey + e.Name(); e.Type().IsRegular() && strings.HasPrefix(k, prefix) {
-			items = append(items, item{k, e})
-		}
-	}
-	slices.SortFunc(items, func(a, b item) int { return strings.Compare(a.key, b.key) })
+	items := walkItems(entries, dirKey, prefix)
 	for _, it := range items {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("fs List %q: %w", prefix, err)
@@ -408,6 +393,31 @@ func (f *FS) walk(ctx context.Context, dir, dirKey, prefix string, fn func(Objec
 		}
 	}
 	return nil
+}
+
+// walkItem is one entry of a directory walk, by key: an object key, or a
+// directory key ending in "/".
+type walkItem struct {
+	key   string
+	entry os.DirEntry
+}
+
+// walkItems returns the entries of the directory of key dirKey that are
+// under prefix (directories: that may hold keys under it), in key order.
+func walkItems(entries []os.DirEntry, dirKey, prefix string) []walkItem {
+	items := make([]walkItem, 0, len(entries))
+	for _, e := range entries {
+		if e.IsDir() {
+			k := dirKey + e.Name() + "/"
+			if strings.HasPrefix(k, prefix) || strings.HasPrefix(prefix, k) {
+				items = append(items, walkItem{k, e})
+			}
+		} else if k := dirKey + e.Name(); e.Type().IsRegular() && strings.HasPrefix(k, prefix) {
+			items = append(items, walkItem{k, e})
+		}
+	}
+	slices.SortFunc(items, func(a, b walkItem) int { return strings.Compare(a.key, b.key) })
+	return items
 }
 
 // CleanTemp removes temp files left by interrupted Puts whose last change is

@@ -103,31 +103,14 @@ func (c Config) Member(listen string) (id, addr, domain string, err error) {
 }
 
 func (c Config) validateCluster() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
-	}
 	if c.ProtocolMax < 1 || c.ProtocolMax > 4 {
-		return bad("protocol_max %d is not 1, 2, 3 or 4", c.ProtocolMax)
+		return invalidf("protocol_max %d is not 1, 2, 3 or 4", c.ProtocolMax)
 	}
 	if !c.Clustered() {
 		return nil
 	}
-	for _, e := range c.Endpoints() {
-		if !strings.Contains(e, "://") {
-			return bad("etcd endpoint %q needs a scheme, e.g. http://%s", e, e)
-		}
-		if strings.HasPrefix(e, "https://") && c.EtcdCA == "" {
-			return bad("etcd endpoint %q is https: set etcd_ca to the CA bundle that verifies it", e)
-		}
-	}
-	if (c.EtcdCert == "") != (c.EtcdKey == "") {
-		return bad("etcd_cert and etcd_key must be set together")
-	}
-	if c.EtcdCert != "" && c.EtcdCA == "" {
-		return bad("etcd_cert needs etcd_ca (etcd's server certificate is always verified)")
-	}
-	if (c.EtcdUsername == "") != (c.EtcdPasswordFile == "") {
-		return bad("etcd_username and etcd_password_file must be set together")
+	if err := c.validateEtcdAccess(); err != nil {
+		return err
 	}
 	if c.AdvertiseAddr != "" {
 		if err := checkAddr("advertise_addr", c.AdvertiseAddr); err != nil {
@@ -135,21 +118,44 @@ func (c Config) validateCluster() error {
 		}
 	}
 	if strings.ContainsAny(c.NodeID, "/ \t\n") {
-		return bad("node_id %q must not contain '/' or white space", c.NodeID)
+		return invalidf("node_id %q must not contain '/' or white space", c.NodeID)
 	}
 	if c.EtcdPrefix == "" || !strings.HasPrefix(c.EtcdPrefix, "/") {
-		return bad("etcd_prefix %q must start with /", c.EtcdPrefix)
+		return invalidf("etcd_prefix %q must start with /", c.EtcdPrefix)
 	}
 	for _, d := range []struct {
 		name string
 		v    time.Duration
 	}{{"member_lease_ttl", c.MemberLeaseTTL}, {"control_grace", c.ControlGrace}, {"control_probe", c.ControlProbe}} {
 		if d.v <= 0 {
-			return bad("%s must be positive, got %s", d.name, d.v)
+			return invalidf("%s must be positive, got %s", d.name, d.v)
 		}
 	}
 	if c.MemberLeaseTTL < 2*time.Second {
-		return bad("member_lease_ttl %s is below etcd's 2s minimum", c.MemberLeaseTTL)
+		return invalidf("member_lease_ttl %s is below etcd's 2s minimum", c.MemberLeaseTTL)
+	}
+	return nil
+}
+
+// validateEtcdAccess checks the etcd endpoints and the credentials that
+// reach them.
+func (c Config) validateEtcdAccess() error {
+	for _, e := range c.Endpoints() {
+		if !strings.Contains(e, "://") {
+			return invalidf("etcd endpoint %q needs a scheme, e.g. http://%s", e, e)
+		}
+		if strings.HasPrefix(e, "https://") && c.EtcdCA == "" {
+			return invalidf("etcd endpoint %q is https: set etcd_ca to the CA bundle that verifies it", e)
+		}
+	}
+	if (c.EtcdCert == "") != (c.EtcdKey == "") {
+		return invalidf("etcd_cert and etcd_key must be set together")
+	}
+	if c.EtcdCert != "" && c.EtcdCA == "" {
+		return invalidf("etcd_cert needs etcd_ca (etcd's server certificate is always verified)")
+	}
+	if (c.EtcdUsername == "") != (c.EtcdPasswordFile == "") {
+		return invalidf("etcd_username and etcd_password_file must be set together")
 	}
 	return nil
 }

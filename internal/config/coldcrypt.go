@@ -1,9 +1,5 @@
 package config
 
-import (
-	"fmt"
-)
-
 // Cold-tier encryption at rest and compression (ADR 0019). The fields live
 // in Config:
 //
@@ -37,27 +33,24 @@ func (c *Config) coldCryptFields() []field {
 // that need no file access (key files are read, and their length checked,
 // when the daemon starts: daemon/coldcrypt.go).
 func (c Config) validateColdCrypt() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
-	}
 	switch c.ColdCompression {
 	case ColdCompressionOff, ColdCompressionZstd, ColdCompressionZstdPlanes:
 	default:
-		return bad("cold_compression %q is not off, zstd or zstd-planes", c.ColdCompression)
+		return invalidf("cold_compression %q is not off, zstd or zstd-planes", c.ColdCompression)
 	}
 	if c.ColdCompressionMinSaving < 1 || c.ColdCompressionMinSaving > 99 {
-		return bad("cold_compression_min_saving %d is not a percentage in 1..99", c.ColdCompressionMinSaving)
+		return invalidf("cold_compression_min_saving %d is not a percentage in 1..99", c.ColdCompressionMinSaving)
 	}
 	if c.ColdEncryptionGrace < 0 {
-		return bad("cold_encryption_grace must not be negative")
+		return invalidf("cold_encryption_grace must not be negative")
 	}
 	if c.ColdStore == "off" && (len(c.ColdEncryptionKeys) > 0 || c.ColdCompression != ColdCompressionOff) {
-		return bad("cold_encryption_keys and cold_compression need a cold tier, but cold_store is off")
+		return invalidf("cold_encryption_keys and cold_compression need a cold tier, but cold_store is off")
 	}
 	ids := map[string]bool{}
 	for _, k := range c.ColdEncryptionKeys {
 		if k.ID == "" || len(k.ID) > 32 || ids[k.ID] {
-			return bad("cold_encryption_keys: every key needs a unique id of 1..32 bytes (got %q); the id is stored in every encrypted manifest", k.ID)
+			return invalidf("cold_encryption_keys: every key needs a unique id of 1..32 bytes (got %q); the id is stored in every encrypted manifest", k.ID)
 		}
 		ids[k.ID] = true
 	}

@@ -450,63 +450,83 @@ func (c *Config) loadFile(path string) error {
 
 // Validate reports the first invalid field with a message a user can act on.
 func (c Config) Validate() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
+	for _, check := range []func() error{
+		c.validateListen,
+		c.validateSecurity,
+		c.validateCluster,
+		c.validateColdCrypt,
+		c.validateConn,
+		c.validateAblation,
+		c.validateHot,
+		c.validateLimits,
+		c.validateTenantShares,
+		c.validateRESP,
+		c.validateCold,
+		c.validateLog,
+	} {
+		if err := check(); err != nil {
+			return err
+		}
 	}
+	return nil
+}
+
+// invalidf returns an error wrapping ErrInvalid.
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
+}
+
+// validateListen checks the data and admin listen addresses.
+func (c Config) validateListen() error {
 	if err := checkAddr("listen", c.Listen); err != nil {
 		return err
 	}
 	if c.AdminListen != "off" {
-		if err := checkAddr("admin_listen", c.AdminListen); err != nil {
-			return err
-		}
+		return checkAddr("admin_listen", c.AdminListen)
 	}
-	if err := c.validateSecurity(); err != nil {
-		return err
-	}
-	if err := c.validateCluster(); err != nil {
-		return err
-	}
-	if err := c.validateColdCrypt(); err != nil {
-		return err
-	}
-	if err := c.validateConn(); err != nil {
-		return err
-	}
-	if err := c.validateAblation(); err != nil {
-		return err
-	}
+	return nil
+}
+
+// validateHot checks the hot tier's size classes, capacity, slab size,
+// prefault mode and policy.
+func (c Config) validateHot() error {
 	if !pow2(c.HotMinClass) || !pow2(c.HotMaxClass) {
-		return bad("hot_min_class (%s) and hot_max_class (%s) must be powers of two", c.HotMinClass, c.HotMaxClass)
+		return invalidf("hot_min_class (%s) and hot_max_class (%s) must be powers of two", c.HotMinClass, c.HotMaxClass)
 	}
 	if c.HotMinClass > c.HotMaxClass {
-		return bad("hot_min_class %s is larger than hot_max_class %s", c.HotMinClass, c.HotMaxClass)
+		return invalidf("hot_min_class %s is larger than hot_max_class %s", c.HotMinClass, c.HotMaxClass)
 	}
 	if c.HotCapacity < c.HotMaxClass {
-		return bad("hot_capacity %s is smaller than one %s block (hot_max_class)", c.HotCapacity, c.HotMaxClass)
+		return invalidf("hot_capacity %s is smaller than one %s block (hot_max_class)", c.HotCapacity, c.HotMaxClass)
 	}
 	if mem, ok := MemTotal(); ok && uint64(c.HotCapacity) > mem {
-		return bad("hot_capacity %s is larger than this machine's memory (%s)", c.HotCapacity, ByteSize(mem))
+		return invalidf("hot_capacity %s is larger than this machine's memory (%s)", c.HotCapacity, ByteSize(mem))
 	}
 	if c.HotSlab < c.HotMinClass {
-		return bad("hot_slab %s is smaller than hot_min_class %s", c.HotSlab, c.HotMinClass)
+		return invalidf("hot_slab %s is smaller than hot_min_class %s", c.HotSlab, c.HotMinClass)
 	}
 	if c.HotCapacity < c.HotSlab {
 		// The hot tier maps memory one slab at a time: a budget below one
 		// slab cannot hold any.
-		return bad("hot_capacity %s is smaller than one hot_slab (%s); set hot_slab to at most %s, or raise hot_capacity",
+		return invalidf("hot_capacity %s is smaller than one hot_slab (%s); set hot_slab to at most %s, or raise hot_capacity",
 			c.HotCapacity, c.HotSlab, c.HotCapacity)
 	}
 	switch c.HotPrefault {
 	case "populate", "hugepage", "none":
 	default:
-		return bad("hot_prefault %q is not populate, hugepage or none", c.HotPrefault)
+		return invalidf("hot_prefault %q is not populate, hugepage or none", c.HotPrefault)
 	}
 	if !slices.Contains(HotPolicies(), c.HotPolicy) {
-		return bad("hot_policy %q is not one of %s", c.HotPolicy, strings.Join(HotPolicies(), ", "))
+		return invalidf("hot_policy %q is not one of %s", c.HotPolicy, strings.Join(HotPolicies(), ", "))
 	}
+	return nil
+}
+
+// validateLimits checks the frame size, the connection, in-flight and
+// batch limits, the timeouts and the lease TTLs.
+func (c Config) validateLimits() error {
 	if uint64(c.MaxFrame) < uint64(c.HotMaxClass)+4096 || c.MaxFrame > 1<<31 {
-		return bad("max_frame %s must hold one hot_max_class block (%s) plus 4KiB and be at most 2GiB; hot_max_class + 1MiB (%s) fits any PUT table",
+		return invalidf("max_frame %s must hold one hot_max_class block (%s) plus 4KiB and be at most 2GiB; hot_max_class + 1MiB (%s) fits any PUT table",
 			c.MaxFrame, c.HotMaxClass, c.HotMaxClass+1<<20)
 	}
 	for _, n := range []struct {
@@ -515,7 +535,7 @@ func (c Config) Validate() error {
 		max  int
 	}{{"max_conns", c.MaxConns, 1 << 20}, {"max_in_flight", c.MaxInFlight, 4096}, {"max_batch", c.MaxBatch, 65536}} {
 		if n.v < 1 || n.v > n.max {
-			return bad("%s %d not in 1..%d", n.name, n.v, n.max)
+			return invalidf("%s %d not in 1..%d", n.name, n.v, n.max)
 		}
 	}
 	for _, d := range []struct {
@@ -524,57 +544,70 @@ func (c Config) Validate() error {
 	}{{"lease_ttl", c.LeaseTTL}, {"max_lease_ttl", c.MaxLeaseTTL}, {"read_timeout", c.ReadTimeout},
 		{"write_timeout", c.WriteTimeout}, {"idle_timeout", c.IdleTimeout}, {"drain_timeout", c.DrainTimeout}} {
 		if d.v <= 0 {
-			return bad("%s must be positive, got %s", d.name, d.v)
+			return invalidf("%s must be positive, got %s", d.name, d.v)
 		}
 	}
 	if c.LeaseTTL > c.MaxLeaseTTL {
-		return bad("lease_ttl %s exceeds max_lease_ttl %s", c.LeaseTTL, c.MaxLeaseTTL)
+		return invalidf("lease_ttl %s exceeds max_lease_ttl %s", c.LeaseTTL, c.MaxLeaseTTL)
 	}
-	if err := c.validateTenantShares(); err != nil {
+	return nil
+}
+
+// validateCold checks the cold store, its flush, write-behind buffer,
+// retention and index settings.
+func (c Config) validateCold() error {
+	if err := c.validateColdStore(); err != nil {
 		return err
 	}
-	if err := c.validateRESP(); err != nil {
-		return err
+	if c.ColdFlushInterval <= 0 {
+		return invalidf("cold_flush_interval must be positive, got %s", c.ColdFlushInterval)
 	}
+	if c.ColdPending < 0 {
+		return invalidf("cold_pending must not be negative")
+	}
+	if c.ColdRetention != 0 && (c.ColdRetention < time.Minute || c.ColdStore == "off") {
+		return invalidf("cold_retention must be 0 (keep forever) or at least 1m with a cold_store, got %s (cold_store %s)", c.ColdRetention, c.ColdStore)
+	}
+	if c.ColdRetentionInterval < time.Minute || c.ColdRetentionInterval > 24*time.Hour {
+		return invalidf("cold_retention_interval must be 1m..24h, got %s", c.ColdRetentionInterval)
+	}
+	if c.ColdIndexMax < 1 || c.ColdIndexMax > 1<<30 {
+		return invalidf("cold_index_max must be 1..1073741824, got %d", c.ColdIndexMax)
+	}
+	if need := c.HotMaxClass + ColdBlockOverhead; c.ColdStore != "off" && c.ColdWriteBehind && c.ColdPending < need {
+		return invalidf("cold_pending %s cannot hold one hot_max_class block (%s) plus its %s of metadata: every evicted block of that size would be dropped; set cold_pending to at least %s, lower hot_max_class, or set cold_write_behind: false",
+			c.ColdPending, c.HotMaxClass, ColdBlockOverhead, need)
+	}
+	return nil
+}
+
+// validateColdStore checks the cold store kind and what it needs.
+func (c Config) validateColdStore() error {
 	switch c.ColdStore {
 	case "off":
 	case "fs":
 		if c.ColdDir == "" {
-			return bad("cold_dir is empty; set it or cold_store: off")
+			return invalidf("cold_dir is empty; set it or cold_store: off")
 		}
 	case "s3":
 		if c.S3Endpoint == "" || c.S3Bucket == "" {
-			return bad("cold_store s3 needs s3_endpoint and s3_bucket")
+			return invalidf("cold_store s3 needs s3_endpoint and s3_bucket")
 		}
 	default:
-		return bad("cold_store %q is not fs, s3 or off", c.ColdStore)
+		return invalidf("cold_store %q is not fs, s3 or off", c.ColdStore)
 	}
-	if c.ColdFlushInterval <= 0 {
-		return bad("cold_flush_interval must be positive, got %s", c.ColdFlushInterval)
-	}
-	if c.ColdPending < 0 {
-		return bad("cold_pending must not be negative")
-	}
-	if c.ColdRetention != 0 && (c.ColdRetention < time.Minute || c.ColdStore == "off") {
-		return bad("cold_retention must be 0 (keep forever) or at least 1m with a cold_store, got %s (cold_store %s)", c.ColdRetention, c.ColdStore)
-	}
-	if c.ColdRetentionInterval < time.Minute || c.ColdRetentionInterval > 24*time.Hour {
-		return bad("cold_retention_interval must be 1m..24h, got %s", c.ColdRetentionInterval)
-	}
-	if c.ColdIndexMax < 1 || c.ColdIndexMax > 1<<30 {
-		return bad("cold_index_max must be 1..1073741824, got %d", c.ColdIndexMax)
-	}
-	if need := c.HotMaxClass + ColdBlockOverhead; c.ColdStore != "off" && c.ColdWriteBehind && c.ColdPending < need {
-		return bad("cold_pending %s cannot hold one hot_max_class block (%s) plus its %s of metadata: every evicted block of that size would be dropped; set cold_pending to at least %s, lower hot_max_class, or set cold_write_behind: false",
-			c.ColdPending, c.HotMaxClass, ColdBlockOverhead, need)
-	}
+	return nil
+}
+
+// validateLog checks the log level and format.
+func (c Config) validateLog() error {
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
 	default:
-		return bad("log_level %q is not debug, info, warn or error", c.LogLevel)
+		return invalidf("log_level %q is not debug, info, warn or error", c.LogLevel)
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
-		return bad("log_format %q is not text or json", c.LogFormat)
+		return invalidf("log_format %q is not text or json", c.LogFormat)
 	}
 	return nil
 }

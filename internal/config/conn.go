@@ -1,7 +1,6 @@
 package config
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/gpucache/gpucache/api/wire"
@@ -30,25 +29,22 @@ func MinRequestBuffers(maxBatch int) ByteSize {
 }
 
 func (c Config) validateConn() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
-	}
 	for _, d := range []struct {
 		name string
 		v    time.Duration
 	}{{"hello_timeout", c.HelloTimeout}, {"admin_idle_timeout", c.AdminIdleTimeout}} {
 		if d.v <= 0 {
-			return bad("%s must be positive, got %s", d.name, d.v)
+			return invalidf("%s must be positive, got %s", d.name, d.v)
 		}
 	}
 	if c.MaxUnauthPerAddr < 1 || c.MaxUnauthPerAddr > 1<<20 {
-		return bad("max_unauth_per_addr %d not in 1..%d", c.MaxUnauthPerAddr, 1<<20)
+		return invalidf("max_unauth_per_addr %d not in 1..%d", c.MaxUnauthPerAddr, 1<<20)
 	}
 	if c.AdminMaxConns < 1 || c.AdminMaxConns > 1<<16 {
-		return bad("admin_max_conns %d not in 1..%d", c.AdminMaxConns, 1<<16)
+		return invalidf("admin_max_conns %d not in 1..%d", c.AdminMaxConns, 1<<16)
 	}
 	if min := MinRequestBuffers(c.MaxBatch); c.RequestBuffers < min {
-		return bad("request_buffers %s cannot hold the largest request table with max_batch %d: it needs at least %s",
+		return invalidf("request_buffers %s cannot hold the largest request table with max_batch %d: it needs at least %s",
 			c.RequestBuffers, c.MaxBatch, min)
 	}
 	return nil

@@ -125,53 +125,69 @@ func (c Config) ACLRules() ([]acl.Rule, error) {
 
 // validateSecurity checks the security settings that need no file access.
 func (c Config) validateSecurity() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
-	}
 	remote := !hostIsLoopback(c.Listen) || (c.AdminListen != "off" && !hostIsLoopback(c.AdminListen))
 	if remote && !c.AuthEnabled() {
-		return bad("listen %s / admin_listen %s is not a loopback address and authentication is not configured: "+
+		return invalidf("listen %s / admin_listen %s is not a loopback address and authentication is not configured: "+
 			"define tenants (with secrets, or cert_names and tls_client_ca) in the config file, or bind to 127.0.0.1", c.Listen, c.AdminListen)
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
-		return bad("tls_cert and tls_key go together; set both or neither")
+		return invalidf("tls_cert and tls_key go together; set both or neither")
 	}
 	if c.AdminTLSClientCA != "" && c.TLSCert == "" {
-		return bad("admin_tls_client_ca needs tls_cert and tls_key")
+		return invalidf("admin_tls_client_ca needs tls_cert and tls_key")
 	}
 	if c.TLSClientCA != "" && c.TLSCert == "" {
-		return bad("tls_client_ca (mTLS) needs tls_cert and tls_key")
+		return invalidf("tls_client_ca (mTLS) needs tls_cert and tls_key")
 	}
+	if err := c.validateTenantAccess(); err != nil {
+		return err
+	}
+	if err := c.validateReplay(); err != nil {
+		return err
+	}
+	return c.validateSeal()
+}
+
+// validateTenantAccess checks the tenants' rights, certificate names and
+// rate limits.
+func (c Config) validateTenantAccess() error {
 	if _, err := c.ACLRules(); err != nil {
 		return err
 	}
 	for _, t := range c.Tenants {
 		if len(t.CertNames) > 0 && c.TLSClientCA == "" {
-			return bad("tenant %q has cert_names but tls_client_ca is not set, so no client certificate is verified", t.Name)
+			return invalidf("tenant %q has cert_names but tls_client_ca is not set, so no client certificate is verified", t.Name)
 		}
 		if t.OpsPerSec < 0 || t.BytesPerSec < 0 || t.OpsBurst < 0 || t.BytesBurst < 0 {
-			return bad("tenant %q has a negative rate limit", t.Name)
+			return invalidf("tenant %q has a negative rate limit", t.Name)
 		}
 	}
+	return nil
+}
+
+// validateReplay checks the replay window and its nonce budgets.
+func (c Config) validateReplay() error {
 	if c.ReplayWindow <= 0 || c.ReplayWindow > 24*time.Hour {
-		return bad("replay_window %s not in (0, 24h]", c.ReplayWindow)
+		return invalidf("replay_window %s not in (0, 24h]", c.ReplayWindow)
 	}
 	if c.ReplayMaxNonces < 1024 {
-		return bad("replay_max_nonces %d is below 1024", c.ReplayMaxNonces)
+		return invalidf("replay_max_nonces %d is below 1024", c.ReplayMaxNonces)
 	}
-	if err := c.validateReplayBudgets(); err != nil {
-		return err
-	}
+	return c.validateReplayBudgets()
+}
+
+// validateSeal checks the seal keys and their grace period.
+func (c Config) validateSeal() error {
 	if c.SealGrace < 0 {
-		return bad("seal_grace must not be negative")
+		return invalidf("seal_grace must not be negative")
 	}
 	if c.SealHotReads && len(c.SealKeys) == 0 {
-		return bad("seal_hot_reads needs seal_keys")
+		return invalidf("seal_hot_reads needs seal_keys")
 	}
 	ids := map[string]bool{}
 	for _, k := range c.SealKeys {
 		if k.ID == "" || ids[k.ID] {
-			return bad("seal_keys: every key needs a unique id (got %q)", k.ID)
+			return invalidf("seal_keys: every key needs a unique id (got %q)", k.ID)
 		}
 		ids[k.ID] = true
 	}
@@ -187,18 +203,15 @@ func hostIsLoopback(addr string) bool {
 // budgets: each tenant has its own, and with authentication the total
 // must hold every configured tenant's (see internal/security/replay).
 func (c Config) validateReplayBudgets() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
-	}
 	if c.ReplayMaxFuture <= 0 || c.ReplayMaxFuture > c.ReplayWindow {
-		return bad("replay_max_future %s not in (0, replay_window %s]", c.ReplayMaxFuture, c.ReplayWindow)
+		return invalidf("replay_max_future %s not in (0, replay_window %s]", c.ReplayMaxFuture, c.ReplayWindow)
 	}
 	tn := c.TenantNonces()
 	if c.ReplayTenantNonces < 0 || tn < 64 || tn > c.ReplayMaxNonces {
-		return bad("replay_tenant_nonces %d not in [64, replay_max_nonces %d]", tn, c.ReplayMaxNonces)
+		return invalidf("replay_tenant_nonces %d not in [64, replay_max_nonces %d]", tn, c.ReplayMaxNonces)
 	}
 	if n, fit := len(c.Tenants), c.ReplayMaxNonces/tn; c.AuthEnabled() && n > fit {
-		return bad("replay_max_nonces %d holds replay_tenant_nonces %d for %d tenants, but %d tenants are configured: "+
+		return invalidf("replay_max_nonces %d holds replay_tenant_nonces %d for %d tenants, but %d tenants are configured: "+
 			"raise replay_max_nonces to at least %d or lower replay_tenant_nonces to at most %d",
 			c.ReplayMaxNonces, tn, fit, n, n*tn, c.ReplayMaxNonces/n)
 	}

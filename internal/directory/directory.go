@@ -66,6 +66,21 @@ func New(cfg Config) (*Directory, error) {
 		cfg.Stripes < 0 || cfg.Stripes > maxStripes || cfg.MaxTurns > 1<<31 {
 		return nil, fmt.Errorf("%w: %+v", ErrInvalidConfig, cfg)
 	}
+	cfg = cfg.withDefaults()
+	log2 := bits.Len(uint(cfg.Stripes - 1)) // rounds up to a power of two
+	cfg.Stripes = 1 << log2
+	d := &Directory{cfg: cfg, stripes: make([]stripe, cfg.Stripes), shift: uint(64 - log2)}
+	for i := range d.stripes {
+		d.stripes[i].fills = make(map[flightKey]*fill)
+	}
+	d.epoch.Store(uint64(cfg.Epoch))
+	d.credits.init(cfg.JoinCredits)
+	d.tenantFills.init(cfg.TenantFills)
+	return d, nil
+}
+
+// withDefaults fills the zero fields of a checked config.
+func (cfg Config) withDefaults() Config {
 	if cfg.Epoch == 0 {
 		cfg.Epoch = DefaultEpoch
 	}
@@ -90,16 +105,7 @@ func New(cfg Config) (*Directory, error) {
 	if cfg.Stripes == 0 {
 		cfg.Stripes = DefaultStripes
 	}
-	log2 := bits.Len(uint(cfg.Stripes - 1)) // rounds up to a power of two
-	cfg.Stripes = 1 << log2
-	d := &Directory{cfg: cfg, stripes: make([]stripe, cfg.Stripes), shift: uint(64 - log2)}
-	for i := range d.stripes {
-		d.stripes[i].fills = make(map[flightKey]*fill)
-	}
-	d.epoch.Store(uint64(cfg.Epoch))
-	d.credits.init(cfg.JoinCredits)
-	d.tenantFills.init(cfg.TenantFills)
-	return d, nil
+	return cfg
 }
 
 // Shard returns the shard this directory owns.

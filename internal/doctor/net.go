@@ -228,22 +228,10 @@ func certCheck(env Env, name, path string, leaf bool) Check {
 		c.Status, c.Detail = Fail, "cannot read: "+err.Error()
 		return c
 	}
-	var certs []*x509.Certificate
-	for {
-		var blk *pem.Block
-		blk, b = pem.Decode(b)
-		if blk == nil {
-			break
-		}
-		if blk.Type != "CERTIFICATE" {
-			continue
-		}
-		crt, err := x509.ParseCertificate(blk.Bytes)
-		if err != nil {
-			c.Status, c.Detail = Fail, "a certificate does not parse: "+err.Error()
-			return c
-		}
-		certs = append(certs, crt)
+	certs, err := parseCerts(b)
+	if err != nil {
+		c.Status, c.Detail = Fail, "a certificate does not parse: "+err.Error()
+		return c
 	}
 	if len(certs) == 0 {
 		c.Status, c.Detail = Fail, "no PEM CERTIFICATE in the file"
@@ -279,6 +267,26 @@ func certCheck(env Env, name, path string, leaf bool) Check {
 		c.Status, c.Detail = OK, days(soonest)
 	}
 	return c
+}
+
+// parseCerts parses the PEM CERTIFICATE blocks of b, skipping others.
+func parseCerts(b []byte) ([]*x509.Certificate, error) {
+	var certs []*x509.Certificate
+	for {
+		var blk *pem.Block
+		blk, b = pem.Decode(b)
+		if blk == nil {
+			return certs, nil
+		}
+		if blk.Type != "CERTIFICATE" {
+			continue
+		}
+		crt, err := x509.ParseCertificate(blk.Bytes)
+		if err != nil {
+			return nil, err
+		}
+		certs = append(certs, crt)
+	}
 }
 
 func subject(crt *x509.Certificate) string {

@@ -126,17 +126,22 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	return c, c.validate()
+}
+
+// validate checks a config with its defaults filled.
+func (c Config) validate() error {
 	switch {
 	case c.MaxClients < 1:
-		return c, fmt.Errorf("%w: MaxClients %d < 1", ErrConfig, c.MaxClients)
+		return fmt.Errorf("%w: MaxClients %d < 1", ErrConfig, c.MaxClients)
 	case c.IdleClose < 0 || c.DialTimeout < 0 || c.Timeout < 0:
-		return c, fmt.Errorf("%w: negative duration", ErrConfig)
+		return fmt.Errorf("%w: negative duration", ErrConfig)
 	case c.Conns < 1 || c.Conns > 64:
-		return c, fmt.Errorf("%w: Conns %d not in 1..64", ErrConfig, c.Conns)
+		return fmt.Errorf("%w: Conns %d not in 1..64", ErrConfig, c.Conns)
 	case c.ByteBudget < 1:
-		return c, fmt.Errorf("%w: ByteBudget %d < 1", ErrConfig, c.ByteBudget)
+		return fmt.Errorf("%w: ByteBudget %d < 1", ErrConfig, c.ByteBudget)
 	}
-	return c, nil
+	return nil
 }
 
 // Forwarder implements server.Forwarder. Create it with New and stop it

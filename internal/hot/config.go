@@ -39,25 +39,7 @@ const (
 // TenantLeases to half of MaxLeases: one tenant always leaves the other
 // half to the rest.
 func (c Config) WithDefaults() Config {
-	if c.CapacityBytes == 0 {
-		c.CapacityBytes = DefaultCapacityBytes
-	}
-	if c.MinClass == 0 {
-		c.MinClass = DefaultMinClass
-	}
-	if c.MaxClass == 0 {
-		c.MaxClass = DefaultMaxClass
-		// A store smaller than that takes the largest class it can hold.
-		if c.CapacityBytes > 0 && c.CapacityBytes < DefaultMaxClass {
-			c.MaxClass = 1 << (bits.Len64(uint64(c.CapacityBytes)) - 1)
-		}
-	}
-	if c.SlabBytes == 0 {
-		c.SlabBytes = DefaultSlabBytes
-		if c.CapacityBytes > 0 && c.CapacityBytes < DefaultSlabBytes {
-			c.SlabBytes = int(c.CapacityBytes / pageBytes * pageBytes)
-		}
-	}
+	c = c.withSizeDefaults()
 	if c.Prefault == "" {
 		c.Prefault = DefaultPrefault
 	}
@@ -88,54 +70,99 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
+// withSizeDefaults fills the capacity, the size classes and the slab size.
+func (c Config) withSizeDefaults() Config {
+	if c.CapacityBytes == 0 {
+		c.CapacityBytes = DefaultCapacityBytes
+	}
+	if c.MinClass == 0 {
+		c.MinClass = DefaultMinClass
+	}
+	if c.MaxClass == 0 {
+		c.MaxClass = DefaultMaxClass
+		// A store smaller than that takes the largest class it can hold.
+		if c.CapacityBytes > 0 && c.CapacityBytes < DefaultMaxClass {
+			c.MaxClass = 1 << (bits.Len64(uint64(c.CapacityBytes)) - 1)
+		}
+	}
+	if c.SlabBytes == 0 {
+		c.SlabBytes = DefaultSlabBytes
+		if c.CapacityBytes > 0 && c.CapacityBytes < DefaultSlabBytes {
+			c.SlabBytes = int(c.CapacityBytes / pageBytes * pageBytes)
+		}
+	}
+	return c
+}
+
 // Validate reports a config error wrapping ErrConfig. It expects a config
 // that already went through WithDefaults.
 func (c Config) Validate() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, args...))
+	if err := c.validateGeometry(); err != nil {
+		return err
 	}
-	switch {
-	case !isPow2(c.MinClass):
-		return bad("MinClass %d is not a power of two", c.MinClass)
-	case !isPow2(c.MaxClass):
-		return bad("MaxClass %d is not a power of two", c.MaxClass)
-	case c.MinClass < minClassFloor:
-		return bad("MinClass %d is below %d", c.MinClass, minClassFloor)
-	case c.MaxClass > maxClassCeil:
-		return bad("MaxClass %d is above %d", c.MaxClass, maxClassCeil)
-	case c.MinClass > c.MaxClass:
-		return bad("MinClass %d > MaxClass %d", c.MinClass, c.MaxClass)
-	case c.SlabBytes <= 0 || c.SlabBytes%pageBytes != 0:
-		return bad("SlabBytes %d is not a positive multiple of %d", c.SlabBytes, pageBytes)
-	case c.SlabBytes < c.MinClass:
-		return bad("SlabBytes %d < MinClass %d", c.SlabBytes, c.MinClass)
-	case c.CapacityBytes < int64(c.MaxClass):
-		return bad("CapacityBytes %d < MaxClass %d", c.CapacityBytes, c.MaxClass)
-	case c.CapacityBytes < int64(c.SlabBytes):
-		return bad("CapacityBytes %d < SlabBytes %d", c.CapacityBytes, c.SlabBytes)
-	case c.CapacityBytes/int64(c.MinClass) > maxEntries:
-		return bad("CapacityBytes %d / MinClass %d exceeds %d slots", c.CapacityBytes, c.MinClass, maxEntries)
-	case c.Prefault != PrefaultPopulate && c.Prefault != PrefaultHugePage && c.Prefault != PrefaultNone:
-		return bad("unknown Prefault %q", c.Prefault)
-	case c.DefaultLeaseTTL < 0 || c.MaxLeaseTTL < 0:
-		return bad("negative lease TTL")
-	case c.DefaultLeaseTTL > c.MaxLeaseTTL:
-		return bad("DefaultLeaseTTL %v > MaxLeaseTTL %v", c.DefaultLeaseTTL, c.MaxLeaseTTL)
-	case c.MaxLeases < 0:
-		return bad("negative MaxLeases %d", c.MaxLeases)
-	case c.TagSize < 0 || c.TagSize > 64:
-		return bad("TagSize %d not in 0..64", c.TagSize)
-	case c.EvictScan < 0:
-		return bad("negative EvictScan %d", c.EvictScan)
-	case c.TenantHoldBytes < int64(c.MaxClass):
-		return bad("TenantHoldBytes %d < MaxClass %d: a tenant could not store its largest block", c.TenantHoldBytes, c.MaxClass)
-	case c.TenantLeases < 0:
-		return bad("negative TenantLeases %d", c.TenantLeases)
-	case c.Now == nil:
-		return bad("nil Now")
+	if err := c.validateLimits(); err != nil {
+		return err
 	}
 	if total, ok := memTotal(); ok && c.CapacityBytes > total {
-		return bad("CapacityBytes %d exceeds physical memory %d (MemTotal)", c.CapacityBytes, total)
+		return configErr("CapacityBytes %d exceeds physical memory %d (MemTotal)", c.CapacityBytes, total)
+	}
+	return nil
+}
+
+// configErr formats a config error wrapping ErrConfig.
+func configErr(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, args...))
+}
+
+// validateGeometry checks the size classes, the slabs and the capacity.
+func (c Config) validateGeometry() error {
+	switch {
+	case !isPow2(c.MinClass):
+		return configErr("MinClass %d is not a power of two", c.MinClass)
+	case !isPow2(c.MaxClass):
+		return configErr("MaxClass %d is not a power of two", c.MaxClass)
+	case c.MinClass < minClassFloor:
+		return configErr("MinClass %d is below %d", c.MinClass, minClassFloor)
+	case c.MaxClass > maxClassCeil:
+		return configErr("MaxClass %d is above %d", c.MaxClass, maxClassCeil)
+	case c.MinClass > c.MaxClass:
+		return configErr("MinClass %d > MaxClass %d", c.MinClass, c.MaxClass)
+	case c.SlabBytes <= 0 || c.SlabBytes%pageBytes != 0:
+		return configErr("SlabBytes %d is not a positive multiple of %d", c.SlabBytes, pageBytes)
+	case c.SlabBytes < c.MinClass:
+		return configErr("SlabBytes %d < MinClass %d", c.SlabBytes, c.MinClass)
+	case c.CapacityBytes < int64(c.MaxClass):
+		return configErr("CapacityBytes %d < MaxClass %d", c.CapacityBytes, c.MaxClass)
+	case c.CapacityBytes < int64(c.SlabBytes):
+		return configErr("CapacityBytes %d < SlabBytes %d", c.CapacityBytes, c.SlabBytes)
+	case c.CapacityBytes/int64(c.MinClass) > maxEntries:
+		return configErr("CapacityBytes %d / MinClass %d exceeds %d slots", c.CapacityBytes, c.MinClass, maxEntries)
+	case c.Prefault != PrefaultPopulate && c.Prefault != PrefaultHugePage && c.Prefault != PrefaultNone:
+		return configErr("unknown Prefault %q", c.Prefault)
+	}
+	return nil
+}
+
+// validateLimits checks the leases, tags, eviction scan, tenant shares and
+// the clock.
+func (c Config) validateLimits() error {
+	switch {
+	case c.DefaultLeaseTTL < 0 || c.MaxLeaseTTL < 0:
+		return configErr("negative lease TTL")
+	case c.DefaultLeaseTTL > c.MaxLeaseTTL:
+		return configErr("DefaultLeaseTTL %v > MaxLeaseTTL %v", c.DefaultLeaseTTL, c.MaxLeaseTTL)
+	case c.MaxLeases < 0:
+		return configErr("negative MaxLeases %d", c.MaxLeases)
+	case c.TagSize < 0 || c.TagSize > 64:
+		return configErr("TagSize %d not in 0..64", c.TagSize)
+	case c.EvictScan < 0:
+		return configErr("negative EvictScan %d", c.EvictScan)
+	case c.TenantHoldBytes < int64(c.MaxClass):
+		return configErr("TenantHoldBytes %d < MaxClass %d: a tenant could not store its largest block", c.TenantHoldBytes, c.MaxClass)
+	case c.TenantLeases < 0:
+		return configErr("negative TenantLeases %d", c.TenantLeases)
+	case c.Now == nil:
+		return configErr("nil Now")
 	}
 	return nil
 }

@@ -133,184 +133,275 @@ func (s *Store) checkInvariants() error {
 	if s.mu.closed {
 		return nil
 	}
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("invariant: "+format, args...)
-	}
 	if err := s.checkHandedLocked(); err != nil {
 		return err
 	}
-	es := s.mu.entries
-	n := s.cl.n
+	a := audit{s: s, es: s.mu.entries}
+	for _, step := range []func() error{
+		a.lists, a.freeList, a.leaseRefs, a.entries, a.policy, a.children, a.slabs,
+	} {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	return a.gauges()
+}
 
-	// LRU lists: well linked, members are published leaves of the class.
-	onList := make([]bool, len(es))
-	for c := range n {
+// audit is one checkInvariants walk: each step checks one structure of the
+// store and records what the later steps compare against. The store's lock
+// is held throughout.
+type audit struct {
+	s  *Store
+	es []entry
+
+	onList []bool               // entries found on an LRU list (lists)
+	free   map[uint32]bool      // entries on the free list (freeList)
+	leases map[uint32]uint32    // lease pins per entry (leaseRefs)
+	held   map[uint32]tenantRec // recomputed per tenant id (leaseRefs, entries)
+	kids   map[kidKey]uint32    // published children per (parent, ns) (entries)
+	want   Stats                // the gauges as recounted (entries, slabs)
+}
+
+// invariantf formats an invariant violation.
+func invariantf(format string, args ...any) error {
+	return fmt.Errorf("invariant: "+format, args...)
+}
+
+// lists checks the LRU lists: well linked, members are published leaves
+// of the class.
+func (a *audit) lists() error {
+	es := a.es
+	a.onList = make([]bool, len(es))
+	for c := range a.s.cl.n {
 		sent := uint32(c)
 		if es[sent].state != stateSentinel {
-			return bad("entry %d is not a sentinel", c)
+			return invariantf("entry %d is not a sentinel", c)
 		}
 		prev, p := sent, es[sent].next
 		for steps := 0; p != sent; steps++ {
 			if steps > len(es) {
-				return bad("class %d: LRU list loops", c)
+				return invariantf("class %d: LRU list loops", c)
 			}
 			e := &es[p]
 			if e.prev != prev {
-				return bad("class %d: entry %d prev %d, want %d", c, p, e.prev, prev)
+				return invariantf("class %d: entry %d prev %d, want %d", c, p, e.prev, prev)
 			}
-			if !e.linked || onList[p] || int(e.class) != c || e.state != statePublished || e.children != 0 || e.leases != 0 {
-				return bad("class %d: bad list member %d (linked %v state %d children %d class %d)",
+			if !e.linked || a.onList[p] || int(e.class) != c || e.state != statePublished || e.children != 0 || e.leases != 0 {
+				return invariantf("class %d: bad list member %d (linked %v state %d children %d class %d)",
 					c, p, e.linked, e.state, e.children, e.class)
 			}
-			onList[p] = true
+			a.onList[p] = true
 			prev, p = p, e.next
 		}
 		if es[sent].prev != prev {
-			return bad("class %d: tail %d, want %d", c, es[sent].prev, prev)
+			return invariantf("class %d: tail %d, want %d", c, es[sent].prev, prev)
 		}
 	}
+	return nil
+}
 
-	// Entries against the index, the slabs and the gauges.
-	var want Stats
-	free := make(map[uint32]bool, len(s.mu.freeEntries))
-	for _, idx := range s.mu.freeEntries {
-		if free[idx] || es[idx].state != stateFree {
-			return bad("free list entry %d (state %d) repeated or in use", idx, es[idx].state)
+// freeList checks that the free list holds free entries, each once.
+func (a *audit) freeList() error {
+	a.free = make(map[uint32]bool, len(a.s.mu.freeEntries))
+	for _, idx := range a.s.mu.freeEntries {
+		if a.free[idx] || a.es[idx].state != stateFree {
+			return invariantf("free list entry %d (state %d) repeated or in use", idx, a.es[idx].state)
 		}
-		free[idx] = true
+		a.free[idx] = true
 	}
-	kids := make(map[kidKey]uint32)
-	leases := make(map[uint32]uint32)
-	held := make(map[uint32]tenantRec) // recomputed per tenant id
+	return nil
+}
+
+// leaseRefs checks each lease's charge against its pins and counts the
+// pins per entry and the bytes held per tenant.
+func (a *audit) leaseRefs() error {
+	s, es := a.s, a.es
+	a.leases = make(map[uint32]uint32)
+	a.held = make(map[uint32]tenantRec)
 	for _, l := range s.mu.leases {
 		if l.tenant != 0 {
-			h := held[l.tenant]
+			h := a.held[l.tenant]
 			h.held += l.bytes
 			h.leases++
-			held[l.tenant] = h
+			a.held[l.tenant] = h
 		}
 		var bytes int64
 		for _, r := range l.refs {
 			bytes += int64(s.cl.size(int(es[r.idx].class)))
 		}
 		if l.tenant != 0 && bytes != l.bytes {
-			return bad("lease charged %d bytes, pins %d", l.bytes, bytes)
+			return invariantf("lease charged %d bytes, pins %d", l.bytes, bytes)
 		}
 		for _, r := range l.refs {
 			if es[r.idx].gen != r.gen {
-				return bad("lease holds stale ref %d/%d", r.idx, r.gen)
+				return invariantf("lease holds stale ref %d/%d", r.idx, r.gen)
 			}
-			leases[r.idx]++
+			a.leases[r.idx]++
 		}
 	}
+	return nil
+}
+
+// charge adds n bytes to tenant id's owned (owner) or held (!owner)
+// bytes; id 0 is no tenant.
+func (a *audit) charge(id uint32, n int64, owner bool) {
+	if id == 0 {
+		return
+	}
+	h := a.held[id]
+	if owner {
+		h.owned += n
+	} else {
+		h.held += n
+	}
+	a.held[id] = h
+}
+
+// entries checks every entry against the index, the slabs and the gauges,
+// then the tenant table against what the entries and leases hold.
+func (a *audit) entries() error {
+	s := a.s
+	a.kids = make(map[kidKey]uint32)
 	live := 0
-	for i := n; i < len(es); i++ {
-		idx := uint32(i)
-		e := &es[i]
-		switch e.state {
-		case stateFree:
-			if !free[idx] {
-				return bad("free entry %d not on the free list", i)
+	for i := s.cl.n; i < len(a.es); i++ {
+		e := &a.es[i]
+		if e.state == stateFree {
+			if !a.free[uint32(i)] {
+				return invariantf("free entry %d not on the free list", i)
 			}
 			continue
-		case stateReserved:
-			want.InFlight++
-			if e.owner != 0 {
-				h := held[e.owner]
-				h.owned += int64(s.cl.size(int(e.class)))
-				held[e.owner] = h
-			}
-			if e.tenant != 0 {
-				h := held[e.tenant]
-				h.held += int64(s.cl.size(int(e.class)))
-				held[e.tenant] = h
-			}
-			if e.linked || e.pins != 0 || e.leases != 0 {
-				return bad("in-flight entry %d linked or pinned", i)
-			}
-		case statePublished:
-			if e.owner != 0 {
-				h := held[e.owner]
-				h.owned += int64(s.cl.size(int(e.class)))
-				held[e.owner] = h
-			}
-			want.Blocks++
-			want.BytesCached += uint64(e.length)
-			if !e.parent.IsZero() {
-				kids[kidKey{e.parent, e.ns}]++
-			}
-			if e.pinned() {
-				want.Pinned++
-			}
-			if e.linked != (e.children == 0 && e.leases == 0) || e.linked != onList[i] {
-				return bad("entry %d linked %v, children %d, leases %d, on list %v", i, e.linked, e.children, e.leases, onList[i])
-			}
-		default:
-			return bad("entry %d in state %d", i, e.state)
+		}
+		if err := a.entryState(i, e); err != nil {
+			return err
 		}
 		live++
-		want.BytesReserved += uint64(s.cl.size(int(e.class)))
-		if got, ok := s.mu.index[e.key]; !ok || got != idx {
-			return bad("entry %d not indexed under its key", i)
-		}
-		if e.leases != leases[idx] {
-			return bad("entry %d leases %d, want %d", i, e.leases, leases[idx])
-		}
-		if int(e.slab) >= len(s.mu.slabs) {
-			return bad("entry %d slab %d out of range", i, e.slab)
-		}
-		sl := &s.mu.slabs[e.slab]
-		if sl.mem == nil || sl.class != int(e.class) || int(e.slot) >= len(sl.owner) || sl.owner[e.slot] != idx {
-			return bad("entry %d slot %d/%d not owned", i, e.slab, e.slot)
-		}
-		if int(e.length) > sl.slotSize {
-			return bad("entry %d length %d > slot %d", i, e.length, sl.slotSize)
+		a.want.BytesReserved += uint64(s.cl.size(int(e.class)))
+		if err := a.entrySlot(i, e); err != nil {
+			return err
 		}
 	}
 	if live != len(s.mu.index) {
-		return bad("%d live entries, %d indexed", live, len(s.mu.index))
+		return invariantf("%d live entries, %d indexed", live, len(s.mu.index))
 	}
-	if err := s.checkTenantsLocked(held); err != nil {
-		return err
-	}
-	if p := s.cfg.Policy; p != nil {
-		if got := p.Len(); uint64(got) != want.Blocks {
-			return bad("policy %s tracks %d blocks, %d published", p.Name(), got, want.Blocks)
+	return s.checkTenantsLocked(a.held)
+}
+
+// entryState checks and counts entry i by its state (reserved or
+// published).
+func (a *audit) entryState(i int, e *entry) error {
+	switch e.state {
+	case stateReserved:
+		size := int64(a.s.cl.size(int(e.class)))
+		a.want.InFlight++
+		a.charge(e.owner, size, true)
+		a.charge(e.tenant, size, false)
+		if e.linked || e.pins != 0 || e.leases != 0 {
+			return invariantf("in-flight entry %d linked or pinned", i)
 		}
-		if len(s.mu.meta) != len(es) {
-			return bad("%d policy meta records for %d entries", len(s.mu.meta), len(es))
+	case statePublished:
+		a.charge(e.owner, int64(a.s.cl.size(int(e.class))), true)
+		a.want.Blocks++
+		a.want.BytesCached += uint64(e.length)
+		if !e.parent.IsZero() {
+			a.kids[kidKey{e.parent, e.ns}]++
 		}
+		if e.pinned() {
+			a.want.Pinned++
+		}
+		if e.linked != (e.children == 0 && e.leases == 0) || e.linked != a.onList[i] {
+			return invariantf("entry %d linked %v, children %d, leases %d, on list %v", i, e.linked, e.children, e.leases, a.onList[i])
+		}
+	default:
+		return invariantf("entry %d in state %d", i, e.state)
 	}
-	for i := n; i < len(es); i++ {
+	return nil
+}
+
+// entrySlot checks live entry i against the index, its lease pins and the
+// slab slot it names.
+func (a *audit) entrySlot(i int, e *entry) error {
+	s, idx := a.s, uint32(i)
+	if got, ok := s.mu.index[e.key]; !ok || got != idx {
+		return invariantf("entry %d not indexed under its key", i)
+	}
+	if e.leases != a.leases[idx] {
+		return invariantf("entry %d leases %d, want %d", i, e.leases, a.leases[idx])
+	}
+	if int(e.slab) >= len(s.mu.slabs) {
+		return invariantf("entry %d slab %d out of range", i, e.slab)
+	}
+	sl := &s.mu.slabs[e.slab]
+	if sl.mem == nil || sl.class != int(e.class) || int(e.slot) >= len(sl.owner) || sl.owner[e.slot] != idx {
+		return invariantf("entry %d slot %d/%d not owned", i, e.slab, e.slot)
+	}
+	if int(e.length) > sl.slotSize {
+		return invariantf("entry %d length %d > slot %d", i, e.length, sl.slotSize)
+	}
+	return nil
+}
+
+// policy checks, with a Config.Policy, its block count and meta records.
+func (a *audit) policy() error {
+	p := a.s.cfg.Policy
+	if p == nil {
+		return nil
+	}
+	if got := p.Len(); uint64(got) != a.want.Blocks {
+		return invariantf("policy %s tracks %d blocks, %d published", p.Name(), got, a.want.Blocks)
+	}
+	if len(a.s.mu.meta) != len(a.es) {
+		return invariantf("%d policy meta records for %d entries", len(a.s.mu.meta), len(a.es))
+	}
+	return nil
+}
+
+// children checks the children counts and the sibling lists against the
+// published entries' parents.
+func (a *audit) children() error {
+	es, kids := a.es, a.kids
+	for i := a.s.cl.n; i < len(es); i++ {
 		e := &es[i]
 		if e.state == statePublished && e.children != kids[kidKey{e.key, e.ns}] {
-			return bad("entry %d children %d, want %d", i, e.children, kids[kidKey{e.key, e.ns}])
+			return invariantf("entry %d children %d, want %d", i, e.children, kids[kidKey{e.key, e.ns}])
 		}
 	}
-	if len(kids) != len(s.mu.kids) {
-		return bad("kids map has %d parents, want %d", len(s.mu.kids), len(kids))
+	if len(kids) != len(a.s.mu.kids) {
+		return invariantf("kids map has %d parents, want %d", len(a.s.mu.kids), len(kids))
 	}
 	for k, v := range kids {
-		kl := s.mu.kids[k]
-		if kl.n != v {
-			return bad("kids[%s].n = %d, want %d", k.parent, kl.n, v)
-		}
-		prev, got := uint32(0), uint32(0)
-		for c := kl.head; c != 0; prev, c = c, es[c].sibNext {
-			if got++; got > v {
-				return bad("kids[%s] list longer than %d", k.parent, v)
-			}
-			e := &es[c]
-			if e.state != statePublished || e.parent != k.parent || e.ns != k.ns || e.sibPrev != prev {
-				return bad("kids[%s] lists a stranger %d", k.parent, c)
-			}
-		}
-		if got != v {
-			return bad("kids[%s] list has %d, want %d", k.parent, got, v)
+		if err := a.siblings(k, v); err != nil {
+			return err
 		}
 	}
+	return nil
+}
 
-	// Slabs: slot accounting and the byte budget.
+// siblings checks the sibling list of (parent, ns) k: v published
+// children of k, well linked.
+func (a *audit) siblings(k kidKey, v uint32) error {
+	kl := a.s.mu.kids[k]
+	if kl.n != v {
+		return invariantf("kids[%s].n = %d, want %d", k.parent, kl.n, v)
+	}
+	prev, got := uint32(0), uint32(0)
+	for c := kl.head; c != 0; prev, c = c, a.es[c].sibNext {
+		if got++; got > v {
+			return invariantf("kids[%s] list longer than %d", k.parent, v)
+		}
+		e := &a.es[c]
+		if e.state != statePublished || e.parent != k.parent || e.ns != k.ns || e.sibPrev != prev {
+			return invariantf("kids[%s] lists a stranger %d", k.parent, c)
+		}
+	}
+	if got != v {
+		return invariantf("kids[%s] list has %d, want %d", k.parent, got, v)
+	}
+	return nil
+}
+
+// slabs checks the slot accounting and the byte budget.
+func (a *audit) slabs() error {
+	s := a.s
 	var mapped int64
 	empty := 0
 	for i := range s.mu.slabs {
@@ -318,40 +409,54 @@ func (s *Store) checkInvariants() error {
 		if sl.mem == nil {
 			continue
 		}
-		want.Slabs++
+		a.want.Slabs++
 		mapped += int64(len(sl.mem))
-		if len(sl.owner) != len(sl.mem)/sl.slotSize || sl.slotSize != s.cl.size(sl.class) {
-			return bad("slab %d carved wrong", i)
-		}
-		used := 0
-		for _, o := range sl.owner {
-			if o != 0 {
-				used++
-			}
-		}
-		if used != sl.used() {
-			return bad("slab %d: %d owners, %d used", i, used, sl.used())
+		used, err := a.slab(i, sl)
+		if err != nil {
+			return err
 		}
 		if used == 0 {
 			empty++
 		}
-		inAvail := false
-		for _, id := range s.mu.avail[sl.class] {
-			inAvail = inAvail || id == uint32(i)
-		}
-		if inAvail != sl.inAvail || (len(sl.free) > 0 && !sl.inAvail) {
-			return bad("slab %d avail flag %v, listed %v, free %d", i, sl.inAvail, inAvail, len(sl.free))
-		}
 	}
 	if empty != s.mu.emptySlabs {
-		return bad("%d empty slabs, counted %d", empty, s.mu.emptySlabs)
+		return invariantf("%d empty slabs, counted %d", empty, s.mu.emptySlabs)
 	}
-	want.BytesMapped = uint64(mapped)
+	a.want.BytesMapped = uint64(mapped)
 	if mapped > s.cfg.CapacityBytes || s.mu.budget > s.cfg.CapacityBytes || mapped > s.mu.budget {
-		return bad("mapped %d, budget %d, capacity %d", mapped, s.mu.budget, s.cfg.CapacityBytes)
+		return invariantf("mapped %d, budget %d, capacity %d", mapped, s.mu.budget, s.cfg.CapacityBytes)
 	}
+	return nil
+}
 
-	st := s.mu.st
+// slab checks mapped slab i's carving, owners and avail listing, and
+// returns its slots in use.
+func (a *audit) slab(i int, sl *slab) (int, error) {
+	if len(sl.owner) != len(sl.mem)/sl.slotSize || sl.slotSize != a.s.cl.size(sl.class) {
+		return 0, invariantf("slab %d carved wrong", i)
+	}
+	used := 0
+	for _, o := range sl.owner {
+		if o != 0 {
+			used++
+		}
+	}
+	if used != sl.used() {
+		return 0, invariantf("slab %d: %d owners, %d used", i, used, sl.used())
+	}
+	inAvail := false
+	for _, id := range a.s.mu.avail[sl.class] {
+		inAvail = inAvail || id == uint32(i)
+	}
+	if inAvail != sl.inAvail || (len(sl.free) > 0 && !sl.inAvail) {
+		return 0, invariantf("slab %d avail flag %v, listed %v, free %d", i, sl.inAvail, inAvail, len(sl.free))
+	}
+	return used, nil
+}
+
+// gauges compares Stats with the recount, reporting every gauge off.
+func (a *audit) gauges() error {
+	st, want := a.s.mu.st, a.want
 	type gauge struct {
 		name      string
 		got, want uint64
@@ -367,7 +472,7 @@ func (s *Store) checkInvariants() error {
 		{"Slabs", st.Slabs, want.Slabs},
 	} {
 		if g.got != g.want {
-			errs = append(errs, bad("Stats.%s = %d, want %d", g.name, g.got, g.want))
+			errs = append(errs, invariantf("Stats.%s = %d, want %d", g.name, g.got, g.want))
 		}
 	}
 	return errors.Join(errs...)
@@ -377,15 +482,8 @@ func (s *Store) checkInvariants() error {
 // reservations hold (want, by tenant id).
 func (s *Store) checkTenantsLocked(want map[uint32]tenantRec) error {
 	t := &s.mu.tenants
-	free := make(map[uint32]bool, len(t.free))
-	for _, id := range t.free {
-		if id == 0 || int(id) >= len(t.recs) || free[id] || t.recs[id] != (tenantRec{}) {
-			return fmt.Errorf("invariant: tenant id %d free twice, out of range or in use", id)
-		}
-		free[id] = true
-	}
-	if len(t.ids)+len(t.free)+1 != len(t.recs) {
-		return fmt.Errorf("invariant: %d tenant ids + %d free + 1 != %d records", len(t.ids), len(t.free), len(t.recs))
+	if err := t.checkFree(); err != nil {
+		return err
 	}
 	for name, id := range t.ids {
 		r := t.recs[id]
@@ -397,6 +495,22 @@ func (s *Store) checkTenantsLocked(want map[uint32]tenantRec) error {
 	}
 	if len(want) != 0 {
 		return fmt.Errorf("invariant: leases or reservations charge unknown tenant ids %v", want)
+	}
+	return nil
+}
+
+// checkFree checks the free tenant ids: in range, once each, with empty
+// records, and with the ids in use accounting for every record.
+func (t *tenantTable) checkFree() error {
+	free := make(map[uint32]bool, len(t.free))
+	for _, id := range t.free {
+		if id == 0 || int(id) >= len(t.recs) || free[id] || t.recs[id] != (tenantRec{}) {
+			return fmt.Errorf("invariant: tenant id %d free twice, out of range or in use", id)
+		}
+		free[id] = true
+	}
+	if len(t.ids)+len(t.free)+1 != len(t.recs) {
+		return fmt.Errorf("invariant: %d tenant ids + %d free + 1 != %d records", len(t.ids), len(t.free), len(t.recs))
 	}
 	return nil
 }

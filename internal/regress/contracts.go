@@ -185,42 +185,55 @@ func ParseContracts(r io.Reader, root string) ([]Row, error) {
 // (between ';') belong to every package named later in it ("`TestX*` in
 // `a`, `b`"). Python test files without a directory are under python/tests.
 func parseRefs(cell, root string) []Ref {
-	var refs []Ref
-	pkg := ""
+	p := &refParser{root: root}
 	for _, seg := range strings.Split(cell, ";") {
-		var pending []string
+		p.pending = nil
 		for _, m := range codeSpan.FindAllStringSubmatch(seg, -1) {
-			tok := strings.TrimSpace(m[1])
-			switch {
-			case testIdent.MatchString(tok):
-				if pkg == "" {
-					pending = append(pending, tok)
-				} else {
-					refs = append(refs, Ref{Kind: RefGoTest, Dir: pkg, Name: tok})
-				}
-			case pkgLike.MatchString(tok) && isGoDir(filepath.Join(root, tok)):
-				pkg = tok
-				for _, p := range pending {
-					refs = append(refs, Ref{Kind: RefGoTest, Dir: pkg, Name: p})
-				}
-			case strings.HasSuffix(tok, ".py") && pathLike.MatchString(tok):
-				if !strings.Contains(tok, "/") {
-					tok = "python/tests/" + tok
-				}
-				refs = append(refs, Ref{Kind: RefPython, Name: tok})
-			case strings.HasPrefix(tok, "testdata/") && pathLike.MatchString(tok):
-				refs = append(refs, Ref{Kind: RefFile, Name: filepath.ToSlash(filepath.Join(pkg, tok))})
-			case strings.Contains(tok, "/") && filepath.Ext(tok) != "" && pathLike.MatchString(tok):
-				refs = append(refs, Ref{Kind: RefFile, Name: strings.TrimPrefix(tok, "./")})
-			}
+			p.token(strings.TrimSpace(m[1]))
 		}
-		if pkg == "" || len(pending) > 0 && !anyAssigned(refs, pending) {
-			for _, p := range pending {
-				refs = append(refs, Ref{Kind: RefGoTest, Name: p})
+		if p.pkg == "" || len(p.pending) > 0 && !anyAssigned(p.refs, p.pending) {
+			for _, t := range p.pending {
+				p.refs = append(p.refs, Ref{Kind: RefGoTest, Name: t})
 			}
 		}
 	}
-	return refs
+	return p.refs
+}
+
+// refParser reads the code spans of one cell: a test name refers to the
+// package named last in the cell, or, within a segment, the one named
+// after it.
+type refParser struct {
+	root    string
+	pkg     string   // the package named last
+	pending []string // test names of this segment before any package
+	refs    []Ref
+}
+
+// token adds what code span tok names.
+func (p *refParser) token(tok string) {
+	switch {
+	case testIdent.MatchString(tok):
+		if p.pkg == "" {
+			p.pending = append(p.pending, tok)
+		} else {
+			p.refs = append(p.refs, Ref{Kind: RefGoTest, Dir: p.pkg, Name: tok})
+		}
+	case pkgLike.MatchString(tok) && isGoDir(filepath.Join(p.root, tok)):
+		p.pkg = tok
+		for _, t := range p.pending {
+			p.refs = append(p.refs, Ref{Kind: RefGoTest, Dir: p.pkg, Name: t})
+		}
+	case strings.HasSuffix(tok, ".py") && pathLike.MatchString(tok):
+		if !strings.Contains(tok, "/") {
+			tok = "python/tests/" + tok
+		}
+		p.refs = append(p.refs, Ref{Kind: RefPython, Name: tok})
+	case strings.HasPrefix(tok, "testdata/") && pathLike.MatchString(tok):
+		p.refs = append(p.refs, Ref{Kind: RefFile, Name: filepath.ToSlash(filepath.Join(p.pkg, tok))})
+	case strings.Contains(tok, "/") && filepath.Ext(tok) != "" && pathLike.MatchString(tok):
+		p.refs = append(p.refs, Ref{Kind: RefFile, Name: strings.TrimPrefix(tok, "./")})
+	}
 }
 
 func anyAssigned(refs []Ref, names []string) bool {
@@ -393,68 +406,89 @@ type Problem struct {
 // and passed. It returns the problems, sorted by line.
 func CheckContracts(rows []Row, idx TestIndex, root string, ran Ran) []Problem {
 	var ps []Problem
-	add := func(r Row, format string, args ...any) {
-		ps = append(ps, Problem{Line: r.Line, What: fmt.Sprintf(format, args...)})
-	}
 	for _, r := range rows {
+		c := rowCheck{ps: &ps, r: r}
 		switch {
 		case !r.HasCol:
-			add(r, "table has no status column (run: go run ./cmd/regress contracts-column -w docs/CONTRACTS.md)")
+			c.add("table has no status column (run: go run ./cmd/regress contracts-column -w docs/CONTRACTS.md)")
 		case r.Status != StatusPass && r.Status != StatusRequiredCPU && r.Status != StatusNotRunHardware:
-			add(r, "status %q is not PASS, REQUIRED_CPU or NOT_RUN_HARDWARE", r.Status)
+			c.add("status %q is not PASS, REQUIRED_CPU or NOT_RUN_HARDWARE", r.Status)
 		}
 		named := 0
 		for _, ref := range r.Refs {
 			switch ref.Kind {
 			case RefGoTest:
 				named++
-				if ref.Dir == "" {
-					add(r, "test %s: no package named before it", ref.Name)
-					continue
-				}
-				got := idx.match(ref.Dir, ref.Name)
-				if len(got) == 0 {
-					add(r, "test %s does not exist (no func %s in %s/*_test.go)", ref, strings.TrimSuffix(ref.Name, "*"), ref.Dir)
-					continue
-				}
-				if ran.Go == nil || strings.HasPrefix(ref.Name, "Benchmark") || strings.HasPrefix(ref.Name, "Example") {
-					continue
-				}
-				for _, n := range got {
-					switch o := ran.Go[ref.Dir][n]; o {
-					case "pass":
-					case "":
-						add(r, "test %s/%s did not run", ref.Dir, n)
-					default:
-						add(r, "test %s/%s: %s", ref.Dir, n, o)
-					}
-				}
+				c.goTest(ref, idx, ran)
 			case RefPython:
 				named++
-				if _, err := os.Stat(filepath.Join(root, ref.Name)); err != nil {
-					add(r, "python test %s does not exist", ref.Name)
-					continue
-				}
-				if ran.Python == nil {
-					continue
-				}
-				switch o := ran.Python[ref.Name]; o {
-				case "pass":
-				case "":
-					add(r, "python test %s did not run", ref.Name)
-				default:
-					add(r, "python test %s: %s", ref.Name, o)
-				}
+				c.pythonTest(ref, root, ran)
 			case RefFile:
 				if _, err := os.Stat(filepath.Join(root, ref.Name)); err != nil {
-					add(r, "file %s does not exist", ref.Name)
+					c.add("file %s does not exist", ref.Name)
 				}
 			}
 		}
 		if named == 0 {
-			add(r, "row names no test (a `pkg` `TestName` or a python/tests file)")
+			c.add("row names no test (a `pkg` `TestName` or a python/tests file)")
 		}
 	}
 	sort.SliceStable(ps, func(i, j int) bool { return ps[i].Line < ps[j].Line })
 	return ps
+}
+
+// rowCheck collects the problems of one row.
+type rowCheck struct {
+	ps *[]Problem
+	r  Row
+}
+
+func (c rowCheck) add(format string, args ...any) {
+	*c.ps = append(*c.ps, Problem{Line: c.r.Line, What: fmt.Sprintf(format, args...)})
+}
+
+// goTest checks that the Go tests ref names exist and, with a run's
+// outcomes, that each ran and passed (benchmarks and examples need only
+// exist).
+func (c rowCheck) goTest(ref Ref, idx TestIndex, ran Ran) {
+	if ref.Dir == "" {
+		c.add("test %s: no package named before it", ref.Name)
+		return
+	}
+	got := idx.match(ref.Dir, ref.Name)
+	if len(got) == 0 {
+		c.add("test %s does not exist (no func %s in %s/*_test.go)", ref, strings.TrimSuffix(ref.Name, "*"), ref.Dir)
+		return
+	}
+	if ran.Go == nil || strings.HasPrefix(ref.Name, "Benchmark") || strings.HasPrefix(ref.Name, "Example") {
+		return
+	}
+	for _, n := range got {
+		switch o := ran.Go[ref.Dir][n]; o {
+		case "pass":
+		case "":
+			c.add("test %s/%s did not run", ref.Dir, n)
+		default:
+			c.add("test %s/%s: %s", ref.Dir, n, o)
+		}
+	}
+}
+
+// pythonTest checks that the python test ref names exists and, with a
+// run's outcomes, that it ran and passed.
+func (c rowCheck) pythonTest(ref Ref, root string, ran Ran) {
+	if _, err := os.Stat(filepath.Join(root, ref.Name)); err != nil {
+		c.add("python test %s does not exist", ref.Name)
+		return
+	}
+	if ran.Python == nil {
+		return
+	}
+	switch o := ran.Python[ref.Name]; o {
+	case "pass":
+	case "":
+		c.add("python test %s did not run", ref.Name)
+	default:
+		c.add("python test %s: %s", ref.Name, o)
+	}
 }

@@ -143,6 +143,23 @@ func passedFrom(dir, root string) (func(Row) bool, error) {
 	if err := json.Unmarshal(b, &rep); err != nil {
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
+	ran, err := ranFrom(dir, root, rep)
+	if err != nil {
+		return nil, err
+	}
+	idx, err := IndexTests(root)
+	if err != nil {
+		return nil, err
+	}
+	return func(r Row) bool {
+		r.HasCol, r.Status = true, StatusRequiredCPU
+		return len(CheckContracts([]Row{r}, idx, root, ran)) == 0
+	}, nil
+}
+
+// ranFrom reads the test outcomes of the race, tags and python gates of
+// the run in dir (report rep). The race gate must have run.
+func ranFrom(dir, root string, rep Report) (Ran, error) {
 	var ran Ran
 	raceRan, pyRan := false, false
 	for _, g := range rep.Gates {
@@ -153,37 +170,30 @@ func passedFrom(dir, root string) (func(Row) bool, error) {
 		case g.Name == "race" || strings.HasPrefix(g.Name, "tags/") && strings.HasSuffix(g.Name, "/test"):
 			f, err := os.Open(filepath.Join(dir, g.Log))
 			if err != nil {
-				return nil, err
+				return ran, err
 			}
 			err = ran.AddGoTestJSON(f, modulePath(root))
 			f.Close()
 			if err != nil {
-				return nil, err
+				return ran, err
 			}
 			raceRan = raceRan || g.Name == "race"
 		case g.Name == "python":
 			lb, err := os.ReadFile(filepath.Join(dir, g.Log))
 			if err != nil {
-				return nil, err
+				return ran, err
 			}
 			ran.AddPythonLog(string(lb))
 			pyRan = true
 		}
 	}
 	if !raceRan {
-		return nil, fmt.Errorf("%s: the race gate did not run there; nothing can be stamped PASS", dir)
+		return ran, fmt.Errorf("%s: the race gate did not run there; nothing can be stamped PASS", dir)
 	}
 	if !pyRan {
 		ran.Python = map[string]Outcome{}
 	}
-	idx, err := IndexTests(root)
-	if err != nil {
-		return nil, err
-	}
-	return func(r Row) bool {
-		r.HasCol, r.Status = true, StatusRequiredCPU
-		return len(CheckContracts([]Row{r}, idx, root, ran)) == 0
-	}, nil
+	return ran, nil
 }
 
 func checkCmd(args []string, stdout, stderr io.Writer) int {

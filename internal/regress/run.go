@@ -128,6 +128,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	rep := r.runGates(ctx, gates)
+	return rep, writeArtifacts(r, env, rep)
+}
+
+// runGates runs gates in order and counts their outcomes.
+func (r *runner) runGates(ctx context.Context, gates []Gate) *Report {
+	o := r.o
 	rep := &Report{Profile: o.Profile, Offline: o.Offline, Selected: o.Gates, Started: time.Now().UTC()}
 	for _, g := range gates {
 		res := r.runGate(ctx, g)
@@ -144,7 +151,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 	rep.Duration = time.Since(rep.Started).Seconds()
-	return rep, writeArtifacts(r, env, rep)
+	return rep
 }
 
 // selectGates keeps the gates the selectors name, plus the gates they need,
@@ -217,25 +224,7 @@ func (r *runner) runGate(ctx context.Context, g Gate) *Result {
 		return res
 	}
 	defer f.Close()
-	skip := g.Skip
-	for _, d := range g.Needs {
-		if dr := r.results[d]; dr != nil && dr.Status == Fail {
-			skip = ""
-			res.Status, res.ExitCode = Fail, -1
-			res.Reason = "needs gate " + d + ", which failed"
-			fmt.Fprintln(f, res.Reason)
-			return res
-		}
-	}
-	if off := r.results["offline/modules"]; off != nil && off.Status == Fail && g.Name != "offline/modules" {
-		res.Status, res.ExitCode = Fail, -1
-		res.Reason = "offline: modules missing from the module cache (see gate offline/modules)"
-		fmt.Fprintln(f, res.Reason)
-		return res
-	}
-	if skip != "" {
-		res.Status, res.Reason = Skip, skip
-		fmt.Fprintln(f, "SKIP: "+skip)
+	if r.blocked(g, res, f) {
 		return res
 	}
 	timeout := g.Timeout
@@ -254,55 +243,7 @@ func (r *runner) runGate(ctx context.Context, g Gate) *Result {
 			res.Status, res.Reason = Fail, err.Error()
 		}
 	} else {
-		argv := make([]string, len(g.Cmd))
-		for i, a := range g.Cmd {
-			argv[i] = r.expand(a)
-		}
-		cmd := exec.CommandContext(gctx, argv[0], argv[1:]...)
-		cmd.Dir = r.o.Root
-		cmd.Env = r.env
-		for _, e := range g.Env {
-			cmd.Env = append(cmd.Env, r.expand(e))
-		}
-		cmd.Stdout, cmd.Stderr = w, w
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-		cmd.WaitDelay = 10 * time.Second
-		err := cmd.Run()
-		res.ExitCode = exitCode(err)
-		switch {
-		case gctx.Err() != nil && ctx.Err() == nil:
-			res.Status, res.Reason = Fail, fmt.Sprintf("timed out after %s", timeout)
-		case err != nil && res.ExitCode >= 0:
-			res.Status, res.Reason = Fail, fmt.Sprintf("exit %d: %s", res.ExitCode, lastLine(buf.String()))
-		case err != nil:
-			res.Status, res.Reason = Fail, err.Error()
-		case g.EmptyOutput && strings.TrimSpace(buf.String()) != "":
-			res.Status, res.Reason = Fail, "output not empty: "+firstLine(buf.String())
-		}
-		if res.Status == "" {
-			for _, want := range g.Expect {
-				if !strings.Contains(buf.String(), want) {
-					res.Status, res.Reason = Fail, fmt.Sprintf("output lacks the label %q", want)
-					break
-				}
-			}
-		}
-		if g.JSON {
-			_ = r.ran.AddGoTestJSON(bytes.NewReader(buf.Bytes()), r.modPath)
-		}
-		if g.Name == "python" {
-			r.ran.AddPythonLog(buf.String())
-			r.pyRan = true
-		}
-		if g.Name == "doctor" {
-			r.doctor = buf.Bytes()
-			if res.Status == "" {
-				if err := checkDoctor(buf.Bytes()); err != nil {
-					res.Status, res.Reason = Fail, err.Error()
-				}
-			}
-		}
+		r.runCmd(ctx, gctx, g, timeout, w, &buf, res)
 	}
 	res.Duration = time.Since(start).Seconds()
 	if res.Status == "" {
@@ -317,6 +258,91 @@ func (r *runner) runGate(ctx context.Context, g Gate) *Result {
 		}
 	}
 	return res
+}
+
+// blocked settles a gate that does not run: one it needs failed, the
+// module cache is incomplete, or it is skipped. It notes why in the log f.
+func (r *runner) blocked(g Gate, res *Result, f io.Writer) bool {
+	for _, d := range g.Needs {
+		if dr := r.results[d]; dr != nil && dr.Status == Fail {
+			res.Status, res.ExitCode = Fail, -1
+			res.Reason = "needs gate " + d + ", which failed"
+			fmt.Fprintln(f, res.Reason)
+			return true
+		}
+	}
+	if off := r.results["offline/modules"]; off != nil && off.Status == Fail && g.Name != "offline/modules" {
+		res.Status, res.ExitCode = Fail, -1
+		res.Reason = "offline: modules missing from the module cache (see gate offline/modules)"
+		fmt.Fprintln(f, res.Reason)
+		return true
+	}
+	if g.Skip != "" {
+		res.Status, res.Reason = Skip, g.Skip
+		fmt.Fprintln(f, "SKIP: "+g.Skip)
+		return true
+	}
+	return false
+}
+
+// runCmd runs the command of gate g under gctx (its timeout), its output
+// to w and buf, and judges its exit and output.
+func (r *runner) runCmd(ctx, gctx context.Context, g Gate, timeout time.Duration, w io.Writer, buf *bytes.Buffer, res *Result) {
+	argv := make([]string, len(g.Cmd))
+	for i, a := range g.Cmd {
+		argv[i] = r.expand(a)
+	}
+	cmd := exec.CommandContext(gctx, argv[0], argv[1:]...)
+	cmd.Dir = r.o.Root
+	cmd.Env = r.env
+	for _, e := range g.Env {
+		cmd.Env = append(cmd.Env, r.expand(e))
+	}
+	cmd.Stdout, cmd.Stderr = w, w
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 10 * time.Second
+	err := cmd.Run()
+	res.ExitCode = exitCode(err)
+	switch {
+	case gctx.Err() != nil && ctx.Err() == nil:
+		res.Status, res.Reason = Fail, fmt.Sprintf("timed out after %s", timeout)
+	case err != nil && res.ExitCode >= 0:
+		res.Status, res.Reason = Fail, fmt.Sprintf("exit %d: %s", res.ExitCode, lastLine(buf.String()))
+	case err != nil:
+		res.Status, res.Reason = Fail, err.Error()
+	case g.EmptyOutput && strings.TrimSpace(buf.String()) != "":
+		res.Status, res.Reason = Fail, "output not empty: "+firstLine(buf.String())
+	}
+	r.judgeOutput(g, buf, res)
+}
+
+// judgeOutput checks the output of gate g for its expected labels, and
+// hands it to the gates that read it (go test JSON, python, doctor).
+func (r *runner) judgeOutput(g Gate, buf *bytes.Buffer, res *Result) {
+	if res.Status == "" {
+		for _, want := range g.Expect {
+			if !strings.Contains(buf.String(), want) {
+				res.Status, res.Reason = Fail, fmt.Sprintf("output lacks the label %q", want)
+				break
+			}
+		}
+	}
+	if g.JSON {
+		_ = r.ran.AddGoTestJSON(bytes.NewReader(buf.Bytes()), r.modPath)
+	}
+	if g.Name == "python" {
+		r.ran.AddPythonLog(buf.String())
+		r.pyRan = true
+	}
+	if g.Name == "doctor" {
+		r.doctor = buf.Bytes()
+		if res.Status == "" {
+			if err := checkDoctor(buf.Bytes()); err != nil {
+				res.Status, res.Reason = Fail, err.Error()
+			}
+		}
+	}
 }
 
 func exitCode(err error) int {

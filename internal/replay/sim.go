@@ -57,21 +57,9 @@ func Simulate(reqs []Request, policyName string, frac float64, progress func(don
 	if math.IsNaN(frac) || frac <= 0 || math.IsInf(frac, 0) {
 		return Result{}, fmt.Errorf("replay: capacity fraction %v is not positive", frac)
 	}
-	var (
-		pol  policy.Policy
-		opt  *optPolicy
-		next []uint64
-	)
-	if policyName == OptName {
-		opt = newOpt()
-		pol = opt
-		next = nextUses(reqs)
-	} else {
-		p, err := policy.New(policyName)
-		if err != nil {
-			return Result{}, fmt.Errorf("replay: %w", err)
-		}
-		pol = p
+	pol, opt, next, err := simPolicy(policyName, reqs)
+	if err != nil {
+		return Result{}, err
 	}
 	unique := UniqueBlocks(reqs)
 	capacity := int(frac * float64(unique))
@@ -85,56 +73,13 @@ func Simulate(reqs []Request, policyName string, frac float64, progress func(don
 		blocks           []BlockInfo
 		totalCost, saved float64
 		access           int
-		victim           policy.ID
-		found            bool
 	)
-	take := func(id policy.ID) bool { victim, found = id, true; return false }
 	for i := range reqs {
 		blocks = appendPromptBlocks(blocks[:0], &reqs[i])
-		hit := true
-		for _, b := range blocks {
-			cost := blockCost(b.Position, b.Tokens)
-			totalCost += cost
-			res.Blocks++
-			res.PromptTokens += int64(b.Tokens)
-			if hit {
-				if _, ok := c.index[b.Hash]; ok {
-					res.HitBlocks++
-					res.SavedTokens += int64(b.Tokens)
-					saved += cost
-				} else {
-					hit = false
-				}
-			}
-		}
-		parent := policy.NoParent
-		for _, b := range blocks {
-			if opt != nil {
-				opt.setNext(next[access])
-			}
-			access++
-			if id, ok := c.index[b.Hash]; ok {
-				pol.Touch(id)
-				parent = id
-				continue
-			}
-			if !pol.Admit(b.Block(0, parent)) {
-				parent = policy.NoParent
-				continue
-			}
-			id := c.alloc(b.Hash)
-			pol.Insert(b.Block(id, parent))
-			parent = id
-		}
-		for c.n > capacity {
-			found = false
-			pol.Victims(take)
-			if !found {
-				return res, fmt.Errorf("replay: policy %s yields no victim with %d blocks cached", policyName, c.n)
-			}
-			if err := c.evict(victim); err != nil {
-				return res, fmt.Errorf("replay: policy %s: %w", policyName, err)
-			}
+		c.countHits(blocks, &res, &totalCost, &saved)
+		access = c.place(blocks, opt, next, access)
+		if err := c.shrinkTo(capacity, policyName); err != nil {
+			return res, err
 		}
 		if progress != nil && ((i+1)%progressEvery == 0 || i+1 == len(reqs)) {
 			progress(i + 1)
@@ -148,6 +93,89 @@ func Simulate(reqs []Request, policyName string, frac float64, progress func(don
 	}
 	res.Seconds = time.Since(start).Seconds()
 	return res, nil
+}
+
+// simPolicy returns the policy named name; for OptName also the oracle
+// and the next use of every access of reqs.
+func simPolicy(name string, reqs []Request) (policy.Policy, *optPolicy, []uint64, error) {
+	if name == OptName {
+		opt := newOpt()
+		return opt, opt, nextUses(reqs), nil
+	}
+	p, err := policy.New(name)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("replay: %w", err)
+	}
+	return p, nil, nil, nil
+}
+
+// countHits counts a request's prompt blocks in res and its leading run
+// of cached blocks as hits; it adds the blocks' compute cost to *total and
+// the part of it the hits save to *saved, block by block.
+func (c *cache) countHits(blocks []BlockInfo, res *Result, total, saved *float64) {
+	hit := true
+	for _, b := range blocks {
+		cost := blockCost(b.Position, b.Tokens)
+		*total += cost
+		res.Blocks++
+		res.PromptTokens += int64(b.Tokens)
+		if hit {
+			if _, ok := c.index[b.Hash]; ok {
+				res.HitBlocks++
+				res.SavedTokens += int64(b.Tokens)
+				*saved += cost
+			} else {
+				hit = false
+			}
+		}
+	}
+}
+
+// place offers a request's prompt blocks to the policy in order: a
+// cached block is touched, a new one inserted if admitted. access counts
+// the accesses so far (the oracle's position in next); place returns it
+// advanced.
+func (c *cache) place(blocks []BlockInfo, opt *optPolicy, next []uint64, access int) int {
+	pol := c.pol
+	parent := policy.NoParent
+	for _, b := range blocks {
+		if opt != nil {
+			opt.setNext(next[access])
+		}
+		access++
+		if id, ok := c.index[b.Hash]; ok {
+			pol.Touch(id)
+			parent = id
+			continue
+		}
+		if !pol.Admit(b.Block(0, parent)) {
+			parent = policy.NoParent
+			continue
+		}
+		id := c.alloc(b.Hash)
+		pol.Insert(b.Block(id, parent))
+		parent = id
+	}
+	return access
+}
+
+// shrinkTo evicts the policy's victims until at most capacity blocks are
+// cached.
+func (c *cache) shrinkTo(capacity int, policyName string) error {
+	var victim policy.ID
+	var found bool
+	take := func(id policy.ID) bool { victim, found = id, true; return false }
+	for c.n > capacity {
+		found = false
+		c.pol.Victims(take)
+		if !found {
+			return fmt.Errorf("replay: policy %s yields no victim with %d blocks cached", policyName, c.n)
+		}
+		if err := c.evict(victim); err != nil {
+			return fmt.Errorf("replay: policy %s: %w", policyName, err)
+		}
+	}
+	return nil
 }
 
 // blockCost is the attention work of a block at position p holding t

@@ -209,6 +209,11 @@ func (c *Config) applyDefaults() {
 	if c.ScanShare == 0 {
 		c.ScanShare = 0.2
 	}
+	c.applyEnvDefaults()
+}
+
+// applyEnvDefaults fills the environment, thresholds, seed and logger.
+func (c *Config) applyEnvDefaults() {
 	if c.Netns == "" {
 		c.Netns = "auto"
 	}
@@ -244,59 +249,108 @@ func (c *Config) applyDefaults() {
 
 // Validate reports the first field out of range.
 func (c Config) Validate() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
+	for _, check := range []func() error{
+		c.validateLoad, c.validateShape, c.validateSchedule, c.validateEnv, c.validateRequired, c.validateFaults,
+	} {
+		if err := check(); err != nil {
+			return err
+		}
 	}
+	return nil
+}
+
+// invalidf returns an error wrapping ErrInvalid.
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
+}
+
+// validateLoad checks the duration, the operation count, the workers,
+// the rate and the timeouts.
+func (c Config) validateLoad() error {
 	switch {
 	case c.Duration <= 0 || c.Duration > MaxDuration:
-		return bad("duration %v not in (0, %v]", c.Duration, MaxDuration)
+		return invalidf("duration %v not in (0, %v]", c.Duration, MaxDuration)
 	case c.Ops < 0 || c.Ops > MaxOps:
-		return bad("ops %d not in 0..%d", c.Ops, int64(MaxOps))
+		return invalidf("ops %d not in 0..%d", c.Ops, int64(MaxOps))
 	case c.Workers < 1 || c.Workers > MaxWorkers:
-		return bad("workers %d not in 1..%d", c.Workers, MaxWorkers)
+		return invalidf("workers %d not in 1..%d", c.Workers, MaxWorkers)
 	case c.Rate < 0:
-		return bad("rate %v is negative", c.Rate)
+		return invalidf("rate %v is negative", c.Rate)
 	case c.OpTimeout < 10*time.Millisecond || c.OpTimeout > time.Minute:
-		return bad("op timeout %v not in [10ms, 1m]", c.OpTimeout)
+		return invalidf("op timeout %v not in [10ms, 1m]", c.OpTimeout)
 	case c.OverrunSlack < 0:
-		return bad("overrun slack %v is negative", c.OverrunSlack)
-	case c.MinPayload < 1 || c.MaxPayload < c.MinPayload || c.MaxPayload > 4<<20:
-		return bad("payload sizes %d..%d not within 1..4MiB", c.MinPayload, c.MaxPayload)
-	case c.ChainBlocks < 1 || c.ChainBlocks > 64:
-		return bad("chain blocks %d not in 1..64", c.ChainBlocks)
-	case c.HotChains < 1 || c.HotChains > MaxChains || c.ScanChains < 1 || c.ScanChains > MaxChains:
-		return bad("hot chains %d and scan chains %d must be in 1..%d", c.HotChains, c.ScanChains, MaxChains)
-	case c.ScanShare < 0 || c.ScanShare > 1:
-		return bad("scan share %v not in [0, 1]", c.ScanShare)
-	case c.SampleEvery < 100*time.Millisecond:
-		return bad("sample period %v is below 100ms", c.SampleEvery)
-	case c.Schedule.Cycles < 0:
-		return bad("schedule: cycles %d is negative", c.Schedule.Cycles)
-	case c.Schedule.Warmup < 0 || c.Schedule.Hold <= 0 || c.Schedule.Recover <= 0 || c.Schedule.Settle < 0:
-		return bad("schedule: warmup and settle must not be negative, hold and recover must be positive")
-	case c.Schedule.Hold > time.Hour || c.Schedule.Recover > time.Hour || c.Schedule.Settle > time.Hour || c.Schedule.Warmup > time.Hour:
-		return bad("schedule: warmup, hold, recover and settle are at most 1h each")
-	case c.Netns != "auto" && c.Netns != "off":
-		return bad("netns %q is not auto or off", c.Netns)
-	case c.Tmpfs != "auto" && c.Tmpfs != "off":
-		return bad("tmpfs %q is not auto or off", c.Tmpfs)
-	case c.TmpfsSize < 4<<20 || c.TmpfsSize > 4<<30:
-		return bad("tmpfs size %d not in 4MiB..4GiB", c.TmpfsSize)
-	case c.HotCapacity < 4<<20 || c.HotCapacity > 64<<30:
-		return bad("hot capacity %d not in 4MiB..64GiB", c.HotCapacity)
-	case c.Thresholds.GoroutinesAbs < 0 || c.Thresholds.GoroutinesRel < 0 || c.Thresholds.RSSAbs < 0 || c.Thresholds.RSSRel < 0:
-		return bad("thresholds must not be negative")
-	case c.Gpucached == "" || len(c.Helper) == 0 || c.Versitygw == "" || c.Dir == "":
-		return bad("the gpucached binary, the helper command, the versitygw binary and the work directory are required")
+		return invalidf("overrun slack %v is negative", c.OverrunSlack)
 	}
+	return nil
+}
+
+// validateShape checks the payload sizes, the chains and the sample period.
+func (c Config) validateShape() error {
+	switch {
+	case c.MinPayload < 1 || c.MaxPayload < c.MinPayload || c.MaxPayload > 4<<20:
+		return invalidf("payload sizes %d..%d not within 1..4MiB", c.MinPayload, c.MaxPayload)
+	case c.ChainBlocks < 1 || c.ChainBlocks > 64:
+		return invalidf("chain blocks %d not in 1..64", c.ChainBlocks)
+	case c.HotChains < 1 || c.HotChains > MaxChains || c.ScanChains < 1 || c.ScanChains > MaxChains:
+		return invalidf("hot chains %d and scan chains %d must be in 1..%d", c.HotChains, c.ScanChains, MaxChains)
+	case c.ScanShare < 0 || c.ScanShare > 1:
+		return invalidf("scan share %v not in [0, 1]", c.ScanShare)
+	case c.SampleEvery < 100*time.Millisecond:
+		return invalidf("sample period %v is below 100ms", c.SampleEvery)
+	}
+	return nil
+}
+
+// validateSchedule checks the fault schedule's cycles and phase lengths.
+func (c Config) validateSchedule() error {
+	switch {
+	case c.Schedule.Cycles < 0:
+		return invalidf("schedule: cycles %d is negative", c.Schedule.Cycles)
+	case c.Schedule.Warmup < 0 || c.Schedule.Hold <= 0 || c.Schedule.Recover <= 0 || c.Schedule.Settle < 0:
+		return invalidf("schedule: warmup and settle must not be negative, hold and recover must be positive")
+	case c.Schedule.Hold > time.Hour || c.Schedule.Recover > time.Hour || c.Schedule.Settle > time.Hour || c.Schedule.Warmup > time.Hour:
+		return invalidf("schedule: warmup, hold, recover and settle are at most 1h each")
+	}
+	return nil
+}
+
+// validateEnv checks the netns and tmpfs modes and the sizes.
+func (c Config) validateEnv() error {
+	switch {
+	case c.Netns != "auto" && c.Netns != "off":
+		return invalidf("netns %q is not auto or off", c.Netns)
+	case c.Tmpfs != "auto" && c.Tmpfs != "off":
+		return invalidf("tmpfs %q is not auto or off", c.Tmpfs)
+	case c.TmpfsSize < 4<<20 || c.TmpfsSize > 4<<30:
+		return invalidf("tmpfs size %d not in 4MiB..4GiB", c.TmpfsSize)
+	case c.HotCapacity < 4<<20 || c.HotCapacity > 64<<30:
+		return invalidf("hot capacity %d not in 4MiB..64GiB", c.HotCapacity)
+	}
+	return nil
+}
+
+// validateRequired checks the thresholds and the binaries and directory a
+// run needs.
+func (c Config) validateRequired() error {
+	switch {
+	case c.Thresholds.GoroutinesAbs < 0 || c.Thresholds.GoroutinesRel < 0 || c.Thresholds.RSSAbs < 0 || c.Thresholds.RSSRel < 0:
+		return invalidf("thresholds must not be negative")
+	case c.Gpucached == "" || len(c.Helper) == 0 || c.Versitygw == "" || c.Dir == "":
+		return invalidf("the gpucached binary, the helper command, the versitygw binary and the work directory are required")
+	}
+	return nil
+}
+
+// validateFaults checks that the schedule names known faults, each once.
+func (c Config) validateFaults() error {
 	known := AllFaults()
 	seen := map[string]bool{}
 	for _, f := range c.Schedule.Faults {
 		if !slices.Contains(known, f) {
-			return bad("unknown fault %q (known: %s)", f, strings.Join(known, ", "))
+			return invalidf("unknown fault %q (known: %s)", f, strings.Join(known, ", "))
 		}
 		if seen[f] {
-			return bad("fault %q named twice in one cycle", f)
+			return invalidf("fault %q named twice in one cycle", f)
 		}
 		seen[f] = true
 	}

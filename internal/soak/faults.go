@@ -157,8 +157,26 @@ func (s *soak) modes(ctx context.Context) string {
 
 // faults builds the soak's faults.
 func (s *soak) faults() map[string]*fault {
-	n1, n2, n3, open := s.cluster[0], s.cluster[1], s.cluster[2], s.open
-	fs := map[string]*fault{
+	fs := s.processFaults()
+	if s.ns != nil {
+		fs[FaultPartition].inject = func(context.Context) error { return s.ns.partition() }
+		fs[FaultPartition].heal = func(context.Context) error { return s.ns.heal() }
+	} else {
+		fs[FaultPartition].notRun = "NOT_RUN: " + s.nsWhy
+	}
+	if _, mounted, _ := s.disk.state(); !mounted {
+		fs[FaultFullDisk].notRun = "NOT_RUN: " + s.diskWhy
+	}
+	s.addFailpointFaults(fs)
+	return fs
+}
+
+// processFaults builds the faults done to processes, the disk and the
+// network: kill -9, etcd and S3 down, a full disk, a partition (whose
+// inject and heal faults sets, with a network namespace).
+func (s *soak) processFaults() map[string]*fault {
+	n1, n2, open := s.cluster[0], s.cluster[1], s.open
+	return map[string]*fault{
 		FaultKill9: {
 			name: FaultKill9, target: "n1",
 			means: "n1 restarted on its port, every cluster node's view holds n1, n2 and n3, n1's control plane is live, and n1 stores and serves hits again",
@@ -226,40 +244,39 @@ func (s *soak) faults() map[string]*fault {
 			},
 		},
 	}
-	if s.ns != nil {
-		fs[FaultPartition].inject = func(context.Context) error { return s.ns.partition() }
-		fs[FaultPartition].heal = func(context.Context) error { return s.ns.heal() }
-	} else {
-		fs[FaultPartition].notRun = "NOT_RUN: " + s.nsWhy
+}
+
+// failpoint builds fault name: failpoint fp of node n armed in mode.
+func failpoint(name, fp, mode string, n *node, means string, recovery func(ctx context.Context) []check) *fault {
+	f := &fault{name: name, target: n.spec.name, means: means, recovery: recovery}
+	hits := func() int {
+		r, err := n.command("hits " + fp)
+		if err != nil {
+			return -1
+		}
+		v, _ := strconv.Atoi(strings.TrimPrefix(r, "ok hits="))
+		return v
 	}
-	if _, mounted, _ := s.disk.state(); !mounted {
-		fs[FaultFullDisk].notRun = "NOT_RUN: " + s.diskWhy
+	var before int
+	f.inject = func(context.Context) error {
+		before = hits()
+		_, err := n.command("arm " + fp + " " + mode)
+		return err
 	}
-	failpoint := func(name, fp, mode string, n *node, means string, recovery func(ctx context.Context) []check) *fault {
-		f := &fault{name: name, target: n.spec.name, means: means, recovery: recovery}
-		hits := func() int {
-			r, err := n.command("hits " + fp)
-			if err != nil {
-				return -1
-			}
-			v, _ := strconv.Atoi(strings.TrimPrefix(r, "ok hits="))
-			return v
-		}
-		var before int
-		f.inject = func(context.Context) error {
-			before = hits()
-			_, err := n.command("arm " + fp + " " + mode)
-			return err
-		}
-		f.effect = func(context.Context) string {
-			return fmt.Sprintf("failpoint %s (%s) fired %d times", fp, mode, hits()-before)
-		}
-		f.heal = func(context.Context) error {
-			_, err := n.command("disarm " + fp)
-			return err
-		}
-		return f
+	f.effect = func(context.Context) string {
+		return fmt.Sprintf("failpoint %s (%s) fired %d times", fp, mode, hits()-before)
 	}
+	f.heal = func(context.Context) error {
+		_, err := n.command("disarm " + fp)
+		return err
+	}
+	return f
+}
+
+// addFailpointFaults adds the faults injected through the failpoints of
+// n3 and the open node.
+func (s *soak) addFailpointFaults(fs map[string]*fault) {
+	n3, open := s.cluster[2], s.open
 	fs[FaultS3Unavailable] = failpoint(FaultS3Unavailable, "s3_unavailable", "fail", n3,
 		"n3 refills a block from S3 again",
 		func(ctx context.Context) []check {
@@ -285,7 +302,6 @@ func (s *soak) faults() map[string]*fault {
 		func(ctx context.Context) []check {
 			return []check{s.grows(ctx, open, "gpucache_cold_refill_hits")}
 		})
-	return fs
 }
 
 // runFault runs one fault: inject, hold, heal, await recovery. It returns

@@ -199,24 +199,30 @@ func (a *admin) sample(ctx context.Context, n *node, tries int) Sample {
 		if err != nil {
 			rss = int64(m.get("process_resident_memory_bytes"))
 		}
-		g := int(m.get("go_goroutines"))
-		if s.Goroutines == 0 || g < s.Goroutines {
-			s.Goroutines = g
-		}
-		if s.RSS == 0 || rss < s.RSS {
-			s.RSS, s.Mapped = rss, int64(m.get("gpucache_hot_bytes_mapped"))
-		}
-		if h := int64(m.get("go_memstats_heap_inuse_bytes")); s.HeapInuse == 0 || h < s.HeapInuse {
-			s.HeapInuse = h
-		}
-		gogc := m.get("go_gc_gogc_percent")
-		if gogc <= 0 {
-			gogc = 100
-		}
-		if l := int64(m.get("go_memstats_next_gc_bytes") / (1 + gogc/100)); s.LiveHeap == 0 || l < s.LiveHeap {
-			s.LiveHeap = l
-		}
+		s.lowest(m, rss)
 		s.Err = ""
 	}
 	return s
+}
+
+// lowest lowers each of s's figures to the one in m (and rss) where that
+// is lower, or not yet set.
+func (s *Sample) lowest(m metrics, rss int64) {
+	g := int(m.get("go_goroutines"))
+	if s.Goroutines == 0 || g < s.Goroutines {
+		s.Goroutines = g
+	}
+	if s.RSS == 0 || rss < s.RSS {
+		s.RSS, s.Mapped = rss, int64(m.get("gpucache_hot_bytes_mapped"))
+	}
+	if h := int64(m.get("go_memstats_heap_inuse_bytes")); s.HeapInuse == 0 || h < s.HeapInuse {
+		s.HeapInuse = h
+	}
+	gogc := m.get("go_gc_gogc_percent")
+	if gogc <= 0 {
+		gogc = 100
+	}
+	if l := int64(m.get("go_memstats_next_gc_bytes") / (1 + gogc/100)); s.LiveHeap == 0 || l < s.LiveHeap {
+		s.LiveHeap = l
+	}
 }

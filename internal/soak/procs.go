@@ -152,33 +152,13 @@ func (n *node) startOn(ctx context.Context, port int) error {
 	readers.Add(1)
 	go func() {
 		defer readers.Done()
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		found := false
-		for sc.Scan() {
-			line := sc.Text()
-			fmt.Fprintln(logf, line)
-			if !found {
-				if m := servingRe.FindStringSubmatch(line); m != nil {
-					found = true
-					serving <- [2]string{m[1], m[2]}
-				}
-			}
-		}
-		io.Copy(io.Discard, stderr)
+		logLines(stderr, logf, serving)
 	}()
 	if stdout != nil {
 		readers.Add(1)
 		go func() {
 			defer readers.Done()
-			sc := bufio.NewScanner(stdout)
-			for sc.Scan() {
-				select {
-				case p.replies <- sc.Text():
-				default: // nobody asked: drop
-				}
-			}
-			io.Copy(io.Discard, stdout)
+			relayReplies(stdout, p.replies)
 		}()
 	}
 	go func() {
@@ -207,6 +187,38 @@ func (n *node) startOn(ctx context.Context, port int) error {
 		p.kill()
 		return ctx.Err()
 	}
+}
+
+// logLines copies a node's stderr to logf, sends the addresses of the
+// first serving line to serving (buffered), and drains the rest.
+func logLines(stderr io.Reader, logf io.Writer, serving chan<- [2]string) {
+	sc := bufio.NewScanner(stderr)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	found := false
+	for sc.Scan() {
+		line := sc.Text()
+		fmt.Fprintln(logf, line)
+		if !found {
+			if m := servingRe.FindStringSubmatch(line); m != nil {
+				found = true
+				serving <- [2]string{m[1], m[2]}
+			}
+		}
+	}
+	io.Copy(io.Discard, stderr)
+}
+
+// relayReplies passes a control node's stdout lines to replies, dropping
+// those nobody waits for, and drains the rest.
+func relayReplies(stdout io.Reader, replies chan<- string) {
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		select {
+		case replies <- sc.Text():
+		default: // nobody asked: drop
+		}
+	}
+	io.Copy(io.Discard, stdout)
 }
 
 // restart starts the node again after its process ended.

@@ -227,7 +227,7 @@ func drifts(phases []PhaseRecord, th Thresholds) []Drift {
 
 // fill completes the report from the history and the samples.
 func (s *soak) fill(r *Report) {
-	h, cfg := s.h, s.cfg
+	h := s.h
 	r.Started, r.Ended = s.start.UTC(), time.Now().UTC()
 	r.Seconds = r.Ended.Sub(r.Started).Seconds()
 	r.Calls = h.totalCalls()
@@ -244,23 +244,19 @@ func (s *soak) fill(r *Report) {
 		Stored: h.stored.Load(), NotStored: h.notStored.Load()}
 	r.Reasons = h.reasonList()
 	r.Violations = h.exampleList()
+	s.fillSetup(r)
+	s.fillRSS(r)
+	r.Summary = faultSummary(r.Faults)
+	s.judge(r)
+}
 
+// fillSetup describes the run's settings and environment.
+func (s *soak) fillSetup(r *Report) {
+	cfg := s.cfg
 	size, mounted, grown := s.disk.state()
 	var names []string
 	for _, n := range s.nodes {
-		desc := n.spec.name
-		switch {
-		case n.spec.name == "open":
-			desc += ": open mode (no tenants), Dial, fs cold tier"
-		case n.spec.control:
-			desc += ": cluster, failpoints over stdin (gpucache-bench soak node)"
-		default:
-			desc += ": cluster, gpucached"
-		}
-		if n.spec.name == "n2" && s.ns != nil {
-			desc += ", in network namespace " + s.ns.name
-		}
-		names = append(names, desc)
+		names = append(names, s.describe(n))
 	}
 	r.Setup = Setup{Workers: cfg.Workers, Rate: cfg.Rate, OpTimeoutMs: ms(cfg.OpTimeout), SlackMs: ms(cfg.OverrunSlack),
 		Payload:  fmt.Sprintf("%d..%d bytes, derived from the key", cfg.MinPayload, cfg.MaxPayload),
@@ -274,7 +270,27 @@ func (s *soak) fill(r *Report) {
 	if mounted {
 		r.Setup.Tmpfs = fmt.Sprintf("%s, %d bytes at the end", s.disk.mount, size)
 	}
+}
 
+// describe says what node n is and runs.
+func (s *soak) describe(n *node) string {
+	desc := n.spec.name
+	switch {
+	case n.spec.name == "open":
+		desc += ": open mode (no tenants), Dial, fs cold tier"
+	case n.spec.control:
+		desc += ": cluster, failpoints over stdin (gpucache-bench soak node)"
+	default:
+		desc += ": cluster, gpucached"
+	}
+	if n.spec.name == "n2" && s.ns != nil {
+		desc += ", in network namespace " + s.ns.name
+	}
+	return desc
+}
+
+// fillRSS copies the samples and sums each node's memory over them.
+func (s *soak) fillRSS(r *Report) {
 	s.mu.Lock()
 	r.Samples = append([]Sample(nil), s.samples...)
 	s.mu.Unlock()
@@ -302,10 +318,14 @@ func (s *soak) fill(r *Report) {
 			r.RSS = append(r.RSS, *nr)
 		}
 	}
+}
 
+// faultSummary counts the injections and recoveries per fault, in the
+// order the faults first ran.
+func faultSummary(faults []FaultRecord) []FaultCount {
 	counts := map[string]*FaultCount{}
 	var order []string
-	for _, f := range r.Faults {
+	for _, f := range faults {
 		c := counts[f.Fault]
 		if c == nil {
 			c = &FaultCount{Fault: f.Fault}
@@ -322,10 +342,17 @@ func (s *soak) fill(r *Report) {
 			c.WorstSec = max(c.WorstSec, f.RecoverySec)
 		}
 	}
+	var out []FaultCount
 	for _, k := range order {
-		r.Summary = append(r.Summary, *counts[k])
+		out = append(out, *counts[k])
 	}
+	return out
+}
 
+// judge lists the run's failures: wrong or unexplained blocks, overruns,
+// bad answers, faults not recovered, growth, crashes, no calls at all.
+func (s *soak) judge(r *Report) {
+	h, cfg := s.h, s.cfg
 	fail := func(format string, args ...any) { r.Failures = append(r.Failures, fmt.Sprintf(format, args...)) }
 	if r.Blocks.Wrong > 0 {
 		fail("%d wrong payloads", r.Blocks.Wrong)
@@ -345,6 +372,19 @@ func (s *soak) fill(r *Report) {
 	if n := h.fillErrors.Load(); n > 0 {
 		fail("%d GetOrFill calls failed with their context alive", n)
 	}
+	s.judgeFaults(r)
+	for _, c := range r.Crashes {
+		fail("%s", c)
+	}
+	if r.Calls == 0 {
+		fail("no client call completed")
+	}
+}
+
+// judgeFaults lists the faults not recovered, the phases in which a node
+// grew, and the drifts over the whole run.
+func (s *soak) judgeFaults(r *Report) {
+	fail := func(format string, args ...any) { r.Failures = append(r.Failures, fmt.Sprintf(format, args...)) }
 	for _, f := range r.Faults {
 		if f.NotRun == "" && !f.Recovered {
 			fail("fault %s (cycle %d) not recovered: %s", f.Fault, f.Cycle, strings.TrimPrefix(f.status(), "NOT RECOVERED: "))
@@ -358,18 +398,12 @@ func (s *soak) fill(r *Report) {
 			}
 		}
 	}
-	r.Drifts = drifts(r.Phases, cfg.Thresholds)
+	r.Drifts = drifts(r.Phases, s.cfg.Thresholds)
 	for _, d := range r.Drifts {
 		if d.Grew {
 			fail("%s (pid %d) grew from phase %s of cycle 2 to phase %s at the end: goroutines %d -> %d (limit %d), RSS outside the hot tier %d -> %d MiB (limit %d MiB)",
 				d.Node, d.PID, d.From, d.To, d.GoroutinesFrom, d.GoroutinesTo, d.GoroutinesMax, d.RestFrom>>20, d.RestTo>>20, d.RestMax>>20)
 		}
-	}
-	for _, c := range r.Crashes {
-		fail("%s", c)
-	}
-	if r.Calls == 0 {
-		fail("no client call completed")
 	}
 }
 
@@ -380,6 +414,28 @@ func (r *Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "blocks: %d verified hits (exact bytes), %d misses with a reason, %d computed by GetOrFill here, %d WRONG, %d unexplained; PUT blocks stored %d, not stored %d; leased then missed %d\n",
 		b.Verified, b.Missed, b.Computed, b.Wrong, b.Unexplained, b.Stored, b.NotStored, b.LeasedMiss)
 	fmt.Fprintf(w, "deadlines: %d calls more than %.0f ms past their %.0f ms deadline; worst %.1f ms past\n", r.Overruns, r.Setup.SlackMs, r.Setup.OpTimeoutMs, r.WorstOverMs)
+	r.writeCalls(w)
+	r.writeFaults(w)
+	r.writeRSS(w)
+	r.writePhases(w)
+	r.writeCounters(w)
+	for _, d := range r.Drifts {
+		fmt.Fprintf(w, "drift %s (pid %d), cycle 2 to the end: goroutines %d -> %d (limit %d), RSS outside the hot tier %d -> %d MiB (limit %d MiB)\n",
+			d.Node, d.PID, d.GoroutinesFrom, d.GoroutinesTo, d.GoroutinesMax, d.RestFrom>>20, d.RestTo>>20, d.RestMax>>20)
+	}
+	for _, c := range r.Crashes {
+		fmt.Fprintln(w, "crash:", c)
+	}
+	for _, v := range r.Violations {
+		fmt.Fprintln(w, "violation:", v)
+	}
+	for _, f := range r.Failures {
+		fmt.Fprintln(w, "FAILED:", f)
+	}
+}
+
+// writeCalls writes the latency table per call kind and the reasons.
+func (r *Report) writeCalls(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "call\tcalls\tp50 ≤ ms\tp99 ≤ ms\tp99.9 ≤ ms\tworst ms\toverruns")
 	for _, c := range r.ByCall {
@@ -387,8 +443,12 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "miss and error reasons: %s\n", strings.Join(r.Reasons, ", "))
+}
+
+// writeFaults writes the fault summary and each fault run.
+func (r *Report) writeFaults(w io.Writer) {
 	fmt.Fprintln(w, "faults:")
-	tw = tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
+	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "fault\tinjected\trecovered\tworst recovery s\tnote")
 	for _, c := range r.Summary {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f\t%s\n", c.Fault, c.Injected, c.Recovered, c.WorstSec, c.NotRun)
@@ -401,8 +461,12 @@ func (r *Report) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "  %s #%d on %s: injected %s, healed %s, %s\n", f.Fault, f.Cycle, f.Target,
 			f.InjectedAt.Format("15:04:05"), f.HealedAt.Format("15:04:05"), f.status())
 	}
+}
+
+// writeRSS writes the memory per node and, per phase, over time.
+func (r *Report) writeRSS(w io.Writer) {
 	fmt.Fprintln(w, "RSS per node (MiB):")
-	tw = tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
+	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "node\tsamples\tprocesses\tfirst\tmin\tmax\tlast\tmax outside hot tier\tmax live heap")
 	for _, n := range r.RSS {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", n.Node, n.Samples, n.PIDs, n.First>>20, n.Min>>20, n.Max>>20, n.Last>>20, n.MaxRest>>20, n.MaxLive>>20)
@@ -429,6 +493,10 @@ func (r *Report) WriteText(w io.Writer) {
 		}
 		tw.Flush()
 	}
+}
+
+// writePhases writes the phase comparisons and their limits.
+func (r *Report) writePhases(w io.Writer) {
 	grew, compared := 0, 0
 	for _, p := range r.Phases {
 		for _, n := range p.Nodes {
@@ -443,9 +511,13 @@ func (r *Report) WriteText(w io.Writer) {
 	th := r.Setup.Thresholds
 	fmt.Fprintf(w, "phases: %d, %d node comparisons, %d grew (limits: goroutines ×%.2f + %d; RSS outside the hot tier ×%.2f + %d MiB)\n",
 		len(r.Phases), compared, grew, 1+th.GoroutinesRel, th.GoroutinesAbs, 1+th.RSSRel, th.RSSAbs>>20)
+}
+
+// writeCounters writes the nodes' counters at the end.
+func (r *Report) writeCounters(w io.Writer) {
 	if len(r.Counters) > 0 {
 		fmt.Fprintln(w, "node counters at the end (since each node's last start):")
-		tw = tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
+		tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
 		names := []string{"blocks_hit", "blocks_miss", "cold_refill_hits", "cold_refill_misses", "hot_evictions", "hot_put_rejects", "readonly_refused", "wrong_epoch"}
 		fmt.Fprintln(tw, "node\t"+strings.Join(names, "\t"))
 		var nodes []string
@@ -461,19 +533,6 @@ func (r *Report) WriteText(w io.Writer) {
 			fmt.Fprintln(tw, strings.Join(row, "\t"))
 		}
 		tw.Flush()
-	}
-	for _, d := range r.Drifts {
-		fmt.Fprintf(w, "drift %s (pid %d), cycle 2 to the end: goroutines %d -> %d (limit %d), RSS outside the hot tier %d -> %d MiB (limit %d MiB)\n",
-			d.Node, d.PID, d.GoroutinesFrom, d.GoroutinesTo, d.GoroutinesMax, d.RestFrom>>20, d.RestTo>>20, d.RestMax>>20)
-	}
-	for _, c := range r.Crashes {
-		fmt.Fprintln(w, "crash:", c)
-	}
-	for _, v := range r.Violations {
-		fmt.Fprintln(w, "violation:", v)
-	}
-	for _, f := range r.Failures {
-		fmt.Fprintln(w, "FAILED:", f)
 	}
 }
 

@@ -113,10 +113,42 @@ func (s *soak) setup(ctx context.Context) error {
 	if err := os.MkdirAll(secrets, 0o700); err != nil {
 		return err
 	}
+	s3Host, etcdHosts, err := s.setupIsolation(dir)
+	if err != nil {
+		return err
+	}
 
-	// The network namespace for n2, and the tmpfs for the open node.
-	s3Host := "127.0.0.1"
-	etcdHosts := []string{"127.0.0.1"}
+	// etcd, in a helper process.
+	if s.etcd, err = newEtcd(cfg.Helper, filepath.Join(dir, "etcd"), filepath.Join(dir, "etcd.log"), etcdHosts); err != nil {
+		return err
+	}
+	if err := s.etcd.start(ctx); err != nil {
+		return err
+	}
+	s.progress("etcd serving on %s", s.etcd.endpoint("127.0.0.1"))
+
+	if err := s.startS3(ctx, dir, s3Host); err != nil {
+		return err
+	}
+	if err := s.writeNodeConfigs(dir, secrets); err != nil {
+		return err
+	}
+	for _, n := range s.nodes {
+		if err := n.start(ctx); err != nil {
+			return err
+		}
+		_, addr, adm := n.snapshot()
+		s.progress("%s serving on %s (admin %s)", n.spec.name, addr, adm)
+	}
+	return s.awaitView(ctx, startTimeout)
+}
+
+// setupIsolation makes the network namespace for n2 and the tmpfs for the
+// open node, or records why not; it returns the hosts S3 and etcd serve on.
+func (s *soak) setupIsolation(dir string) (s3Host string, etcdHosts []string, err error) {
+	cfg := s.cfg
+	s3Host = "127.0.0.1"
+	etcdHosts = []string{"127.0.0.1"}
 	if cfg.Netns == "off" {
 		s.nsWhy = "the network namespace is off (--netns off)"
 	} else if s.nsWhy = netnsUnavailable(); s.nsWhy == "" {
@@ -138,28 +170,22 @@ func (s *soak) setup(ctx context.Context) error {
 		s.disk, err = newColdDisk(filepath.Join(dir, "open-disk"), cfg.TmpfsSize, false)
 	}
 	if err != nil {
-		return err
+		return "", nil, err
 	}
 	s.fsManifests = filepath.Join(s.disk.coldDir, "objects", "manifests")
+	return s3Host, etcdHosts, nil
+}
 
-	// etcd, in a helper process.
-	if s.etcd, err = newEtcd(cfg.Helper, filepath.Join(dir, "etcd"), filepath.Join(dir, "etcd.log"), etcdHosts); err != nil {
-		return err
-	}
-	if err := s.etcd.start(ctx); err != nil {
-		return err
-	}
-	s.progress("etcd serving on %s", s.etcd.endpoint("127.0.0.1"))
-
-	// The S3 server.
-	s.s3 = &s3server{bin: cfg.Versitygw, data: filepath.Join(dir, "s3"),
+// startS3 starts the S3 server on host.
+func (s *soak) startS3(ctx context.Context, dir, host string) error {
+	s.s3 = &s3server{bin: s.cfg.Versitygw, data: filepath.Join(dir, "s3"),
 		logPath: filepath.Join(dir, "versitygw.log"), access: "soak-" + randomHex(6), secret: randomHex(20)}
 	for try := 0; ; try++ { // the free port may be taken before versitygw binds it: retry on another
-		port, err := freePort(s3Host)
+		port, err := freePort(host)
 		if err != nil {
 			return err
 		}
-		s.s3.addr = fmt.Sprintf("%s:%d", s3Host, port)
+		s.s3.addr = fmt.Sprintf("%s:%d", host, port)
 		if err = s.s3.start(ctx); err == nil {
 			break
 		} else if try == 2 || ctx.Err() != nil {
@@ -168,21 +194,45 @@ func (s *soak) setup(ctx context.Context) error {
 	}
 	s.s3Manifests = filepath.Join(s.s3.data, Bucket, "cluster", "manifests")
 	s.progress("versitygw serving on %s", s.s3.addr)
+	return nil
+}
 
-	// Secrets, the seal key and the configs.
+// writeTenants writes the tenants' secrets and the seal key under
+// secrets, and returns the tenants' config YAML and the seal key's path.
+func (s *soak) writeTenants(secrets string) (tenantYAML, sealPath string, err error) {
 	tenants := map[string]string{}
-	var tenantYAML strings.Builder
-	tenantYAML.WriteString("tenants:\n")
+	var y strings.Builder
+	y.WriteString("tenants:\n")
 	for _, t := range []struct{ name, rights string }{{"alpha", "*=rw"}, {"beta", "*=rw"}, {"ops", "*=a"}} {
 		path, secret, err := writeSecret(secrets, t.name)
 		if err != nil {
-			return err
+			return "", "", err
 		}
 		tenants[t.name] = secret
-		fmt.Fprintf(&tenantYAML, "  - name: %s\n    secrets: [{id: %s-1, file: %s}]\n    rights: [\"%s\"]\n", t.name, t.name, path, t.rights)
+		fmt.Fprintf(&y, "  - name: %s\n    secrets: [{id: %s-1, file: %s}]\n    rights: [\"%s\"]\n", t.name, t.name, path, t.rights)
 	}
 	s.admin.token = tenants["ops"]
-	sealPath, _, err := writeSecret(secrets, "seal")
+	sealPath, _, err = writeSecret(secrets, "seal")
+	if err != nil {
+		return "", "", err
+	}
+	return y.String(), sealPath, nil
+}
+
+// nodeCmd is the command line of a node: the helper's node (control) or
+// gpucached.
+func (s *soak) nodeCmd(control bool) []string {
+	if control {
+		return append(append([]string(nil), s.cfg.Helper...), "node")
+	}
+	return []string{s.cfg.Gpucached}
+}
+
+// writeNodeConfigs writes the secrets and the configs of the cluster
+// nodes and the open node, and records the nodes (not yet started).
+func (s *soak) writeNodeConfigs(dir, secrets string) error {
+	cfg := s.cfg
+	tenantYAML, sealPath, err := s.writeTenants(secrets)
 	if err != nil {
 		return err
 	}
@@ -192,37 +242,11 @@ func (s *soak) setup(ctx context.Context) error {
 	common := fmt.Sprintf("hot_capacity: %d\nhot_min_class: %d\nhot_max_class: %d\nhot_slab: %d\n"+
 		"cold_flush_interval: 1s\ncold_pending: 8MiB\nlog_level: info\ndrain_timeout: 10s\nmax_conns: 512\n",
 		cfg.HotCapacity, minClass, maxClass, slab)
-
-	nodeCmd := func(control bool) []string {
-		if control {
-			return append(append([]string(nil), cfg.Helper...), "node")
-		}
-		return []string{cfg.Gpucached}
-	}
 	for i, name := range []string{"n1", "n2", "n3"} {
-		ndir := filepath.Join(dir, name)
-		if err := os.MkdirAll(ndir, 0o700); err != nil {
+		n, err := s.clusterNode(dir, i, name, common, tenantYAML, sealPath)
+		if err != nil {
 			return err
 		}
-		host, etcdHost := "127.0.0.1", "127.0.0.1"
-		argv := nodeCmd(name == "n3")
-		if name == "n2" && s.ns != nil {
-			host, etcdHost = s.ns.nodeIP, s.ns.etcdIP
-			argv = append(s.ns.prefix(), argv...)
-		}
-		conf := common + fmt.Sprintf("cold_store: s3\ns3_endpoint: http://%s\ns3_bucket: %s\ns3_prefix: cluster/\n"+
-			"s3_access_key: %s\ns3_secret_key: %s\naudit_log: %s\n"+
-			"etcd_endpoints: %s\netcd_prefix: /gpucache-soak/\nnode_id: %s\nfault_domain: d%d\n"+
-			"member_lease_ttl: 3s\ncontrol_probe: 200ms\ncontrol_grace: 3s\n"+
-			"seal_keys: [{id: soak-seal-1, file: %s}]\n%s",
-			s.s3.addr, Bucket, s.s3.access, s.s3.secret, filepath.Join(ndir, "audit.log"),
-			s.etcd.endpoint(etcdHost), name, i+1, sealPath, tenantYAML.String())
-		confPath := filepath.Join(ndir, "config.yaml")
-		if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {
-			return err
-		}
-		n := &node{spec: nodeSpec{name: name, argv: argv, config: confPath, host: host, control: name == "n3",
-			logPath: filepath.Join(ndir, "gpucached.log"), cluster: true}}
 		s.cluster = append(s.cluster, n)
 	}
 	odir := filepath.Join(dir, "open")
@@ -233,21 +257,38 @@ func (s *soak) setup(ctx context.Context) error {
 	if err := os.WriteFile(filepath.Join(odir, "config.yaml"), []byte(oconf), 0o600); err != nil {
 		return err
 	}
-	s.open = &node{spec: nodeSpec{name: "open", argv: nodeCmd(true), config: filepath.Join(odir, "config.yaml"), host: "127.0.0.1",
+	s.open = &node{spec: nodeSpec{name: "open", argv: s.nodeCmd(true), config: filepath.Join(odir, "config.yaml"), host: "127.0.0.1",
 		control: true, logPath: filepath.Join(odir, "gpucached.log")}}
 	s.nodes = append(append([]*node(nil), s.cluster...), s.open)
-
-	for _, n := range s.nodes {
-		if err := n.start(ctx); err != nil {
-			return err
-		}
-		_, addr, adm := n.snapshot()
-		s.progress("%s serving on %s (admin %s)", n.spec.name, addr, adm)
-	}
-	if err := s.awaitView(ctx, startTimeout); err != nil {
-		return err
-	}
 	return nil
+}
+
+// clusterNode writes the config of cluster node i (name): the settings
+// common to every node, its own, then the tenants; it returns the node.
+func (s *soak) clusterNode(dir string, i int, name, common, tenantYAML, sealPath string) (*node, error) {
+	ndir := filepath.Join(dir, name)
+	if err := os.MkdirAll(ndir, 0o700); err != nil {
+		return nil, err
+	}
+	host, etcdHost := "127.0.0.1", "127.0.0.1"
+	argv := s.nodeCmd(name == "n3")
+	if name == "n2" && s.ns != nil {
+		host, etcdHost = s.ns.nodeIP, s.ns.etcdIP
+		argv = append(s.ns.prefix(), argv...)
+	}
+	own := fmt.Sprintf("cold_store: s3\ns3_endpoint: http://%s\ns3_bucket: %s\ns3_prefix: cluster/\n"+
+		"s3_access_key: %s\ns3_secret_key: %s\naudit_log: %s\n"+
+		"etcd_endpoints: %s\netcd_prefix: /gpucache-soak/\nnode_id: %s\nfault_domain: d%d\n"+
+		"member_lease_ttl: 3s\ncontrol_probe: 200ms\ncontrol_grace: 3s\n"+
+		"seal_keys: [{id: soak-seal-1, file: %s}]\n",
+		s.s3.addr, Bucket, s.s3.access, s.s3.secret, filepath.Join(ndir, "audit.log"),
+		s.etcd.endpoint(etcdHost), name, i+1, sealPath)
+	confPath := filepath.Join(ndir, "config.yaml")
+	if err := os.WriteFile(confPath, []byte(common+own+tenantYAML), 0o600); err != nil {
+		return nil, err
+	}
+	return &node{spec: nodeSpec{name: name, argv: argv, config: confPath, host: host, control: name == "n3",
+		logPath: filepath.Join(ndir, "gpucached.log"), cluster: true}}, nil
 }
 
 // awaitView waits until every cluster node's view holds every member.
@@ -402,6 +443,21 @@ func (s *soak) run(ctx context.Context) (*Report, error) {
 	}
 
 	rep := &Report{}
+	s.cycleFaults(ctx, rep, over, end)
+	l.stop()
+	stopSampler()
+	<-samplerDone
+	rep.Counters = s.counters(ctx)
+	s.fill(rep)
+	if err := ctx.Err(); err != nil {
+		rep.Failures = append(rep.Failures, "interrupted before the end: "+err.Error())
+	}
+	return rep, nil
+}
+
+// cycleFaults runs the schedule's faults in cycles until over, recording
+// each fault and the phase around it in rep.
+func (s *soak) cycleFaults(ctx context.Context, rep *Report, over func() bool, end time.Time) {
 	faults := s.faults()
 	cycle := 0
 	for i := 0; !over(); i++ {
@@ -434,10 +490,11 @@ func (s *soak) run(ctx context.Context) (*Report, error) {
 		ph.Nodes = s.compare(startSamples, s.sampleAll(ctx))
 		rep.Phases = append(rep.Phases, ph)
 	}
-	l.stop()
-	stopSampler()
-	<-samplerDone
-	rep.Counters = map[string]map[string]float64{}
+}
+
+// counters returns each node's non-zero gpucache_ counters.
+func (s *soak) counters(ctx context.Context) map[string]map[string]float64 {
+	out := map[string]map[string]float64{}
 	for _, n := range s.nodes {
 		_, _, adm := n.snapshot()
 		m, err := s.admin.metrics(ctx, adm)
@@ -450,13 +507,9 @@ func (s *soak) run(ctx context.Context) (*Report, error) {
 				c[k] = v
 			}
 		}
-		rep.Counters[n.spec.name] = c
+		out[n.spec.name] = c
 	}
-	s.fill(rep)
-	if err := ctx.Err(); err != nil {
-		rep.Failures = append(rep.Failures, "interrupted before the end: "+err.Error())
-	}
-	return rep, nil
+	return out
 }
 
 // sampleAll samples every node (minimum of three scrapes).

@@ -86,7 +86,6 @@ type BackfillOptions struct {
 func BackfillWith(ctx context.Context, st cold.Store, ns identity.NamespaceDigest, budget int64,
 	o BackfillOptions, fn func(pack.Range, []byte) error) (BackfillReport, error) {
 	var rep BackfillReport
-	v := o.Verifier
 	if o.Codec == nil {
 		z, err := crypt.NewZstd()
 		if err != nil {
@@ -102,128 +101,173 @@ func BackfillWith(ctx context.Context, st cold.Store, ns identity.NamespaceDiges
 	if err != nil {
 		return rep, err
 	}
-	manifests := make(map[string]manifestResult)
-	// take reserves n bytes of budget; false means the read must not happen.
-	take := func(n int64) bool {
-		if n < 0 || n > budget-rep.BytesRead {
-			rep.Exhausted = true
-			return false
-		}
-		rep.BytesRead += n
-		return true
-	}
-	// skip classifies a read error: true to go on with the next pointer.
-	skip := func(err error) bool {
-		switch {
-		case errors.Is(err, cold.ErrNotFound):
-			rep.Missing++
-		case errors.Is(err, cold.ErrCorrupt), errors.Is(err, cold.ErrRange):
-			rep.Corrupt++
-		default:
-			return false
-		}
-		return true
-	}
+	b := &backfill{st: st, ns: ns, budget: budget, o: o, fn: fn, manifests: make(map[string]manifestResult)}
 	for _, oi := range pointers {
 		if err := ctx.Err(); err != nil {
-			return rep, err
+			return b.rep, err
 		}
-		kns, blk, err := pack.ParsePointerKey(oi.Key)
-		if err != nil || kns != ns || oi.Size != int64(pack.PointerLen) {
-			rep.Corrupt++ // judged from the listing: nothing downloaded
-			continue
+		if stop, err := b.pointer(ctx, oi); stop || err != nil {
+			return b.rep, err
 		}
-		if !take(int64(pack.PointerLen)) {
-			return rep, nil
-		}
-		body, err := readAll(ctx, st, oi.Key, int64(pack.PointerLen))
-		if err != nil {
-			if skip(err) {
-				continue
-			}
-			return rep, fmt.Errorf("gpucache/cold/lifecycle: backfill pointer %q: %w", oi.Key, err)
-		}
-		p, err := pack.DecodePointer(body)
-		if err != nil || p.Namespace != ns || p.Block != blk {
-			rep.Corrupt++
-			continue
-		}
-		mr, ok := manifests[p.ManifestKey]
-		if !ok {
-			if !take(int64(p.ManifestSize)) {
-				return rep, nil
-			}
-			mb, err := readAll(ctx, st, p.ManifestKey, int64(p.ManifestSize))
-			switch {
-			case err == nil:
-				m, err := pack.OpenManifest(p.ManifestKey, mb)
-				switch {
-				case errors.Is(err, pack.ErrLegacyManifest):
-					mr.legacy = true
-				case err != nil:
-					mr.bad = true
-				case m.VerifySeal(v) != nil:
-					mr.bad, mr.badSeal = true, true
-				default:
-					mr.m = m
-				}
-			case errors.Is(err, cold.ErrNotFound):
-				// Not cached: a later pointer may find it rewritten.
-				rep.Missing++
-				continue
-			case skip(err):
-				continue
-			default:
-				return rep, fmt.Errorf("gpucache/cold/lifecycle: backfill manifest %q: %w", p.ManifestKey, err)
-			}
-			manifests[p.ManifestKey] = mr
-		}
-		if mr.legacy {
-			rep.Legacy++
-			continue
-		}
-		if mr.bad {
-			rep.Corrupt++
-			if mr.badSeal {
-				rep.SealRejected++
-			}
-			continue
-		}
-		rg, found := mr.m.Find(blk)
-		if !found || rg.Length > pack.MaxPackSize {
-			rep.Corrupt++
-			continue
-		}
-		aead, err := mr.m.Decrypter(o.Crypt)
-		if err != nil {
-			rep.KeyUnavailable++
-			continue
-		}
-		if !take(int64(rg.Length)) {
-			return rep, nil
-		}
-		payload := make([]byte, rg.Length)
-		if err := st.RangeGet(ctx, mr.m.PackKey, int64(rg.Offset), payload); err != nil {
-			if skip(err) {
-				continue
-			}
-			return rep, fmt.Errorf("gpucache/cold/lifecycle: backfill pack %q: %w", mr.m.PackKey, err)
-		}
-		if !mr.m.Plain(rg) {
-			plain := make([]byte, rg.Size)
-			if err := mr.m.OpenRange(rg, payload, plain, aead, o.Codec); err != nil {
-				rep.Corrupt++
-				continue
-			}
-			payload = plain
-		} else if pack.Sum(payload) != rg.Sum {
-			rep.Corrupt++
-			continue
-		}
-		if err := fn(rg, payload); err != nil {
-			return rep, err
-		}
-		rep.Blocks++
 	}
-	return rep, nil
+	return b.rep, nil
+}
+
+// backfill is one BackfillWith walk over the namespace's pointers.
+type backfill struct {
+	st        cold.Store
+	ns        identity.NamespaceDigest
+	budget    int64
+	o         BackfillOptions
+	fn        func(pack.Range, []byte) error
+	rep       BackfillReport
+	manifests map[string]manifestResult // by manifest key, read once
+}
+
+// take reserves n bytes of budget; false means the read must not happen.
+func (b *backfill) take(n int64) bool {
+	if n < 0 || n > b.budget-b.rep.BytesRead {
+		b.rep.Exhausted = true
+		return false
+	}
+	b.rep.BytesRead += n
+	return true
+}
+
+// skip classifies a read error: true to go on with the next pointer.
+func (b *backfill) skip(err error) bool {
+	switch {
+	case errors.Is(err, cold.ErrNotFound):
+		b.rep.Missing++
+	case errors.Is(err, cold.ErrCorrupt), errors.Is(err, cold.ErrRange):
+		b.rep.Corrupt++
+	default:
+		return false
+	}
+	return true
+}
+
+// pointer reads the pointer oi, then its manifest and its block. stop:
+// the budget is spent.
+func (b *backfill) pointer(ctx context.Context, oi cold.ObjectInfo) (stop bool, err error) {
+	kns, blk, err := pack.ParsePointerKey(oi.Key)
+	if err != nil || kns != b.ns || oi.Size != int64(pack.PointerLen) {
+		b.rep.Corrupt++ // judged from the listing: nothing downloaded
+		return false, nil
+	}
+	if !b.take(int64(pack.PointerLen)) {
+		return true, nil
+	}
+	body, err := readAll(ctx, b.st, oi.Key, int64(pack.PointerLen))
+	if err != nil {
+		if b.skip(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("gpucache/cold/lifecycle: backfill pointer %q: %w", oi.Key, err)
+	}
+	p, err := pack.DecodePointer(body)
+	if err != nil || p.Namespace != b.ns || p.Block != blk {
+		b.rep.Corrupt++
+		return false, nil
+	}
+	mr, next, err := b.manifest(ctx, p)
+	if next != manifestUse || err != nil {
+		return next == manifestStop, err
+	}
+	return b.block(ctx, mr, blk)
+}
+
+// What pointer does after manifest.
+const (
+	manifestUse  = iota // deliver the block
+	manifestSkip        // go on with the next pointer
+	manifestStop        // the budget is spent
+)
+
+// manifest returns the manifest p names, read and checked once per key.
+func (b *backfill) manifest(ctx context.Context, p pack.Pointer) (manifestResult, int, error) {
+	if mr, ok := b.manifests[p.ManifestKey]; ok {
+		return mr, manifestUse, nil
+	}
+	if !b.take(int64(p.ManifestSize)) {
+		return manifestResult{}, manifestStop, nil
+	}
+	mb, err := readAll(ctx, b.st, p.ManifestKey, int64(p.ManifestSize))
+	switch {
+	case err == nil:
+	case errors.Is(err, cold.ErrNotFound):
+		// Not cached: a later pointer may find it rewritten.
+		b.rep.Missing++
+		return manifestResult{}, manifestSkip, nil
+	case b.skip(err):
+		return manifestResult{}, manifestSkip, nil
+	default:
+		return manifestResult{}, manifestSkip, fmt.Errorf("gpucache/cold/lifecycle: backfill manifest %q: %w", p.ManifestKey, err)
+	}
+	var mr manifestResult
+	m, err := pack.OpenManifest(p.ManifestKey, mb)
+	switch {
+	case errors.Is(err, pack.ErrLegacyManifest):
+		mr.legacy = true
+	case err != nil:
+		mr.bad = true
+	case m.VerifySeal(b.o.Verifier) != nil:
+		mr.bad, mr.badSeal = true, true
+	default:
+		mr.m = m
+	}
+	b.manifests[p.ManifestKey] = mr
+	return mr, manifestUse, nil
+}
+
+// block reads block blk of manifest mr, checks or decodes it, and hands
+// its plaintext to fn. stop: the budget is spent.
+func (b *backfill) block(ctx context.Context, mr manifestResult, blk identity.BlockKey) (stop bool, err error) {
+	if mr.legacy {
+		b.rep.Legacy++
+		return false, nil
+	}
+	if mr.bad {
+		b.rep.Corrupt++
+		if mr.badSeal {
+			b.rep.SealRejected++
+		}
+		return false, nil
+	}
+	rg, found := mr.m.Find(blk)
+	if !found || rg.Length > pack.MaxPackSize {
+		b.rep.Corrupt++
+		return false, nil
+	}
+	aead, err := mr.m.Decrypter(b.o.Crypt)
+	if err != nil {
+		b.rep.KeyUnavailable++
+		return false, nil
+	}
+	if !b.take(int64(rg.Length)) {
+		return true, nil
+	}
+	payload := make([]byte, rg.Length)
+	if err := b.st.RangeGet(ctx, mr.m.PackKey, int64(rg.Offset), payload); err != nil {
+		if b.skip(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("gpucache/cold/lifecycle: backfill pack %q: %w", mr.m.PackKey, err)
+	}
+	if !mr.m.Plain(rg) {
+		plain := make([]byte, rg.Size)
+		if err := mr.m.OpenRange(rg, payload, plain, aead, b.o.Codec); err != nil {
+			b.rep.Corrupt++
+			return false, nil
+		}
+		payload = plain
+	} else if pack.Sum(payload) != rg.Sum {
+		b.rep.Corrupt++
+		return false, nil
+	}
+	if err := b.fn(rg, payload); err != nil {
+		return false, err
+	}
+	b.rep.Blocks++
+	return false, nil
 }

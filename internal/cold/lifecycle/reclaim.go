@@ -122,8 +122,37 @@ func (r *reclaimer) run(ctx context.Context, rep *Report) error {
 	if _, _, err := r.manifestRefs(ctx, manifests, rep, true); err != nil {
 		return err
 	}
+	if err := r.reclaimManifests(ctx, manifests, ptrRefs, ptrPinned, rep); err != nil {
+		return err
+	}
+	if done, err := r.reclaimPacks(ctx, packs, rep); !done || err != nil {
+		return err
+	}
+	rep.Deleted = rep.DeletedManifests + rep.DeletedPacks
+	return nil
+}
 
-	// Manifests: only decoded v3 ones are candidates.
+// kept counts and reports an object kept: referenced, pinned (some
+// reference could not be read), or, with young, inside the grace period.
+func kept(rep *Report, referenced, pinned, young bool) bool {
+	switch {
+	case referenced:
+		rep.KeptReferenced++
+	case pinned:
+		rep.KeptPinned++
+	case young:
+		rep.KeptYoung++
+	default:
+		return false
+	}
+	return true
+}
+
+// reclaimManifests deletes the decoded v3 manifests no pointer names
+// (refs, pinned: from the first listing), re-checking the pointers right
+// before each delete.
+func (r *reclaimer) reclaimManifests(ctx context.Context, manifests []cold.ObjectInfo, refs map[string]bool, pinned bool, rep *Report) error {
+	pfx := pack.NamespacePrefixes(r.ns)
 	for _, oi := range manifests {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -132,15 +161,7 @@ func (r *reclaimer) run(ctx context.Context, rep *Report) error {
 		if !ok || e.state != mfV3 {
 			continue // legacy or undecodable: left alone, counted already
 		}
-		switch {
-		case ptrRefs[oi.Key]:
-			rep.KeptReferenced++
-			continue
-		case ptrPinned:
-			rep.KeptPinned++
-			continue
-		case r.opts.young(oi.Modified):
-			rep.KeptYoung++
+		if kept(rep, refs[oi.Key], pinned, r.opts.young(oi.Modified)) {
 			continue
 		}
 		// Re-check references right before the delete.
@@ -149,49 +170,43 @@ func (r *reclaimer) run(ctx context.Context, rep *Report) error {
 			rep.fail(err)
 			continue
 		}
-		refs, pinned, err := r.pointerRefs(ctx, fresh, rep, false)
+		now, nowPinned, err := r.pointerRefs(ctx, fresh, rep, false)
 		if err != nil {
 			return err
 		}
-		if refs[oi.Key] {
-			rep.KeptReferenced++
-			continue
-		}
-		if pinned {
-			rep.KeptPinned++
+		if kept(rep, now[oi.Key], nowPinned, false) {
 			continue
 		}
 		if r.deleteIfOld(ctx, oi.Key, rep) {
 			rep.DeletedManifests++
 		}
 	}
+	return nil
+}
 
-	// Packs: classify against the manifests that remain.
+// reclaimPacks deletes the packs of this namespace that no remaining
+// manifest names, re-checking the manifests right before each delete.
+// done is false when the manifests could not be listed: no pack is
+// deleted then.
+func (r *reclaimer) reclaimPacks(ctx context.Context, packs []cold.ObjectInfo, rep *Report) (done bool, err error) {
+	pfx := pack.NamespacePrefixes(r.ns)
 	fresh, err := listAll(ctx, r.st, pfx[1])
 	if err != nil {
 		rep.fail(err)
-		return nil // cannot know the references: delete no pack
+		return false, nil // cannot know the references: delete no pack
 	}
-	packRefs, pinned, err := r.manifestRefs(ctx, fresh, rep, false)
+	refs, pinned, err := r.manifestRefs(ctx, fresh, rep, false)
 	if err != nil {
-		return err
+		return false, err
 	}
 	for _, oi := range packs {
 		if err := ctx.Err(); err != nil {
-			return err
+			return false, err
 		}
 		if kns, _, err := pack.ParsePackKey(oi.Key); err != nil || kns != r.ns {
 			continue // not a pack key of this namespace: not ours to delete
 		}
-		switch {
-		case packRefs[oi.Key]:
-			rep.KeptReferenced++
-			continue
-		case pinned:
-			rep.KeptPinned++
-			continue
-		case r.opts.young(oi.Modified):
-			rep.KeptYoung++
+		if kept(rep, refs[oi.Key], pinned, r.opts.young(oi.Modified)) {
 			continue
 		}
 		fresh, err := listAll(ctx, r.st, pfx[1])
@@ -199,24 +214,18 @@ func (r *reclaimer) run(ctx context.Context, rep *Report) error {
 			rep.fail(err)
 			continue
 		}
-		refs, pin, err := r.manifestRefs(ctx, fresh, rep, false)
+		now, nowPinned, err := r.manifestRefs(ctx, fresh, rep, false)
 		if err != nil {
-			return err
+			return false, err
 		}
-		if refs[oi.Key] {
-			rep.KeptReferenced++
-			continue
-		}
-		if pin {
-			rep.KeptPinned++
+		if kept(rep, now[oi.Key], nowPinned, false) {
 			continue
 		}
 		if r.deleteIfOld(ctx, oi.Key, rep) {
 			rep.DeletedPacks++
 		}
 	}
-	rep.Deleted = rep.DeletedManifests + rep.DeletedPacks
-	return nil
+	return true, nil
 }
 
 // deleteIfOld Heads key (it must exist and still be past the grace period),
@@ -260,40 +269,48 @@ func (r *reclaimer) pointerRefs(ctx context.Context, infos []cold.ObjectInfo, re
 			continue
 		}
 		delete(r.ptrs, oi.Key)
-		if oi.Size != int64(pack.PointerLen) {
-			pinned = true
-			if count {
-				rep.Undecodable++
-			}
-			continue
+		manifest, ok, pin := r.readPointer(ctx, oi, rep, count)
+		pinned = pinned || pin
+		if ok {
+			refs[manifest] = true
 		}
-		body, err := readAll(ctx, r.st, oi.Key, oi.Size)
-		if errors.Is(err, cold.ErrNotFound) {
-			continue // deleted since the listing
-		}
-		if err != nil {
-			pinned = true
-			rep.fail(fmt.Errorf("read pointer %q: %w", oi.Key, err))
-			continue
-		}
-		p, err := pack.DecodePointer(body)
-		if err == nil {
-			kns, blk, kerr := pack.ParsePointerKey(oi.Key)
-			if kerr != nil || kns != r.ns || p.Namespace != r.ns || p.Block != blk {
-				err = fmt.Errorf("%w: pointer %q does not match its key", cold.ErrCorrupt, oi.Key)
-			}
-		}
-		if err != nil {
-			pinned = true
-			if count {
-				rep.Undecodable++
-			}
-			continue
-		}
-		r.ptrs[oi.Key] = ptrEntry{modified: oi.Modified, size: oi.Size, manifest: p.ManifestKey}
-		refs[p.ManifestKey] = true
 	}
 	return refs, pinned, nil
+}
+
+// readPointer reads and decodes pointer oi and caches it; it returns the
+// manifest key it names (ok) or pin, when it could not be read or decoded
+// (neither: deleted since the listing).
+func (r *reclaimer) readPointer(ctx context.Context, oi cold.ObjectInfo, rep *Report, count bool) (manifest string, ok, pin bool) {
+	if oi.Size != int64(pack.PointerLen) {
+		if count {
+			rep.Undecodable++
+		}
+		return "", false, true
+	}
+	body, err := readAll(ctx, r.st, oi.Key, oi.Size)
+	if errors.Is(err, cold.ErrNotFound) {
+		return "", false, false // deleted since the listing
+	}
+	if err != nil {
+		rep.fail(fmt.Errorf("read pointer %q: %w", oi.Key, err))
+		return "", false, true
+	}
+	p, err := pack.DecodePointer(body)
+	if err == nil {
+		kns, blk, kerr := pack.ParsePointerKey(oi.Key)
+		if kerr != nil || kns != r.ns || p.Namespace != r.ns || p.Block != blk {
+			err = fmt.Errorf("%w: pointer %q does not match its key", cold.ErrCorrupt, oi.Key)
+		}
+	}
+	if err != nil {
+		if count {
+			rep.Undecodable++
+		}
+		return "", false, true
+	}
+	r.ptrs[oi.Key] = ptrEntry{modified: oi.Modified, size: oi.Size, manifest: p.ManifestKey}
+	return p.ManifestKey, true, false
 }
 
 // manifestRefs decodes the listed manifests (cached by key) and returns the

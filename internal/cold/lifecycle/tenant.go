@@ -106,28 +106,10 @@ func Purge(ctx context.Context, st cold.Store, ns identity.NamespaceDigest) (Pur
 			if err != nil {
 				return rep, errors.Join(append(errs, err)...)
 			}
-			progress := false
-			for _, oi := range infos {
-				if err := ctx.Err(); err != nil {
-					return rep, err
-				}
-				if tried[oi.Key] {
-					continue
-				}
-				tried[oi.Key] = true
-				progress = true
-				switch out, err := verifiedDelete(ctx, st, oi.Key); out {
-				case delVerified:
-					*ph.deleted++
-				case delUnverified:
-					rep.DeleteUnverified++
-					if len(rep.Unverified) < maxUnverified {
-						rep.Unverified = append(rep.Unverified, oi.Key)
-					}
-				default:
-					rep.Errors++
-					errs = append(errs, err)
-				}
+			progress, failed, err := rep.deleteRound(ctx, st, infos, tried, ph.deleted)
+			errs = append(errs, failed...)
+			if err != nil {
+				return rep, err
 			}
 			empty = len(infos) == 0
 			if !progress && !empty {
@@ -148,6 +130,35 @@ func Purge(ctx context.Context, st cold.Store, ns identity.NamespaceDigest) (Pur
 	}
 	rep.Complete = true
 	return rep, errors.Join(errs...)
+}
+
+// deleteRound deletes the listed objects not yet tried, counting verified
+// deletes in *deleted; progress: it tried one. failed holds the delete
+// errors; err is only a cancelled context.
+func (rep *PurgeReport) deleteRound(ctx context.Context, st cold.Store, infos []cold.ObjectInfo, tried map[string]bool, deleted *int) (progress bool, failed []error, err error) {
+	for _, oi := range infos {
+		if err := ctx.Err(); err != nil {
+			return progress, failed, err
+		}
+		if tried[oi.Key] {
+			continue
+		}
+		tried[oi.Key] = true
+		progress = true
+		switch out, err := verifiedDelete(ctx, st, oi.Key); out {
+		case delVerified:
+			*deleted++
+		case delUnverified:
+			rep.DeleteUnverified++
+			if len(rep.Unverified) < maxUnverified {
+				rep.Unverified = append(rep.Unverified, oi.Key)
+			}
+		default:
+			rep.Errors++
+			failed = append(failed, err)
+		}
+	}
+	return progress, failed, nil
 }
 
 // PurgeTenant purges each of a tenant's namespaces (the namespace digest

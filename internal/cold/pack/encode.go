@@ -285,26 +285,47 @@ func (m *Manifest) OpenRange(r Range, stored, dst []byte, a cipher.AEAD, cz Comp
 	if err := m.checkEncoding(r); err != nil {
 		return fmt.Errorf("%w: %v", ErrDecode, err)
 	}
-	inner := stored
+	inner, err := m.openCipher(r, stored, a)
+	if err != nil {
+		return err
+	}
+	if err := decompress(r.Codec, dst, inner, cz); err != nil {
+		return err
+	}
+	if Sum(dst) != r.Sum {
+		return fmt.Errorf("%w: plaintext checksum mismatch", ErrDecode)
+	}
+	return nil
+}
+
+// openCipher returns the encoded bytes of stored range r: stored itself,
+// or decrypted in place with a.
+func (m *Manifest) openCipher(r Range, stored []byte, a cipher.AEAD) ([]byte, error) {
 	switch m.Cipher {
 	case CipherNone:
+		return stored, nil
 	case CipherAES256GCM:
 		if a == nil {
-			return fmt.Errorf("%w: encrypted pack (key id %q) and no key", ErrKeyUnavailable, string(m.CipherKeyID))
+			return nil, fmt.Errorf("%w: encrypted pack (key id %q) and no key", ErrKeyUnavailable, string(m.CipherKeyID))
 		}
 		nsd, err := m.NamespaceDigest()
 		if err != nil {
-			return fmt.Errorf("%w: %v", ErrDecode, err)
+			return nil, fmt.Errorf("%w: %v", ErrDecode, err)
 		}
 		aad := blockAAD(nsd, r.Key, r.Sum, r.Size, r.Codec, m.CipherKeyID)
-		inner, err = a.Open(stored[NonceLen:NonceLen], stored[:NonceLen], stored[NonceLen:], aad)
+		inner, err := a.Open(stored[NonceLen:NonceLen], stored[:NonceLen], stored[NonceLen:], aad)
 		if err != nil {
-			return ErrDecrypt
+			return nil, ErrDecrypt
 		}
+		return inner, nil
 	default:
-		return fmt.Errorf("%w: cipher %d", ErrDecode, m.Cipher)
+		return nil, fmt.Errorf("%w: cipher %d", ErrDecode, m.Cipher)
 	}
-	switch r.Codec {
+}
+
+// decompress decodes inner, of codec c, into dst (len: the plaintext size).
+func decompress(c Codec, dst, inner []byte, cz Compressor) error {
+	switch c {
 	case CodecRaw:
 		copy(dst, inner)
 	case CodecZstd:
@@ -323,9 +344,6 @@ func (m *Manifest) OpenRange(r Range, stored, dst []byte, a cipher.AEAD, cz Comp
 			return fmt.Errorf("%w: %v", ErrDecode, err)
 		}
 		crypt.Unshuffle2(dst, planes)
-	}
-	if Sum(dst) != r.Sum {
-		return fmt.Errorf("%w: plaintext checksum mismatch", ErrDecode)
 	}
 	return nil
 }

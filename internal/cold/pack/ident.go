@@ -56,12 +56,38 @@ func decodeIdentity(b []byte) (identity.CacheIdentity, error) {
 	if !ok {
 		return id, fmt.Errorf("%w: identity: bad header", cold.ErrCorrupt)
 	}
+	ns, end, err := decodeIdentityNamespace(b)
+	if err != nil {
+		return id, err
+	}
+	id.Namespace = ns
+	if opaque {
+		return decodeOpaque(id, b, end)
+	}
+
+	id, err = decodeChainFields(id, b, end)
+	if err != nil {
+		return id, err
+	}
+	again, err := id.Canonical()
+	if err != nil {
+		return id, fmt.Errorf("%w: identity: %w", cold.ErrCorrupt, err)
+	}
+	if !bytes.Equal(again, b) {
+		return id, fmt.Errorf("%w: identity: not a canonical encoding", cold.ErrCorrupt)
+	}
+	return id, nil
+}
+
+// decodeIdentityNamespace decodes the namespace fields of canonical
+// identity b and returns the namespace and where its fields end.
+func decodeIdentityNamespace(b []byte) (identity.Namespace, int, error) {
 	// Walk the 15 namespace fields to find where they end.
 	end := len(idHeader)
 	for tag := 1; tag <= nsFields; tag++ {
 		_, next, err := tlv(b, end, byte(tag))
 		if err != nil {
-			return id, err
+			return identity.Namespace{}, 0, err
 		}
 		end = next
 	}
@@ -70,13 +96,14 @@ func decodeIdentity(b []byte) (identity.CacheIdentity, error) {
 	nsb = append(nsb, b[len(idHeader):end]...)
 	ns, err := identity.DecodeNamespace(nsb)
 	if err != nil {
-		return id, fmt.Errorf("%w: identity namespace: %w", cold.ErrCorrupt, err)
+		return identity.Namespace{}, 0, fmt.Errorf("%w: identity namespace: %w", cold.ErrCorrupt, err)
 	}
-	id.Namespace = ns
-	if opaque {
-		return decodeOpaque(id, b, end)
-	}
+	return ns, end, nil
+}
 
+// decodeChainFields reads the parent, position, valid length and tokens
+// of a chain identity whose namespace fields end at end; they must end b.
+func decodeChainFields(id identity.CacheIdentity, b []byte, end int) (identity.CacheIdentity, error) {
 	v, end, err := tlv(b, end, 16)
 	if err != nil {
 		return id, err
@@ -111,13 +138,6 @@ func decodeIdentity(b []byte) (identity.CacheIdentity, error) {
 	id.Tokens = make([]uint32, len(v)/4)
 	for i := range id.Tokens {
 		id.Tokens[i] = binary.LittleEndian.Uint32(v[4*i:])
-	}
-	again, err := id.Canonical()
-	if err != nil {
-		return id, fmt.Errorf("%w: identity: %w", cold.ErrCorrupt, err)
-	}
-	if !bytes.Equal(again, b) {
-		return id, fmt.Errorf("%w: identity: not a canonical encoding", cold.ErrCorrupt)
 	}
 	return id, nil
 }

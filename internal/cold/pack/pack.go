@@ -137,24 +137,9 @@ func build(ns identity.Namespace, blocks []Block, opts Options) (*Pack, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(blocks) == 0 || len(blocks) > MaxRanges {
-		return nil, fmt.Errorf("%w: %d blocks, want 1..%d", ErrInvalid, len(blocks), MaxRanges)
-	}
-	total := uint64(HeaderLen)
-	for i, b := range blocks {
-		if len(b.Payload) == 0 {
-			return nil, fmt.Errorf("%w: block %d has an empty payload", ErrInvalid, i)
-		}
-		total += uint64(len(b.Payload))
-		if enc.active() && len(b.Payload) > MaxBlockSize {
-			return nil, fmt.Errorf("%w: block %d is %d bytes, an encoded block is at most %d", ErrInvalid, i, len(b.Payload), MaxBlockSize)
-		}
-		if enc.aead != nil {
-			total += CipherOverhead
-		}
-		if total > MaxPackSize {
-			return nil, fmt.Errorf("%w: pack exceeds %d bytes", ErrInvalid, uint64(MaxPackSize))
-		}
+	total, err := packBound(blocks, enc)
+	if err != nil {
+		return nil, err
 	}
 	m := &Manifest{Namespace: ns, Ranges: make([]Range, len(blocks))}
 	if enc.aead != nil {
@@ -164,29 +149,11 @@ func build(ns identity.Namespace, blocks []Block, opts Options) (*Pack, error) {
 	obj := make([]byte, 0, total)
 	obj = append(obj, Header{Namespace: nsd, Blocks: uint32(len(blocks)), PayloadLen: total - HeaderLen}.Encode()...)
 	for i, b := range blocks {
-		if b.Identity.Namespace != ns {
-			return nil, fmt.Errorf("%w: block %d belongs to another namespace", ErrInvalid, i)
-		}
-		c, err := b.Identity.Canonical()
+		r, err := blockRange(ns, nsd, i, b, seen)
 		if err != nil {
-			return nil, fmt.Errorf("%w: block %d: %w", ErrInvalid, i, err)
+			return nil, err
 		}
-		k := b.Identity.KeyIn(nsd)
-		if j, dup := seen[k]; dup {
-			return nil, fmt.Errorf("%w: blocks %d and %d have the same key %s", ErrInvalid, j, i, k)
-		}
-		seen[k] = i
-		id := b.Identity
-		id.Tokens = append([]uint32(nil), id.Tokens...)
-		id.Opaque = append([]byte(nil), id.Opaque...)
-		r := Range{
-			Identity:  id,
-			Canonical: c,
-			Key:       k,
-			Offset:    uint64(len(obj)),
-			Sum:       Sum(b.Payload),
-			Size:      uint64(len(b.Payload)),
-		}
+		r.Offset = uint64(len(obj))
 		if enc.active() {
 			if obj, r.Codec, err = enc.encode(obj, r, b.Payload); err != nil {
 				return nil, err
@@ -223,6 +190,59 @@ func build(ns identity.Namespace, blocks []Block, opts Options) (*Pack, error) {
 		p.Pointers[i] = Object{Key: ptr.Key(), Body: body}
 	}
 	return p, nil
+}
+
+// packBound checks the block count and payload sizes and returns the
+// pack's size before compression (header, payloads, cipher overhead).
+func packBound(blocks []Block, enc *encoder) (uint64, error) {
+	if len(blocks) == 0 || len(blocks) > MaxRanges {
+		return 0, fmt.Errorf("%w: %d blocks, want 1..%d", ErrInvalid, len(blocks), MaxRanges)
+	}
+	total := uint64(HeaderLen)
+	for i, b := range blocks {
+		if len(b.Payload) == 0 {
+			return 0, fmt.Errorf("%w: block %d has an empty payload", ErrInvalid, i)
+		}
+		total += uint64(len(b.Payload))
+		if enc.active() && len(b.Payload) > MaxBlockSize {
+			return 0, fmt.Errorf("%w: block %d is %d bytes, an encoded block is at most %d", ErrInvalid, i, len(b.Payload), MaxBlockSize)
+		}
+		if enc.aead != nil {
+			total += CipherOverhead
+		}
+		if total > MaxPackSize {
+			return 0, fmt.Errorf("%w: pack exceeds %d bytes", ErrInvalid, uint64(MaxPackSize))
+		}
+	}
+	return total, nil
+}
+
+// blockRange checks block i (namespace ns, a canonical identity, a key
+// not in seen, which it records) and returns its range with a private
+// copy of the identity; the offset, length and codec are left to build.
+func blockRange(ns identity.Namespace, nsd identity.NamespaceDigest, i int, b Block, seen map[identity.BlockKey]int) (Range, error) {
+	if b.Identity.Namespace != ns {
+		return Range{}, fmt.Errorf("%w: block %d belongs to another namespace", ErrInvalid, i)
+	}
+	c, err := b.Identity.Canonical()
+	if err != nil {
+		return Range{}, fmt.Errorf("%w: block %d: %w", ErrInvalid, i, err)
+	}
+	k := b.Identity.KeyIn(nsd)
+	if j, dup := seen[k]; dup {
+		return Range{}, fmt.Errorf("%w: blocks %d and %d have the same key %s", ErrInvalid, j, i, k)
+	}
+	seen[k] = i
+	id := b.Identity
+	id.Tokens = append([]uint32(nil), id.Tokens...)
+	id.Opaque = append([]byte(nil), id.Opaque...)
+	return Range{
+		Identity:  id,
+		Canonical: c,
+		Key:       k,
+		Sum:       Sum(b.Payload),
+		Size:      uint64(len(b.Payload)),
+	}, nil
 }
 
 // sumOf returns the SHA-256 of o.Body: o.Sum when the caller has checked
@@ -279,34 +299,54 @@ func verify(p *Pack, dec Decrypter, cz Compressor) error {
 	if err != nil {
 		return rejectf("namespace: %w", err)
 	}
+	m, msum, err := verifyObjects(p, nsd)
+	if err != nil {
+		return err
+	}
+	if err := verifyPayloads(p, m, dec, cz); err != nil {
+		return err
+	}
+	return verifyPointers(p, m, nsd, msum)
+}
+
+// verifyObjects decodes the manifest and checks it, the object and their
+// keys and digests against each other and the pack header; it returns the
+// manifest and its digest.
+func verifyObjects(p *Pack, nsd identity.NamespaceDigest) (*Manifest, Digest, error) {
 	m, err := DecodeManifest(p.Manifest.Body)
 	if err != nil {
-		return rejectf("%w", err)
+		return nil, Digest{}, rejectf("%w", err)
 	}
 	if m.Namespace != p.Namespace || m.nsDigest != nsd {
-		return rejectf("manifest namespace is not the pack's namespace")
+		return nil, Digest{}, rejectf("manifest namespace is not the pack's namespace")
 	}
 	msum := p.sumOf(p.Manifest)
 	if want := ManifestKey(nsd, msum); p.Manifest.Key != want {
-		return rejectf("manifest key %.100q, want %q", p.Manifest.Key, want)
+		return nil, Digest{}, rejectf("manifest key %.100q, want %q", p.Manifest.Key, want)
 	}
 	osum := p.sumOf(p.Object)
 	if want := PackKey(nsd, osum); p.Object.Key != want {
-		return rejectf("object key %.100q, want %q", p.Object.Key, want)
+		return nil, Digest{}, rejectf("object key %.100q, want %q", p.Object.Key, want)
 	}
 	if m.PackKey != p.Object.Key || m.PackDigest != osum {
-		return rejectf("manifest names pack %.100q, object is %q", m.PackKey, p.Object.Key)
+		return nil, Digest{}, rejectf("manifest names pack %.100q, object is %q", m.PackKey, p.Object.Key)
 	}
 	if m.PackSize != uint64(len(p.Object.Body)) {
-		return rejectf("manifest pack size %d, object is %d bytes", m.PackSize, len(p.Object.Body))
+		return nil, Digest{}, rejectf("manifest pack size %d, object is %d bytes", m.PackSize, len(p.Object.Body))
 	}
 	h, err := DecodeHeader(p.Object.Body)
 	if err != nil {
-		return rejectf("%w", err)
+		return nil, Digest{}, rejectf("%w", err)
 	}
 	if h.Namespace != nsd || int(h.Blocks) != len(m.Ranges) || h.PayloadLen != m.PackSize-HeaderLen {
-		return rejectf("object header (namespace %s, %d blocks, %d payload bytes) does not match the manifest", h.Namespace, h.Blocks, h.PayloadLen)
+		return nil, Digest{}, rejectf("object header (namespace %s, %d blocks, %d payload bytes) does not match the manifest", h.Namespace, h.Blocks, h.PayloadLen)
 	}
+	return m, msum, nil
+}
+
+// verifyPayloads checks every payload against its range's checksum,
+// decoding encoded ranges with dec and cz.
+func verifyPayloads(p *Pack, m *Manifest, dec Decrypter, cz Compressor) error {
 	a, err := m.Decrypter(dec)
 	if err != nil {
 		return rejectf("%w", err)
@@ -329,6 +369,12 @@ func verify(p *Pack, dec Decrypter, cz Compressor) error {
 			return rejectf("range %d: %w", i, err)
 		}
 	}
+	return nil
+}
+
+// verifyPointers checks that there is one pointer per range, in range
+// order, naming the manifest of digest msum.
+func verifyPointers(p *Pack, m *Manifest, nsd identity.NamespaceDigest, msum Digest) error {
 	if len(p.Pointers) != len(m.Ranges) {
 		return rejectf("%d pointers for %d ranges", len(p.Pointers), len(m.Ranges))
 	}

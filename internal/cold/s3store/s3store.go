@@ -159,14 +159,10 @@ func (c Config) withDefaults() Config {
 // Validate reports the first problem with c (after defaults).
 func (c Config) Validate() error {
 	c = c.withDefaults()
-	u, err := url.Parse(c.Endpoint)
+	if err := validEndpoint(c.Endpoint); err != nil {
+		return err
+	}
 	switch {
-	case c.Endpoint == "":
-		return errors.New("s3store: Endpoint is required")
-	case err != nil:
-		return fmt.Errorf("s3store: Endpoint: %w", err)
-	case u.Scheme != "http" && u.Scheme != "https", u.Host == "":
-		return fmt.Errorf("s3store: Endpoint %q: want http(s)://host[:port]", c.Endpoint)
 	case c.Bucket == "":
 		return errors.New("s3store: Bucket is required")
 	case c.Prefix != "" && !strings.HasSuffix(c.Prefix, "/"):
@@ -184,6 +180,20 @@ func (c Config) Validate() error {
 		if err := cold.ValidKey(strings.TrimSuffix(c.Prefix, "/")); err != nil {
 			return fmt.Errorf("s3store: Prefix: %w", err)
 		}
+	}
+	return nil
+}
+
+// validEndpoint checks that endpoint is an http(s)://host[:port] URL.
+func validEndpoint(endpoint string) error {
+	u, err := url.Parse(endpoint)
+	switch {
+	case endpoint == "":
+		return errors.New("s3store: Endpoint is required")
+	case err != nil:
+		return fmt.Errorf("s3store: Endpoint: %w", err)
+	case u.Scheme != "http" && u.Scheme != "https", u.Host == "":
+		return fmt.Errorf("s3store: Endpoint %q: want http(s)://host[:port]", endpoint)
 	}
 	return nil
 }
@@ -338,11 +348,23 @@ func (s *Store) Put(ctx context.Context, key string, body []byte, opts cold.PutO
 	opCtx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	_, err = s.client.PutObject(opCtx, in)
-	if err != nil && opts.IfNoneMatch && statusOf(err) == http.StatusNotImplemented {
+	if err != nil && opts.IfNoneMatch {
+		if cerr := s.conditionalPutErr(ctx, key, err); cerr != nil {
+			return cerr
+		}
+	}
+	return s.mapErr(ctx, cold.OpPut, key, err)
+}
+
+// conditionalPutErr explains err, the failure of a Put with IfNoneMatch,
+// when the server does not implement the condition or broke the
+// connection over a key that exists; nil otherwise.
+func (s *Store) conditionalPutErr(ctx context.Context, key string, err error) error {
+	if statusOf(err) == http.StatusNotImplemented {
 		return fmt.Errorf("s3 Put %q: the server does not implement If-None-Match (set EmulateIfNoneMatch): %w: %w",
 			key, cold.ErrUnavailable, err)
 	}
-	if err != nil && opts.IfNoneMatch && statusOf(err) == 0 && ctx.Err() == nil {
+	if statusOf(err) == 0 && ctx.Err() == nil {
 		// No HTTP answer: the connection broke. A server may refuse a
 		// conditional Put of an existing key before reading a large body,
 		// answer 412 and drop the connection (versitygw does, without
@@ -353,7 +375,7 @@ func (s *Store) Put(ctx context.Context, key string, body []byte, opts cold.PutO
 			return fmt.Errorf("s3 Put %q: the key exists (the connection broke before the answer: %v): %w", key, err, cold.ErrExists)
 		}
 	}
-	return s.mapErr(ctx, cold.OpPut, key, err)
+	return nil
 }
 
 // Head implements cold.Store.

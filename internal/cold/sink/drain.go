@@ -121,7 +121,7 @@ func (s *Sink) drain(ctx context.Context, now bool) Report {
 	defer stop()
 
 	s.mu.Lock()
-	if !now && s.mu.degraded && s.backoff > 0 && s.now().Before(s.mu.nextProbe) {
+	if !now && s.backingOffLocked() {
 		s.mu.deferred++
 		rep := Report{Deferred: true, Remaining: s.mu.pending}
 		s.mu.Unlock()
@@ -154,17 +154,28 @@ func (s *Sink) drain(ctx context.Context, now bool) Report {
 	s.endRoundLocked(r)
 	s.mu.Unlock()
 	s.logEvents(r.events)
-	for _, err := range r.errs {
-		if err != nil {
-			rep.Err = err
-			break
-		}
-	}
+	rep.Err = firstErr(r.errs)
 	if rep.Err == nil && ctx.Err() != nil {
 		rep.Err = context.Cause(ctx)
 	}
 	rep.Remaining = s.pendingCount()
 	return rep
+}
+
+// backingOffLocked reports whether the store is degraded and its next
+// probe is not yet due: a drain that is not forced waits for it.
+func (s *Sink) backingOffLocked() bool {
+	return s.mu.degraded && s.backoff > 0 && s.now().Before(s.mu.nextProbe)
+}
+
+// firstErr returns the first non-nil error of errs.
+func firstErr(errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (s *Sink) pendingCount() int {

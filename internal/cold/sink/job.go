@@ -124,28 +124,11 @@ func checkJob(j *Job, maxBytes int64) error {
 	prev := KindPack
 	for i := range j.Objects {
 		o := &j.Objects[i]
-		if o.Kind < KindPack || o.Kind > KindPointer {
-			return fmt.Errorf("%w: object %d: kind %v not set", ErrInvalidJob, i, o.Kind)
-		}
-		if o.Kind < prev {
-			return fmt.Errorf("%w: object %d: %v after %v; order is pack, manifest, pointer", ErrInvalidJob, i, o.Kind, prev)
+		if err := checkObject(i, o, prev, seen); err != nil {
+			return err
 		}
 		prev = o.Kind
 		counts[o.Kind]++
-		if err := cold.ValidKey(o.Key); err != nil {
-			return fmt.Errorf("%w: object %d: %w", ErrInvalidJob, i, err)
-		}
-		if _, dup := seen[o.Key]; dup {
-			return fmt.Errorf("%w: object %d: key %q appears twice", ErrInvalidJob, i, o.Key)
-		}
-		seen[o.Key] = struct{}{}
-		sum := sha256.Sum256(o.Body)
-		if sum != o.Digest {
-			return fmt.Errorf("%w: object %d (%q): digest does not match body", ErrInvalidJob, i, o.Key)
-		}
-		if o.Kind.contentAddressed() && !strings.Contains(o.Key, hex.EncodeToString(sum[:])) {
-			return fmt.Errorf("%w: object %d (%q): %v key does not contain the body's SHA-256", ErrInvalidJob, i, o.Key, o.Kind)
-		}
 		total += int64(len(o.Body))
 	}
 	if counts[KindPack] == 0 || counts[KindManifest] == 0 {
@@ -153,6 +136,33 @@ func checkJob(j *Job, maxBytes int64) error {
 	}
 	if total != j.Bytes {
 		return fmt.Errorf("%w: Bytes %d, bodies sum to %d", ErrInvalidJob, j.Bytes, total)
+	}
+	return nil
+}
+
+// checkObject checks object i of a job: its kind set and in order after
+// prev, its key valid and not in seen (which it records), its digest that
+// of its body, and a content-addressed key naming that digest.
+func checkObject(i int, o *Object, prev ObjectKind, seen map[string]struct{}) error {
+	if o.Kind < KindPack || o.Kind > KindPointer {
+		return fmt.Errorf("%w: object %d: kind %v not set", ErrInvalidJob, i, o.Kind)
+	}
+	if o.Kind < prev {
+		return fmt.Errorf("%w: object %d: %v after %v; order is pack, manifest, pointer", ErrInvalidJob, i, o.Kind, prev)
+	}
+	if err := cold.ValidKey(o.Key); err != nil {
+		return fmt.Errorf("%w: object %d: %w", ErrInvalidJob, i, err)
+	}
+	if _, dup := seen[o.Key]; dup {
+		return fmt.Errorf("%w: object %d: key %q appears twice", ErrInvalidJob, i, o.Key)
+	}
+	seen[o.Key] = struct{}{}
+	sum := sha256.Sum256(o.Body)
+	if sum != o.Digest {
+		return fmt.Errorf("%w: object %d (%q): digest does not match body", ErrInvalidJob, i, o.Key)
+	}
+	if o.Kind.contentAddressed() && !strings.Contains(o.Key, hex.EncodeToString(sum[:])) {
+		return fmt.Errorf("%w: object %d (%q): %v key does not contain the body's SHA-256", ErrInvalidJob, i, o.Key, o.Kind)
 	}
 	return nil
 }

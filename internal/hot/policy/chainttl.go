@@ -320,11 +320,7 @@ func (p *ChainTTL) adopt(id, par ID) {
 	if pe.children > 0 && pe.fanout <= c.SuperFanout && p.deadUsed <= maxDeadUsed*p.deadMarked {
 		// A second child of a chain node: the branch not used since par
 		// was last used is abandoned.
-		for k := pe.kid; k != none; k = p.nodes[k].next {
-			if p.nodes[k].tick < pe.tick {
-				p.markDead(k)
-			}
-		}
+		p.abandonStale(pe)
 	}
 	e.parent, e.parentGen = par, pe.gen
 	e.next = pe.kid
@@ -337,6 +333,16 @@ func (p *ChainTTL) adopt(id, par ID) {
 		pe.fanout++
 	}
 	p.unlink(par)
+}
+
+// abandonStale marks dead the children of pe not used since pe was last
+// used.
+func (p *ChainTTL) abandonStale(pe *cnode) {
+	for k := pe.kid; k != none; k = p.nodes[k].next {
+		if p.nodes[k].tick < pe.tick {
+			p.markDead(k)
+		}
+	}
 }
 
 // markDead marks the branch under root, root included, as superseded.

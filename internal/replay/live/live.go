@@ -344,6 +344,11 @@ func (cfg *Config) defaults() error {
 	if cfg.Clock == nil {
 		cfg.Clock = realClock{}
 	}
+	return cfg.check()
+}
+
+// check checks a config with its defaults filled.
+func (cfg *Config) check() error {
 	switch {
 	case cfg.PayloadBytes < 1:
 		return fmt.Errorf("live: payload of %d bytes", cfg.PayloadBytes)

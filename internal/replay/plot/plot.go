@@ -87,20 +87,10 @@ func Build(results []replay.Result, opt Options) (*gplot.Plot, []Series, error) 
 	if len(series) == 0 {
 		return nil, nil, fmt.Errorf("plot: no results")
 	}
-	minX, maxX := math.Inf(1), math.Inf(-1)
-	var caps []float64
-	for _, s := range series {
-		for _, x := range s.X {
-			if !(x > 0) || math.IsInf(x, 0) {
-				return nil, nil, fmt.Errorf("plot: policy %s: capacity %v%% is not positive", s.Policy, x)
-			}
-			minX, maxX = min(minX, x), max(maxX, x)
-			if !slices.Contains(caps, x) {
-				caps = append(caps, x)
-			}
-		}
+	minX, maxX, caps, err := capacities(series)
+	if err != nil {
+		return nil, nil, err
 	}
-	slices.Sort(caps)
 	logX := maxX/minX >= 10
 	if opt.LogX != nil {
 		logX = *opt.LogX
@@ -170,6 +160,25 @@ func Build(results []replay.Result, opt Options) (*gplot.Plot, []Series, error) 
 	}
 	p.Y.Tick.Marker = ratioTicks(p.Y.Max)
 	return p, series, nil
+}
+
+// capacities returns the least and greatest capacity of the series and
+// every capacity once, in order; each must be positive and finite.
+func capacities(series []Series) (minX, maxX float64, caps []float64, err error) {
+	minX, maxX = math.Inf(1), math.Inf(-1)
+	for _, s := range series {
+		for _, x := range s.X {
+			if !(x > 0) || math.IsInf(x, 0) {
+				return 0, 0, nil, fmt.Errorf("plot: policy %s: capacity %v%% is not positive", s.Policy, x)
+			}
+			minX, maxX = min(minX, x), max(maxX, x)
+			if !slices.Contains(caps, x) {
+				caps = append(caps, x)
+			}
+		}
+	}
+	slices.Sort(caps)
+	return minX, maxX, caps, nil
 }
 
 // ratioTicks labels the ratio axis every 0.05 up to 0.5, every 0.1 above.

@@ -94,35 +94,52 @@ func NewTable(tenants []Tenant) (*Table, error) {
 			return nil, fmt.Errorf("%w: tenant %q has neither secrets nor cert_names, so nothing can authenticate as it", ErrConfig, tn.Name)
 		}
 		seen[tn.Name] = true
-		ids := make(map[string]bool)
-		for j, c := range tn.Secrets {
-			switch {
-			case c.ID == "":
-				return nil, fmt.Errorf("%w: tenant %q secret %d has no id", ErrConfig, tn.Name, j)
-			case ids[c.ID]:
-				return nil, fmt.Errorf("%w: tenant %q has two secrets with id %q", ErrConfig, tn.Name, c.ID)
-			case len(c.Secret) < MinSecretLen:
-				return nil, fmt.Errorf("%w: tenant %q secret %q is %d bytes; use at least %d random bytes (e.g. openssl rand -hex 32)",
-					ErrConfig, tn.Name, c.ID, len(c.Secret), MinSecretLen)
-			}
-			ids[c.ID] = true
-			d := sha256.Sum256(c.Secret)
-			if _, dup := t.secrets[d]; dup {
-				return nil, fmt.Errorf("%w: tenant %q secret %q is also another credential's secret", ErrConfig, tn.Name, c.ID)
-			}
-			t.secrets[d] = secretEntry{digest: d, tenant: tn.Name, id: c.ID, notAfter: c.NotAfter}
+		if err := t.addSecrets(tn); err != nil {
+			return nil, err
 		}
-		for _, n := range tn.CertNames {
-			if n == "" {
-				return nil, fmt.Errorf("%w: tenant %q has an empty cert name", ErrConfig, tn.Name)
-			}
-			if o, dup := t.certs[n]; dup {
-				return nil, fmt.Errorf("%w: cert name %q belongs to tenants %q and %q", ErrConfig, n, o, tn.Name)
-			}
-			t.certs[n] = tn.Name
+		if err := t.addCerts(tn); err != nil {
+			return nil, err
 		}
 	}
 	return t, nil
+}
+
+// addSecrets adds the secrets of tenant tn: each with a unique id, long
+// enough, and no other credential's secret.
+func (t *Table) addSecrets(tn Tenant) error {
+	ids := make(map[string]bool)
+	for j, c := range tn.Secrets {
+		switch {
+		case c.ID == "":
+			return fmt.Errorf("%w: tenant %q secret %d has no id", ErrConfig, tn.Name, j)
+		case ids[c.ID]:
+			return fmt.Errorf("%w: tenant %q has two secrets with id %q", ErrConfig, tn.Name, c.ID)
+		case len(c.Secret) < MinSecretLen:
+			return fmt.Errorf("%w: tenant %q secret %q is %d bytes; use at least %d random bytes (e.g. openssl rand -hex 32)",
+				ErrConfig, tn.Name, c.ID, len(c.Secret), MinSecretLen)
+		}
+		ids[c.ID] = true
+		d := sha256.Sum256(c.Secret)
+		if _, dup := t.secrets[d]; dup {
+			return fmt.Errorf("%w: tenant %q secret %q is also another credential's secret", ErrConfig, tn.Name, c.ID)
+		}
+		t.secrets[d] = secretEntry{digest: d, tenant: tn.Name, id: c.ID, notAfter: c.NotAfter}
+	}
+	return nil
+}
+
+// addCerts adds the certificate names of tenant tn, each of one tenant.
+func (t *Table) addCerts(tn Tenant) error {
+	for _, n := range tn.CertNames {
+		if n == "" {
+			return fmt.Errorf("%w: tenant %q has an empty cert name", ErrConfig, tn.Name)
+		}
+		if o, dup := t.certs[n]; dup {
+			return fmt.Errorf("%w: cert name %q belongs to tenants %q and %q", ErrConfig, n, o, tn.Name)
+		}
+		t.certs[n] = tn.Name
+	}
+	return nil
 }
 
 // Bearer authenticates a bearer secret at now.

@@ -1,0 +1,358 @@
+// The package comment continues here from doc.go: go doc joins the
+// package comments of a package's files in file-name order. This half:
+// block statuses, errors, cluster mode, limits, deadlines, the namespace
+// blob and this package.
+
+// # Block statuses
+//
+//	value name       used by   meaning
+//	0     HIT        GET       bytes follow
+//	1     MISS       GET       absent, expired, or under another namespace: no bytes
+//	                 DELETE    nothing to delete
+//	2     STORED     PUT       published
+//	3     EXISTS     PUT,      the key is already cached; payload discarded
+//	                 PUT_OPAQUE
+//	4     TOO_LARGE  PUT       larger than MaxPayload or the largest size class; discarded
+//	5     NO_SPACE   PUT       nothing evictable; discarded
+//	6     DELETED    DELETE    removed
+//	7     BUSY       DELETE    leased, being written, or still pinned by a reader after 2 s; not removed
+//	8     FENCED     FILL_*    the token's epoch is stale; nothing stored
+//	9     NOT_LEADER FILL_*    the token is not the fill's current turn
+//	10    ABORTED    FILL_ABORT the turn passed on
+//	11    KEY_MISMATCH PUT, FILL_COMMIT, PUT_OPAQUE  the key does not derive from the
+//	                 block's identity, or the identity is invalid; discarded
+//	12    READ_ONLY  PUT, PUT_OPAQUE  version 4: the node's control plane is
+//	                 unreachable (read-only or unknown mode); discarded
+//
+// In versions 1, 2 and 3, a status greater than 11 is MALFORMED; in version
+// 4, one greater than 12. A GET answer carries only HIT and MISS. A server
+// never sends READ_ONLY to a session before version 4: it answers NO_SPACE
+// there, as it always did in those modes.
+//
+// # Errors
+//
+// A request that fails as a whole gets an error response instead of its
+// normal response. The header of an error response is:
+//   - frame version FrameVersion (1), like every frame;
+//   - flags RESPONSE|ERROR;
+//   - the request's opcode and request id. When the header itself could not
+//     be parsed (BAD_MAGIC), opcode and request id are 0.
+//
+// The body of an error response:
+//
+//	u16  code
+//	str  message          for humans; at most 256 bytes, possibly truncated
+//	trailing field, by code:
+//	u64  epoch            WRONG_EPOCH: required; the refusing node's current epoch
+//	u32  retry_after_ms   any other code: optional, sent only with RATE_LIMITED;
+//	                      > 0 (a zero is MALFORMED: omit it)
+//
+// Which trailing field applies depends on the code: a WRONG_EPOCH body ends
+// with exactly the 8-byte epoch and carries no retry-after; any other body
+// ends after the message or after the 4-byte retry-after. Any other
+// trailing bytes are MALFORMED.
+//
+// The error codes, and what happens to the connection after each:
+//
+//	code name                 connection  meaning
+//	0    OK                   -           never sent
+//	1    BAD_MAGIC            closes      the frame does not start with "GPUC"
+//	2    UNSUPPORTED_VERSION  stays       header version byte is not FrameVersion (1), or no
+//	                                      common version in HELLO
+//	3    UNKNOWN_OPCODE       stays       opcode not defined, or defined in a later version
+//	                                      than the session's
+//	4    FRAME_TOO_LARGE      closes      body length > MaxFrame
+//	5    MALFORMED            stays       body did not decode; reserved header bytes
+//	                                      or flags set; body too long for its opcode
+//	6    BATCH_TOO_LARGE      stays       a list count > its limit
+//	7    TOO_MANY_IN_FLIGHT   -           reserved: never sent, the server applies backpressure
+//	8    INVALID_IDENTITY     stays       namespace blob did not decode or validate
+//	9    TENANT_MISMATCH      stays       namespace tenant is not the session tenant, or
+//	                                      a later HELLO names another tenant
+//	10   HELLO_REQUIRED       stays       a request other than HELLO before the session
+//	11   PAYLOAD_TOO_LARGE    -           reserved: never sent, a PUT block over MaxPayload
+//	                                      gets status TOO_LARGE
+//	12   SHUTTING_DOWN        stays       not executed: the server is draining and will close
+//	                                      the connection; retry on another node
+//	13   INTERNAL             stays       server bug
+//	14   TIMEOUT              stays       a server-side deadline passed; treat as a miss
+//	15   UNAUTHENTICATED      stays       HELLO credential missing, unknown, expired or of another
+//	                                      tenant; or the session's credential was revoked or
+//	                                      expired (send HELLO again); three failed HELLOs close
+//	16   DENIED               stays       the tenant lacks the right the operation needs
+//	17   RATE_LIMITED         stays       over quota; not executed; retry after retry_after_ms
+//	18   REPLAY               stays       mutating request unstamped, outside the window,
+//	                                      with a reused nonce, or beyond what the tenant's
+//	                                      nonce memory vouches for (retry with a fresh stamp)
+//	19   WRONG_EPOCH          stays       version 2 only: a key of the request is not this
+//	                                      node's under its current epoch (the trailing u64);
+//	                                      not executed; refresh the view and retry once (see
+//	                                      "Cluster mode (version 2)")
+//
+// BAD_MAGIC and FRAME_TOO_LARGE are fatal (Code.Fatal). The stream cannot be
+// resynchronised safely after them:
+//   - after a bad magic, the frame boundaries are lost;
+//   - an oversized body would have to be read in order to be skipped, and
+//     refusing to read it is what the limit is for.
+//
+// For either code, the server sends the error response on a best-effort
+// basis, stops reading and closes the connection.
+//
+// Every other error leaves the connection usable. When the server rejects a
+// request by its header, it reads and discards exactly body_length bytes.
+// This is safe because the length has already been checked against MaxFrame.
+//
+// The server checks a request header in this order, and the first failure
+// decides the answer:
+//
+//  1. magic: BAD_MAGIC (fatal);
+//  2. body length <= MaxFrame: FRAME_TOO_LARGE (fatal);
+//  3. reserved bytes are zero: MALFORMED;
+//  4. version byte is FrameVersion (1): UNSUPPORTED_VERSION;
+//  5. flags: MALFORMED;
+//  6. opcode is defined (1..13): UNKNOWN_OPCODE.
+//
+// After the header, a request other than HELLO or PING before a successful
+// HELLO is HELLO_REQUIRED, and an opcode of a later version than the
+// session's is UNKNOWN_OPCODE; both skip the body.
+//
+// DecodeHeader performs checks 1 and 3. After check 3 fails, it still
+// returns the parsed header with its error. Limits.CheckRequest performs
+// checks 2, 4, 5 and 6. So a server that gets MALFORMED from DecodeHeader
+// must still check the body length before it skips the body. A header whose
+// reserved bytes are nonzero and whose body length is over MaxFrame is
+// fatal.
+//
+// The reference server (internal/server) does not send SHUTTING_DOWN or
+// TIMEOUT yet. When it drains, it answers the requests it has already read
+// and then closes the connection. TIMEOUT is meant for operations that have
+// their own deadline, such as a cold-tier refill. Clients handle both codes.
+//
+// A client treats any code it does not know as a non-fatal failure of that
+// one request.
+//
+// # Cluster mode (version 2)
+//
+// A cluster is a set of nodes, its members, that share a view: an epoch and
+// the members. Epochs only grow. Every key has one owner under a view,
+// computed by placement (below). Nodes learn the view from the control plane
+// (ADR 0007); clients learn it from the nodes, with MEMBERS (ADR 0008).
+//
+// Ownership. A node checks ownership only for a version-2 or version-3
+// session (below, "version-2 session" means either), and not
+// in the unknown control mode (there is no view to check against):
+//   - LOOKUP, GET, DELETE, ACQUIRE, PUT and PUT_OPAQUE: every key of the
+//     request (of PUT and PUT_OPAQUE: every entry's key) is checked against one view, after the body
+//     has decoded and the namespace has passed its checks. If any key is not
+//     owned by this node under its current view, the whole request is
+//     refused with WRONG_EPOCH carrying that view's epoch, and nothing of it
+//     is executed. A refused PUT's payload bytes are skipped. A node that is
+//     draining, or absent from its own view, owns no key.
+//   - FILL_COMMIT, FILL_ABORT and WAIT are not checked: their tokens were
+//     granted by this node. They are fenced by epoch instead: each newer
+//     view advances the node's fill epoch, and fills granted under an older
+//     epoch are FENCED, except when the node is draining in the new view. A
+//     draining node thus finishes the fills it granted. A node absent from
+//     the new view (isolated, or its lease expired) fences them: its keys
+//     have new owners.
+//   - HELLO, PING, STAT and MEMBERS are not checked.
+//
+// Version-1 sessions are never checked and never get WRONG_EPOCH: they are
+// served from the node's local hot tier. The control mode applies to them
+// too, and a node that is draining or absent from its view starts no fill
+// for them: ACQUIRE answers HIT for a cached block and DENIED otherwise.
+//
+// The client's rule. On WRONG_EPOCH with epoch e, the client fetches MEMBERS
+// from the refusing node, whose epoch is >= e, installs that view if it is
+// newer than its own, re-routes the refused keys and retries once. A second
+// refusal is a miss: no payload, nothing stored, compute the block yourself.
+// The reference client also refreshes its view in the background, every 2 s
+// by default.
+//
+// Control modes. A node also tracks whether its view can be trusted (ADR
+// 0008): live while the control plane answers; read-only from the first
+// failed probe until the grace (control_grace, default 10 s) after the last
+// success; unknown after that. The mode changes what these operations
+// answer:
+//
+//	op       live    read-only                          unknown
+//	LOOKUP   served  served                             hits 0, no lease
+//	GET      served  served                             every key MISS; a named lease
+//	                                                    is still released
+//	PUT      served  NO_SPACE for every block;          NO_SPACE for every block;
+//	                 nothing stored                     nothing stored
+//	ACQUIRE  served  HIT for a cached block, DENIED     DENIED for every key
+//	                 otherwise; no fill starts
+//	DELETE   served  served                             served
+//
+// Ownership is checked, as above, in live and read-only mode, before the
+// mode applies. HELLO, PING, STAT, MEMBERS, FILL_COMMIT, FILL_ABORT and WAIT
+// are answered the same in every mode.
+//
+// Placement. The owner of a key is computed by the weighted rendezvous
+// contract in internal/control/placement.go. It is part of the wire
+// contract: clients and nodes of every version and language compute exactly
+// this, and changing any step moves keys and needs a protocol version bump.
+// For member m of the view (id, capacity as in MEMBERS) and a key:
+//
+//	seed(m)     = FNV-1a 64 over the bytes of m.ID
+//	                (offset 0xcbf29ce484222325, prime 0x100000001b3)
+//	k(key)      = little-endian uint64 of key[0:8]
+//	                (keys are SHA-256 outputs, so these bits are uniform)
+//	h(m, key)   = mix64(k ^ seed(m)), mix64 the SplitMix64 finalizer:
+//	                z ^= z >> 30; z *= 0xbf58476d1ce4e5b9
+//	                z ^= z >> 27; z *= 0x94d049bb133111eb
+//	                z ^= z >> 31
+//	u           = (float64(h >> 12) + 0.5) / 2^52      in (0, 1), exact
+//	w(m)        = float64(m.CapacityBytes) / 2^30       exact scaling
+//	score(m, k) = -w(m) / ln(u)                        IEEE-754 binary64
+//
+// The owner of a key is the active (not DRAINING) member with the highest
+// score; equal scores go to the smaller ID (byte order). Draining members
+// own nothing. Under a view with no active member no key has an owner: a
+// node refuses every key of a version-2 session, and a client treats every
+// key as a miss. The only non-exact step is ln: two implementations whose ln
+// differ in the last bit can disagree only when two scores are within an ulp
+// of each other, and the disagreement costs a WRONG_EPOCH round trip and
+// then a miss, never a wrong payload.
+// internal/control/testdata/placement_golden.json gives golden vectors.
+//
+// # Limits
+//
+// There are two kinds of limit. The server announces the first four in HELLO
+// and enforces them. The others are fixed by the protocol, and every
+// decoder enforces them.
+//
+//	MaxFrame         announced  largest body, either direction. Default 65 MiB
+//	                            (DefaultMaxFrame = 64 MiB of payload + 1 MiB)
+//	MaxBatch         announced  most entries in a request list or response
+//	                            table. Default 1024
+//	MaxInFlight      announced  most requests in flight on one connection.
+//	                            Default 64
+//	MaxPayload       announced  largest payload of one block. Set by the
+//	                            server's hot tier (64 MiB by default, ADR 0015)
+//	MaxStringLen     fixed      256 bytes per str
+//	MaxNamespaceLen  fixed      4096 bytes per namespace blob
+//	                            (identity.MaxCanonicalLen)
+//	MaxPingLen       fixed      1024 bytes of PING body
+//	MaxStatEntries   fixed      256 STAT entries
+//	MaxMembers       fixed      4096 members in a MEMBERS response
+//	MaxBlockTokens   fixed      65536 token ids per PUT or FILL_COMMIT entry
+//	MaxRequestTokens fixed      1 << 20 token ids per PUT or FILL_COMMIT table
+//
+// The server also bounds each request body by the largest valid body of its
+// opcode, so that it never buffers more than a request can need. It skips a
+// longer body without storing it and answers MALFORMED. For PUT, the bound
+// applies to the table (4 + 4096 + 4 + 88 × MaxBatch + 4 × MaxRequestTokens
+// bytes; FILL_COMMIT: 108 × MaxBatch in place of 88 × MaxBatch), and a
+// longer table is answered BATCH_TOO_LARGE.
+//
+// A request is in flight from the moment the server has read its header until
+// its response has been written. When a connection has MaxInFlight requests
+// in flight, the server stops reading from it: this is backpressure, not an
+// error. TCP flow control then stalls the client's writes. The client gets no
+// error, and TOO_MANY_IN_FLIGHT is never sent. A client should keep at most
+// MaxInFlight requests outstanding per connection, and open more connections
+// to go further.
+//
+// # Deadlines
+//
+// Deadlines are not part of the byte format, but both sides must apply them;
+// nothing may wait forever.
+//
+// The server bounds:
+//   - the idle time between requests: it closes an idle connection without a
+//     response;
+//   - the time to read one frame once its header has begun;
+//   - the time to write its responses;
+//   - the time from connecting (TLS handshake included) to a successful
+//     HELLO, and again from a session's end (UNAUTHENTICATED) to the next
+//     HELLO: a client sends HELLO at once.
+//
+// If a deadline passes in the middle of a frame, the server closes the
+// connection, because the stream is out of sync. The reference server
+// (internal/server) uses 5 minutes idle, 30 s per frame read (from the
+// frame's first byte), 30 s per write and 5 s to HELLO by default. It also
+// closes, on accept, a connection from a source address that already has
+// too many connections without a session (64 by default), and answers
+// RATE_LIMITED, with a retry-after, to a request it has no memory for
+// (its request-buffer budget is exhausted): the request is not executed.
+//
+// A client puts a deadline on every request. When a deadline passes, the
+// client treats the request as a miss: no payload, recompute. The response
+// may still arrive afterwards. The client either discards it by request id
+// or closes the connection.
+//
+// TIMEOUT is the server's answer when one of its own operation deadlines (for
+// example a cold-tier refill) passes before the request completes.
+//
+// # Namespace blob
+//
+// The namespace blob is exactly the canonical encoding of an
+// identity.Namespace (internal/identity, doc.go). In this encoding, every
+// field is
+//
+//	u8 tag | u32 length | value
+//
+// in tag order, with no field omitted. The whole encoding is
+//
+//	"GCNS" | u8 version (1) | u8 field count (15) | fields
+//
+// with these fields:
+//
+//	tag field               value
+//	1   tenant              UTF-8, 1..256 bytes
+//	2   trust_domain        UTF-8, 1..256 bytes
+//	3   model_id            UTF-8, 1..256 bytes
+//	4   config_revision     UTF-8, 1..256 bytes
+//	5   tokenizer_revision  UTF-8, 1..256 bytes
+//	6   adapter             UTF-8, 0..256 bytes (empty: base model)
+//	7   rope                UTF-8, 1..256 bytes
+//	8   dtype               UTF-8, 1..256 bytes
+//	9   quantization        UTF-8, 1..256 bytes
+//	10  layout.format       UTF-8, 1..256 bytes
+//	11  tp                  u32 rank | u32 size     (rank < size)
+//	12  pp                  u32 rank | u32 size     (rank < size)
+//	13  layers              u32 start | u32 count   (count >= 1, start+count < 2^32)
+//	14  heads               u32 kv_heads | u32 head_dim  (both >= 1)
+//	15  block_tokens        u32                     (1..65536)
+//
+// The namespace digest is SHA-256 of this encoding. A block key is
+//
+//	SHA-256("gpucache/blockkey/v1\x00" | namespace digest | parent key |
+//	        u32 valid_length | u32 token count | u32 token id ...)
+//
+// with the all-zero key as the parent of a chain's first block. Clients
+// compute keys; the server recomputes the key of every block written (PUT,
+// FILL_COMMIT) and compares it, and only compares keys on reads. internal/identity/testdata/
+// golden.json gives vectors for the namespace encoding, the digest and the
+// keys, and its README.md describes them for other languages.
+//
+// # This package
+//
+// The types mirror the layouts above: Header, the request and response
+// messages (MembersResponse for MEMBERS), and Error for error bodies and for
+// every decoding failure (Error.Epoch carries WRONG_EPOCH's epoch,
+// Error.RetryAfter the retry-after). Opcode.Since is the version that
+// introduced an opcode. For a body that carries payloads, AppendMeta,
+// MetaLen and CheckPayload frame the table.
+//
+// Decoders return a *Error with code MALFORMED or BATCH_TOO_LARGE; test for
+// a code with
+//
+//	errors.Is(err, &wire.Error{Code: wire.CodeMalformed})
+//
+// Decoders copy what they return, except the Namespace field of LookupRequest,
+// GetRequest, PutRequest and DeleteRequest, which aliases the input buffer.
+// A decoder that fills a list (Keys, Blocks, Members) reuses the backing
+// array the message already holds when it is large enough, so a message
+// decoded into again and again does not allocate; the previous contents are
+// overwritten.
+// Encoders (AppendTo) do not check limits: the caller keeps strings, lists
+// and blobs within them. The one exception is Error.AppendTo, which truncates
+// the message to MaxStringLen.
+//
+// Every decoder has a fuzz target (fuzz_test.go). Each target checks that
+// the decoder never panics, that its errors are typed, and that a successful
+// decode is canonical.
+package wire
