@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/gpucache/gpucache/api/wire"
-	"github.com/gpucache/gpucache/internal/servertest"
+	"github.com/gpucache/gpucache/internal/server/servertest"
 )
 
 // BenchmarkRoutedGet is the cost of cluster routing end to end: one GET of

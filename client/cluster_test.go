@@ -12,7 +12,7 @@ import (
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/control"
 	"github.com/gpucache/gpucache/internal/server"
-	"github.com/gpucache/gpucache/internal/servertest"
+	"github.com/gpucache/gpucache/internal/server/servertest"
 )
 
 // tnode is one real in-process server of a test cluster.

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/gpucache/gpucache/api/wire"
-	"github.com/gpucache/gpucache/internal/servertest"
+	"github.com/gpucache/gpucache/internal/server/servertest"
 )
 
 // BenchmarkStampede: 32 clients need the same uncached 64-block chain at

@@ -13,7 +13,7 @@ import (
 
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/server"
-	"github.com/gpucache/gpucache/internal/servertest"
+	"github.com/gpucache/gpucache/internal/server/servertest"
 )
 
 // blockPayload is the deterministic KV payload of a block: what any engine

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/gpucache/gpucache/api/wire"
-	"github.com/gpucache/gpucache/internal/servertest"
+	"github.com/gpucache/gpucache/internal/server/servertest"
 )
 
 // testCtx bounds a whole test's calls.

@@ -10,7 +10,7 @@ import (
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/control"
 	"github.com/gpucache/gpucache/internal/server"
-	"github.com/gpucache/gpucache/internal/servertest"
+	"github.com/gpucache/gpucache/internal/server/servertest"
 )
 
 // The servers the Example functions talk to, started by TestMain: one

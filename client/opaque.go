@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/api/wire"
-	"github.com/gpucache/gpucache/internal/identity"
 )
 
 // OpaqueKey is the key of the opaque-key block name under the namespace

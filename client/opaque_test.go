@@ -10,7 +10,7 @@ import (
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/control"
 	"github.com/gpucache/gpucache/internal/server"
-	"github.com/gpucache/gpucache/internal/servertest"
+	"github.com/gpucache/gpucache/internal/server/servertest"
 )
 
 // TestPutOpaque: a block stored by name is read back by its OpaqueKey, a

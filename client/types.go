@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/api/wire"
-	"github.com/gpucache/gpucache/internal/identity"
 )
 
 // Identity types, re-exported so that users of the client need import only

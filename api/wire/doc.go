@@ -108,7 +108,7 @@
 //
 //	06 32 96 1c f2 ca 86 18 f0 e1 d2 c3 b4 a5 96 87 78 69 5a 4b 3c 2d 1e 0f
 //
-// internal/security/replay/testdata/stamp_golden.json gives more vectors.
+// internal/security/antireplay/testdata/stamp_golden.json gives more vectors.
 // Before ADR 0012 the Go client and server wrote unix_nanos big-endian,
 // against this rule; a server now refuses such a stamp (REPLAY, whose
 // message says the stamp reads as big-endian, or MALFORMED when the
@@ -510,7 +510,7 @@
 //	        u32 name length | name)
 //
 // (identity.OpaqueKey, its own domain, so it never equals a token-chain
-// key; internal/identity/testdata/golden.json gives vectors). GET, LOOKUP
+// key; api/identity/testdata/golden.json gives vectors). GET, LOOKUP
 // and DELETE read and remove opaque-key blocks by key like any other. The
 // body is laid out as PUT's:
 //

@@ -289,7 +289,7 @@
 // # Namespace blob
 //
 // The namespace blob is exactly the canonical encoding of an
-// identity.Namespace (internal/identity, doc.go). In this encoding, every
+// identity.Namespace (api/identity, doc.go). In this encoding, every
 // field is
 //
 //	u8 tag | u32 length | value
@@ -324,7 +324,7 @@
 //
 // with the all-zero key as the parent of a chain's first block. Clients
 // compute keys; the server recomputes the key of every block written (PUT,
-// FILL_COMMIT) and compares it, and only compares keys on reads. internal/identity/testdata/
+// FILL_COMMIT) and compares it, and only compares keys on reads. api/identity/testdata/
 // golden.json gives vectors for the namespace encoding, the digest and the
 // keys, and its README.md describes them for other languages.
 //

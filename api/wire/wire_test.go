@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/api/wire"
-	"github.com/gpucache/gpucache/internal/identity"
 )
 
 // wantCode fails unless err is a *wire.Error with code c.

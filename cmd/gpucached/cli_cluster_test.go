@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpucache/gpucache/internal/etcdtest"
+	"github.com/gpucache/gpucache/internal/control/etcdmember/etcdtest"
 )
 
 // TestCLIAgainstEtcdCluster is issue 15's acceptance for the CLI: the

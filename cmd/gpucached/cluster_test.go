@@ -16,7 +16,7 @@ import (
 
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/client"
-	"github.com/gpucache/gpucache/internal/etcdtest"
+	"github.com/gpucache/gpucache/internal/control/etcdmember/etcdtest"
 )
 
 // The cluster tests run real gpucached processes against a real etcd (the

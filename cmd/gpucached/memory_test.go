@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/api/wire"
-	"github.com/gpucache/gpucache/internal/identity"
-	"github.com/gpucache/gpucache/internal/security/replay"
+	"github.com/gpucache/gpucache/internal/security/antireplay"
 )
 
 // Settings of the node under attack, and what the attack sends.
@@ -192,7 +192,7 @@ func attackPrefix(t *testing.T, tenant string, op wire.Opcode) []byte {
 	h := wire.Header{Version: wire.FrameVersion, Op: op, Flags: wire.FlagStamped, RequestID: 1,
 		BodyLen: wire.StampSize + 4 + attackTable + 4096}
 	b := h.Append(nil)
-	b = replay.NewStamp(time.Now(), nonce).Append(b)
+	b = antireplay.NewStamp(time.Now(), nonce).Append(b)
 	b = binary.LittleEndian.AppendUint32(b, attackTable)
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(blob)))
 	return append(b, blob...)

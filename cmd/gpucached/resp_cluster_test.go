@@ -18,11 +18,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/internal/cold/s3store/s3test"
 	"github.com/gpucache/gpucache/internal/config"
 	"github.com/gpucache/gpucache/internal/control"
-	"github.com/gpucache/gpucache/internal/etcdtest"
-	"github.com/gpucache/gpucache/internal/identity"
+	"github.com/gpucache/gpucache/internal/control/etcdmember/etcdtest"
 )
 
 // The RESP cluster test (issue 13, acceptance "Cluster forwarding"): three

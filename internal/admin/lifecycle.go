@@ -11,10 +11,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/internal/cold"
 	"github.com/gpucache/gpucache/internal/cold/lifecycle"
 	"github.com/gpucache/gpucache/internal/cold/pack"
-	"github.com/gpucache/gpucache/internal/identity"
 )
 
 // Lifecycle runs the cold tier's lifecycle operations (package

@@ -11,7 +11,7 @@ import (
 
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/client"
-	"github.com/gpucache/gpucache/internal/servertest"
+	"github.com/gpucache/gpucache/internal/server/servertest"
 )
 
 var (

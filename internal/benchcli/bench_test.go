@@ -15,7 +15,7 @@ import (
 	"github.com/gpucache/gpucache/internal/cli"
 	"github.com/gpucache/gpucache/internal/control"
 	"github.com/gpucache/gpucache/internal/server"
-	"github.com/gpucache/gpucache/internal/servertest"
+	"github.com/gpucache/gpucache/internal/server/servertest"
 )
 
 func TestUsageErrors(t *testing.T) {

@@ -12,12 +12,12 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/internal/cli"
 	"github.com/gpucache/gpucache/internal/cold"
 	"github.com/gpucache/gpucache/internal/cold/pack"
 	"github.com/gpucache/gpucache/internal/cold/refill"
 	"github.com/gpucache/gpucache/internal/cold/sink"
-	"github.com/gpucache/gpucache/internal/identity"
 )
 
 // runColdDemo publishes a pack to a local-directory cold tier through the

@@ -11,7 +11,7 @@ import (
 
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/cli"
-	"github.com/gpucache/gpucache/internal/servertest"
+	"github.com/gpucache/gpucache/internal/server/servertest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

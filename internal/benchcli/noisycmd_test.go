@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/gpucache/gpucache/api/wire"
-	"github.com/gpucache/gpucache/internal/servertest"
+	"github.com/gpucache/gpucache/internal/server/servertest"
 )
 
 // TestNoisyCommand runs `gpucache-bench noisy` briefly against a server with two

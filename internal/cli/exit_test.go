@@ -12,7 +12,7 @@ import (
 	"github.com/gpucache/gpucache/internal/control"
 	"github.com/gpucache/gpucache/internal/security/tlsconf/tlstest"
 	"github.com/gpucache/gpucache/internal/server"
-	"github.com/gpucache/gpucache/internal/servertest"
+	"github.com/gpucache/gpucache/internal/server/servertest"
 )
 
 // writeSecret writes secret to a file and returns its path.

@@ -11,7 +11,7 @@ import (
 	"github.com/gpucache/gpucache/internal/control"
 	"github.com/gpucache/gpucache/internal/security/tlsconf/tlstest"
 	"github.com/gpucache/gpucache/internal/server"
-	"github.com/gpucache/gpucache/internal/servertest"
+	"github.com/gpucache/gpucache/internal/server/servertest"
 )
 
 // TestReadOnlyExitCode: a PUT to a node that lost its control plane says

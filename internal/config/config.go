@@ -613,7 +613,7 @@ func (c Config) validateLog() error {
 }
 
 // ColdBlockOverhead is the metadata allowance the write-behind charges one
-// evicted block on top of its payload, at most (coldtier.MaxBlockOverhead):
+// evicted block on top of its payload, at most (tier.MaxBlockOverhead):
 // cold_pending must hold hot_max_class plus this.
 const ColdBlockOverhead ByteSize = 1 << 20
 

@@ -3,7 +3,7 @@ package config
 import (
 	"fmt"
 
-	"github.com/gpucache/gpucache/internal/identity"
+	"github.com/gpucache/gpucache/api/identity"
 )
 
 // The RESP2 endpoint (issue 13; docs/PROTOCOL.md, "RESP2 endpoint").

@@ -201,7 +201,7 @@ func hostIsLoopback(addr string) bool {
 
 // validateReplayBudgets checks the replay window's future bound and nonce
 // budgets: each tenant has its own, and with authentication the total
-// must hold every configured tenant's (see internal/security/replay).
+// must hold every configured tenant's (see internal/security/antireplay).
 func (c Config) validateReplayBudgets() error {
 	if c.ReplayMaxFuture <= 0 || c.ReplayMaxFuture > c.ReplayWindow {
 		return invalidf("replay_max_future %s not in (0, replay_window %s]", c.ReplayMaxFuture, c.ReplayWindow)

@@ -5,7 +5,7 @@ import (
 	"math"
 	"sort"
 
-	"github.com/gpucache/gpucache/internal/identity"
+	"github.com/gpucache/gpucache/api/identity"
 )
 
 // Placement contract (wire level: clients and nodes of every version and

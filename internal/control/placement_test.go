@@ -14,7 +14,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/gpucache/gpucache/internal/identity"
+	"github.com/gpucache/gpucache/api/identity"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/placement_golden.json")

@@ -9,14 +9,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/cold"
 	"github.com/gpucache/gpucache/internal/cold/refill"
 	"github.com/gpucache/gpucache/internal/cold/s3store"
-	"github.com/gpucache/gpucache/internal/coldtier"
+	"github.com/gpucache/gpucache/internal/cold/tier"
 	"github.com/gpucache/gpucache/internal/config"
 	"github.com/gpucache/gpucache/internal/degrade"
-	"github.com/gpucache/gpucache/internal/identity"
 )
 
 // coldConnectBackoff bounds the wait between background checks of a cold
@@ -29,7 +29,7 @@ const (
 // coldNode is the node's cold tier and what the daemon knows about its
 // store: whether it answered, for /readyz, STAT and the logs.
 type coldNode struct {
-	tier *coldtier.Tier
+	tier *tier.Tier
 	// store is the tier's store, for the admin lifecycle endpoints; nil
 	// when the cold tier is off.
 	store cold.Store
@@ -45,8 +45,8 @@ type coldNode struct {
 // coldTierConfig is the cold tier's config over store: pending bytes,
 // index, refill budget, seal keys with their integrity audit, encryption
 // and compression.
-func coldTierConfig(cfg config.Config, store cold.Store, log *slog.Logger, sec *secure, faults *degrade.Registry) (coldtier.Config, error) {
-	tcfg := coldtier.Config{Store: store, PendingBytes: int64(cfg.ColdPending), Logger: log, Faults: faults}
+func coldTierConfig(cfg config.Config, store cold.Store, log *slog.Logger, sec *secure, faults *degrade.Registry) (tier.Config, error) {
+	tcfg := tier.Config{Store: store, PendingBytes: int64(cfg.ColdPending), Logger: log, Faults: faults}
 	indexConfig(&tcfg, cfg) // coldindex.go
 	// A refill may download one hot_max_class block (ADR 0015).
 	tcfg.Refill.Budget = max(refill.Default().Budget, int64(cfg.HotMaxClass))
@@ -116,7 +116,7 @@ func openColdStore(ctx context.Context, cfg config.Config, cn *coldNode) (cold.S
 	return nil, nil, fmt.Errorf("cold tier: unknown cold_store %q", cfg.ColdStore)
 }
 
-// run runs the tier's write-behind (coldtier.Tier.Run, which flushes what
+// run runs the tier's write-behind (tier.Tier.Run, which flushes what
 // is pending when ctx ends) and, if the store was unreachable at start,
 // checks it in the background until it answers. It returns when both are
 // done.
@@ -129,7 +129,7 @@ func (c *coldNode) run(ctx context.Context, flushEvery time.Duration) {
 		wg.Go(func() { c.connect(ctx) })
 	}
 	wg.Go(func() { c.tier.RunIndex(ctx) })     // coldindex.go
-	wg.Go(func() { c.tier.RunColdUsage(ctx) }) // per-tenant cold bytes (coldtier/quota.go)
+	wg.Go(func() { c.tier.RunColdUsage(ctx) }) // per-tenant cold bytes (cold/tier/quota.go)
 	c.tier.Run(ctx, flushEvery)
 	wg.Wait()
 }

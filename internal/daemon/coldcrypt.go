@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/gpucache/gpucache/internal/cold/crypt"
-	"github.com/gpucache/gpucache/internal/coldtier"
+	"github.com/gpucache/gpucache/internal/cold/tier"
 	"github.com/gpucache/gpucache/internal/config"
 )
 
@@ -55,7 +55,7 @@ func (s *secure) rotateColdKey(next config.Config) error {
 
 // coldCryptConfig sets the tier's encryption and compression from the
 // config and the node's cold keyring.
-func coldCryptConfig(tcfg *coldtier.Config, cfg config.Config, sec *secure) error {
+func coldCryptConfig(tcfg *tier.Config, cfg config.Config, sec *secure) error {
 	if sec != nil && sec.coldKeys != nil {
 		tcfg.Crypt = sec.coldKeys
 	}

@@ -4,10 +4,10 @@ import (
 	"context"
 	"time"
 
+	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/api/wire"
-	"github.com/gpucache/gpucache/internal/coldtier"
+	"github.com/gpucache/gpucache/internal/cold/tier"
 	"github.com/gpucache/gpucache/internal/config"
-	"github.com/gpucache/gpucache/internal/identity"
 	"github.com/gpucache/gpucache/internal/server"
 )
 
@@ -17,7 +17,7 @@ import (
 const clusterIndexRescan = time.Minute
 
 // indexConfig sets the presence index's bounds from the config.
-func indexConfig(tc *coldtier.Config, cfg config.Config) {
+func indexConfig(tc *tier.Config, cfg config.Config) {
 	tc.IndexMax = cfg.ColdIndexMax
 	switch r := cfg.ColdIndexRescan; {
 	case r > 0:
@@ -52,7 +52,7 @@ func wireColdIndex(scfg *server.Config, cn *coldNode) {
 
 // indexStats are the presence index's and the deletes' STAT entries
 // (gauges are listed in internal/admin's gauges map).
-func indexStats(st coldtier.Stats) []wire.StatEntry {
+func indexStats(st tier.Stats) []wire.StatEntry {
 	b := uint64(0)
 	if st.IndexReady {
 		b = 1

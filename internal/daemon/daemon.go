@@ -10,15 +10,15 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/cold"
-	"github.com/gpucache/gpucache/internal/coldtier"
+	"github.com/gpucache/gpucache/internal/cold/tier"
 	"github.com/gpucache/gpucache/internal/config"
 	"github.com/gpucache/gpucache/internal/degrade"
 	"github.com/gpucache/gpucache/internal/directory"
 	"github.com/gpucache/gpucache/internal/hot"
 	"github.com/gpucache/gpucache/internal/hot/policy"
-	"github.com/gpucache/gpucache/internal/identity"
 	"github.com/gpucache/gpucache/internal/server"
 	"github.com/gpucache/gpucache/internal/version"
 )
@@ -125,11 +125,11 @@ func (n *Node) logServing() {
 		"classes", cfg.HotMinClass.String()+".."+cfg.HotMaxClass.String(), "prefault", cfg.HotPrefault, "policy", cfg.HotPolicy, "version", Version)
 }
 
-// spillBlocks runs the drain spill (coldtier.Tier.Spill) over the hot
+// spillBlocks runs the drain spill (tier.Tier.Spill) over the hot
 // tier, bounded by budget within ctx, and logs what it did. A spill cut
 // short loses nothing that was not already going to be lost: the blocks
 // it did not write are recomputed, as without a spill.
-func spillBlocks(ctx context.Context, budget time.Duration, tier *coldtier.Tier, store *hot.Store, log *slog.Logger) {
+func spillBlocks(ctx context.Context, budget time.Duration, tier *tier.Tier, store *hot.Store, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
 	start := time.Now()

@@ -8,13 +8,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/admin"
 	"github.com/gpucache/gpucache/internal/cold"
 	"github.com/gpucache/gpucache/internal/cold/pack"
 	"github.com/gpucache/gpucache/internal/config"
 	"github.com/gpucache/gpucache/internal/hot"
-	"github.com/gpucache/gpucache/internal/identity"
 	"github.com/gpucache/gpucache/internal/server"
 )
 

@@ -13,13 +13,13 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/internal/admin"
-	"github.com/gpucache/gpucache/internal/coldtier"
+	"github.com/gpucache/gpucache/internal/cold/tier"
 	"github.com/gpucache/gpucache/internal/config"
 	"github.com/gpucache/gpucache/internal/directory"
 	"github.com/gpucache/gpucache/internal/hot"
 	"github.com/gpucache/gpucache/internal/hot/policy"
-	"github.com/gpucache/gpucache/internal/identity"
 	"github.com/gpucache/gpucache/internal/server"
 )
 
@@ -262,7 +262,7 @@ func (n *Node) startCold(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	tier, err := coldtier.New(tcfg)
+	tier, err := tier.New(tcfg)
 	if err != nil {
 		return fmt.Errorf("cold tier: %w", err)
 	}
@@ -271,7 +271,7 @@ func (n *Node) startCold(ctx context.Context) error {
 		return fmt.Errorf("cold tier: %w", err)
 	}
 	// Deletes through cn.store (the admin lifecycle's) keep the tenants'
-	// cold bytes current (coldtier/quota.go).
+	// cold bytes current (cold/tier/quota.go).
 	cn.tier, cn.store = tier, tier.AccountedStore()
 	return nil
 }

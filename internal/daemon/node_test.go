@@ -12,7 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/gpucache/gpucache/internal/config"
-	"github.com/gpucache/gpucache/internal/etcdtest"
+	"github.com/gpucache/gpucache/internal/control/etcdmember/etcdtest"
 )
 
 // freeAddr returns a 127.0.0.1 address nothing listens on (it was free a

@@ -18,10 +18,10 @@ import (
 	"github.com/gpucache/gpucache/internal/config"
 	"github.com/gpucache/gpucache/internal/security"
 	"github.com/gpucache/gpucache/internal/security/acl"
+	"github.com/gpucache/gpucache/internal/security/antireplay"
 	"github.com/gpucache/gpucache/internal/security/audit"
 	"github.com/gpucache/gpucache/internal/security/auth"
 	"github.com/gpucache/gpucache/internal/security/ratelimit"
-	"github.com/gpucache/gpucache/internal/security/replay"
 	"github.com/gpucache/gpucache/internal/security/seal"
 	"github.com/gpucache/gpucache/internal/security/tlsconf"
 )
@@ -80,7 +80,7 @@ func newSecure(cfg config.Config, log *slog.Logger, stderr io.Writer, getenv fun
 	if err != nil {
 		return fail(err)
 	}
-	w, err := replay.New(replay.Config{Window: cfg.ReplayWindow, MaxFuture: cfg.ReplayMaxFuture,
+	w, err := antireplay.New(antireplay.Config{Window: cfg.ReplayWindow, MaxFuture: cfg.ReplayMaxFuture,
 		MaxNonces: cfg.ReplayMaxNonces, TenantNonces: cfg.TenantNonces()})
 	if err != nil {
 		return fail(err)

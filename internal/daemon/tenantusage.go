@@ -5,7 +5,7 @@ import (
 
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/admin"
-	"github.com/gpucache/gpucache/internal/coldtier"
+	"github.com/gpucache/gpucache/internal/cold/tier"
 	"github.com/gpucache/gpucache/internal/config"
 	"github.com/gpucache/gpucache/internal/hot"
 	"github.com/gpucache/gpucache/internal/server"
@@ -13,7 +13,7 @@ import (
 
 // wireColdQuota gives the server each tenant's cold usage for STAT and
 // adds the quota ledger's server-wide entries (issue 15).
-func wireColdQuota(scfg *server.Config, tier *coldtier.Tier) {
+func wireColdQuota(scfg *server.Config, tier *tier.Tier) {
 	scfg.ColdTenantUsage = func(tenant string) (int64, int64) {
 		u := tier.TenantColdUsage(tenant)
 		return u.Bytes, u.Quota
@@ -40,10 +40,10 @@ func wireColdQuota(scfg *server.Config, tier *coldtier.Tier) {
 type tenantMetrics struct {
 	names atomic.Pointer[[]string]
 	store *hot.Store
-	tier  *coldtier.Tier // nil without a cold tier
+	tier  *tier.Tier // nil without a cold tier
 }
 
-func newTenantMetrics(cfg config.Config, store *hot.Store, tier *coldtier.Tier) *tenantMetrics {
+func newTenantMetrics(cfg config.Config, store *hot.Store, tier *tier.Tier) *tenantMetrics {
 	m := &tenantMetrics{store: store, tier: tier}
 	m.set(cfg)
 	return m

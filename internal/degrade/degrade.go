@@ -11,7 +11,7 @@
 //
 // Where each failpoint is checked, what the fault does there and the bound
 // on its time to a miss are in docs/FAILURES.md: the cold store's faults in
-// cold.WithDegrade (under coldtier), dpu_restart and gpu_reset on the DPU
+// cold.WithDegrade (under cold/tier), dpu_restart and gpu_reset on the DPU
 // path (dpu.WithFaults), nic_flap in the TCP transport (TCPConfig.Faults),
 // and control_plane_loss in the daemon.
 package degrade

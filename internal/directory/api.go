@@ -7,7 +7,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/gpucache/gpucache/internal/identity"
+	"github.com/gpucache/gpucache/api/identity"
 )
 
 // Sentinel errors.

@@ -12,7 +12,7 @@ import (
 
 	"github.com/gpucache/gpucache/internal/cold/s3store/s3test"
 	"github.com/gpucache/gpucache/internal/config"
-	"github.com/gpucache/gpucache/internal/etcdtest"
+	"github.com/gpucache/gpucache/internal/control/etcdmember/etcdtest"
 	"github.com/gpucache/gpucache/internal/security/tlsconf/tlstest"
 )
 

@@ -48,10 +48,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/client"
 	"github.com/gpucache/gpucache/internal/control"
-	"github.com/gpucache/gpucache/internal/identity"
 	"github.com/gpucache/gpucache/internal/server"
 )
 

@@ -12,12 +12,12 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/client"
 	"github.com/gpucache/gpucache/internal/control"
-	"github.com/gpucache/gpucache/internal/identity"
 	"github.com/gpucache/gpucache/internal/server"
-	"github.com/gpucache/gpucache/internal/servertest"
+	"github.com/gpucache/gpucache/internal/server/servertest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

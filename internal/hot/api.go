@@ -7,8 +7,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/internal/hot/policy"
-	"github.com/gpucache/gpucache/internal/identity"
 )
 
 // Sentinel errors.

@@ -50,7 +50,7 @@ var demoLabels = map[string][]string{
 
 // benchPackages are the packages the bench smoke runs once each (-benchtime
 // 1x): the hot path's tiers, with no external server.
-var benchPackages = []string{"./api/wire", "./internal/hot", "./internal/directory", "./internal/identity"}
+var benchPackages = []string{"./api/wire", "./internal/hot", "./internal/directory", "./api/identity"}
 
 // cpuGates is the cpu profile: every gate that needs no hardware.
 func cpuGates(o Options) []Gate {

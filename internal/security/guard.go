@@ -3,7 +3,7 @@
 // atomically on reload, plus the replay window and the audit sink.
 //
 // The parts live in subpackages: auth (credentials → tenant), acl (rights
-// per tenant and model), ratelimit (token buckets), replay (stamps and the
+// per tenant and model), ratelimit (token buckets), antireplay (stamps and the
 // nonce window), seal (HMAC seals), audit (the audit sink) and tlsconf
 // (TLS/mTLS with certificate reload).
 package security
@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"github.com/gpucache/gpucache/internal/security/acl"
+	"github.com/gpucache/gpucache/internal/security/antireplay"
 	"github.com/gpucache/gpucache/internal/security/audit"
 	"github.com/gpucache/gpucache/internal/security/auth"
 	"github.com/gpucache/gpucache/internal/security/ratelimit"
-	"github.com/gpucache/gpucache/internal/security/replay"
 )
 
 // DefaultTenant is the session tenant in open mode when HELLO names none.
@@ -57,7 +57,7 @@ func (p *Policy) IsAdmin(tenant string) bool {
 type Guard struct {
 	policy atomic.Pointer[Policy]
 	epoch  atomic.Uint64
-	replay *replay.Window
+	replay *antireplay.Window
 	audit  *audit.Logger
 	now    func() time.Time
 }
@@ -65,15 +65,15 @@ type Guard struct {
 // NewGuard returns a guard with policy p. w checks stamps (nil: a window
 // with the default settings); log receives audit events (nil discards);
 // now is the clock (nil: time.Now).
-func NewGuard(p *Policy, w *replay.Window, log *audit.Logger, now func() time.Time) (*Guard, error) {
+func NewGuard(p *Policy, w *antireplay.Window, log *audit.Logger, now func() time.Time) (*Guard, error) {
 	if now == nil {
 		now = time.Now
 	}
 	if w == nil {
-		cfg := replay.Default()
+		cfg := antireplay.Default()
 		cfg.Now = now
 		var err error
-		if w, err = replay.New(cfg); err != nil {
+		if w, err = antireplay.New(cfg); err != nil {
 			return nil, err
 		}
 	}
@@ -98,7 +98,7 @@ func (g *Guard) Swap(p *Policy) {
 }
 
 // Replay returns the replay window.
-func (g *Guard) Replay() *replay.Window { return g.replay }
+func (g *Guard) Replay() *antireplay.Window { return g.replay }
 
 // Audit returns the audit sink (possibly nil, which discards).
 func (g *Guard) Audit() *audit.Logger { return g.audit }

@@ -4,9 +4,9 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/internal/directory"
 	"github.com/gpucache/gpucache/internal/hot"
-	"github.com/gpucache/gpucache/internal/identity"
 )
 
 // Backfill errors (Server.Backfill).

@@ -4,10 +4,10 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/control"
 	"github.com/gpucache/gpucache/internal/directory"
-	"github.com/gpucache/gpucache/internal/identity"
 )
 
 // ControlMode is how much a cluster node trusts its view of the cluster.

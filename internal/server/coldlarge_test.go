@@ -9,11 +9,11 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/cold"
-	"github.com/gpucache/gpucache/internal/coldtier"
+	"github.com/gpucache/gpucache/internal/cold/tier"
 	"github.com/gpucache/gpucache/internal/hot"
-	"github.com/gpucache/gpucache/internal/identity"
 	"github.com/gpucache/gpucache/internal/testfix"
 )
 
@@ -52,7 +52,7 @@ func (c *rawConn) getInto(nsBlob []byte, key identity.BlockKey, buf []byte) (wir
 // block itself, per concurrent refill).
 func TestLargeColdRefillReadsIntoTheSlot(t *testing.T) {
 	const size = 32 << 20
-	tier, err := coldtier.New(coldtier.Config{Store: cold.NewMem(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	tier, err := tier.New(tier.Config{Store: cold.NewMem(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/api/wire"
-	"github.com/gpucache/gpucache/internal/identity"
 )
 
 // coldDeleteTimeout bounds the cold-tier part of one DELETE request, all

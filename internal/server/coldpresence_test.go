@@ -6,8 +6,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/api/wire"
-	"github.com/gpucache/gpucache/internal/identity"
 	"github.com/gpucache/gpucache/internal/testfix"
 )
 

@@ -4,9 +4,9 @@ import (
 	"context"
 	"time"
 
+	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/internal/directory"
 	"github.com/gpucache/gpucache/internal/hot"
-	"github.com/gpucache/gpucache/internal/identity"
 )
 
 // coldTimeout bounds one refill from the cold tier on a hot miss.

@@ -8,8 +8,8 @@ import (
 
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/security"
+	"github.com/gpucache/gpucache/internal/security/antireplay"
 	"github.com/gpucache/gpucache/internal/security/audit"
-	"github.com/gpucache/gpucache/internal/security/replay"
 	"github.com/gpucache/gpucache/internal/security/tlsconf/tlstest"
 	"github.com/gpucache/gpucache/internal/testfix"
 )
@@ -26,7 +26,7 @@ func TestHelloCredentialConflict(t *testing.T) {
 	tenants := testTenants()
 	tenants[0].CertNames = []string{"acme-client"} // acme
 	clock := testfix.NewClock(time.Unix(1_800_000_000, 0))
-	w, err := replay.New(replay.Config{Window: 5 * time.Minute, MaxNonces: 1024, TenantNonces: 256, Now: clock.Now})
+	w, err := antireplay.New(antireplay.Config{Window: 5 * time.Minute, MaxNonces: 1024, TenantNonces: 256, Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,10 +8,10 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/api/wire"
-	"github.com/gpucache/gpucache/internal/identity"
 	"github.com/gpucache/gpucache/internal/security"
-	"github.com/gpucache/gpucache/internal/security/replay"
+	"github.com/gpucache/gpucache/internal/security/antireplay"
 	"github.com/gpucache/gpucache/internal/testfix"
 )
 
@@ -168,7 +168,7 @@ func TestReadOnlyPutTableNotRead(t *testing.T) {
 	for _, op := range []wire.Opcode{wire.OpPut, wire.OpFillCommit} {
 		t.Run(op.String(), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				w, err := replay.New(replay.Config{Window: 5 * time.Minute, MaxNonces: 1024})
+				w, err := antireplay.New(antireplay.Config{Window: 5 * time.Minute, MaxNonces: 1024})
 				if err != nil {
 					t.Fatal(err)
 				}

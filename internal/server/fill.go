@@ -7,9 +7,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/directory"
-	"github.com/gpucache/gpucache/internal/identity"
 )
 
 // Single-flight fills. ACQUIRE asks the directory, per key, for a hit, the

@@ -1,6 +1,6 @@
 package server
 
-import "github.com/gpucache/gpucache/internal/identity"
+import "github.com/gpucache/gpucache/api/identity"
 
 // Remote reports whether key belongs to another member under the current
 // view: exactly the keys checkOwnedKeys refuses to a routing session. In live

@@ -3,7 +3,7 @@ package server
 import (
 	"context"
 
-	"github.com/gpucache/gpucache/internal/identity"
+	"github.com/gpucache/gpucache/api/identity"
 )
 
 // ForwardRequest describes one RESP operation on a key that another member

@@ -9,10 +9,10 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/hot"
-	"github.com/gpucache/gpucache/internal/identity"
-	"github.com/gpucache/gpucache/internal/security/replay"
+	"github.com/gpucache/gpucache/internal/security/antireplay"
 )
 
 // controlBodyMax bounds the body of every request but PUT.
@@ -26,7 +26,7 @@ func controlBodyMax(l wire.Limits) uint32 {
 // in-flight slot is taken. It returns an error only when the stream broke.
 func (c *conn) handle(h wire.Header) error {
 	c.s.stats.requests[h.Op].Add(1)
-	var stamp *replay.Stamp
+	var stamp *antireplay.Stamp
 	if h.Flags&wire.FlagStamped != 0 {
 		// CheckRequest made sure the body holds the stamp.
 		var sb [wire.StampSize]byte
@@ -35,7 +35,7 @@ func (c *conn) handle(h wire.Header) error {
 			return err
 		}
 		h.BodyLen -= wire.StampSize
-		st, err := replay.ParseStamp(sb[:])
+		st, err := antireplay.ParseStamp(sb[:])
 		if err != nil {
 			return c.skipThenError(h, int64(h.BodyLen), wire.Errorf(wire.CodeMalformed, "%v", err))
 		}

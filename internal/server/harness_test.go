@@ -13,9 +13,9 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/hot"
-	"github.com/gpucache/gpucache/internal/identity"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

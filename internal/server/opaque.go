@@ -1,9 +1,9 @@
 package server
 
 import (
+	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/hot"
-	"github.com/gpucache/gpucache/internal/identity"
 )
 
 // handlePutOpaque serves PUT_OPAQUE (protocol version 3): opaque-key

@@ -5,9 +5,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/control"
-	"github.com/gpucache/gpucache/internal/identity"
 	"github.com/gpucache/gpucache/internal/testfix"
 )
 

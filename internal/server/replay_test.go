@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/gpucache/gpucache/api/wire"
-	"github.com/gpucache/gpucache/internal/security/replay"
+	"github.com/gpucache/gpucache/internal/security/antireplay"
 	"github.com/gpucache/gpucache/internal/testfix"
 )
 
@@ -19,7 +19,7 @@ func TestReplayFloodIsolation(t *testing.T) {
 	blobG := mustCanonical(t, nsG)
 	_, keysG := chainIDs(t, nsG, 1, 5)
 	g := f.dial(t, secretGamma)
-	ahead := f.clock.Now().Add(replay.DefaultMaxFuture)
+	ahead := f.clock.Now().Add(antireplay.DefaultMaxFuture)
 	const flood = 1100 // more than the fixture's MaxNonces (1024), all tenants together
 	refused := 0
 	for i := range flood {

@@ -13,8 +13,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/api/wire"
-	"github.com/gpucache/gpucache/internal/identity"
 	"github.com/gpucache/gpucache/internal/testfix"
 )
 

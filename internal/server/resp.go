@@ -9,8 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/api/wire"
-	"github.com/gpucache/gpucache/internal/identity"
 	"github.com/gpucache/gpucache/internal/resp"
 	"github.com/gpucache/gpucache/internal/security/acl"
 )

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/gpucache/gpucache/internal/security"
+	"github.com/gpucache/gpucache/internal/security/antireplay"
 	"github.com/gpucache/gpucache/internal/security/audit"
-	"github.com/gpucache/gpucache/internal/security/replay"
 	"github.com/gpucache/gpucache/internal/security/tlsconf/tlstest"
 )
 
@@ -27,7 +27,7 @@ func TestRESPAuthCredentialConflict(t *testing.T) {
 	tenants[0].CertNames = []string{"acme-client"} // acme
 	auditLog := &syncBuffer{}
 	f := startRESP(t, bigStore(t, 64<<20), false, func(c *Config) {
-		w, err := replay.New(replay.Config{Window: 5 * time.Minute, MaxNonces: 1024, TenantNonces: 256})
+		w, err := antireplay.New(antireplay.Config{Window: 5 * time.Minute, MaxNonces: 1024, TenantNonces: 256})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -15,8 +15,8 @@ import (
 
 	"github.com/gpucache/gpucache/internal/hot"
 	"github.com/gpucache/gpucache/internal/security"
+	"github.com/gpucache/gpucache/internal/security/antireplay"
 	"github.com/gpucache/gpucache/internal/security/audit"
-	"github.com/gpucache/gpucache/internal/security/replay"
 )
 
 // respModel is the model of the test profiles, as LMCache names it.
@@ -64,7 +64,7 @@ func startRESP(t *testing.T, store *hot.Store, secure bool, mod func(*Config)) *
 			}
 		}}}
 	if secure {
-		w, err := replay.New(replay.Config{Window: 5 * time.Minute, MaxNonces: 1024, TenantNonces: 256})
+		w, err := antireplay.New(antireplay.Config{Window: 5 * time.Minute, MaxNonces: 1024, TenantNonces: 256})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,11 +5,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpucache/gpucache/internal/identity"
+	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/internal/security"
+	"github.com/gpucache/gpucache/internal/security/antireplay"
 	"github.com/gpucache/gpucache/internal/security/audit"
 	"github.com/gpucache/gpucache/internal/security/ratelimit"
-	"github.com/gpucache/gpucache/internal/security/replay"
 	"github.com/gpucache/gpucache/internal/security/seal"
 	"github.com/gpucache/gpucache/internal/testfix"
 )
@@ -71,7 +71,7 @@ func TestRESPRateLimited(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		w, err := replay.New(replay.Config{Window: 5 * time.Minute, MaxNonces: 1024, TenantNonces: 256, Now: clock.Now})
+		w, err := antireplay.New(antireplay.Config{Window: 5 * time.Minute, MaxNonces: 1024, TenantNonces: 256, Now: clock.Now})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,8 +11,8 @@ import (
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/security"
 	"github.com/gpucache/gpucache/internal/security/acl"
+	"github.com/gpucache/gpucache/internal/security/antireplay"
 	"github.com/gpucache/gpucache/internal/security/auth"
-	"github.com/gpucache/gpucache/internal/security/replay"
 	"github.com/gpucache/gpucache/internal/security/tlsconf"
 )
 
@@ -155,7 +155,7 @@ func (c *conn) authFailed(req *wire.HelloRequest, err error) (*wire.Error, bool)
 // admit runs the per-request checks every operation after HELLO passes
 // before its body is read: the session is still valid, the tenant is within
 // its rate limit, and a mutating request carries a fresh stamp.
-func (c *conn) admit(op wire.Opcode, stamp *replay.Stamp) error {
+func (c *conn) admit(op wire.Opcode, stamp *antireplay.Stamp) error {
 	g := c.s.guard
 	if g == openGuard {
 		return nil

@@ -10,15 +10,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/client"
-	"github.com/gpucache/gpucache/internal/identity"
 	"github.com/gpucache/gpucache/internal/security"
 	"github.com/gpucache/gpucache/internal/security/acl"
+	"github.com/gpucache/gpucache/internal/security/antireplay"
 	"github.com/gpucache/gpucache/internal/security/audit"
 	"github.com/gpucache/gpucache/internal/security/auth"
 	"github.com/gpucache/gpucache/internal/security/ratelimit"
-	"github.com/gpucache/gpucache/internal/security/replay"
 	"github.com/gpucache/gpucache/internal/testfix"
 )
 
@@ -97,7 +97,7 @@ func testPolicy(t *testing.T, tenants []auth.Tenant, lim *ratelimit.Limiter) *se
 func startSecure(t *testing.T, lim func(now func() time.Time) *ratelimit.Limiter) *secFixture {
 	t.Helper()
 	f := &secFixture{clock: testfix.NewClock(time.Unix(1_800_000_000, 0)), audit: &syncBuffer{}}
-	w, err := replay.New(replay.Config{Window: 5 * time.Minute, MaxNonces: 1024, TenantNonces: 256, Now: f.clock.Now})
+	w, err := antireplay.New(antireplay.Config{Window: 5 * time.Minute, MaxNonces: 1024, TenantNonces: 256, Now: f.clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ type authConn struct {
 	*rawConn
 	now   func() time.Time
 	stamp bool
-	last  replay.Stamp // the last stamp sent
+	last  antireplay.Stamp // the last stamp sent
 }
 
 // hello opens a session with secret (nil: no credential) and returns the
@@ -153,7 +153,7 @@ func (f *secFixture) dial(t *testing.T, secret []byte) *authConn {
 }
 
 // sendStamped sends op with stamp s in front of body.
-func (c *authConn) sendStamped(op wire.Opcode, body []byte, s replay.Stamp) uint64 {
+func (c *authConn) sendStamped(op wire.Opcode, body []byte, s antireplay.Stamp) uint64 {
 	c.t.Helper()
 	return c.sendStampBytes(op, body, s.Append(nil))
 }
@@ -168,10 +168,10 @@ func (c *authConn) sendStampBytes(op wire.Opcode, body, sb []byte) uint64 {
 	return c.id
 }
 
-func freshStamp(t time.Time) replay.Stamp {
+func freshStamp(t time.Time) antireplay.Stamp {
 	var n [16]byte
 	rand.Read(n[:])
-	return replay.NewStamp(t, n)
+	return antireplay.NewStamp(t, n)
 }
 
 // do sends op (stamped if the session asks, for a mutating op) and returns
@@ -554,7 +554,7 @@ func TestReplayWindow(t *testing.T) {
 		}
 		return r.Statuses[0]
 	}
-	stamped := func(i int, s replay.Stamp) answer {
+	stamped := func(i int, s antireplay.Stamp) answer {
 		id := c.sendStamped(wire.OpPut, put(i), s)
 		h, b := c.recv()
 		if h.RequestID != id {
@@ -580,7 +580,7 @@ func TestReplayWindow(t *testing.T) {
 		t.Fatalf("replay on a second connection accepted")
 	}
 	// Clock skew: a client 4m behind and one 4s ahead are fresh (the
-	// window reaches 5m back but only replay.DefaultMaxFuture ahead).
+	// window reaches 5m back but only antireplay.DefaultMaxFuture ahead).
 	if st := status("4m behind", stamped(2, freshStamp(now.Add(-4*time.Minute)))); st != wire.StatusStored {
 		t.Fatalf("4m behind: %s", st)
 	}

@@ -10,10 +10,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/directory"
 	"github.com/gpucache/gpucache/internal/hot"
-	"github.com/gpucache/gpucache/internal/identity"
 	"github.com/gpucache/gpucache/internal/security"
 	"github.com/gpucache/gpucache/internal/security/seal"
 )

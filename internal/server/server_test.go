@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/api/wire"
-	"github.com/gpucache/gpucache/internal/identity"
 	"github.com/gpucache/gpucache/internal/testfix"
 )
 

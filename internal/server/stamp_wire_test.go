@@ -12,7 +12,7 @@ import (
 	"github.com/gpucache/gpucache/internal/testfix"
 )
 
-// stampGolden is the part of internal/security/replay/testdata/stamp_golden.json
+// stampGolden is the part of internal/security/antireplay/testdata/stamp_golden.json
 // this test uses.
 type stampGolden struct {
 	Stamps []struct {
@@ -30,7 +30,7 @@ type stampGolden struct {
 // parses them as the spec says (little-endian). The same stamp written
 // big-endian, as clients before ADR 0012 did, is REPLAY and says why.
 func TestReplayStampGoldenOnTheWire(t *testing.T) {
-	raw, err := os.ReadFile("../security/replay/testdata/stamp_golden.json")
+	raw, err := os.ReadFile("../security/antireplay/testdata/stamp_golden.json")
 	if err != nil {
 		t.Fatal(err)
 	}

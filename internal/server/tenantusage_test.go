@@ -7,8 +7,8 @@ import (
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/hot"
 	"github.com/gpucache/gpucache/internal/security"
+	"github.com/gpucache/gpucache/internal/security/antireplay"
 	"github.com/gpucache/gpucache/internal/security/audit"
-	"github.com/gpucache/gpucache/internal/security/replay"
 	"github.com/gpucache/gpucache/internal/testfix"
 )
 
@@ -17,7 +17,7 @@ import (
 // another tenant's figures.
 func TestStatShowsOnlyTheSessionsOwnTenantUsage(t *testing.T) {
 	f := &secFixture{clock: testfix.NewClock(time.Unix(1_800_000_000, 0)), audit: &syncBuffer{}}
-	w, err := replay.New(replay.Config{Window: 5 * time.Minute, MaxNonces: 1024, TenantNonces: 256, Now: f.clock.Now})
+	w, err := antireplay.New(antireplay.Config{Window: 5 * time.Minute, MaxNonces: 1024, TenantNonces: 256, Now: f.clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,7 @@ import (
 const etcdReadyLine = "etcd ready"
 
 // etcdServer is a real, single-member etcd (the embedded server of
-// go.etcd.io/etcd/server/v3, as internal/etcdtest runs for the tests) in
+// go.etcd.io/etcd/server/v3, as internal/control/etcdmember/etcdtest runs for the tests) in
 // a child process of its own (EtcdMain), so that the soak can kill it
 // and start it again on the same ports and data directory.
 type etcdServer struct {

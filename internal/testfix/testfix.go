@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpucache/gpucache/internal/identity"
+	"github.com/gpucache/gpucache/api/identity"
 )
 
 // Clock is a manual clock, safe for concurrent use. Now moves only through

@@ -1,7 +1,7 @@
 """Cache identities, their canonical encoding and block keys.
 
-This mirrors Go's internal/identity byte for byte (the golden vectors in
-internal/identity/testdata pin it; see its README.md):
+This mirrors Go's api/identity byte for byte (the golden vectors in
+api/identity/testdata pin it; see its README.md):
 
     namespace encoding  "GCNS" | 0x01 | 0x0f | 15 fields, each u8 tag | u32 len | value
     identity encoding   "GCID" | 0x01 | 0x13 | the 15 fields | parent | position |

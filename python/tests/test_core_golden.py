@@ -30,7 +30,7 @@ def ns_of(d):
 
 class IdentityGolden(unittest.TestCase):
     def setUp(self):
-        self.vectors = load("internal", "identity", "testdata", "golden.json")["vectors"]
+        self.vectors = load("api", "identity", "testdata", "golden.json")["vectors"]
         self.assertGreaterEqual(len(self.vectors), 3)
 
     def test_namespace_encoding_and_digest(self):
@@ -87,8 +87,8 @@ class IdentityGolden(unittest.TestCase):
 
 class OpaqueGolden(unittest.TestCase):
     def test_opaque_vectors(self):
-        vectors = load("internal", "identity", "testdata", "opaque_golden.json")["vectors"]
-        basic = ns_of(load("internal", "identity", "testdata", "golden.json")["vectors"][0]["namespace"])
+        vectors = load("api", "identity", "testdata", "opaque_golden.json")["vectors"]
+        basic = ns_of(load("api", "identity", "testdata", "golden.json")["vectors"][0]["namespace"])
         self.assertGreaterEqual(len(vectors), 1)
         for v in vectors:
             with self.subTest(v["name"]):
@@ -128,7 +128,7 @@ class PlacementGolden(unittest.TestCase):
 
 class StampGolden(unittest.TestCase):
     def test_stamps(self):
-        g = load("internal", "security", "replay", "testdata", "stamp_golden.json")
+        g = load("internal", "security", "antireplay", "testdata", "stamp_golden.json")
         for s in g["stamps"]:
             with self.subTest(s["name"]):
                 self.assertEqual(wire.stamp(s["unix_nanos"], bytes.fromhex(s["nonce"])).hex(), s["hex"])

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/internal/cold"
 	"github.com/gpucache/gpucache/internal/cold/pack"
-	"github.com/gpucache/gpucache/internal/identity"
 )
 
 // Report counts what one Reclaim pass saw and did.

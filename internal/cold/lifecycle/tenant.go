@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/internal/cold"
 	"github.com/gpucache/gpucache/internal/cold/pack"
-	"github.com/gpucache/gpucache/internal/identity"
 )
 
 // ErrIncomplete: Purge stopped with objects of the namespace still stored.

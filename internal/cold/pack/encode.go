@@ -8,9 +8,9 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/internal/cold"
 	"github.com/gpucache/gpucache/internal/cold/crypt"
-	"github.com/gpucache/gpucache/internal/identity"
 )
 
 // Encoding errors.

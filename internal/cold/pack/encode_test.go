@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/internal/cold"
 	"github.com/gpucache/gpucache/internal/cold/crypt"
-	"github.com/gpucache/gpucache/internal/identity"
 )
 
 // cryptRing returns a cipher keyring at testEpoch holding key id, whose

@@ -13,9 +13,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/internal/cold"
 	"github.com/gpucache/gpucache/internal/cold/crypt"
-	"github.com/gpucache/gpucache/internal/identity"
 )
 
 var updateCorpus = flag.Bool("update-corpus", false, "rewrite the seed corpora in testdata/fuzz from the generators in fuzz_test.go")

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpucache/gpucache/internal/identity"
+	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/internal/security/seal"
 )
 

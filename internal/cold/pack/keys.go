@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/internal/cold"
-	"github.com/gpucache/gpucache/internal/identity"
 )
 
 // Digest is a SHA-256 content digest.

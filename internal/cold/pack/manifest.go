@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"unsafe"
 
+	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/internal/cold"
-	"github.com/gpucache/gpucache/internal/identity"
 )
 
 // Sentinel errors. Everything else a decoder rejects wraps cold.ErrCorrupt.

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/internal/cold"
-	"github.com/gpucache/gpucache/internal/identity"
 )
 
 // goodManifest returns a three-block pack and its decoded manifest.

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"testing"
 
-	"github.com/gpucache/gpucache/internal/identity"
+	"github.com/gpucache/gpucache/api/identity"
 )
 
 // TestOpaqueBlocksRoundTrip: a pack may hold opaque-key blocks (RESP,

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/internal/cold"
-	"github.com/gpucache/gpucache/internal/identity"
 )
 
 // ErrRejected: Verify found a pack inconsistent. Every Verify error wraps it

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/internal/cold"
-	"github.com/gpucache/gpucache/internal/identity"
 )
 
 func TestBuildRoundTrip(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpucache/gpucache/internal/identity"
+	"github.com/gpucache/gpucache/api/identity"
 )
 
 // TestCachesSaveRequestsAndFailSafe: with the manifest cache and a pointer

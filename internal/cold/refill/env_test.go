@@ -10,9 +10,9 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/internal/cold"
 	"github.com/gpucache/gpucache/internal/cold/pack"
-	"github.com/gpucache/gpucache/internal/identity"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

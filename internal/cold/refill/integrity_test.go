@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/internal/cold"
 	"github.com/gpucache/gpucache/internal/cold/pack"
 	"github.com/gpucache/gpucache/internal/cold/s3store/s3test"
-	"github.com/gpucache/gpucache/internal/identity"
 	"github.com/gpucache/gpucache/internal/security/seal"
 )
 

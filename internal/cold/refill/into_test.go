@@ -6,7 +6,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/gpucache/gpucache/internal/identity"
+	"github.com/gpucache/gpucache/api/identity"
 )
 
 // TestRefillKeyIntoAllocatesAfterTheChecks: RefillKeyInto hands the payload's

@@ -11,9 +11,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/internal/cold"
 	"github.com/gpucache/gpucache/internal/cold/pack"
-	"github.com/gpucache/gpucache/internal/identity"
 )
 
 // mutation changes one field of a full identity and keeps it valid.

@@ -14,7 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gpucache/gpucache/internal/control"
-	"github.com/gpucache/gpucache/internal/etcdtest"
+	"github.com/gpucache/gpucache/internal/control/etcdmember/etcdtest"
 )
 
 // waitTimeout bounds every wait on a watch channel; generous for -race.
@@ -22,7 +22,7 @@ const waitTimeout = 30 * time.Second
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// startEtcd starts a real embedded etcd (internal/etcdtest) and returns
+// startEtcd starts a real embedded etcd (internal/control/etcdmember/etcdtest) and returns
 // its client endpoint.
 func startEtcd(t *testing.T) string { return etcdtest.Start(t).Endpoint }
 

@@ -16,7 +16,7 @@ import (
 	"github.com/gpucache/gpucache/internal/hot/policy"
 	"github.com/gpucache/gpucache/internal/replay"
 	"github.com/gpucache/gpucache/internal/server"
-	"github.com/gpucache/gpucache/internal/servertest"
+	"github.com/gpucache/gpucache/internal/server/servertest"
 	"github.com/gpucache/gpucache/internal/testfix"
 )
 
