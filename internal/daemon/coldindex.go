@@ -31,13 +31,13 @@ func indexConfig(tc *tier.Config, cfg config.Config) {
 // and RESP EXISTS count cold blocks) and its delete (DELETE and RESP DEL
 // hide the cold copy), and adds the index's entries to STAT.
 func wireColdIndex(scfg *server.Config, cn *coldNode) {
-	tier := cn.tier
-	if tier == nil {
+	ct := cn.tier
+	if ct == nil {
 		return
 	}
-	scfg.ColdPresent = tier.Present
+	scfg.ColdPresent = ct.Present
 	scfg.ColdDelete = func(ctx context.Context, ns identity.Namespace, d identity.NamespaceDigest, key identity.BlockKey) error {
-		_, err := tier.Delete(ctx, ns, d, key)
+		_, err := ct.Delete(ctx, ns, d, key)
 		return err
 	}
 	base := scfg.ColdStats
@@ -46,7 +46,7 @@ func wireColdIndex(scfg *server.Config, cn *coldNode) {
 		if base != nil {
 			e = base()
 		}
-		return append(e, indexStats(tier.Stats())...)
+		return append(e, indexStats(ct.Stats())...)
 	}
 }
 

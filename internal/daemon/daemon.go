@@ -129,11 +129,11 @@ func (n *Node) logServing() {
 // tier, bounded by budget within ctx, and logs what it did. A spill cut
 // short loses nothing that was not already going to be lost: the blocks
 // it did not write are recomputed, as without a spill.
-func spillBlocks(ctx context.Context, budget time.Duration, tier *tier.Tier, store *hot.Store, log *slog.Logger) {
+func spillBlocks(ctx context.Context, budget time.Duration, ct *tier.Tier, store *hot.Store, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
 	start := time.Now()
-	rep := tier.Spill(ctx, func(from uint32, max int, fn func(ns identity.NamespaceDigest, key, parent identity.BlockKey, tokens uint32, payload []byte) bool) (uint32, bool) {
+	rep := ct.Spill(ctx, func(from uint32, max int, fn func(ns identity.NamespaceDigest, key, parent identity.BlockKey, tokens uint32, payload []byte) bool) (uint32, bool) {
 		return store.Export(from, max, fn)
 	})
 	attrs := []any{"blocks", rep.Blocks, "bytes", rep.Bytes, "skipped", rep.Skipped, "packs", rep.Packs,

@@ -96,8 +96,8 @@ func (nl *nodeLifecycle) deliver(_ context.Context, d identity.NamespaceDigest, 
 // behind), then DRAM.
 func (nl *nodeLifecycle) drop(ctx context.Context, tenant string) (admin.DropSummary, error) {
 	var sum admin.DropSummary
-	if tier := nl.cn.tier; tier != nil {
-		rep, err := tier.DropTenant(ctx, tenant)
+	if ct := nl.cn.tier; ct != nil {
+		rep, err := ct.DropTenant(ctx, tenant)
 		sum.Remembered, sum.Batched, sum.Packs = rep.Remembered, rep.Batched, rep.Packs
 		nl.st.purgePacks.Add(uint64(rep.Packs))
 		if err != nil {

@@ -262,17 +262,17 @@ func (n *Node) startCold(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	tier, err := tier.New(tcfg)
+	ct, err := tier.New(tcfg)
 	if err != nil {
 		return fmt.Errorf("cold tier: %w", err)
 	}
-	n.onClose(func() { tier.Close() }) // idempotent: startColdLoop closes it first
-	if err := tier.SetColdQuotas(n.cfg.TenantColdQuotas()); err != nil {
+	n.onClose(func() { ct.Close() }) // idempotent: startColdLoop closes it first
+	if err := ct.SetColdQuotas(n.cfg.TenantColdQuotas()); err != nil {
 		return fmt.Errorf("cold tier: %w", err)
 	}
 	// Deletes through cn.store (the admin lifecycle's) keep the tenants'
 	// cold bytes current (cold/tier/quota.go).
-	cn.tier, cn.store = tier, tier.AccountedStore()
+	cn.tier, cn.store = ct, ct.AccountedStore()
 	return nil
 }
 
@@ -312,8 +312,8 @@ func (n *Node) startHot(context.Context) error {
 // startColdLoop runs the cold tier's write-behind, index and usage loops
 // (coldNode.run); stopping them flushes what is pending.
 func (n *Node) startColdLoop(context.Context) error {
-	tier := n.cold.tier
-	if tier == nil {
+	ct := n.cold.tier
+	if ct == nil {
 		return nil
 	}
 	ctx, stop := context.WithCancel(context.Background())
@@ -325,7 +325,7 @@ func (n *Node) startColdLoop(context.Context) error {
 	n.onClose(func() {
 		stop()
 		<-done
-		tier.Close()
+		ct.Close()
 	})
 	return nil
 }
@@ -344,9 +344,9 @@ func (n *Node) startServerConfig(context.Context) error {
 	n.dir = dir
 	logTenantShares(n.log, cfg)
 	n.scfg = serverConfig(cfg, dir, n.store, sec, n.log)
-	if tier := cn.tier; tier != nil && cfg.ColdWriteBehind {
+	if ct := cn.tier; ct != nil && cfg.ColdWriteBehind {
 		n.scfg.OnStored = func(id identity.CacheIdentity, d identity.NamespaceDigest, key identity.BlockKey, _ []byte) {
-			tier.RememberKeyed(id, d, key)
+			ct.RememberKeyed(id, d, key)
 		}
 	}
 	n.life = newNodeLifecycle(cfg, cn, n.store, sec, n.log, n.opts.LifecycleStore) // lifecycle.go: backfill sink, purge, retention
@@ -556,19 +556,19 @@ func (n *Node) drain() {
 	n.adm.SetReady(false)
 	dctx, cancel := context.WithTimeout(n.drainCtx, n.cfg.DrainTimeout)
 	defer cancel()
-	tier := n.cold.tier
-	if tier != nil && n.cfg.ColdWriteBehind && n.cfg.ColdSpillOnDrain {
+	ct := n.cold.tier
+	if ct != nil && n.cfg.ColdWriteBehind && n.cfg.ColdSpillOnDrain {
 		// While this node still owns its keys, hand what DRAM holds to the
 		// cold tier: the next owners (or this node, restarted) refill it.
-		spillBlocks(dctx, n.cfg.DrainTimeout/2, tier, n.store, n.log)
+		spillBlocks(dctx, n.cfg.DrainTimeout/2, ct, n.store, n.log)
 	}
 	if n.member != nil {
 		// Leave the cluster before closing connections: mark draining (no
 		// new fills, keys move to the other members under a new epoch),
 		// let granted fills finish, flush the cold tier, deregister.
 		var flush func(context.Context)
-		if tier != nil {
-			flush = func(ctx context.Context) { tier.Flush(ctx, true) }
+		if ct != nil {
+			flush = func(ctx context.Context) { ct.Flush(ctx, true) }
 		}
 		if err := n.member.drain(dctx, n.srv, flush); err != nil {
 			n.log.Warn("cluster drain failed; the node's lease expires on its own", "err", err)

@@ -13,9 +13,9 @@ import (
 
 // wireColdQuota gives the server each tenant's cold usage for STAT and
 // adds the quota ledger's server-wide entries (issue 15).
-func wireColdQuota(scfg *server.Config, tier *tier.Tier) {
+func wireColdQuota(scfg *server.Config, ct *tier.Tier) {
 	scfg.ColdTenantUsage = func(tenant string) (int64, int64) {
-		u := tier.TenantColdUsage(tenant)
+		u := ct.TenantColdUsage(tenant)
 		return u.Bytes, u.Quota
 	}
 	base := scfg.ColdStats
@@ -24,7 +24,7 @@ func wireColdQuota(scfg *server.Config, tier *tier.Tier) {
 		if base != nil {
 			e = base()
 		}
-		u := tier.ColdUsage()
+		u := ct.ColdUsage()
 		return append(e,
 			wire.StatEntry{Name: "cold_quota_tracked_packs", Value: uint64(max(u.Groups, 0))}, // a gauge
 			wire.StatEntry{Name: "cold_quota_evictions", Value: u.Evictions},
@@ -43,8 +43,8 @@ type tenantMetrics struct {
 	tier  *tier.Tier // nil without a cold tier
 }
 
-func newTenantMetrics(cfg config.Config, store *hot.Store, tier *tier.Tier) *tenantMetrics {
-	m := &tenantMetrics{store: store, tier: tier}
+func newTenantMetrics(cfg config.Config, store *hot.Store, ct *tier.Tier) *tenantMetrics {
+	m := &tenantMetrics{store: store, tier: ct}
 	m.set(cfg)
 	return m
 }

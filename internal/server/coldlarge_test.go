@@ -52,26 +52,26 @@ func (c *rawConn) getInto(nsBlob []byte, key identity.BlockKey, buf []byte) (wir
 // block itself, per concurrent refill).
 func TestLargeColdRefillReadsIntoTheSlot(t *testing.T) {
 	const size = 32 << 20
-	tier, err := tier.New(tier.Config{Store: cold.NewMem(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	ct, err := tier.New(tier.Config{Store: cold.NewMem(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tier.Close()
+	defer ct.Close()
 	id := testID(1)
 	ns := id.Namespace
 	d, _ := ns.Digest()
 	key := mustKey(t, id)
 	want := testfix.Payload(size, 7)
-	tier.Remember(id)
-	tier.Evicted(d, key, id.Parent, id.ValidLength, want)
-	if rep := tier.Flush(context.Background(), true); rep.Completed != 1 {
-		t.Fatalf("the 32 MiB block was not written to the cold tier: %+v, %+v", rep, tier.Stats())
+	ct.Remember(id)
+	ct.Evicted(d, key, id.Parent, id.ValidLength, want)
+	if rep := ct.Flush(context.Background(), true); rep.Completed != 1 {
+		t.Fatalf("the 32 MiB block was not written to the cold tier: %+v, %+v", rep, ct.Stats())
 	}
 
 	hc := hot.Config{CapacityBytes: 128 << 20, MinClass: 16 << 10, MaxClass: 64 << 20, SlabBytes: 64 << 20, Prefault: hot.PrefaultNone}
 	ts := startServerStore(t, hc, func(c *Config) {
 		c.ColdRefill = func(ctx context.Context, ns identity.Namespace, key identity.BlockKey, alloc func(int) ([]byte, bool)) (int, bool) {
-			n, res, _ := tier.RefillInto(ctx, ns, key, alloc)
+			n, res, _ := ct.RefillInto(ctx, ns, key, alloc)
 			return n, res.Hit
 		}
 	})
@@ -93,7 +93,7 @@ func TestLargeColdRefillReadsIntoTheSlot(t *testing.T) {
 		}
 	}
 	runtime.ReadMemStats(&after)
-	if hits := tier.Stats().RefillHits; hits != refills {
+	if hits := ct.Stats().RefillHits; hits != refills {
 		t.Fatalf("%d cold refills, want %d", hits, refills)
 	}
 	allocated := after.TotalAlloc - before.TotalAlloc
