@@ -341,8 +341,8 @@ func (f *filler) commit(ctx context.Context, cn *conn, leads []lead, data [][]by
 		req.Blocks = make([]wire.FillBlock, len(leads))
 		for k, l := range leads {
 			id := &f.ids[l.i]
-			req.Blocks[k] = wire.FillBlock{Token: l.tok, Key: wire.Key(f.keys[l.i]), Parent: wire.Key(id.Parent),
-				Tokens: id.ValidLength, Len: uint32(len(data[k])), Position: id.Position, TokenIDs: id.Tokens}
+			req.Blocks[k] = wire.FillBlock{Token: l.tok, Key: f.keys[l.i], Parent: id.Parent,
+				ValidLength: id.ValidLength, Len: uint32(len(data[k])), Position: id.Position, TokenIDs: id.Tokens}
 		}
 		return wire.AppendMeta(b, req.AppendTo(nil))
 	}
@@ -423,7 +423,7 @@ func (f *filler) local(ctx context.Context, idx []int) error {
 	blocks := make([]PutBlock, len(idx))
 	for k, i := range idx {
 		id := &f.ids[i]
-		blocks[k] = PutBlock{Key: f.keys[i], Parent: id.Parent, Tokens: id.ValidLength, Position: id.Position,
+		blocks[k] = PutBlock{Key: f.keys[i], Parent: id.Parent, ValidLength: id.ValidLength, Position: id.Position,
 			TokenIDs: id.Tokens, Data: data[k]}
 	}
 	f.c.Put(ctx, f.ns, blocks) // best effort

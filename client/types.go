@@ -84,20 +84,22 @@ type LeaseID uint64
 // (a vectored write, no copy); the caller must not modify Data until Put
 // returns. Put never retains Data or TokenIDs after it returns.
 type PutBlock struct {
-	Key      BlockKey
-	Parent   BlockKey // key of the previous block in the chain; zero for the first
-	Tokens   uint32   // valid length in tokens; 0 means len(TokenIDs)
-	Position uint64   // token offset of the block's first token
-	TokenIDs []uint32 // the block's token ids, 1..Layout.BlockTokens of them
-	Data     []byte
+	Key    BlockKey
+	Parent BlockKey // key of the previous block in the chain; zero for the first
+	// ValidLength is the number of leading token ids whose KV Data holds
+	// (CacheIdentity.ValidLength); 0 means len(TokenIDs).
+	ValidLength uint32
+	Position    uint64   // token offset of the block's first token
+	TokenIDs    []uint32 // the block's token ids, 1..Layout.BlockTokens of them
+	Data        []byte
 }
 
 // validLength is the valid length Put sends.
 func (b *PutBlock) validLength() uint32 {
-	if b.Tokens == 0 {
+	if b.ValidLength == 0 {
 		return uint32(len(b.TokenIDs))
 	}
-	return b.Tokens
+	return b.ValidLength
 }
 
 // BlocksOf pairs identities (from Identities) with their payloads into
@@ -114,7 +116,7 @@ func BlocksOf(ids []CacheIdentity, payloads [][]byte) []PutBlock {
 	var digOf *Namespace
 	for i := range ids {
 		id := &ids[i]
-		b := PutBlock{Parent: id.Parent, Tokens: id.ValidLength, Position: id.Position, TokenIDs: id.Tokens, Data: payloads[i]}
+		b := PutBlock{Parent: id.Parent, ValidLength: id.ValidLength, Position: id.Position, TokenIDs: id.Tokens, Data: payloads[i]}
 		if digOf == nil || *digOf != id.Namespace {
 			if d, err := id.Namespace.Digest(); err == nil {
 				dig, digOf = d, &id.Namespace

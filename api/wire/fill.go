@@ -76,13 +76,13 @@ type AcquireResponse struct {
 // FillBlock is one block of a FILL_COMMIT: a leader token and the fields of
 // a PutBlock.
 type FillBlock struct {
-	Token    FillToken
-	Key      Key
-	Parent   Key
-	Tokens   uint32   // valid length in tokens, at most len(TokenIDs)
-	Len      uint32   // payload bytes
-	Position uint64   // token offset of the block's first token
-	TokenIDs []uint32 // the block's token ids, 1..MaxBlockTokens of them
+	Token       FillToken
+	Key         Key
+	Parent      Key
+	ValidLength uint32   // as PutBlock.ValidLength: 1..len(TokenIDs)
+	Len         uint32   // payload bytes
+	Position    uint64   // token offset of the block's first token
+	TokenIDs    []uint32 // the block's token ids, 1..MaxBlockTokens of them
 }
 
 // FillBlockSize is the encoded size of one FillBlock with n token ids.
@@ -201,7 +201,7 @@ func (m *FillCommitRequest) AppendTo(b []byte) []byte {
 		b = appendToken(b, fb.Token)
 		b = append(b, fb.Key[:]...)
 		b = append(b, fb.Parent[:]...)
-		b = appendTail(b, fb.Tokens, fb.Len, fb.Position, fb.TokenIDs)
+		b = appendTail(b, fb.ValidLength, fb.Len, fb.Position, fb.TokenIDs)
 	}
 	return b
 }
@@ -226,7 +226,7 @@ func (m *FillCommitRequest) Decode(b []byte, maxBatch uint32) (payload uint64, e
 		fb.Token = r.token()
 		copy(fb.Key[:], r.take(KeySize))
 		copy(fb.Parent[:], r.take(KeySize))
-		fb.Tokens, fb.Len, fb.Position, fb.TokenIDs = r.tail(fb.TokenIDs, &total)
+		fb.ValidLength, fb.Len, fb.Position, fb.TokenIDs = r.tail(fb.TokenIDs, &total)
 		payload += uint64(fb.Len)
 	}
 	return payload, r.done()

@@ -200,7 +200,7 @@ func FuzzPutRequest(f *testing.F) {
 		total, err := m.Decode(b, maxBatch)
 		d := wire.PutRequest{Namespace: []byte("junk"), Blocks: make([]wire.PutBlock, dirtyCap)[:2]}
 		for i := range d.Blocks[:dirtyCap] {
-			d.Blocks[:dirtyCap][i] = wire.PutBlock{Key: wire.Key{0xaa}, Parent: wire.Key{0xbb}, Tokens: 7, Len: 9,
+			d.Blocks[:dirtyCap][i] = wire.PutBlock{Key: wire.Key{0xaa}, Parent: wire.Key{0xbb}, ValidLength: 7, Len: 9,
 				Position: 5, TokenIDs: dirtyTokens(i)}
 		}
 		dtotal, derr := d.Decode(b, maxBatch)
@@ -300,7 +300,7 @@ func FuzzFillCommitRequest(f *testing.F) {
 		total, err := m.Decode(b, maxBatch)
 		d := wire.FillCommitRequest{Namespace: []byte("junk"), Blocks: make([]wire.FillBlock, dirtyCap)[:2]}
 		for i := range d.Blocks[:dirtyCap] {
-			d.Blocks[:dirtyCap][i] = wire.FillBlock{Token: wire.FillToken{Fill: 1}, Key: wire.Key{0xaa}, Tokens: 7, Len: 9,
+			d.Blocks[:dirtyCap][i] = wire.FillBlock{Token: wire.FillToken{Fill: 1}, Key: wire.Key{0xaa}, ValidLength: 7, Len: 9,
 				Position: 5, TokenIDs: dirtyTokens(i)}
 		}
 		dtotal, derr := d.Decode(b, maxBatch)

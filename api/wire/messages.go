@@ -4,10 +4,18 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+
+	"github.com/gpucache/gpucache/api/identity"
 )
 
-// Key is a block key on the wire (identity.BlockKey).
-type Key [KeySize]byte
+// Key is a block key on the wire: the identity package's BlockKey itself,
+// so a key computed with identity.KeyFor (or client.Chain) goes into a
+// request, and a decoded key into the hot tier, without a conversion.
+type Key = identity.BlockKey
+
+// identity.BlockKey must stay KeySize bytes: the codec reads and writes
+// keys as KeySize-byte runs.
+var _ [KeySize]byte = Key{}
 
 // Status is the per-block outcome in a response.
 type Status uint8
@@ -153,12 +161,14 @@ type GetResponse struct {
 // PutBlock describes one block of a PUT request: its key and the identity
 // tail the server derives the key from (with the request's namespace).
 type PutBlock struct {
-	Key      Key
-	Parent   Key      // key of the previous block in the chain; zero for the first
-	Tokens   uint32   // valid length in tokens, at most len(TokenIDs)
-	Len      uint32   // payload bytes
-	Position uint64   // token offset of the block's first token
-	TokenIDs []uint32 // the block's token ids, 1..MaxBlockTokens of them
+	Key    Key
+	Parent Key // key of the previous block in the chain; zero for the first
+	// ValidLength is the number of leading token ids whose KV the payload
+	// holds, 1..len(TokenIDs) (identity.CacheIdentity.ValidLength).
+	ValidLength uint32
+	Len         uint32   // payload bytes
+	Position    uint64   // token offset of the block's first token
+	TokenIDs    []uint32 // the block's token ids, 1..MaxBlockTokens of them
 }
 
 // PutRequest is the table of a PUT request; the payloads follow it in order.
@@ -499,7 +509,7 @@ func (m *PutRequest) AppendTo(b []byte) []byte {
 		pb := &m.Blocks[i]
 		b = append(b, pb.Key[:]...)
 		b = append(b, pb.Parent[:]...)
-		b = appendTail(b, pb.Tokens, pb.Len, pb.Position, pb.TokenIDs)
+		b = appendTail(b, pb.ValidLength, pb.Len, pb.Position, pb.TokenIDs)
 	}
 	return b
 }
@@ -587,7 +597,7 @@ func (m *PutRequest) Decode(b []byte, maxBatch uint32) (payload uint64, err erro
 		pb := &m.Blocks[i]
 		copy(pb.Key[:], r.take(KeySize))
 		copy(pb.Parent[:], r.take(KeySize))
-		pb.Tokens, pb.Len, pb.Position, pb.TokenIDs = r.tail(pb.TokenIDs, &total)
+		pb.ValidLength, pb.Len, pb.Position, pb.TokenIDs = r.tail(pb.TokenIDs, &total)
 		payload += uint64(pb.Len)
 	}
 	return payload, r.done()

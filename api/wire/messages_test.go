@@ -104,8 +104,8 @@ func sampleMessages(t testing.TB) []roundTripCase {
 		{"AcquireResponse", &wire.AcquireResponse{Entries: []wire.AcquireEntry{{Outcome: wire.AcquireHit}, {Outcome: wire.AcquireLead, Token: tok},
 			{Outcome: wire.AcquireJoined, Token: wire.FillToken{Fill: 78}}, {Outcome: wire.AcquireDenied}}}, decAcqResp},
 		{"FillCommitRequest", &wire.FillCommitRequest{Namespace: ns, Blocks: []wire.FillBlock{
-			{Token: tok, Key: keys[0], Tokens: 16, Len: 300, TokenIDs: sampleTokens(16, 1)},
-			{Token: tok, Key: keys[1], Parent: keys[0], Tokens: 7, Len: 12, Position: 16, TokenIDs: sampleTokens(7, 2)}}}, decCommit},
+			{Token: tok, Key: keys[0], ValidLength: 16, Len: 300, TokenIDs: sampleTokens(16, 1)},
+			{Token: tok, Key: keys[1], Parent: keys[0], ValidLength: 7, Len: 12, Position: 16, TokenIDs: sampleTokens(7, 2)}}}, decCommit},
 		{"FillAbortRequest", &wire.FillAbortRequest{Namespace: ns, Tokens: []wire.FillToken{tok, {Fill: 1, Epoch: 1, Turn: 1}}}, decAbort},
 		{"WaitRequest", &wire.WaitRequest{Namespace: ns, TimeoutMillis: 2500, Fills: []uint64{78, 79}}, decWaitReq},
 		{"WaitResponse", &wire.WaitResponse{Entries: []wire.WaitEntry{{Kind: wire.NoticeFinished}, {Kind: wire.NoticePromoted, Token: tok},
@@ -123,8 +123,8 @@ func sampleMessages(t testing.TB) []roundTripCase {
 		{"GetRequest", &wire.GetRequest{Namespace: ns, LeaseID: 0xdeadbeef01, Keys: keys}, decGetReq},
 		{"GetResponse", &wire.GetResponse{Blocks: []wire.BlockMeta{{Status: wire.StatusHit, Len: 100}, {Status: wire.StatusHit, Len: 0}, {Status: wire.StatusMiss}}}, decGetResp},
 		{"PutRequest", &wire.PutRequest{Namespace: ns, Blocks: []wire.PutBlock{
-			{Key: keys[0], Tokens: 16, Len: 300, TokenIDs: sampleTokens(16, 1)},
-			{Key: keys[1], Parent: keys[0], Tokens: 7, Len: 120, Position: 16, TokenIDs: sampleTokens(9, 2)},
+			{Key: keys[0], ValidLength: 16, Len: 300, TokenIDs: sampleTokens(16, 1)},
+			{Key: keys[1], Parent: keys[0], ValidLength: 7, Len: 120, Position: 16, TokenIDs: sampleTokens(9, 2)},
 		}}, decPutReq},
 		{"StatusResponse", &wire.StatusResponse{Statuses: []wire.Status{wire.StatusStored, wire.StatusExists,
 			wire.StatusTooLarge, wire.StatusNoSpace, wire.StatusDeleted, wire.StatusBusy, wire.StatusMiss, wire.StatusHit,
@@ -227,10 +227,10 @@ func TestBodyLayouts(t *testing.T) {
 		{"GetRequest", &wire.GetRequest{Namespace: ns, LeaseID: 5, Keys: k[:1]}, cat(u32(2), ns, u64(5), u32(1), k[0][:])},
 		{"GetResponse", &wire.GetResponse{Blocks: []wire.BlockMeta{{wire.StatusHit, 9}, {wire.StatusMiss, 0}}},
 			cat(u32(2), []byte{0}, u32(9), []byte{1}, u32(0))},
-		{"PutRequest", &wire.PutRequest{Namespace: ns, Blocks: []wire.PutBlock{{Key: k[1], Parent: k[0], Tokens: 2, Len: 8, Position: 16, TokenIDs: []uint32{5, 6, 7}}}},
+		{"PutRequest", &wire.PutRequest{Namespace: ns, Blocks: []wire.PutBlock{{Key: k[1], Parent: k[0], ValidLength: 2, Len: 8, Position: 16, TokenIDs: []uint32{5, 6, 7}}}},
 			cat(u32(2), ns, u32(1), k[1][:], k[0][:], u32(2), u32(8), u64(16), u32(3), u32(5), u32(6), u32(7))},
 		{"FillCommitRequest", &wire.FillCommitRequest{Namespace: ns, Blocks: []wire.FillBlock{{Token: wire.FillToken{Fill: 1, Epoch: 2, Turn: 3},
-			Key: k[1], Parent: k[0], Tokens: 1, Len: 8, Position: 32, TokenIDs: []uint32{9}}}},
+			Key: k[1], Parent: k[0], ValidLength: 1, Len: 8, Position: 32, TokenIDs: []uint32{9}}}},
 			cat(u32(2), ns, u32(1), u64(1), u64(2), u32(3), k[1][:], k[0][:], u32(1), u32(8), u64(32), u32(1), u32(9))},
 		{"StatusResponse", &wire.StatusResponse{Statuses: []wire.Status{wire.StatusStored, wire.StatusBusy}}, cat(u32(2), []byte{2, 7})},
 		{"DeleteRequest", &wire.DeleteRequest{Namespace: ns, Keys: k[:1]}, cat(u32(2), ns, u32(1), k[0][:])},
@@ -420,9 +420,9 @@ func TestPutBody(t *testing.T) {
 	ns := sampleNamespace(t)
 	keys := sampleKeys(3)
 	req := &wire.PutRequest{Namespace: ns, Blocks: []wire.PutBlock{
-		{Key: keys[0], Tokens: 16, Len: 5, TokenIDs: sampleTokens(16, 1)},
-		{Key: keys[1], Parent: keys[0], Tokens: 16, Len: 0, Position: 16, TokenIDs: sampleTokens(16, 2)},
-		{Key: keys[2], Parent: keys[1], Tokens: 3, Len: 7, Position: 32, TokenIDs: sampleTokens(3, 3)},
+		{Key: keys[0], ValidLength: 16, Len: 5, TokenIDs: sampleTokens(16, 1)},
+		{Key: keys[1], Parent: keys[0], ValidLength: 16, Len: 0, Position: 16, TokenIDs: sampleTokens(16, 2)},
+		{Key: keys[2], Parent: keys[1], ValidLength: 3, Len: 7, Position: 32, TokenIDs: sampleTokens(3, 3)},
 	}}
 	payloads := []byte("aaaaabbbbbbb")
 	body := append(wire.AppendMeta(nil, req.AppendTo(nil)), payloads...)
@@ -551,8 +551,8 @@ func TestDecodeReusesSlices(t *testing.T) {
 		t.Fatalf("empty list: %v, %v", m.Keys, err)
 	}
 
-	put := &wire.PutRequest{Namespace: []byte("ns"), Blocks: []wire.PutBlock{{Key: keys[0], Tokens: 1, Len: 2, TokenIDs: []uint32{4, 5}}}}
-	p := wire.PutRequest{Blocks: []wire.PutBlock{{Key: keys[2], Parent: keys[1], Tokens: 9, Len: 9, Position: 3, TokenIDs: make([]uint32, 9, 16)}, {}}}
+	put := &wire.PutRequest{Namespace: []byte("ns"), Blocks: []wire.PutBlock{{Key: keys[0], ValidLength: 1, Len: 2, TokenIDs: []uint32{4, 5}}}}
+	p := wire.PutRequest{Blocks: []wire.PutBlock{{Key: keys[2], Parent: keys[1], ValidLength: 9, Len: 9, Position: 3, TokenIDs: make([]uint32, 9, 16)}, {}}}
 	ids := &p.Blocks[0].TokenIDs[0]
 	if _, err := p.Decode(put.AppendTo(nil), maxBatch); err != nil {
 		t.Fatal(err)
@@ -578,15 +578,15 @@ func TestTokenIDLimits(t *testing.T) {
 		_, err := new(wire.FillCommitRequest).Decode((&wire.FillCommitRequest{Blocks: blocks}).AppendTo(nil), maxBatch)
 		return err
 	}
-	if err := put(wire.PutBlock{Key: k[0], Tokens: wire.MaxBlockTokens, TokenIDs: make([]uint32, wire.MaxBlockTokens)}); err != nil {
+	if err := put(wire.PutBlock{Key: k[0], ValidLength: wire.MaxBlockTokens, TokenIDs: make([]uint32, wire.MaxBlockTokens)}); err != nil {
 		t.Fatalf("block of MaxBlockTokens: %v", err)
 	}
-	wantCode(t, put(wire.PutBlock{Key: k[0]}), wire.CodeMalformed)                                                                 // no token ids
-	wantCode(t, put(wire.PutBlock{Key: k[0], Tokens: 1, TokenIDs: make([]uint32, wire.MaxBlockTokens+1)}), wire.CodeMalformed)     // too many
-	wantCode(t, put(wire.PutBlock{Key: k[0], Tokens: 3, TokenIDs: []uint32{1, 2}}), wire.CodeMalformed)                            // valid > n
-	wantCode(t, commit(wire.FillBlock{Key: k[0], Tokens: 3, TokenIDs: []uint32{1, 2}}), wire.CodeMalformed)                        // valid > n
-	wantCode(t, commit(wire.FillBlock{Key: k[0], Tokens: 1, TokenIDs: make([]uint32, wire.MaxBlockTokens+1)}), wire.CodeMalformed) // too many
-	if err := commit(wire.FillBlock{Key: k[0], Tokens: 2, TokenIDs: []uint32{1, 2}}); err != nil {
+	wantCode(t, put(wire.PutBlock{Key: k[0]}), wire.CodeMalformed)                                                                      // no token ids
+	wantCode(t, put(wire.PutBlock{Key: k[0], ValidLength: 1, TokenIDs: make([]uint32, wire.MaxBlockTokens+1)}), wire.CodeMalformed)     // too many
+	wantCode(t, put(wire.PutBlock{Key: k[0], ValidLength: 3, TokenIDs: []uint32{1, 2}}), wire.CodeMalformed)                            // valid > n
+	wantCode(t, commit(wire.FillBlock{Key: k[0], ValidLength: 3, TokenIDs: []uint32{1, 2}}), wire.CodeMalformed)                        // valid > n
+	wantCode(t, commit(wire.FillBlock{Key: k[0], ValidLength: 1, TokenIDs: make([]uint32, wire.MaxBlockTokens+1)}), wire.CodeMalformed) // too many
+	if err := commit(wire.FillBlock{Key: k[0], ValidLength: 2, TokenIDs: []uint32{1, 2}}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -596,8 +596,8 @@ func TestTokenIDLimits(t *testing.T) {
 	fbs := make([]wire.FillBlock, n)
 	ids := make([]uint32, wire.MaxBlockTokens)
 	for i := range pbs {
-		pbs[i] = wire.PutBlock{Key: k[0], Tokens: 1, TokenIDs: ids}
-		fbs[i] = wire.FillBlock{Key: k[0], Tokens: 1, TokenIDs: ids}
+		pbs[i] = wire.PutBlock{Key: k[0], ValidLength: 1, TokenIDs: ids}
+		fbs[i] = wire.FillBlock{Key: k[0], ValidLength: 1, TokenIDs: ids}
 	}
 	wantCode(t, put(pbs...), wire.CodeBatchTooLarge)
 	wantCode(t, commit(fbs...), wire.CodeBatchTooLarge)
@@ -606,7 +606,7 @@ func TestTokenIDLimits(t *testing.T) {
 	}
 
 	// A huge token count in a tiny body is rejected before allocating.
-	b := (&wire.PutRequest{Blocks: []wire.PutBlock{{Key: k[0], Tokens: 1, TokenIDs: []uint32{1}}}}).AppendTo(nil)
+	b := (&wire.PutRequest{Blocks: []wire.PutBlock{{Key: k[0], ValidLength: 1, TokenIDs: []uint32{1}}}}).AppendTo(nil)
 	binary.LittleEndian.PutUint32(b[len(b)-8:], wire.MaxBlockTokens) // n, then one token id
 	var before, after runtime.MemStats
 	runtime.GC()

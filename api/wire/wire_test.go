@@ -27,9 +27,10 @@ func wantCode(t testing.TB, err error, c wire.Code) {
 	}
 }
 
-// A block key and a namespace digest fit a wire.Key exactly (compile-time).
+// A wire.Key is a block key, and a namespace digest converts to one
+// (compile-time).
 var (
-	_ wire.Key = wire.Key(identity.BlockKey{})
+	_ wire.Key = identity.BlockKey{}
 	_ wire.Key = wire.Key(identity.NamespaceDigest{})
 )
 

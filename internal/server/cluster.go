@@ -232,7 +232,7 @@ func (c *conn) checkOwnedKeys(st *clusterState, n int, key func(i int) wire.Key)
 		return nil
 	}
 	for i := range n {
-		if k := key(i); !st.owns(c.s.cfg.Cluster.self, identity.BlockKey(k)) {
+		if k := key(i); !st.owns(c.s.cfg.Cluster.self, k) {
 			return c.wrongEpoch(st, k)
 		}
 	}
@@ -242,7 +242,7 @@ func (c *conn) checkOwnedKeys(st *clusterState, n int, key func(i int) wire.Key)
 func (c *conn) wrongEpoch(st *clusterState, key wire.Key) error {
 	c.s.stats.wrongEpoch.Add(1)
 	owner := "no member"
-	if m, ok := control.Owner(st.view, identity.BlockKey(key)); ok {
+	if m, ok := control.Owner(st.view, key); ok {
 		owner = fmt.Sprintf("member %s at %s", m.ID, m.Addr)
 	}
 	return &wire.Error{Code: wire.CodeWrongEpoch, Epoch: st.view.Epoch(),
@@ -284,7 +284,7 @@ func (c *conn) refuseAcquire(st *clusterState, ns identity.NamespaceDigest, keys
 	for i := range keys {
 		entries[i] = wire.AcquireEntry{Outcome: wire.AcquireDenied}
 		if st.mode != ControlUnknown {
-			one[0] = identity.BlockKey(keys[i])
+			one[0] = keys[i]
 			if hits, _, _ := c.s.store.Lookup(ns, one, 0, false); hits == 1 {
 				entries[i].Outcome = wire.AcquireHit
 				continue

@@ -101,7 +101,7 @@ func wireKeysOf(t *testing.T, ids ...identity.CacheIdentity) []wire.Key {
 	t.Helper()
 	out := make([]wire.Key, len(ids))
 	for i, id := range ids {
-		out[i] = wire.Key(mustKey(t, id))
+		out[i] = mustKey(t, id)
 	}
 	return out
 }

@@ -22,7 +22,7 @@ import (
 // returns the block's status and payload (a slice of buf).
 func (c *rawConn) getInto(nsBlob []byte, key identity.BlockKey, buf []byte) (wire.Status, []byte) {
 	c.t.Helper()
-	req := wire.GetRequest{Namespace: nsBlob, Keys: []wire.Key{wire.Key(key)}}
+	req := wire.GetRequest{Namespace: nsBlob, Keys: []wire.Key{key}}
 	c.send(wire.OpGet, req.AppendTo(nil))
 	var hb [wire.HeaderSize]byte
 	if _, err := io.ReadFull(c.nc, hb[:]); err != nil {

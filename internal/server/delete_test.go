@@ -28,9 +28,9 @@ func TestDeleteRightAfterGet(t *testing.T) {
 				t.Fatalf("round %d put: %s", round, st)
 			}
 		}
-		get := wire.GetRequest{Namespace: blob, Keys: []wire.Key{wire.Key(keys[0])}}
+		get := wire.GetRequest{Namespace: blob, Keys: []wire.Key{keys[0]}}
 		gid := c.send(wire.OpGet, get.AppendTo(nil))
-		did := c.send(wire.OpDelete, (&wire.DeleteRequest{Namespace: blob, Keys: []wire.Key{wire.Key(keys[0])}}).AppendTo(nil))
+		did := c.send(wire.OpDelete, (&wire.DeleteRequest{Namespace: blob, Keys: []wire.Key{keys[0]}}).AppendTo(nil))
 		for range 2 {
 			h, body := c.recv()
 			switch h.RequestID {

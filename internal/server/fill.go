@@ -53,7 +53,7 @@ func (c *conn) handleAcquire(h wire.Header, body []byte) error {
 		return nil
 	}
 	for i, k := range req.Keys {
-		key := identity.BlockKey(k)
+		key := k
 		one[0] = key
 		res := c.s.dir.Acquire(directory.Request{Key: key, Namespace: ns, Tenant: c.tenant, Owner: c.id},
 			func() bool { hits, _, _ := c.s.store.Lookup(ns, one, 0, false); return hits == 1 })
@@ -162,7 +162,7 @@ func (c *conn) handleFillCommit(h wire.Header) error {
 			}
 			continue
 		}
-		st, err := c.putOne(ns, &wire.PutBlock{Key: fb.Key, Parent: fb.Parent, Tokens: fb.Tokens, Len: fb.Len,
+		st, err := c.putOne(ns, &wire.PutBlock{Key: fb.Key, Parent: fb.Parent, ValidLength: fb.ValidLength, Len: fb.Len,
 			Position: fb.Position, TokenIDs: fb.TokenIDs})
 		if err != nil {
 			// The stream broke mid-payload: the turn passes on.

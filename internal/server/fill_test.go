@@ -14,7 +14,7 @@ func (c *rawConn) acquire(blob []byte, keys ...identity.BlockKey) []wire.Acquire
 	c.t.Helper()
 	req := wire.AcquireRequest{Namespace: blob}
 	for _, k := range keys {
-		req.Keys = append(req.Keys, wire.Key(k))
+		req.Keys = append(req.Keys, k)
 	}
 	h, body := c.roundTrip(wire.OpAcquire, req.AppendTo(nil))
 	if h.Flags&wire.FlagError != 0 {
@@ -35,8 +35,8 @@ func (c *rawConn) commit(blob []byte, tok wire.FillToken, id identity.CacheIdent
 // commitAs commits one block under key, claiming identity id.
 func (c *rawConn) commitAs(blob []byte, tok wire.FillToken, key identity.BlockKey, id identity.CacheIdentity, payload []byte) wire.Status {
 	c.t.Helper()
-	req := wire.FillCommitRequest{Namespace: blob, Blocks: []wire.FillBlock{{Token: tok, Key: wire.Key(key), Parent: wire.Key(id.Parent),
-		Tokens: id.ValidLength, Len: uint32(len(payload)), Position: id.Position, TokenIDs: id.Tokens}}}
+	req := wire.FillCommitRequest{Namespace: blob, Blocks: []wire.FillBlock{{Token: tok, Key: key, Parent: id.Parent,
+		ValidLength: id.ValidLength, Len: uint32(len(payload)), Position: id.Position, TokenIDs: id.Tokens}}}
 	body := append(wire.AppendMeta(nil, req.AppendTo(nil)), payload...)
 	h, resp := c.roundTrip(wire.OpFillCommit, body)
 	if h.Flags&wire.FlagError != 0 {

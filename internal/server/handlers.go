@@ -7,7 +7,6 @@ import (
 	"io"
 	"math"
 	"time"
-	"unsafe"
 
 	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/api/wire"
@@ -174,7 +173,7 @@ func (c *conn) handleLookup(h wire.Header, body []byte) error {
 		c.reply(h, &wire.LookupResponse{})
 		return nil
 	}
-	keys := wireKeys(req.Keys)
+	keys := req.Keys
 	ttl := time.Duration(req.LeaseTTLMillis) * time.Millisecond
 	// The lease is charged to the session's tenant: past its share of the
 	// hot tier (hot.Config.TenantHoldBytes, TenantLeases) the hits are
@@ -229,13 +228,13 @@ func (c *conn) handleGet(h wire.Header, body []byte) error {
 			r.meta = append(r.meta, byte(wire.StatusMiss), 0, 0, 0, 0)
 			continue
 		}
-		v, ok := c.s.store.Acquire(ns, identity.BlockKey(req.Keys[i]))
+		v, ok := c.s.store.Acquire(ns, req.Keys[i])
 		if !ok && c.s.cfg.ColdRefill != nil {
-			v, ok = c.refillMiss(ns, identity.BlockKey(req.Keys[i]))
+			v, ok = c.refillMiss(ns, req.Keys[i])
 		}
 		if ok && c.s.sealer != nil {
-			if id, err := c.s.sealer.verify(c.s.store, v, ns, identity.BlockKey(req.Keys[i])); err != nil {
-				c.sealFailed(v, ns, identity.BlockKey(req.Keys[i]), id, err)
+			if id, err := c.s.sealer.verify(c.s.store, v, ns, req.Keys[i]); err != nil {
+				c.sealFailed(v, ns, req.Keys[i], id, err)
 				ok = false
 			}
 		}
@@ -339,12 +338,12 @@ func (c *conn) putEach(n int, one func(i int) (wire.Status, uint32, error)) (wir
 // KeyFor(namespace digest, parent, tokens, valid length) must equal the key.
 // id.Tokens aliases pb.TokenIDs.
 func (c *conn) identityOf(ns identity.NamespaceDigest, pb *wire.PutBlock) (id identity.CacheIdentity, ok bool) {
-	id = identity.CacheIdentity{Namespace: c.ns, Parent: identity.BlockKey(pb.Parent), Position: pb.Position,
-		Tokens: pb.TokenIDs, ValidLength: pb.Tokens}
+	id = identity.CacheIdentity{Namespace: c.ns, Parent: pb.Parent, Position: pb.Position,
+		Tokens: pb.TokenIDs, ValidLength: pb.ValidLength}
 	if id.Validate() != nil {
 		return id, false
 	}
-	return id, identity.KeyFor(ns, id.Parent, id.Tokens, id.ValidLength) == identity.BlockKey(pb.Key)
+	return id, identity.KeyFor(ns, id.Parent, id.Tokens, id.ValidLength) == pb.Key
 }
 
 // putOne stores one block whose payload is next on the stream, once its key
@@ -358,13 +357,13 @@ func (c *conn) putOne(ns identity.NamespaceDigest, pb *wire.PutBlock) (wire.Stat
 	if pb.Len > c.s.cfg.Limits.MaxPayload {
 		return wire.StatusTooLarge, c.skip(int64(pb.Len))
 	}
-	res, st, err := c.reserveAndRead(ns, identity.BlockKey(pb.Key), identity.BlockKey(pb.Parent), c.blockMeta(pb), pb.Len)
+	res, st, err := c.reserveAndRead(ns, pb.Key, pb.Parent, c.blockMeta(pb), pb.Len)
 	if st != wire.StatusStored || err != nil {
 		return st, err
 	}
 	c.s.store.Commit(res)
 	if h := c.s.cfg.OnStored; h != nil {
-		h(id, ns, identity.BlockKey(pb.Key), c.nsBlob)
+		h(id, ns, pb.Key, c.nsBlob)
 	}
 	return wire.StatusStored, nil
 }
@@ -416,9 +415,9 @@ func (c *conn) reserveAndRead(ns identity.NamespaceDigest, key, parent identity.
 func (c *conn) blockMeta(pb *wire.PutBlock) hot.BlockMeta {
 	bt := uint64(max(c.ns.Layout.BlockTokens, 1)) // >= 1 once identityOf validated it
 	return hot.BlockMeta{
-		Tokens:   pb.Tokens,
+		Tokens:   pb.ValidLength,
 		Position: uint32(min(pb.Position/bt, math.MaxUint32)),
-		Partial:  pb.Tokens < c.ns.Layout.BlockTokens,
+		Partial:  pb.ValidLength < c.ns.Layout.BlockTokens,
 		Tenant:   c.tenant, // the reservation counts against the tenant's share
 	}
 }
@@ -458,12 +457,12 @@ func (c *conn) handleDelete(h wire.Header, body []byte) error {
 		// A block still being written to a reader (its View not yet
 		// released: a client's DELETE right after its own GET) is waited
 		// for within the request's deadline; a leased one is BUSY at once.
-		deleted, busy := c.s.store.DeleteWait(ctx, ns, identity.BlockKey(k))
+		deleted, busy := c.s.store.DeleteWait(ctx, ns, k)
 		if busy {
 			resp.Statuses[i] = wire.StatusBusy // not deleted anywhere: retry
 			continue
 		}
-		resp.Statuses[i] = c.coldDelete(ctx, ns, identity.BlockKey(k), deleted)
+		resp.Statuses[i] = c.coldDelete(ctx, ns, k, deleted)
 	}
 	c.reply(h, &resp)
 	return nil
@@ -505,9 +504,4 @@ func (c *conn) handlePing(h wire.Header, body []byte) error {
 	r.finish(h, 0, 0)
 	c.send(r)
 	return nil
-}
-
-// wireKeys views wire keys as block keys; both are [32]byte.
-func wireKeys(ks []wire.Key) []identity.BlockKey {
-	return unsafe.Slice((*identity.BlockKey)(unsafe.Pointer(unsafe.SliceData(ks))), len(ks))
 }

@@ -226,7 +226,7 @@ func mustKey(t *testing.T, id identity.CacheIdentity) identity.BlockKey {
 
 // putBlock is the PUT entry of a block with identity id stored under key.
 func putBlock(key identity.BlockKey, id identity.CacheIdentity, n int) wire.PutBlock {
-	return wire.PutBlock{Key: wire.Key(key), Parent: wire.Key(id.Parent), Tokens: id.ValidLength, Len: uint32(n),
+	return wire.PutBlock{Key: key, Parent: id.Parent, ValidLength: id.ValidLength, Len: uint32(n),
 		Position: id.Position, TokenIDs: id.Tokens}
 }
 
@@ -258,7 +258,7 @@ func (c *rawConn) get(nsBlob []byte, lease uint64, keys ...identity.BlockKey) (w
 	c.t.Helper()
 	wk := make([]wire.Key, len(keys))
 	for i, k := range keys {
-		wk[i] = wire.Key(k)
+		wk[i] = k
 	}
 	req := wire.GetRequest{Namespace: nsBlob, LeaseID: lease, Keys: wk}
 	h, body := c.roundTrip(wire.OpGet, req.AppendTo(nil))

@@ -53,7 +53,7 @@ func (c *conn) handlePutOpaque(h wire.Header) error {
 // putOpaqueOne stores one opaque-key block whose payload is next on the
 // stream, once its key is verified against its name.
 func (c *conn) putOpaqueOne(ns identity.NamespaceDigest, ob *wire.OpaqueBlock) (wire.Status, error) {
-	key := identity.BlockKey(ob.Key)
+	key := ob.Key
 	if identity.OpaqueKey(ns, ob.Name) != key {
 		c.s.stats.keyMismatch.Add(1)
 		return wire.StatusKeyMismatch, c.skip(int64(ob.Len))

@@ -27,7 +27,7 @@ func (c *rawConn) putOpaque(nsBlob []byte, names []string, keys []identity.Block
 	c.t.Helper()
 	blocks := make([]wire.OpaqueBlock, len(names))
 	for i := range names {
-		blocks[i] = wire.OpaqueBlock{Key: wire.Key(keys[i]), Name: []byte(names[i]), Len: uint32(len(payloads[i]))}
+		blocks[i] = wire.OpaqueBlock{Key: keys[i], Name: []byte(names[i]), Len: uint32(len(payloads[i]))}
 	}
 	h, body := c.roundTrip(wire.OpPutOpaque, putOpaqueBody(nsBlob, blocks, payloads))
 	if h.Flags&wire.FlagError != 0 {
@@ -127,7 +127,7 @@ func TestPutOpaqueVersions(t *testing.T) {
 	ts := startServer(t, nil)
 	blob := mustCanonical(t, testNamespace("acme"))
 	key := opaqueKeyOf(t, testNamespace("acme"), "k")
-	body := putOpaqueBody(blob, []wire.OpaqueBlock{{Key: wire.Key(key), Name: []byte("k"), Len: 3}}, [][]byte{[]byte("abc")})
+	body := putOpaqueBody(blob, []wire.OpaqueBlock{{Key: key, Name: []byte("k"), Len: 3}}, [][]byte{[]byte("abc")})
 	c, _ := helloV(t, ts.addr, "acme", 1, 2)
 	c.send(wire.OpPutOpaque, body)
 	c.expectError(wire.CodeUnknownOpcode)
@@ -160,7 +160,7 @@ func TestPutOpaqueOwnership(t *testing.T) {
 		}
 	}
 	c, _ := helloV(t, ts.addr, "acme", 1, wire.VersionMax)
-	blocks := []wire.OpaqueBlock{{Key: wire.Key(opaqueKeyOf(t, ns, foreign)), Name: []byte(foreign), Len: 2}}
+	blocks := []wire.OpaqueBlock{{Key: opaqueKeyOf(t, ns, foreign), Name: []byte(foreign), Len: 2}}
 	c.send(wire.OpPutOpaque, putOpaqueBody(blob, blocks, [][]byte{[]byte("xy")}))
 	if e := c.expectError(wire.CodeWrongEpoch); e.Epoch != 7 {
 		t.Fatalf("epoch %d", e.Epoch)

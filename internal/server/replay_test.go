@@ -25,7 +25,7 @@ func TestReplayFloodIsolation(t *testing.T) {
 	for i := range flood {
 		op, body := wire.OpLookup, lookupBody(blobG, 0, keysG...)
 		if i%2 == 1 { // a DELETE gamma may not do: DENIED, after the stamp is checked
-			op, body = wire.OpDelete, (&wire.DeleteRequest{Namespace: blobG, Keys: []wire.Key{wire.Key(keysG[0])}}).AppendTo(nil)
+			op, body = wire.OpDelete, (&wire.DeleteRequest{Namespace: blobG, Keys: []wire.Key{keysG[0]}}).AppendTo(nil)
 		}
 		id := g.sendStamped(op, body, freshStamp(ahead))
 		h, b := g.recv()
@@ -58,7 +58,7 @@ func TestReplayFloodIsolation(t *testing.T) {
 		if st := c.putID(blob, ids[0], testfix.Payload(100, 1)); st != wire.StatusStored {
 			t.Fatalf("%s PUT after gamma's flood: %s", tenant.name, st)
 		}
-		del := c.do(wire.OpDelete, (&wire.DeleteRequest{Namespace: blob, Keys: []wire.Key{wire.Key(keys[0])}}).AppendTo(nil))
+		del := c.do(wire.OpDelete, (&wire.DeleteRequest{Namespace: blob, Keys: []wire.Key{keys[0]}}).AppendTo(nil))
 		if e := errOf(t, del); e != nil {
 			t.Fatalf("%s DELETE after gamma's flood: %v", tenant.name, e)
 		}

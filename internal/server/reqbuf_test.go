@@ -83,7 +83,7 @@ func betaBufferScript(t *testing.T, b *bubbleServer, seed uint32) []string {
 	}
 	wk := make([]wire.Key, len(ids))
 	for i := range ids {
-		wk[i] = wire.Key(mustKey(t, ids[i]))
+		wk[i] = mustKey(t, ids[i])
 	}
 	req := wire.GetRequest{Namespace: mustCanonical(t, testNamespace("beta")), Keys: wk}
 	h, resp := c.roundTrip(wire.OpGet, req.AppendTo(nil))

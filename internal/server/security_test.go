@@ -232,7 +232,7 @@ func (c *authConn) putID(blob []byte, id identity.CacheIdentity, payload []byte)
 func lookupBody(blob []byte, ttl uint32, keys ...identity.BlockKey) []byte {
 	req := wire.LookupRequest{Namespace: blob, LeaseTTLMillis: ttl}
 	for _, k := range keys {
-		req.Keys = append(req.Keys, wire.Key(k))
+		req.Keys = append(req.Keys, k)
 	}
 	return req.AppendTo(nil)
 }
@@ -240,7 +240,7 @@ func lookupBody(blob []byte, ttl uint32, keys ...identity.BlockKey) []byte {
 func getBody(blob []byte, lease uint64, keys ...identity.BlockKey) []byte {
 	req := wire.GetRequest{Namespace: blob, LeaseID: lease}
 	for _, k := range keys {
-		req.Keys = append(req.Keys, wire.Key(k))
+		req.Keys = append(req.Keys, k)
 	}
 	return req.AppendTo(nil)
 }
@@ -248,7 +248,7 @@ func getBody(blob []byte, lease uint64, keys ...identity.BlockKey) []byte {
 func acquireBody(blob []byte, keys ...identity.BlockKey) []byte {
 	req := wire.AcquireRequest{Namespace: blob}
 	for _, k := range keys {
-		req.Keys = append(req.Keys, wire.Key(k))
+		req.Keys = append(req.Keys, k)
 	}
 	return req.AppendTo(nil)
 }
@@ -382,7 +382,7 @@ func TestTenantIsolationPaired(t *testing.T) {
 		{wire.OpLookup, lookupBody(blobA, 1000, keysA...)},
 		{wire.OpGet, getBody(blobA, lease.LeaseID, keysA...)},
 		{wire.OpAcquire, acquireBody(blobA, keysA[0], extraKeysA[3])},
-		{wire.OpDelete, (&wire.DeleteRequest{Namespace: blobA, Keys: []wire.Key{wire.Key(keysA[0])}}).AppendTo(nil)},
+		{wire.OpDelete, (&wire.DeleteRequest{Namespace: blobA, Keys: []wire.Key{keysA[0]}}).AppendTo(nil)},
 		{wire.OpWait, (&wire.WaitRequest{Namespace: blobA, TimeoutMillis: 1, Fills: []uint64{fillA}}).AppendTo(nil)},
 		{wire.OpPut, putBody(blobA, []wire.PutBlock{putBlock(keysA[0], idsA[0], 10)}, [][]byte{make([]byte, 10)})},
 	} {
@@ -508,7 +508,7 @@ func TestACLRights(t *testing.T) {
 		body []byte
 	}{
 		{wire.OpPut, putBody(blob, []wire.PutBlock{putBlock(keys[0], ids[0], 10)}, [][]byte{make([]byte, 10)})},
-		{wire.OpDelete, (&wire.DeleteRequest{Namespace: blob, Keys: []wire.Key{wire.Key(keys[0])}}).AppendTo(nil)},
+		{wire.OpDelete, (&wire.DeleteRequest{Namespace: blob, Keys: []wire.Key{keys[0]}}).AppendTo(nil)},
 		{wire.OpAcquire, acquireBody(blob, keys[0])},
 		{wire.OpLookup, lookupBody(otherBlob, 0, keys...)},
 		{wire.OpGet, getBody(otherBlob, 0, keys...)},

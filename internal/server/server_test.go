@@ -148,7 +148,7 @@ func TestIdentityMismatchEveryField(t *testing.T) {
 					t.Fatalf("frame body %d bytes, want the 13-byte table alone", h.BodyLen)
 				}
 				// LOOKUP must not see it either.
-				lk := wire.LookupRequest{Namespace: blob, LeaseTTLMillis: 1000, Keys: []wire.Key{wire.Key(k)}}
+				lk := wire.LookupRequest{Namespace: blob, LeaseTTLMillis: 1000, Keys: []wire.Key{k}}
 				_, body := reader.roundTrip(wire.OpLookup, lk.AppendTo(nil))
 				var lr wire.LookupResponse
 				if err := lr.Decode(body); err != nil || lr.Hits != 0 || lr.LeaseID != 0 {
@@ -194,7 +194,7 @@ func TestLookupLeaseReleasedByGet(t *testing.T) {
 	}
 	wk := make([]wire.Key, len(keys))
 	for i, k := range keys {
-		wk[i] = wire.Key(k)
+		wk[i] = k
 	}
 	lk := wire.LookupRequest{Namespace: blob, LeaseTTLMillis: 10000, Keys: wk}
 	_, body := c.roundTrip(wire.OpLookup, lk.AppendTo(nil))
@@ -411,7 +411,7 @@ func TestSlowReaderDoesNotBlockOthers(t *testing.T) {
 	w.put(blob, testID(42), testfix.Payload(1<<20, 4))
 
 	slow := helloConn(t, ts.addr, "acme")
-	g := wire.GetRequest{Namespace: blob, Keys: []wire.Key{wire.Key(key)}}
+	g := wire.GetRequest{Namespace: blob, Keys: []wire.Key{key}}
 	req := g.AppendTo(nil)
 	for range 64 { // 64 MiB of responses against a few MiB of socket buffers
 		slow.nc.SetWriteDeadline(time.Now().Add(5 * time.Second))
@@ -456,7 +456,7 @@ func TestShutdownDrainsInFlight(t *testing.T) {
 	blob := mustCanonical(t, testNamespace("acme"))
 	key := mustKey(t, testID(5))
 	c.put(blob, testID(5), testfix.Payload(64<<10, 5))
-	lk := wire.LookupRequest{Namespace: blob, LeaseTTLMillis: 30000, Keys: []wire.Key{wire.Key(key)}}
+	lk := wire.LookupRequest{Namespace: blob, LeaseTTLMillis: 30000, Keys: []wire.Key{key}}
 	_, body := c.roundTrip(wire.OpLookup, lk.AppendTo(nil))
 	var lr wire.LookupResponse
 	if err := lr.Decode(body); err != nil || lr.LeaseID == 0 {
@@ -464,7 +464,7 @@ func TestShutdownDrainsInFlight(t *testing.T) {
 	}
 
 	armed.Store(true)
-	g := wire.GetRequest{Namespace: blob, Keys: []wire.Key{wire.Key(key)}}
+	g := wire.GetRequest{Namespace: blob, Keys: []wire.Key{key}}
 	c.send(wire.OpGet, g.AppendTo(nil))
 	<-blocked // the GET was read and its response is about to be written
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -491,7 +491,7 @@ func (w *worker) request(ctx context.Context, q replay.Request) error {
 	for j := run; j < n; j++ {
 		buf := w.bufs[j][:r.cfg.PayloadBytes]
 		FillPayload(buf, w.keys[j])
-		w.puts = append(w.puts, client.PutBlock{Key: w.keys[j], Parent: w.parents[j], Tokens: blocks[j].Tokens,
+		w.puts = append(w.puts, client.PutBlock{Key: w.keys[j], Parent: w.parents[j], ValidLength: blocks[j].Tokens,
 			Position: uint64(j) * replay.BlockTokens, TokenIDs: w.toks[j], Data: buf})
 	}
 	st, err := r.c.Put(ctx, r.ns, w.puts)
