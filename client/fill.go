@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -247,13 +246,12 @@ func (f *filler) acquire(ctx context.Context, cn *conn, todo []int) ([]wire.Acqu
 		idx := todo[off:min(off+batch, len(todo))]
 		r := &request{}
 		r.op = wire.OpAcquire
+		keys := make([]wire.Key, len(idx))
+		for k, i := range idx {
+			keys[k] = f.keys[i]
+		}
 		r.enc = func(b []byte) []byte {
-			b = appendBlob(b, f.blob)
-			b = binary.LittleEndian.AppendUint32(b, uint32(len(idx)))
-			for _, i := range idx {
-				b = append(b, f.keys[i][:]...)
-			}
-			return b
+			return (&wire.AcquireRequest{Namespace: f.blob, Keys: keys}).AppendTo(b)
 		}
 		f.c.exec(ctx, []*request{r}, cn)
 		if r.err != nil {
@@ -344,7 +342,7 @@ func (f *filler) commit(ctx context.Context, cn *conn, leads []lead, data [][]by
 			req.Blocks[k] = wire.FillBlock{Token: l.tok, Key: f.keys[l.i], Parent: id.Parent,
 				ValidLength: id.ValidLength, Len: uint32(len(data[k])), Position: id.Position, TokenIDs: id.Tokens}
 		}
-		return wire.AppendMeta(b, req.AppendTo(nil))
+		return wire.AppendTable(b, &req)
 	}
 	f.c.exec(ctx, []*request{r}, cn)
 }

@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -68,15 +67,9 @@ func (c *Client) putOpaque(ctx context.Context, ns Namespace, key BlockKey, name
 	r := &request{}
 	r.op = wire.OpPutOpaque
 	r.payload, r.payloadLen = [][]byte{payload}, len(payload)
-	r.enc = func(b []byte) []byte {
-		b = binary.LittleEndian.AppendUint32(b, uint32(tableLen))
-		b = appendBlob(b, blob)
-		b = binary.LittleEndian.AppendUint32(b, 1)
-		b = append(b, key[:]...)
-		b = binary.LittleEndian.AppendUint16(b, uint16(len(name)))
-		b = append(b, name...)
-		return binary.LittleEndian.AppendUint32(b, uint32(len(payload)))
-	}
+	table := &wire.PutOpaqueRequest{Namespace: blob,
+		Blocks: []wire.OpaqueBlock{{Key: key, Name: name, Len: uint32(len(payload))}}}
+	r.enc = func(b []byte) []byte { return wire.AppendTable(b, table) }
 	c.exec(ctx, []*request{r}, cn)
 	if errors.Is(r.err, &wire.Error{Code: wire.CodeUnknownOpcode}) {
 		// The connection was redialed to a server of an older version.

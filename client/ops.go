@@ -87,9 +87,7 @@ func (c *Client) get(ctx context.Context, ns Namespace, keys []BlockKey, dst [][
 		r := &request{res: res[off:end]}
 		r.op = wire.OpGet
 		r.enc = func(b []byte) []byte {
-			b = appendBlob(b, blob)
-			b = binary.LittleEndian.AppendUint64(b, lease)
-			return appendKeys(b, ks)
+			return (&wire.GetRequest{Namespace: blob, LeaseID: lease, Keys: ks}).AppendTo(b)
 		}
 		if dst != nil {
 			r.dst = dst[off:end]
@@ -207,25 +205,13 @@ func (c *Client) put(ctx context.Context, ns Namespace, blocks []PutBlock, errs 
 			r.payload = append(r.payload, blocks[i].Data)
 			r.payloadLen += len(blocks[i].Data)
 		}
-		idx, tableLen := ch.idx, head+ch.table
-		r.enc = func(b []byte) []byte {
-			b = binary.LittleEndian.AppendUint32(b, uint32(tableLen))
-			b = appendBlob(b, blob)
-			b = binary.LittleEndian.AppendUint32(b, uint32(len(idx)))
-			for _, i := range idx {
-				pb := &blocks[i]
-				b = append(b, pb.Key[:]...)
-				b = append(b, pb.Parent[:]...)
-				b = binary.LittleEndian.AppendUint32(b, pb.validLength())
-				b = binary.LittleEndian.AppendUint32(b, uint32(len(pb.Data)))
-				b = binary.LittleEndian.AppendUint64(b, pb.Position)
-				b = binary.LittleEndian.AppendUint32(b, uint32(len(pb.TokenIDs)))
-				for _, t := range pb.TokenIDs {
-					b = binary.LittleEndian.AppendUint32(b, t)
-				}
-			}
-			return b
+		table := &wire.PutRequest{Namespace: blob, Blocks: make([]wire.PutBlock, len(ch.idx))}
+		for k, i := range ch.idx {
+			pb := &blocks[i]
+			table.Blocks[k] = wire.PutBlock{Key: pb.Key, Parent: pb.Parent, ValidLength: pb.validLength(),
+				Len: uint32(len(pb.Data)), Position: pb.Position, TokenIDs: pb.TokenIDs}
 		}
+		r.enc = func(b []byte) []byte { return wire.AppendTable(b, table) }
 		reqs[j] = r
 	}
 	c.exec(ctx, reqs, nil)
@@ -259,7 +245,7 @@ func (c *Client) delete(ctx context.Context, ns Namespace, keys []BlockKey, errs
 		ks := keys[off:end]
 		r := &request{}
 		r.op = wire.OpDelete
-		r.enc = func(b []byte) []byte { return appendKeys(appendBlob(b, blob), ks) }
+		r.enc = func(b []byte) []byte { return (&wire.DeleteRequest{Namespace: blob, Keys: ks}).AppendTo(b) }
 		reqs = append(reqs, r)
 		idx := make([]int, 0, end-off)
 		for i := off; i < end; i++ {
@@ -344,8 +330,7 @@ func (c *Client) Lookup(ctx context.Context, ns Namespace, keys []BlockKey, leas
 		r := &request{}
 		r.op = wire.OpLookup
 		r.enc = func(b []byte) []byte {
-			b = binary.LittleEndian.AppendUint32(appendBlob(b, blob), ttl)
-			return appendKeys(b, ks)
+			return (&wire.LookupRequest{Namespace: blob, LeaseTTLMillis: ttl, Keys: ks}).AppendTo(b)
 		}
 		c.exec(ctx, []*request{r}, cn)
 		if r.err != nil {
@@ -413,19 +398,4 @@ func (c *Client) roundTrip(ctx context.Context, op wire.Opcode, enc func([]byte)
 		return nil, r.err
 	}
 	return r.cl.body, nil
-}
-
-// appendBlob appends a u32-length-prefixed blob.
-func appendBlob(b, blob []byte) []byte {
-	b = binary.LittleEndian.AppendUint32(b, uint32(len(blob)))
-	return append(b, blob...)
-}
-
-// appendKeys appends a u32 count and the keys.
-func appendKeys(b []byte, keys []BlockKey) []byte {
-	b = binary.LittleEndian.AppendUint32(b, uint32(len(keys)))
-	for i := range keys {
-		b = append(b, keys[i][:]...)
-	}
-	return b
 }

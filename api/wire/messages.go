@@ -682,6 +682,20 @@ func AppendMeta(b []byte, table []byte) []byte {
 	return append(b, table...)
 }
 
+// Table is the table of a request that carries payload after it
+// (PutRequest, PutOpaqueRequest, FillCommitRequest).
+type Table interface{ AppendTo(b []byte) []byte }
+
+// AppendTable frames t as AppendMeta does (u32 table length, then the
+// table), encoding the table in place rather than copying it.
+func AppendTable(b []byte, t Table) []byte {
+	at := len(b)
+	b = append(b, 0, 0, 0, 0)
+	b = t.AppendTo(b)
+	binary.LittleEndian.PutUint32(b[at:], uint32(len(b)-at-4))
+	return b
+}
+
 // MetaLen parses the u32 table length at the start of a body of bodyLen
 // bytes and checks that the table fits.
 func MetaLen(prefix [4]byte, bodyLen uint32) (uint32, error) {

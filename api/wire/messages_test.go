@@ -621,3 +621,23 @@ func TestTokenIDLimits(t *testing.T) {
 		t.Fatalf("decoder allocated %d bytes per rejected body", perRun)
 	}
 }
+
+// AppendTable frames a table in place, byte for byte as AppendMeta frames
+// the encoded table, after whatever the buffer already holds.
+func TestAppendTableEqualsAppendMeta(t *testing.T) {
+	tables := []wire.Table{
+		&wire.PutRequest{Namespace: sampleNamespace(t), Blocks: []wire.PutBlock{
+			{Key: wire.Key{1}, Parent: wire.Key{2}, ValidLength: 2, Len: 7, Position: 16, TokenIDs: []uint32{5, 6, 7}}}},
+		&wire.PutOpaqueRequest{Namespace: sampleNamespace(t), Blocks: []wire.OpaqueBlock{{Key: wire.Key{3}, Name: []byte("k"), Len: 3}}},
+		&wire.FillCommitRequest{Namespace: sampleNamespace(t), Blocks: []wire.FillBlock{
+			{Token: wire.FillToken{Fill: 1, Epoch: 2, Turn: 3}, Key: wire.Key{4}, ValidLength: 1, Len: 1, TokenIDs: []uint32{9}}}},
+	}
+	for _, tb := range tables {
+		head := []byte("header")
+		got := wire.AppendTable(append([]byte(nil), head...), tb)
+		want := wire.AppendMeta(append([]byte(nil), head...), tb.AppendTo(nil))
+		if !bytes.Equal(got, want) {
+			t.Errorf("%T: AppendTable\n%x\nwant\n%x", tb, got, want)
+		}
+	}
+}
