@@ -11,14 +11,50 @@ import (
 )
 
 // Identity types, re-exported so that users of the client need import only
-// this package. They are aliases: values convert freely.
+// this package. They are aliases of the public types of package
+// github.com/gpucache/gpucache/api/identity (whose go doc has the
+// validation rules and the canonical encoding): values are the same type.
+// Their fields are listed here too, since go doc does not follow an alias
+// (TestAliasDocsListEveryField keeps the lists whole).
 type (
 	// Namespace is every part of a block's identity shared by one token
-	// chain: tenant, model, revisions, adapter, dtype, layout.
+	// chain: who owns the bytes and how they were computed. All strings
+	// are required except Adapter. Fields:
+	//
+	//	Tenant            string // owning tenant
+	//	TrustDomain       string // trust domain of the producer
+	//	ModelID           string // model id
+	//	ConfigRevision    string // model config revision
+	//	TokenizerRevision string // tokenizer revision
+	//	Adapter           string // LoRA/adapter id; "" means the base model
+	//	RoPE              string // position encoding scheme and parameters
+	//	DType             string // KV element type, e.g. "fp16"
+	//	Quantization      string // KV quantization, "none" when unquantized
+	//	Layout            Layout
 	Namespace = identity.Namespace
 	// Layout describes how a block's KV tensors are laid out and sharded.
+	// Fields:
+	//
+	//	Format      string // tensor layout name, e.g. "vllm-nhd" (required)
+	//	TPRank      uint32 // tensor-parallel rank, < TPSize
+	//	TPSize      uint32 // tensor-parallel world size, >= 1
+	//	PPRank      uint32 // pipeline-parallel rank, < PPSize
+	//	PPSize      uint32 // pipeline-parallel world size, >= 1
+	//	LayerStart  uint32 // first layer held in the block
+	//	LayerCount  uint32 // number of layers held, >= 1
+	//	KVHeads     uint32 // KV heads held by this shard, >= 1
+	//	HeadDim     uint32 // head dimension, >= 1
+	//	BlockTokens uint32 // tokens per full block, 1..65536
 	Layout = identity.Layout
-	// CacheIdentity is the full identity of one block.
+	// CacheIdentity is the full identity of one block: its namespace plus
+	// the prefix it extends. Fields:
+	//
+	//	Namespace            // embedded
+	//	Parent      BlockKey // key of the previous block; zero for the first block
+	//	Position    uint64   // token offset of the block's first token
+	//	Tokens      []uint32 // the block's token ids, 1..BlockTokens of them
+	//	ValidLength uint32   // tokens whose KV the payload holds, 1..len(Tokens)
+	//	Opaque      []byte   // an opaque-key block's name (then Parent..ValidLength are zero)
 	CacheIdentity = identity.CacheIdentity
 	// BlockKey names one block: a SHA-256 chained over the namespace
 	// digest, the parent key and the block's tokens.
