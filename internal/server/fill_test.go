@@ -12,10 +12,7 @@ import (
 
 func (c *rawConn) acquire(blob []byte, keys ...identity.BlockKey) []wire.AcquireEntry {
 	c.t.Helper()
-	req := wire.AcquireRequest{Namespace: blob}
-	for _, k := range keys {
-		req.Keys = append(req.Keys, k)
-	}
+	req := wire.AcquireRequest{Namespace: blob, Keys: keys}
 	h, body := c.roundTrip(wire.OpAcquire, req.AppendTo(nil))
 	if h.Flags&wire.FlagError != 0 {
 		c.t.Fatalf("acquire: %v", decodeErr(c.t, body))

@@ -256,11 +256,7 @@ func (c *rawConn) putAs(nsBlob []byte, key identity.BlockKey, id identity.CacheI
 // frame carries exactly table plus announced payload.
 func (c *rawConn) get(nsBlob []byte, lease uint64, keys ...identity.BlockKey) (wire.GetResponse, []byte, wire.Header) {
 	c.t.Helper()
-	wk := make([]wire.Key, len(keys))
-	for i, k := range keys {
-		wk[i] = k
-	}
-	req := wire.GetRequest{Namespace: nsBlob, LeaseID: lease, Keys: wk}
+	req := wire.GetRequest{Namespace: nsBlob, LeaseID: lease, Keys: keys}
 	h, body := c.roundTrip(wire.OpGet, req.AppendTo(nil))
 	if h.Flags&wire.FlagError != 0 {
 		c.t.Fatalf("get: %v", decodeErr(c.t, body))

@@ -230,26 +230,17 @@ func (c *authConn) putID(blob []byte, id identity.CacheIdentity, payload []byte)
 }
 
 func lookupBody(blob []byte, ttl uint32, keys ...identity.BlockKey) []byte {
-	req := wire.LookupRequest{Namespace: blob, LeaseTTLMillis: ttl}
-	for _, k := range keys {
-		req.Keys = append(req.Keys, k)
-	}
+	req := wire.LookupRequest{Namespace: blob, LeaseTTLMillis: ttl, Keys: keys}
 	return req.AppendTo(nil)
 }
 
 func getBody(blob []byte, lease uint64, keys ...identity.BlockKey) []byte {
-	req := wire.GetRequest{Namespace: blob, LeaseID: lease}
-	for _, k := range keys {
-		req.Keys = append(req.Keys, k)
-	}
+	req := wire.GetRequest{Namespace: blob, LeaseID: lease, Keys: keys}
 	return req.AppendTo(nil)
 }
 
 func acquireBody(blob []byte, keys ...identity.BlockKey) []byte {
-	req := wire.AcquireRequest{Namespace: blob}
-	for _, k := range keys {
-		req.Keys = append(req.Keys, k)
-	}
+	req := wire.AcquireRequest{Namespace: blob, Keys: keys}
 	return req.AppendTo(nil)
 }
 

@@ -192,11 +192,7 @@ func TestLookupLeaseReleasedByGet(t *testing.T) {
 	for i, id := range ids[:3] {
 		c.put(blob, id, testfix.Payload(20<<10, byte(i)))
 	}
-	wk := make([]wire.Key, len(keys))
-	for i, k := range keys {
-		wk[i] = k
-	}
-	lk := wire.LookupRequest{Namespace: blob, LeaseTTLMillis: 10000, Keys: wk}
+	lk := wire.LookupRequest{Namespace: blob, LeaseTTLMillis: 10000, Keys: keys}
 	_, body := c.roundTrip(wire.OpLookup, lk.AppendTo(nil))
 	var lr wire.LookupResponse
 	if err := lr.Decode(body); err != nil {
