@@ -133,12 +133,7 @@ func (t *Tier) Delete(ctx context.Context, ns identity.Namespace, d identity.Nam
 func (t *Tier) dropPending(d identity.NamespaceDigest, key identity.BlockKey) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	known := false
-	if tl, ok := t.mu.tails[key]; ok {
-		t.mu.dead += int(tl.tokLen)
-		delete(t.mu.tails, key)
-		known = true
-	}
+	known := t.forgetLocked(key)
 	b := t.mu.batches[d]
 	if b == nil {
 		return known

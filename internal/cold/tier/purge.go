@@ -42,9 +42,7 @@ func (t *Tier) DropTenant(ctx context.Context, tenant string) (DropReport, error
 		}
 	}
 	for k, tl := range t.mu.tails {
-		if mine[tl.ns] {
-			t.mu.dead += int(tl.tokLen)
-			delete(t.mu.tails, k)
+		if mine[tl.ns] && t.forgetLocked(k) {
 			rep.Remembered++
 		}
 	}

@@ -86,14 +86,15 @@ func (t *Tier) compactLocked() {
 	t.mu.tokens, t.mu.dead = fresh, 0
 }
 
-// Forget drops a remembered identity (the block was deleted).
-func (t *Tier) Forget(key identity.BlockKey) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if tl, ok := t.mu.tails[key]; ok {
+// forgetLocked drops a remembered identity (the block was deleted or
+// purged) and reports whether there was one. t.mu must be held.
+func (t *Tier) forgetLocked(key identity.BlockKey) bool {
+	tl, ok := t.mu.tails[key]
+	if ok {
 		t.mu.dead += int(tl.tokLen)
 		delete(t.mu.tails, key)
 	}
+	return ok
 }
 
 // Evicted is the hot tier's OnEvict hook: it copies the block into a
