@@ -37,32 +37,9 @@ func TestHelloCredentialConflict(t *testing.T) {
 	}
 	ts := startServer(t, func(c *Config) { c.Guard = guard })
 	// startServer listens in plaintext; serve TLS on a second listener.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- ts.srv.Serve(tls.NewListener(ln, serverTLS)) }()
-	t.Cleanup(func() { <-served }) // startServer's cleanup (registered first, run last) would block: close here
-	t.Cleanup(func() { ln.Close() })
-
+	dialTLS := serveTLSFor(t, ca, serverTLS, ts.srv.Serve)
 	dial := func(cn string) *authConn {
-		cfg := &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1", MinVersion: tls.VersionTLS13}
-		if cn != "" {
-			c, k := ca.Issue(t, cn, tlstest.ClientAuth())
-			p, err := tls.X509KeyPair(c, k)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg.Certificates = []tls.Certificate{p}
-		}
-		nc, err := tls.Dial("tcp", ln.Addr().String(), cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { nc.Close() })
-		nc.SetDeadline(time.Now().Add(20 * time.Second))
-		return &authConn{rawConn: &rawConn{t: t, nc: nc}, now: clock.Now}
+		return &authConn{rawConn: &rawConn{t: t, nc: dialTLS(cn)}, now: clock.Now}
 	}
 
 	// acme's certificate with beta's secret: refused, whichever tenant the
@@ -108,4 +85,37 @@ func optionalClientCertTLS(t *testing.T, ca *tlstest.CA) *tls.Config {
 	}
 	return &tls.Config{Certificates: []tls.Certificate{pair}, ClientCAs: ca.Pool(),
 		ClientAuth: tls.VerifyClientCertIfGiven, MinVersion: tls.VersionTLS13}
+}
+
+// serveTLSFor serves serve on a loopback TLS listener with serverTLS until
+// the test ends, and returns a dialer whose connections present a client
+// certificate for cn from ca ("" presents none).
+func serveTLSFor(t *testing.T, ca *tlstest.CA, serverTLS *tls.Config, serve func(net.Listener) error) func(cn string) net.Conn {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- serve(tls.NewListener(ln, serverTLS)) }()
+	t.Cleanup(func() { <-served }) // the server's own cleanup (registered first, run last) would block: close here
+	t.Cleanup(func() { ln.Close() })
+	return func(cn string) net.Conn {
+		cfg := &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1", MinVersion: tls.VersionTLS13}
+		if cn != "" {
+			c, k := ca.Issue(t, cn, tlstest.ClientAuth())
+			p, err := tls.X509KeyPair(c, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.Certificates = []tls.Certificate{p}
+		}
+		nc, err := tls.Dial("tcp", ln.Addr().String(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nc.Close() })
+		nc.SetDeadline(time.Now().Add(20 * time.Second))
+		return nc
+	}
 }

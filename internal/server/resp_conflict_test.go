@@ -2,8 +2,6 @@ package server
 
 import (
 	"bufio"
-	"crypto/tls"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -38,31 +36,9 @@ func TestRESPAuthCredentialConflict(t *testing.T) {
 		c.Guard = g
 	})
 	// startRESP serves in plaintext; serve TLS on a second listener.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- f.srv.ServeRESP(tls.NewListener(ln, serverTLS)) }()
-	t.Cleanup(func() { <-served })
-	t.Cleanup(func() { ln.Close() })
-
+	dialTLS := serveTLSFor(t, ca, serverTLS, f.srv.ServeRESP)
 	dial := func(cn string) *respClient {
-		cfg := &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1", MinVersion: tls.VersionTLS13}
-		if cn != "" {
-			c, k := ca.Issue(t, cn, tlstest.ClientAuth())
-			p, err := tls.X509KeyPair(c, k)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg.Certificates = []tls.Certificate{p}
-		}
-		nc, err := tls.Dial("tcp", ln.Addr().String(), cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { nc.Close() })
-		nc.SetDeadline(time.Now().Add(20 * time.Second))
+		nc := dialTLS(cn)
 		return &respClient{t: t, nc: nc, br: bufio.NewReaderSize(nc, 64<<10)}
 	}
 
