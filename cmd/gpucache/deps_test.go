@@ -8,7 +8,8 @@ import (
 
 // TestDepsLeaveOutServer: the client command links neither the server, the
 // hot tier, the daemon nor the load tools and their plotting (gonum): those
-// are cmd/gpucache-bench's. It asks `go list -deps`, which go test puts on
+// are cmd/gpucache-bench's. Subpackages count too (internal/hot/x would
+// be the hot tier's code). It asks `go list -deps`, which go test puts on
 // PATH.
 func TestDepsLeaveOutServer(t *testing.T) {
 	goBin, err := exec.LookPath("go")
@@ -30,8 +31,23 @@ func TestDepsLeaveOutServer(t *testing.T) {
 		t.Fatalf("go list -deps did not list cmd/gpucache last: %q", deps)
 	}
 	for _, d := range deps {
-		if banned[d] || strings.HasPrefix(d, "gonum.org/") {
+		if isBanned(banned, d) || strings.HasPrefix(d, "gonum.org/") {
 			t.Errorf("cmd/gpucache depends on %s", d)
 		}
 	}
+}
+
+// isBanned reports whether d is a banned package or inside one.
+func isBanned(banned map[string]bool, d string) bool {
+	for p := d; p != ""; {
+		if banned[p] {
+			return true
+		}
+		i := strings.LastIndexByte(p, '/')
+		if i < 0 {
+			return false
+		}
+		p = p[:i]
+	}
+	return false
 }

@@ -14,7 +14,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/gpucache/gpucache/internal/hot/policy"
+	"github.com/gpucache/gpucache/internal/policy"
 )
 
 // ErrInvalid wraps every validation error.
@@ -117,7 +117,7 @@ type Config struct {
 	HotPrefault string `yaml:"hot_prefault"`
 	// HotPolicy is the hot tier's admission and eviction policy: "builtin"
 	// (the prefix-aware LRU built into the store) or one of
-	// policy.Names() (internal/hot/policy). Default builtin.
+	// policy.Names() (internal/policy). Default builtin.
 	HotPolicy string `yaml:"hot_policy"`
 	// LeaseTTL is the lease TTL when a client asks for 0. Default 5s.
 	LeaseTTL time.Duration `yaml:"lease_ttl"`

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpucache/gpucache/internal/hot/policy"
+	"github.com/gpucache/gpucache/internal/policy"
 )
 
 func env(m map[string]string) func(string) (string, bool) {

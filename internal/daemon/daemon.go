@@ -18,7 +18,7 @@ import (
 	"github.com/gpucache/gpucache/internal/degrade"
 	"github.com/gpucache/gpucache/internal/directory"
 	"github.com/gpucache/gpucache/internal/hot"
-	"github.com/gpucache/gpucache/internal/hot/policy"
+	"github.com/gpucache/gpucache/internal/policy"
 	"github.com/gpucache/gpucache/internal/server"
 	"github.com/gpucache/gpucache/internal/version"
 )

@@ -19,7 +19,7 @@ import (
 	"github.com/gpucache/gpucache/internal/config"
 	"github.com/gpucache/gpucache/internal/directory"
 	"github.com/gpucache/gpucache/internal/hot"
-	"github.com/gpucache/gpucache/internal/hot/policy"
+	"github.com/gpucache/gpucache/internal/policy"
 	"github.com/gpucache/gpucache/internal/server"
 )
 

@@ -31,7 +31,7 @@ func (w *syncLog) String() string {
 }
 
 // TestHotPolicyConfigured runs a node with hot_policy builtin, lru and
-// prefix (the policies registered in internal/hot/policy that are not
+// prefix (the policies registered in internal/policy that are not
 // experiments) over a 4 MiB hot tier, writes 10 MiB through it and reads
 // the newest block back. The startup line names the policy. A policy may
 // refuse blocks (NO_SPACE); builtin and lru store every one and evict.

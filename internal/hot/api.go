@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/gpucache/gpucache/api/identity"
-	"github.com/gpucache/gpucache/internal/hot/policy"
+	"github.com/gpucache/gpucache/internal/policy"
 )
 
 // Sentinel errors.

@@ -79,7 +79,7 @@
 //
 // # Policies
 //
-// Config.Policy (a policy.Policy from internal/hot/policy, the same code
+// Config.Policy (a policy.Policy from internal/policy, the same code
 // the trace simulator runs) replaces the built-in order; nil keeps it, and
 // then every hook below costs one nil check. With a policy:
 //

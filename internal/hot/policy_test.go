@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpucache/gpucache/internal/hot/policy"
+	"github.com/gpucache/gpucache/internal/policy"
 )
 
 // testPolicy is a recording policy for the store's tests. Its eviction
@@ -162,7 +162,7 @@ func TestPolicyLRUMatchesBuiltin(t *testing.T) {
 }
 
 // TestPolicyRegisteredLRU runs the registered "lru" policy, once it is
-// registered by internal/hot/policy.
+// registered by internal/policy.
 func TestPolicyRegisteredLRU(t *testing.T) {
 	p, err := policy.New("lru")
 	if err != nil {

@@ -4,7 +4,7 @@ package hot
 // is given, and the eviction scan over its victims. Every hook is behind a
 // cfg.Policy nil check, so the built-in order pays nothing else.
 
-import "github.com/gpucache/gpucache/internal/hot/policy"
+import "github.com/gpucache/gpucache/internal/policy"
 
 // policyScanFactor scales cfg.EvictScan into the bound of one policy victim
 // scan: the policy orders blocks of every size class, and the scan skips

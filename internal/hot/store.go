@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpucache/gpucache/internal/hot/policy"
+	"github.com/gpucache/gpucache/internal/policy"
 )
 
 // entryState is the life-cycle state of an index entry.

@@ -1,5 +1,5 @@
 // Package replay replays Mooncake-format KV-cache traces: a
-// metadata-only simulator of the hot tier's policies (internal/hot/policy)
+// metadata-only simulator of the hot tier's policies (internal/policy)
 // and the shared types of the live replay.
 package replay
 

@@ -3,7 +3,7 @@ package replay
 import (
 	"testing"
 
-	"github.com/gpucache/gpucache/internal/hot/policy"
+	"github.com/gpucache/gpucache/internal/policy"
 )
 
 // BenchmarkSimulate replays the whole conversation trace (12,031 requests,

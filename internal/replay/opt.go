@@ -3,7 +3,7 @@ package replay
 import (
 	"math"
 
-	"github.com/gpucache/gpucache/internal/hot/policy"
+	"github.com/gpucache/gpucache/internal/policy"
 )
 
 // never is the next-use key of a block that is not accessed again.

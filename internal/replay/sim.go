@@ -6,14 +6,14 @@ import (
 	"math"
 	"time"
 
-	"github.com/gpucache/gpucache/internal/hot/policy"
+	"github.com/gpucache/gpucache/internal/policy"
 )
 
 // OptName is the offline Belady policy's name in Simulate.
 const OptName = "opt"
 
 // Policies lists the policy names Simulate accepts: the online policies of
-// internal/hot/policy, sorted, then OptName.
+// internal/policy, sorted, then OptName.
 func Policies() []string { return append(policy.Names(), OptName) }
 
 // progressEvery is how many requests pass between progress calls.

@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/gpucache/gpucache/internal/hot/policy"
+	"github.com/gpucache/gpucache/internal/policy"
 )
 
 // maxLine bounds one JSONL line (a request of 2^20 blocks is far beyond any

@@ -8,7 +8,7 @@ import (
 	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/hot"
-	"github.com/gpucache/gpucache/internal/hot/policy"
+	"github.com/gpucache/gpucache/internal/policy"
 	"github.com/gpucache/gpucache/internal/testfix"
 )
 

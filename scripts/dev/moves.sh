@@ -9,6 +9,9 @@
 #   internal/coldtier         -> internal/cold/tier                  (package coldtier -> tier)
 #   internal/servertest       -> internal/server/servertest          (package servertest)
 #   internal/etcdtest         -> internal/control/etcdmember/etcdtest (package etcdtest)
+#   internal/hot/policy       -> internal/policy                     (package policy: the hot
+#                                store and the simulator share it; the CLI's config check
+#                                links it and must not link internal/hot)
 #
 # For each move it git-mvs the directory (if it is still at the old path),
 # renames the package clause and doc comment and its sentinel prefixes,
@@ -104,6 +107,7 @@ move internal/security/replay internal/security/antireplay replay antireplay gpu
 move internal/coldtier internal/cold/tier coldtier tier gpucache/cold/tier
 move internal/servertest internal/server/servertest servertest servertest gpucache/servertest
 move internal/etcdtest internal/control/etcdmember/etcdtest etcdtest etcdtest gpucache/etcdtest
+move internal/hot/policy internal/policy policy policy gpucache/policy
 
 # Lists of the security subpackages name the renamed one.
 sed -i -e 's/ratelimit, replay, seal/ratelimit, antireplay, seal/' README.md
@@ -132,6 +136,6 @@ fmt=()
 for f in "${changed[@]}"; do
 	if [[ -f $f ]]; then fmt+=("$f"); fi
 done
-fmt+=(api/identity/*.go internal/security/antireplay/*.go internal/cold/tier/*.go internal/server/servertest/*.go internal/control/etcdmember/etcdtest/*.go)
+fmt+=(api/identity/*.go internal/security/antireplay/*.go internal/cold/tier/*.go internal/server/servertest/*.go internal/control/etcdmember/etcdtest/*.go internal/policy/*.go)
 printf '%s\n' "${fmt[@]}" | sort -u | xargs gofmt -w
 echo "moves.sh: done; now run: go build ./... && go vet ./..."

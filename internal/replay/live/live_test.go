@@ -13,7 +13,7 @@ import (
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/client"
 	"github.com/gpucache/gpucache/internal/hot"
-	"github.com/gpucache/gpucache/internal/hot/policy"
+	"github.com/gpucache/gpucache/internal/policy"
 	"github.com/gpucache/gpucache/internal/replay"
 	"github.com/gpucache/gpucache/internal/server"
 	"github.com/gpucache/gpucache/internal/server/servertest"
