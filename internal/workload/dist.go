@@ -156,9 +156,6 @@ func (r *rng) norm() float64 {
 	return math.Sqrt(-2*math.Log(r.open01())) * math.Cos(2*math.Pi*r.float64())
 }
 
-// intn is uniform on [0, n).
-func (r *rng) intn(n int) int { return int(r.float64() * float64(n)) }
-
 // bernoulli is true with probability p.
 func (r *rng) bernoulli(p float64) bool { return r.float64() < p }
 

@@ -126,10 +126,12 @@ type arrivals struct {
 	r *rng
 	t float64
 
-	// bursty
-	rc, rb   float64 // calm and burst rates
-	burst    bool
-	switchAt float64
+	// bursty: a two-state Markov chain, burst periods of mean BurstMeanS,
+	// calm ones of mean BurstMeanS·(1-BurstFrac)/BurstFrac, so a burst
+	// holds BurstFrac of the time.
+	rc, rb float64 // calm and burst rates
+	burst  bool    // the state at t
+	decay  float64 // 1/burst mean + 1/calm mean: the chain's mixing rate
 }
 
 func newArrivals(a Arrival, r *rng) *arrivals {
@@ -138,22 +140,13 @@ func newArrivals(a Arrival, r *rng) *arrivals {
 		f, F := a.BurstFrac, a.BurstFactor
 		p.rc = a.Rate / ((1 - f) + f*F)
 		p.rb = F * p.rc
-		p.switchAt = p.stateLen()
+		p.decay = 1/a.BurstMeanS + f/(a.BurstMeanS*(1-f))
 	}
 	return p
 }
 
-// stateLen draws how long the current burst or calm period lasts.
-func (p *arrivals) stateLen() float64 {
-	mean := p.a.BurstMeanS
-	if !p.burst {
-		mean *= (1 - p.a.BurstFrac) / p.a.BurstFrac
-	}
-	return mean * p.r.exp()
-}
-
-// next returns the next session's start time (thinning for the
-// time-varying rates).
+// next returns the next session's start time, by thinning for the
+// time-varying rates.
 func (p *arrivals) next() float64 {
 	switch p.a.Pattern {
 	case Diurnal:
@@ -166,11 +159,17 @@ func (p *arrivals) next() float64 {
 		}
 	case Bursty:
 		for {
-			p.t += p.r.exp() / p.rb
-			for p.t >= p.switchAt {
-				p.burst = !p.burst
-				p.switchAt += p.stateLen()
+			dt := p.r.exp() / p.rb
+			p.t += dt
+			// The chain's state after dt, from its transition law (O(1)
+			// however many switches dt spans): P(burst) relaxes from the
+			// current state to BurstFrac at rate decay.
+			b0 := 0.0
+			if p.burst {
+				b0 = 1
 			}
+			f := p.a.BurstFrac
+			p.burst = p.r.float64() < f+(b0-f)*math.Exp(-dt*p.decay)
 			if p.burst || p.r.float64()*p.rb < p.rc {
 				return p.t
 			}
