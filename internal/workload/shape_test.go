@@ -362,7 +362,7 @@ func TestCounter(t *testing.T) {
 	c := NewCounter()
 	for _, r := range []replay.Request{
 		{Timestamp: 5, InputLength: 1024, HashIDs: []uint64{0, 1}},
-		{Timestamp: 9, InputLength: 1500, HashIDs: []uint64{0, 1, 2}}, // 2 hits
+		{Timestamp: 9, InputLength: 1500, HashIDs: []uint64{0, 1, 2}},  // 2 hits
 		{Timestamp: 12, InputLength: 1500, HashIDs: []uint64{0, 3, 2}}, // 1 hit: 2 is after a miss
 	} {
 		c.Add(&r)
