@@ -221,17 +221,20 @@ func Default(shape Shape) Config {
 	return c
 }
 
-// defaultRate is the default session rate of shape, sessions per second:
-// a few hundred concurrent sessions for the long-lived shapes.
+// defaultRate is the default session rate of shape, sessions per second.
+// It sizes the live working set (concurrent sessions × their context) at
+// a few to a few tens of percent of a 10-20k-request trace's unique
+// blocks, so that capacities of 1-50% span from thrashing to holding every
+// live session.
 func defaultRate(shape Shape) float64 {
 	switch shape {
-	case Agent:
-		return 0.5
 	case System, RAG:
 		return 3
+	case Mix:
+		return 6
 	case OneShot:
 		return 10
-	default:
+	default: // chat, agent
 		return 2
 	}
 }
