@@ -173,7 +173,7 @@ func Default(shape Shape) Config {
 		Shape:            shape,
 		Requests:         10000,
 		Seed:             1,
-		Arrival:          Arrival{Pattern: Poisson, PeriodS: 3600, Amplitude: 0.8, BurstFactor: 10, BurstFrac: 0.1, BurstMeanS: 20},
+		Arrival:          Arrival{Pattern: Poisson, PeriodS: 600, Amplitude: 0.8, BurstFactor: 10, BurstFrac: 0.1, BurstMeanS: 20},
 		MaxContext:       131072,
 		DecodeMsPerToken: 20,
 		Chat: ChatParams{
