@@ -89,7 +89,7 @@ type Arrival struct {
 	// Rate is the mean number of sessions starting per second; the default
 	// depends on the shape (Default).
 	Rate        float64 `json:"rate"`
-	PeriodS     float64 `json:"period_s"`     // diurnal period; default 3600
+	PeriodS     float64 `json:"period_s"`     // diurnal period (a compressed day); default 600
 	Amplitude   float64 `json:"amplitude"`    // diurnal, in [0, 1); default 0.8
 	BurstFactor float64 `json:"burst_factor"` // bursty, ≥ 1; default 10
 	BurstFrac   float64 `json:"burst_frac"`   // bursty, in (0, 1); default 0.1
