@@ -103,7 +103,7 @@ type Config struct {
 	Policy policy.Policy
 }
 
-// BlockMeta is what Reserve knows about a block beyond its key: the
+// BlockMeta is what ReserveBlock knows about a block beyond its key: the
 // signals a Config.Policy sees (policy.Block). Without a policy only Tokens
 // is kept.
 type BlockMeta struct {

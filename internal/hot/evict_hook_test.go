@@ -57,7 +57,7 @@ func TestCommitAcquirePinsAtOnce(t *testing.T) {
 	s := newTestStore(t, testConfig(clk, 2*mib))
 	misused := catchMisuse(s)
 	ns := nsOf(1)
-	r, err := s.Reserve(ns, key(1), Key{}, 16, 64*kib)
+	r, err := s.ReserveBlock(ns, key(1), Key{}, BlockMeta{Tokens: 16}, 64*kib)
 	if err != nil {
 		t.Fatal(err)
 	}

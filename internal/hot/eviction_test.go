@@ -197,7 +197,7 @@ func TestNoSpaceWhenAllPinned(t *testing.T) {
 		views = append(views, v)
 	}
 	for _, size := range []int{blk, 16 * kib, 1 * mib} {
-		if _, err := s.Reserve(ns, key(100), Key{}, 16, size); !errors.Is(err, ErrNoSpace) {
+		if _, err := s.ReserveBlock(ns, key(100), Key{}, BlockMeta{Tokens: 16}, size); !errors.Is(err, ErrNoSpace) {
 			t.Fatalf("Reserve %d with all pinned: %v", size, err)
 		}
 	}
@@ -222,13 +222,13 @@ func TestNoSpaceWhenAllInFlight(t *testing.T) {
 	ns := nsOf(1)
 	var rs []Reservation
 	for id := uint64(1); id <= 16; id++ {
-		r, err := s.Reserve(ns, key(id), Key{}, 16, blk)
+		r, err := s.ReserveBlock(ns, key(id), Key{}, BlockMeta{Tokens: 16}, blk)
 		if err != nil {
 			t.Fatal(err)
 		}
 		rs = append(rs, r)
 	}
-	if _, err := s.Reserve(ns, key(100), Key{}, 16, 16*kib); !errors.Is(err, ErrNoSpace) {
+	if _, err := s.ReserveBlock(ns, key(100), Key{}, BlockMeta{Tokens: 16}, 16*kib); !errors.Is(err, ErrNoSpace) {
 		t.Fatalf("Reserve with all in flight: %v", err)
 	}
 	for _, r := range rs {

@@ -20,7 +20,7 @@ func TestExport(t *testing.T) {
 	if deleted, _ := s.Delete(ns, key(7)); !deleted {
 		t.Fatal("delete")
 	}
-	inflight, err := s.Reserve(ns, key(99), Key{}, 16, 16*kib)
+	inflight, err := s.ReserveBlock(ns, key(99), Key{}, BlockMeta{Tokens: 16}, 16*kib)
 	if err != nil {
 		t.Fatal(err)
 	}

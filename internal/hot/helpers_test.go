@@ -89,7 +89,7 @@ func tryPut(s *Store, ns Namespace, id, parent uint64, size int) error {
 	if parent != 0 {
 		p = key(parent)
 	}
-	r, err := s.Reserve(ns, key(id), p, 16, size)
+	r, err := s.ReserveBlock(ns, key(id), p, BlockMeta{Tokens: 16}, size)
 	if err != nil {
 		return err
 	}

@@ -79,13 +79,13 @@ func TestDoubleReleaseKeepsOtherPin(t *testing.T) {
 func TestDoubleSettlePanics(t *testing.T) {
 	s := newTestStore(t, testConfig(newFakeClock(), 2*mib))
 	ns := nsOf(1)
-	committed, err := s.Reserve(ns, key(1), Key{}, 16, 100)
+	committed, err := s.ReserveBlock(ns, key(1), Key{}, BlockMeta{Tokens: 16}, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
 	fillPayload(committed.Buf, 1)
 	s.Commit(committed)
-	aborted, err := s.Reserve(ns, key(2), Key{}, 16, 100)
+	aborted, err := s.ReserveBlock(ns, key(2), Key{}, BlockMeta{Tokens: 16}, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func TestDoubleSettlePanics(t *testing.T) {
 func TestCommitAcquireViewTracked(t *testing.T) {
 	s := newTestStore(t, testConfig(newFakeClock(), 2*mib))
 	ns := nsOf(1)
-	r, err := s.Reserve(ns, key(1), Key{}, 16, 100)
+	r, err := s.ReserveBlock(ns, key(1), Key{}, BlockMeta{Tokens: 16}, 100)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -170,7 +170,7 @@ func (s *Store) ReleaseLease(id LeaseID) bool {
 }
 
 // ExpireLeases reclaims every lease whose deadline has passed (by cfg.Now)
-// and returns how many it reclaimed. Reserve and Lookup also expire leases
+// and returns how many it reclaimed. ReserveBlock and Lookup also expire leases
 // lazily, which costs a heap peek when nothing is due.
 func (s *Store) ExpireLeases() int {
 	now := s.now()

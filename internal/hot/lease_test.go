@@ -128,7 +128,7 @@ func TestPinnedViewSurvivesStorm(t *testing.T) {
 func TestInFlightSurvivesStorm(t *testing.T) {
 	s := newTestStore(t, testConfig(newFakeClock(), 8*mib))
 	ns := nsOf(1)
-	r, err := s.Reserve(ns, key(1), Key{}, 16, 700*kib)
+	r, err := s.ReserveBlock(ns, key(1), Key{}, BlockMeta{Tokens: 16}, 700*kib)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -181,7 +181,7 @@ func TestPolicyRegisteredLRU(t *testing.T) {
 		t.Fatalf("want 3 evicted first: 1 %v 2 %v 3 %v", present(s, 1), present(s, 2), present(s, 3))
 	}
 	// A PUT of a cached block is a use.
-	if _, err := s.Reserve(ns, key(4), Key{}, 16, blk); !errors.Is(err, ErrExists) {
+	if _, err := s.ReserveBlock(ns, key(4), Key{}, BlockMeta{Tokens: 16}, blk); !errors.Is(err, ErrExists) {
 		t.Fatalf("Reserve of a cached block: %v", err)
 	}
 	put(t, s, ns, 18, 0, blk)
@@ -333,12 +333,12 @@ func TestPolicyInsertRemove(t *testing.T) {
 		}
 	}
 	// Abort and a cycle: no Insert.
-	r, err = s.Reserve(ns, key(5), Key{}, 16, blk)
+	r, err = s.ReserveBlock(ns, key(5), Key{}, BlockMeta{Tokens: 16}, blk)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.Abort(r)
-	r, err = s.Reserve(ns, key(6), key(6), 16, blk)
+	r, err = s.ReserveBlock(ns, key(6), key(6), BlockMeta{Tokens: 16}, blk)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,7 +38,7 @@ func TestConcurrentReservesWaitForTheSlabBeingMapped(t *testing.T) {
 	ns := nsOf(1)
 	results := make(chan error, writers)
 	write := func(id uint64) {
-		r, err := s.Reserve(ns, key(id), Key{}, 16, 16*kib)
+		r, err := s.ReserveBlock(ns, key(id), Key{}, BlockMeta{Tokens: 16}, 16*kib)
 		if err == nil {
 			fillPayload(r.Buf, id)
 			s.Commit(r)
@@ -97,7 +97,7 @@ func TestReserveWaitingForRoomSeesClose(t *testing.T) {
 	mapping, waited, release := holdMapping(s, 1)
 	results := make(chan error, 2)
 	reserve := func(id uint64) {
-		_, err := s.Reserve(nsOf(1), key(id), Key{}, 16, 16*kib)
+		_, err := s.ReserveBlock(nsOf(1), key(id), Key{}, BlockMeta{Tokens: 16}, 16*kib)
 		results <- err
 	}
 	go reserve(1)

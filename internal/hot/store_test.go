@@ -19,7 +19,7 @@ func TestRoundTrip(t *testing.T) {
 	var cached, reserved uint64
 	for i, size := range sizes {
 		id := uint64(i + 1)
-		r, err := s.Reserve(ns, key(id), Key{}, 16, size)
+		r, err := s.ReserveBlock(ns, key(id), Key{}, BlockMeta{Tokens: 16}, size)
 		if err != nil {
 			t.Fatalf("Reserve %d bytes: %v", size, err)
 		}
@@ -66,7 +66,7 @@ func TestRoundTrip(t *testing.T) {
 func TestZeroSizePayload(t *testing.T) {
 	s := newTestStore(t, testConfig(newFakeClock(), 2*mib))
 	ns := nsOf(1)
-	r, err := s.Reserve(ns, key(1), Key{}, 0, 0)
+	r, err := s.ReserveBlock(ns, key(1), Key{}, BlockMeta{Tokens: 0}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,14 +89,14 @@ func TestReserveAbort(t *testing.T) {
 	s := newTestStore(t, testConfig(newFakeClock(), 2*mib))
 	misused := catchMisuse(s)
 	ns := nsOf(1)
-	r1, err := s.Reserve(ns, key(1), Key{}, 16, 20*kib)
+	r1, err := s.ReserveBlock(ns, key(1), Key{}, BlockMeta{Tokens: 16}, 20*kib)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if st := s.Stats(); st.InFlight != 1 || st.BytesReserved != 32*kib || st.Blocks != 0 {
 		t.Fatalf("Stats = %+v", st)
 	}
-	if _, err := s.Reserve(ns, key(1), Key{}, 16, 10); !errors.Is(err, ErrExists) {
+	if _, err := s.ReserveBlock(ns, key(1), Key{}, BlockMeta{Tokens: 16}, 10); !errors.Is(err, ErrExists) {
 		t.Fatalf("Reserve in-flight key: %v, want ErrExists", err)
 	}
 	s.Abort(r1)
@@ -108,7 +108,7 @@ func TestReserveAbort(t *testing.T) {
 		t.Fatal("aborted block readable")
 	}
 	// The slot and the entry are reused; the stale reservation is ignored.
-	r2, err := s.Reserve(ns, key(2), Key{}, 16, 20*kib)
+	r2, err := s.ReserveBlock(ns, key(2), Key{}, BlockMeta{Tokens: 16}, 20*kib)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,16 +145,16 @@ func TestReserveRejects(t *testing.T) {
 	s := newTestStore(t, testConfig(newFakeClock(), 2*mib))
 	ns := nsOf(1)
 	put(t, s, ns, 1, 0, 100)
-	if _, err := s.Reserve(ns, key(1), Key{}, 16, 100); !errors.Is(err, ErrExists) {
+	if _, err := s.ReserveBlock(ns, key(1), Key{}, BlockMeta{Tokens: 16}, 100); !errors.Is(err, ErrExists) {
 		t.Fatalf("existing key: %v", err)
 	}
-	if _, err := s.Reserve(nsOf(2), key(1), Key{}, 16, 100); !errors.Is(err, ErrExists) {
+	if _, err := s.ReserveBlock(nsOf(2), key(1), Key{}, BlockMeta{Tokens: 16}, 100); !errors.Is(err, ErrExists) {
 		t.Fatalf("existing key, other namespace: %v", err)
 	}
-	if _, err := s.Reserve(ns, key(2), Key{}, 16, s.MaxPayload()+1); !errors.Is(err, ErrTooLarge) {
+	if _, err := s.ReserveBlock(ns, key(2), Key{}, BlockMeta{Tokens: 16}, s.MaxPayload()+1); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("too large: %v", err)
 	}
-	if _, err := s.Reserve(ns, key(2), Key{}, 16, -1); !errors.Is(err, ErrTooLarge) {
+	if _, err := s.ReserveBlock(ns, key(2), Key{}, BlockMeta{Tokens: 16}, -1); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("negative size: %v", err)
 	}
 	if s.MaxPayload() != 1*mib {
@@ -206,7 +206,7 @@ func TestDelete(t *testing.T) {
 	put(t, s, ns, 1, 0, 100)
 	put(t, s, ns, 2, 0, 100)
 	put(t, s, ns, 3, 0, 100)
-	r, err := s.Reserve(ns, key(4), Key{}, 16, 100)
+	r, err := s.ReserveBlock(ns, key(4), Key{}, BlockMeta{Tokens: 16}, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +250,7 @@ func TestClose(t *testing.T) {
 	misused := catchMisuse(s)
 	ns := nsOf(1)
 	put(t, s, ns, 1, 0, 100)
-	r, err := s.Reserve(ns, key(2), Key{}, 16, 100)
+	r, err := s.ReserveBlock(ns, key(2), Key{}, BlockMeta{Tokens: 16}, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +261,7 @@ func TestClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, size := range []int{100, 2 * mib} {
-		if _, err := s.Reserve(ns, key(3), Key{}, 16, size); !errors.Is(err, ErrClosed) {
+		if _, err := s.ReserveBlock(ns, key(3), Key{}, BlockMeta{Tokens: 16}, size); !errors.Is(err, ErrClosed) {
 			t.Fatalf("Reserve(%d) after Close: %v", size, err)
 		}
 	}
@@ -415,7 +415,7 @@ func TestTags(t *testing.T) {
 	var ns Namespace
 	for i := range 40 { // more blocks than fit: entries are reused, tags must not leak across them
 		key := Key{byte(i), 1}
-		r, err := s.Reserve(ns, key, Key{}, 1, 16<<10)
+		r, err := s.ReserveBlock(ns, key, Key{}, BlockMeta{Tokens: 1}, 16<<10)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -441,7 +441,7 @@ func TestTags(t *testing.T) {
 	}
 	plain, _ := New(Config{CapacityBytes: 1 << 20, MinClass: 16 << 10, MaxClass: 64 << 10, SlabBytes: 256 << 10})
 	defer plain.Close()
-	r, _ := plain.Reserve(ns, Key{9}, Key{}, 1, 10)
+	r, _ := plain.ReserveBlock(ns, Key{9}, Key{}, BlockMeta{Tokens: 1}, 10)
 	if plain.SetTag(r, []byte{1}) {
 		t.Fatal("a store without tags took one")
 	}

@@ -196,7 +196,7 @@ func TestCloseDuringReserve(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := uint64(0); ; i++ {
-				r, err := s.Reserve(nsOf(1), key(uint64(w)<<32|i), Key{}, 16, stressSize(i))
+				r, err := s.ReserveBlock(nsOf(1), key(uint64(w)<<32|i), Key{}, BlockMeta{Tokens: 16}, stressSize(i))
 				if errors.Is(err, ErrClosed) {
 					return
 				}
