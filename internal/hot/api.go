@@ -81,8 +81,6 @@ type Config struct {
 	// skips, when pinned or leased) before giving up with ErrNoSpace.
 	// Default 1024.
 	EvictScan int
-	// Now is the clock. Default time.Now. Tests inject one.
-	Now func() time.Time
 	// OnEvict, if set, is called for every block evicted for space, with the
 	// store's lock held, just before its slot is freed. payload aliases slab
 	// memory and is valid only during the call: copy what you keep. It must

@@ -147,7 +147,8 @@
 //   - Lease: Lookup with lease pins the leading run of hits for the caller,
 //     who calls ReleaseLease after its reads. If it does not, the lease
 //     expires after its TTL (DefaultLeaseTTL, capped at MaxLeaseTTL) by
-//     cfg.Now. ExpireLeases reclaims expired leases; ReserveBlock and Lookup do so
+//     the monotonic clock. ExpireLeases reclaims expired leases (the daemon
+//     calls it before each stats snapshot); ReserveBlock and Lookup do so
 //     lazily (a heap peek when nothing is due). At most MaxLeases leases
 //     live at once, and at most TenantLeases per tenant (see Tenants).
 //     Past that, Lookup grants none.

@@ -11,7 +11,7 @@ import (
 // visited; a stop yields the same block again on the next call; nothing
 // is touched or removed; a closed store exports nothing.
 func TestExport(t *testing.T) {
-	s := newTestStore(t, testConfig(newFakeClock(), 8*mib))
+	s := newTestStore(t, testConfig(8*mib))
 	ns := nsOf(1)
 	const n = 40
 	for id := uint64(1); id <= n; id++ {

@@ -169,7 +169,7 @@ func (s *Store) ReleaseLease(id LeaseID) bool {
 	return true
 }
 
-// ExpireLeases reclaims every lease whose deadline has passed (by cfg.Now)
+// ExpireLeases reclaims every lease whose deadline has passed
 // and returns how many it reclaimed. ReserveBlock and Lookup also expire leases
 // lazily, which costs a heap peek when nothing is due.
 func (s *Store) ExpireLeases() int {

@@ -32,7 +32,7 @@ func holdMapping(s *Store, waiters int) (mapping <-chan struct{}, waited <-chan 
 // nothing to evict; they must wait for the mapping and then all succeed,
 // not answer ErrNoSpace (issue 12, defect 9: 12 of 16 blocks failed).
 func TestConcurrentReservesWaitForTheSlabBeingMapped(t *testing.T) {
-	s := newTestStore(t, testConfig(newFakeClock(), 1*mib)) // one 1 MiB slab of 64 16 KiB slots
+	s := newTestStore(t, testConfig(1*mib)) // one 1 MiB slab of 64 16 KiB slots
 	const writers = 16
 	mapping, waited, release := holdMapping(s, writers)
 	ns := nsOf(1)
@@ -90,7 +90,7 @@ func TestConcurrentReservesWaitForTheSlabBeingMapped(t *testing.T) {
 // progress returns ErrClosed when the store closes, and so does the
 // writer whose mapping was in progress.
 func TestReserveWaitingForRoomSeesClose(t *testing.T) {
-	s, err := New(testConfig(newFakeClock(), 1*mib))
+	s, err := New(testConfig(1 * mib))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -179,7 +179,7 @@ func New(cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Store{cfg: cfg, cl: newClasses(cfg), base: cfg.Now()}
+	s := &Store{cfg: cfg, cl: newClasses(cfg), base: time.Now()}
 	n := s.cl.n
 	s.mu.entries = make([]entry, n, n+1024)
 	if cfg.TagSize > 0 {
@@ -206,7 +206,7 @@ func New(cfg Config) (*Store, error) {
 func (s *Store) MaxPayload() int { return s.cfg.MaxClass }
 
 // now returns the clock as nanoseconds since s.base.
-func (s *Store) now() int64 { return int64(s.cfg.Now().Sub(s.base)) }
+func (s *Store) now() int64 { return int64(time.Since(s.base)) }
 
 // Close unmaps every slab and drops the index and all leases. Afterwards
 // ReserveBlock returns ErrClosed and reads miss. The caller guarantees that no
