@@ -10,6 +10,8 @@ type TenantUsage struct {
 	Tenant        string
 	DRAMBytes     int64  // hot-tier slot bytes it owns
 	DRAMQuota     int64  // 0: none
+	HeldBytes     int64  // hot-tier slot bytes its live leases and reservations in flight hold (capped by tenant_hold_bytes)
+	Leases        int    // its live leases (capped per tenant)
 	ColdBytes     int64  // cold-tier bytes of its packs
 	ColdQuota     int64  // 0: none
 	ColdEvictions uint64 // its packs evicted for its cold quota
@@ -23,6 +25,8 @@ type TenantUsage struct {
 var (
 	descTenantDRAM      = prometheus.NewDesc("gpucache_tenant_dram_bytes", "hot-tier slot bytes the tenant's blocks hold", []string{"tenant"}, nil)
 	descTenantDRAMQuota = prometheus.NewDesc("gpucache_tenant_dram_quota_bytes", "the tenant's DRAM quota (0: none)", []string{"tenant"}, nil)
+	descTenantHeld      = prometheus.NewDesc("gpucache_tenant_held_bytes", "hot-tier slot bytes the tenant's live leases and in-flight reservations hold", []string{"tenant"}, nil)
+	descTenantLeases    = prometheus.NewDesc("gpucache_tenant_leases", "the tenant's live hot-tier leases", []string{"tenant"}, nil)
 	descTenantCold      = prometheus.NewDesc("gpucache_tenant_cold_bytes", "cold-tier bytes of the tenant's packs", []string{"tenant"}, nil)
 	descTenantColdQuota = prometheus.NewDesc("gpucache_tenant_cold_quota_bytes", "the tenant's cold-tier quota (0: none)", []string{"tenant"}, nil)
 	descTenantColdEvict = prometheus.NewDesc("gpucache_tenant_cold_quota_evictions_total", "the tenant's packs deleted to keep it under its cold quota", []string{"tenant"}, nil)
@@ -42,6 +46,8 @@ func (c tenantCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, u := range (*f)() {
 		ch <- prometheus.MustNewConstMetric(descTenantDRAM, prometheus.GaugeValue, float64(u.DRAMBytes), u.Tenant)
 		ch <- prometheus.MustNewConstMetric(descTenantDRAMQuota, prometheus.GaugeValue, float64(u.DRAMQuota), u.Tenant)
+		ch <- prometheus.MustNewConstMetric(descTenantHeld, prometheus.GaugeValue, float64(u.HeldBytes), u.Tenant)
+		ch <- prometheus.MustNewConstMetric(descTenantLeases, prometheus.GaugeValue, float64(u.Leases), u.Tenant)
 		if !u.HasColdTier {
 			continue
 		}

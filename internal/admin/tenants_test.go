@@ -8,7 +8,7 @@ import (
 )
 
 // TestPerTenantMetrics: /metrics exports each tenant's DRAM and cold usage
-// and quotas with a tenant label (gauges without _total, counters with it),
+// and quotas, what its leases and reservations hold with a tenant label (gauges without _total, counters with it),
 // the cold series only with a cold tier, and nothing per tenant without a
 // source.
 func TestPerTenantMetrics(t *testing.T) {
@@ -18,7 +18,7 @@ func TestPerTenantMetrics(t *testing.T) {
 	}
 	h.SetTenantUsage(func() []TenantUsage {
 		return []TenantUsage{
-			{Tenant: "a", DRAMBytes: 1 << 20, DRAMQuota: 4 << 20, ColdBytes: 7000, ColdQuota: 9000, ColdEvictions: 3, ColdDropped: 1, HasColdTier: true},
+			{Tenant: "a", DRAMBytes: 1 << 20, DRAMQuota: 4 << 20, HeldBytes: 96 << 10, Leases: 2, ColdBytes: 7000, ColdQuota: 9000, ColdEvictions: 3, ColdDropped: 1, HasColdTier: true},
 			{Tenant: "b", DRAMBytes: 2 << 20},
 		}
 	})
@@ -28,6 +28,10 @@ func TestPerTenantMetrics(t *testing.T) {
 		`gpucache_tenant_dram_bytes{tenant="a"} 1.048576e+06`,
 		`gpucache_tenant_dram_bytes{tenant="b"} 2.097152e+06`,
 		`gpucache_tenant_dram_quota_bytes{tenant="a"} 4.194304e+06`,
+		"# TYPE gpucache_tenant_held_bytes gauge\n",
+		`gpucache_tenant_held_bytes{tenant="a"} 98304`,
+		`gpucache_tenant_leases{tenant="a"} 2`,
+		`gpucache_tenant_leases{tenant="b"} 0`,
 		"# TYPE gpucache_tenant_cold_bytes gauge\n",
 		`gpucache_tenant_cold_bytes{tenant="a"} 7000`,
 		`gpucache_tenant_cold_quota_bytes{tenant="a"} 9000`,

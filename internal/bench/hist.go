@@ -82,9 +82,6 @@ func (h *Histogram) Count() uint64 { return h.n }
 // Max returns the largest record.
 func (h *Histogram) Max() time.Duration { return time.Duration(h.max) }
 
-// Min returns the smallest record.
-func (h *Histogram) Min() time.Duration { return time.Duration(h.min) }
-
 // Mean returns the mean record.
 func (h *Histogram) Mean() time.Duration {
 	if h.n == 0 {

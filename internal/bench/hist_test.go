@@ -48,8 +48,8 @@ func TestQuantiles(t *testing.T) {
 			t.Errorf("q%v = %v, want %v (+%.1f%%)", tc.q, got, tc.want, 100.0/subCount)
 		}
 	}
-	if h.Count() != 1000 || h.Min() != time.Microsecond || h.Max() != time.Millisecond {
-		t.Fatalf("count %d min %v max %v", h.Count(), h.Min(), h.Max())
+	if h.Count() != 1000 || time.Duration(h.min) != time.Microsecond || h.Max() != time.Millisecond {
+		t.Fatalf("count %d min %v max %v", h.Count(), time.Duration(h.min), h.Max())
 	}
 	if m := h.Mean(); m != 500500*time.Nanosecond {
 		t.Fatalf("mean %v", m)
@@ -84,7 +84,7 @@ func TestQuantilesMatchSortAndMerge(t *testing.T) {
 			t.Errorf("merged q%v = %v, want %v", q, m, got)
 		}
 	}
-	if merged.Count() != all.Count() || merged.Max() != all.Max() || merged.Min() != all.Min() {
+	if merged.Count() != all.Count() || merged.Max() != all.Max() || merged.min != all.min {
 		t.Fatal("merge lost records")
 	}
 }

@@ -304,7 +304,9 @@ func transportDemo(ctx context.Context, out io.Writer) error {
 	defer regB.Release(in)
 	got := make(chan error, 1)
 	go func() { _, err := recv.Receive(ctx, in); got <- err }()
-	rc, err := transport.SubmitPreferringRDMA(ctx, rd, send, st)
+	// The shard transfer goes through the degrade boundary, as a peer
+	// transfer in a node would: bounded, and any failure a clean miss.
+	rc, err := transport.SubmitPreferringRDMA(ctx, rd, transport.Bounded(send, 0), st)
 	if err != nil {
 		return fmt.Errorf("submit: %w", err)
 	}

@@ -414,7 +414,7 @@ func (n *Node) startServer(context.Context) error {
 // page, reload, the lifecycle operations and the cluster's endpoints.
 func (n *Node) startAdmin(context.Context) error {
 	cfg, sec := n.cfg, n.sec
-	adm := admin.New(n.srv.Stats)
+	adm := admin.New(liveStats(n.store, n.srv.Stats))
 	adm.SetAuthorizer(sec.authorizeAdmin)
 	adm.SetDegraded(n.cold.degraded)
 	adm.SetCertExpiry(sec.certExpiry)                         // gpucache_tls_cert_expiry_timestamp_seconds
@@ -456,7 +456,7 @@ func (n *Node) startBackground(context.Context) error {
 	})
 	rates := admin.NewHitRates() // the status page's hit ratios over the last minutes
 	n.adm.HandlePage(pageSource(n.cfg, n.member, n.sec, n.addrs.Data, rates))
-	wg.Go(func() { rates.Run(ctx, n.srv.Stats) })
+	wg.Go(func() { rates.Run(ctx, liveStats(n.store, n.srv.Stats)) }) // every admin.RateSample: also the lease sweep
 	wg.Go(func() { n.life.runRetention(ctx, n.opts.Retention) })
 	return nil
 }

@@ -63,7 +63,8 @@ func (m *tenantMetrics) usage() []admin.TenantUsage {
 	out := make([]admin.TenantUsage, 0, len(names))
 	for _, n := range names {
 		d := m.store.TenantDRAMUsage(n)
-		u := admin.TenantUsage{Tenant: n, DRAMBytes: d.Bytes, DRAMQuota: d.Quota}
+		held, leases := m.store.TenantUsage(n)
+		u := admin.TenantUsage{Tenant: n, DRAMBytes: d.Bytes, DRAMQuota: d.Quota, HeldBytes: held, Leases: leases}
 		if m.tier != nil {
 			c := m.tier.TenantColdUsage(n)
 			u.HasColdTier, u.ColdBytes, u.ColdQuota, u.ColdEvictions, u.ColdDropped = true, c.Bytes, c.Quota, c.Evictions, c.Dropped
@@ -71,4 +72,17 @@ func (m *tenantMetrics) usage() []admin.TenantUsage {
 		out = append(out, u)
 	}
 	return out
+}
+
+// liveStats is stats after the hot tier reclaimed its expired leases.
+// Without it an idle node (no Lookup or Reserve to expire them lazily)
+// would report leases that ended as live, and keep their blocks pinned
+// and their tenants' hold charged, until the next request. The status
+// page's sampler calls it every admin.RateSample, so it is also the
+// node's periodic lease sweep.
+func liveStats(store *hot.Store, stats admin.StatsFunc) admin.StatsFunc {
+	return func() []wire.StatEntry {
+		store.ExpireLeases()
+		return stats()
+	}
 }

@@ -11,7 +11,6 @@ import (
 // nothing, and no SPDK runs.
 type AffineQueue struct {
 	q        *SimQueue
-	reactor  ReactorID
 	stop     chan struct{}
 	done     chan struct{}
 	stopOnce sync.Once
@@ -39,7 +38,7 @@ func NewAffineQueue(q *SimQueue, reactor ReactorID) (*AffineQueue, error) {
 	}
 	q.mu.attached = true
 	q.mu.Unlock()
-	a := &AffineQueue{q: q, reactor: reactor, stop: make(chan struct{}), done: make(chan struct{})}
+	a := &AffineQueue{q: q, stop: make(chan struct{}), done: make(chan struct{})}
 	go a.run()
 	return a, nil
 }
@@ -56,15 +55,6 @@ func (a *AffineQueue) run() {
 		}
 	}
 }
-
-// Queue is the queue this reactor runs.
-func (a *AffineQueue) Queue() *SimQueue { return a.q }
-
-// Reactor is the reactor id.
-func (a *AffineQueue) Reactor() ReactorID { return a.reactor }
-
-// Done is closed when the reactor's goroutine has returned.
-func (a *AffineQueue) Done() <-chan struct{} { return a.done }
 
 // Close stops the reactor after it executed what was submitted, waits for
 // it, and detaches the queue. Idempotent.

@@ -19,7 +19,7 @@ func TestAffineQueueRejectsMismatchedReactor(t *testing.T) {
 		t.Fatalf("mismatched reactor: %v %v", aq, err)
 	}
 	goleak.VerifyNone(t)
-	if q.Attached() {
+	if attached(q) {
 		t.Fatal("queue attached after a refusal")
 	}
 	if err := q.Submit(Command{Op: OpWrite, Slot: 0, Len: 1}); err != nil {
@@ -46,8 +46,8 @@ func TestAffineQueueRejectsMismatchedReactor(t *testing.T) {
 	if err := aq.Close(); err != nil {
 		t.Fatal(err)
 	}
-	<-aq.Done()
-	if q.Attached() {
+	<-aq.done
+	if attached(q) {
 		t.Fatal("attached after Close")
 	}
 	aq.Close() // idempotent
@@ -83,4 +83,11 @@ func TestAffineQueueRoundTrip(t *testing.T) {
 	if _, err := q.WaitReap(cctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("wait with nothing submitted: %v", err)
 	}
+}
+
+// attached reports whether an AffineQueue runs q.
+func attached(q *SimQueue) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.mu.attached
 }

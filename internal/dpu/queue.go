@@ -162,13 +162,6 @@ func (q *SimQueue) Slot(i int) []byte {
 	return q.slab[i*q.cfg.SlotSize : (i+1)*q.cfg.SlotSize : (i+1)*q.cfg.SlotSize]
 }
 
-// Attached reports whether an AffineQueue runs the queue.
-func (q *SimQueue) Attached() bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.mu.attached
-}
-
 // Submit puts c on the submit ring. It does not block: with Depth
 // commands not yet reaped it returns ErrQueueFull.
 func (q *SimQueue) Submit(c Command) error {

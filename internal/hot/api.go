@@ -81,8 +81,6 @@ type Config struct {
 	// skips, when pinned or leased) before giving up with ErrNoSpace.
 	// Default 1024.
 	EvictScan int
-	// Now is the clock. Default time.Now. Tests inject one.
-	Now func() time.Time
 	// OnEvict, if set, is called for every block evicted for space, with the
 	// store's lock held, just before its slot is freed. payload aliases slab
 	// memory and is valid only during the call: copy what you keep. It must
@@ -103,7 +101,7 @@ type Config struct {
 	Policy policy.Policy
 }
 
-// BlockMeta is what Reserve knows about a block beyond its key: the
+// BlockMeta is what ReserveBlock knows about a block beyond its key: the
 // signals a Config.Policy sees (policy.Block). Without a policy only Tokens
 // is kept.
 type BlockMeta struct {

@@ -97,7 +97,7 @@ func BenchmarkReserveCommit(b *testing.B) {
 			}
 			b.SetBytes(int64(size))
 			for b.Loop() {
-				r, err := s.Reserve(ns, key(id), Key{}, 16, size)
+				r, err := s.ReserveBlock(ns, key(id), Key{}, BlockMeta{Tokens: 16}, size)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -163,7 +163,7 @@ func BenchmarkLargePut(b *testing.B) {
 			}
 			b.SetBytes(int64(size))
 			for b.Loop() {
-				r, err := s.Reserve(ns, key(id), Key{}, 256, size)
+				r, err := s.ReserveBlock(ns, key(id), Key{}, BlockMeta{Tokens: 256}, size)
 				if err != nil {
 					b.Fatal(err)
 				}

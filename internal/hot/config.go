@@ -64,9 +64,6 @@ func (c Config) WithDefaults() Config {
 	if c.TenantLeases == 0 {
 		c.TenantLeases = max(c.MaxLeases/2, 1)
 	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
 	return c
 }
 
@@ -161,8 +158,6 @@ func (c Config) validateLimits() error {
 		return configErr("TenantHoldBytes %d < MaxClass %d: a tenant could not store its largest block", c.TenantHoldBytes, c.MaxClass)
 	case c.TenantLeases < 0:
 		return configErr("negative TenantLeases %d", c.TenantLeases)
-	case c.Now == nil:
-		return configErr("nil Now")
 	}
 	return nil
 }

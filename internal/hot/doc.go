@@ -14,7 +14,7 @@
 //
 // Slabs are mapped lazily, when a class needs a slot and has none free, and
 // the bytes mapped (plus mappings in progress) never exceed CapacityBytes.
-// When the budget is spent, Reserve finds space in this order:
+// When the budget is spent, ReserveBlock finds space in this order:
 //
 //  1. a free slot of the class;
 //  2. a new slab, while the budget allows;
@@ -25,9 +25,9 @@
 //  5. the LRU candidate of the class (with Config.Policy, the policy's
 //     candidate; see Policies), evicted.
 //
-// When none of these finds room while another Reserve is mapping or
+// When none of these finds room while another ReserveBlock is mapping or
 // unmapping a slab with the lock dropped (its budget is taken but not yet
-// slots), Reserve waits for that remap to end and tries again, so
+// slots), ReserveBlock waits for that remap to end and tries again, so
 // concurrent writers on a fresh store never fail for want of the slab
 // being mapped. Otherwise it returns ErrNoSpace. A slab that changes class is re-carved
 // in place when the new class uses slabs of the same length (the common case,
@@ -66,7 +66,7 @@
 // earns. Counts are kept per entry and, in kids, per parent key, so a parent
 // published after its children finds them. Commit drops a block whose parent
 // chain would loop back to its own key, because a loop would never be
-// evicted. Acquire and Lookup hits touch the LRU, and so does a Reserve of
+// evicted. Acquire and Lookup hits touch the LRU, and so does a ReserveBlock of
 // a key already published under the same namespace: it fails with
 // ErrExists, but a writer offering a cached block again is a use of it
 // (each block of a request is inserted or touched). Pinned and leased
@@ -92,7 +92,7 @@
 //     Admit.
 //   - Publishing (Commit, CommitAcquire) calls Policy.Insert with the entry
 //     index as the block's ID. Every use the built-in order counts (Acquire
-//     and Lookup hits, a Reserve of a published key) calls Policy.Touch.
+//     and Lookup hits, a ReserveBlock of a published key) calls Policy.Touch.
 //     Every removal (eviction, slab reclaim, Delete) calls Policy.Remove
 //     before the index is freed and reused. Close calls nothing.
 //   - Where the built-in order takes the LRU candidate of the size class,
@@ -137,7 +137,7 @@
 //
 // # Ownership
 //
-//   - Reservation: Reserve hands the slot to the caller, who writes Buf
+//   - Reservation: ReserveBlock hands the slot to the caller, who writes Buf
 //     (without any lock held) and then calls Commit or Abort exactly once.
 //     Until then the slot is in flight: its key is taken, readers miss, and
 //     eviction skips it.
@@ -147,7 +147,8 @@
 //   - Lease: Lookup with lease pins the leading run of hits for the caller,
 //     who calls ReleaseLease after its reads. If it does not, the lease
 //     expires after its TTL (DefaultLeaseTTL, capped at MaxLeaseTTL) by
-//     cfg.Now. ExpireLeases reclaims expired leases; Reserve and Lookup do so
+//     the monotonic clock. ExpireLeases reclaims expired leases (the daemon
+//     calls it before each stats snapshot); ReserveBlock and Lookup do so
 //     lazily (a heap peek when nothing is due). At most MaxLeases leases
 //     live at once, and at most TenantLeases per tenant (see Tenants).
 //     Past that, Lookup grants none.
@@ -169,11 +170,11 @@
 // One mutex, Store.mu, guards every mutable field: the index, the LRU lists,
 // the child lists, the slab table and free lists, the leases and the
 // counters. Store.cfg, Store.cl and Store.base are immutable after New.
-// Critical sections are short and copy no payload: Reserve hands out a slot,
+// Critical sections are short and copy no payload: ReserveBlock hands out a slot,
 // the caller copies, Commit publishes. The lock is dropped around mmap and
 // munmap, which take milliseconds on a populated 64 MiB slab. The budget is
 // taken before the mmap and returned after the munmap, so concurrent growth
-// never exceeds CapacityBytes. A Reserve that finds no room while a remap is
+// never exceeds CapacityBytes. A ReserveBlock that finds no room while a remap is
 // in progress waits on Store.room (a sync.Cond on mu), which every remap's
 // end and Close signal. Two rare paths hold the lock for work bounded
 // by the size of a slab: planning a cross-class slab reclaim and re-carving

@@ -9,8 +9,7 @@ import (
 // to OnEvict with its identity and exact bytes before its slot is reused;
 // deleted blocks are not reported.
 func TestOnEvictReportsEvictedBlocks(t *testing.T) {
-	clk := newFakeClock()
-	cfg := testConfig(clk, 4*mib)
+	cfg := testConfig(4 * mib)
 	type evicted struct {
 		ns          Namespace
 		key, parent Key
@@ -53,11 +52,10 @@ func TestOnEvictReportsEvictedBlocks(t *testing.T) {
 // TestCommitAcquirePinsAtOnce: the block is published and pinned in one
 // step; a capacity storm right after cannot evict it before Release.
 func TestCommitAcquirePinsAtOnce(t *testing.T) {
-	clk := newFakeClock()
-	s := newTestStore(t, testConfig(clk, 2*mib))
+	s := newTestStore(t, testConfig(2*mib))
 	misused := catchMisuse(s)
 	ns := nsOf(1)
-	r, err := s.Reserve(ns, key(1), Key{}, 16, 64*kib)
+	r, err := s.ReserveBlock(ns, key(1), Key{}, BlockMeta{Tokens: 16}, 64*kib)
 	if err != nil {
 		t.Fatal(err)
 	}

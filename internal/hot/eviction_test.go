@@ -8,7 +8,7 @@ import (
 // A 1 MiB store of 64 KiB blocks holds exactly 16 of them.
 func oneSlabStore(t *testing.T) *Store {
 	t.Helper()
-	return newTestStore(t, testConfig(newFakeClock(), 1*mib))
+	return newTestStore(t, testConfig(1*mib))
 }
 
 const blk = 64 * kib
@@ -161,7 +161,7 @@ func TestCycleRejected(t *testing.T) {
 // leaf is an eviction candidate, so eviction never scans the interior, and
 // what stays cached is always a prefix of the chain.
 func TestLongChainEviction(t *testing.T) {
-	cfg := testConfig(newFakeClock(), 4*mib)
+	cfg := testConfig(4 * mib)
 	cfg.EvictScan = 8
 	s := newTestStore(t, cfg)
 	ns := nsOf(1)
@@ -197,7 +197,7 @@ func TestNoSpaceWhenAllPinned(t *testing.T) {
 		views = append(views, v)
 	}
 	for _, size := range []int{blk, 16 * kib, 1 * mib} {
-		if _, err := s.Reserve(ns, key(100), Key{}, 16, size); !errors.Is(err, ErrNoSpace) {
+		if _, err := s.ReserveBlock(ns, key(100), Key{}, BlockMeta{Tokens: 16}, size); !errors.Is(err, ErrNoSpace) {
 			t.Fatalf("Reserve %d with all pinned: %v", size, err)
 		}
 	}
@@ -222,13 +222,13 @@ func TestNoSpaceWhenAllInFlight(t *testing.T) {
 	ns := nsOf(1)
 	var rs []Reservation
 	for id := uint64(1); id <= 16; id++ {
-		r, err := s.Reserve(ns, key(id), Key{}, 16, blk)
+		r, err := s.ReserveBlock(ns, key(id), Key{}, BlockMeta{Tokens: 16}, blk)
 		if err != nil {
 			t.Fatal(err)
 		}
 		rs = append(rs, r)
 	}
-	if _, err := s.Reserve(ns, key(100), Key{}, 16, 16*kib); !errors.Is(err, ErrNoSpace) {
+	if _, err := s.ReserveBlock(ns, key(100), Key{}, BlockMeta{Tokens: 16}, 16*kib); !errors.Is(err, ErrNoSpace) {
 		t.Fatalf("Reserve with all in flight: %v", err)
 	}
 	for _, r := range rs {
@@ -240,7 +240,7 @@ func TestNoSpaceWhenAllInFlight(t *testing.T) {
 // TestCrossClassReclaimRecarve fills the store with 16 KiB blocks, then asks
 // for 1 MiB slots: slabs of the same size are re-carved in place.
 func TestCrossClassReclaimRecarve(t *testing.T) {
-	s := newTestStore(t, testConfig(newFakeClock(), 4*mib))
+	s := newTestStore(t, testConfig(4*mib))
 	ns := nsOf(1)
 	for id := uint64(1); id <= 256; id++ {
 		put(t, s, ns, id, 0, 16*kib)
@@ -275,7 +275,7 @@ func TestCrossClassReclaimRecarve(t *testing.T) {
 // for 4 MiB blocks, whose slabs are 4 MiB: four small slabs are munmapped
 // per large slab mapped, and the budget is never exceeded.
 func TestCrossClassReclaimRemap(t *testing.T) {
-	cfg := testConfig(newFakeClock(), 8*mib)
+	cfg := testConfig(8 * mib)
 	cfg.MaxClass = 4 * mib
 	s := newTestStore(t, cfg)
 	ns := nsOf(1)
@@ -300,7 +300,7 @@ func TestCrossClassReclaimRemap(t *testing.T) {
 // descendant makes the slab unreclaimable.
 func TestReclaimCascadesToDescendants(t *testing.T) {
 	for _, pin := range []bool{true, false} {
-		s := newTestStore(t, testConfig(newFakeClock(), 2*mib))
+		s := newTestStore(t, testConfig(2*mib))
 		ns := nsOf(1)
 		// Slab A (16 KiB class): chain 1..63 and the unrelated block 99.
 		put(t, s, ns, 99, 0, 16*kib)

@@ -11,7 +11,7 @@ import (
 // visited; a stop yields the same block again on the next call; nothing
 // is touched or removed; a closed store exports nothing.
 func TestExport(t *testing.T) {
-	s := newTestStore(t, testConfig(newFakeClock(), 8*mib))
+	s := newTestStore(t, testConfig(8*mib))
 	ns := nsOf(1)
 	const n = 40
 	for id := uint64(1); id <= n; id++ {
@@ -20,7 +20,7 @@ func TestExport(t *testing.T) {
 	if deleted, _ := s.Delete(ns, key(7)); !deleted {
 		t.Fatal("delete")
 	}
-	inflight, err := s.Reserve(ns, key(99), Key{}, 16, 16*kib)
+	inflight, err := s.ReserveBlock(ns, key(99), Key{}, BlockMeta{Tokens: 16}, 16*kib)
 	if err != nil {
 		t.Fatal(err)
 	}

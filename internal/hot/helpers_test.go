@@ -4,18 +4,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"testing"
-	"time"
 
-	"github.com/gpucache/gpucache/internal/testfix"
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// newFakeClock is an injectable Config.Now that moves only when told to.
-func newFakeClock() *testfix.Clock {
-	return testfix.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-}
 
 const (
 	kib = 1 << 10
@@ -23,14 +16,17 @@ const (
 )
 
 // testConfig is a small store: 16 KiB..1 MiB classes in 1 MiB slabs.
-func testConfig(clk *testfix.Clock, capacity int64) Config {
+//
+// The store reads time.Now: a test that needs leases to expire (or not to)
+// at a given time runs in a testing/synctest bubble, where time.Sleep
+// advances the fake clock at once.
+func testConfig(capacity int64) Config {
 	return Config{
 		CapacityBytes: capacity,
 		MinClass:      16 * kib,
 		MaxClass:      1 * mib,
 		SlabBytes:     1 * mib,
 		Prefault:      PrefaultPopulate,
-		Now:           clk.Now,
 	}
 }
 
@@ -89,7 +85,7 @@ func tryPut(s *Store, ns Namespace, id, parent uint64, size int) error {
 	if parent != 0 {
 		p = key(parent)
 	}
-	r, err := s.Reserve(ns, key(id), p, 16, size)
+	r, err := s.ReserveBlock(ns, key(id), p, BlockMeta{Tokens: 16}, size)
 	if err != nil {
 		return err
 	}

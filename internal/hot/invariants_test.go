@@ -24,7 +24,7 @@ func mustPanicWith(t *testing.T, want error, f func()) {
 // TestDoubleReleasePanics: in the invariants build a second Release of one
 // View panics, and the store stays usable and consistent.
 func TestDoubleReleasePanics(t *testing.T) {
-	s := newTestStore(t, testConfig(newFakeClock(), 2*mib))
+	s := newTestStore(t, testConfig(2*mib))
 	ns := nsOf(1)
 	put(t, s, ns, 1, 0, 100)
 	v, ok := s.Acquire(ns, key(1))
@@ -43,7 +43,7 @@ func TestDoubleReleasePanics(t *testing.T) {
 // does not drop another reader's pin on the same block (a release build
 // cannot tell the two apart and does).
 func TestDoubleReleaseKeepsOtherPin(t *testing.T) {
-	s := newTestStore(t, testConfig(newFakeClock(), 2*mib))
+	s := newTestStore(t, testConfig(2*mib))
 	misused := catchMisuse(s)
 	ns := nsOf(1)
 	put(t, s, ns, 1, 0, 100)
@@ -77,15 +77,15 @@ func TestDoubleReleaseKeepsOtherPin(t *testing.T) {
 // Abort, and a Commit or CommitAcquire after Abort each panic in the
 // invariants build and change nothing.
 func TestDoubleSettlePanics(t *testing.T) {
-	s := newTestStore(t, testConfig(newFakeClock(), 2*mib))
+	s := newTestStore(t, testConfig(2*mib))
 	ns := nsOf(1)
-	committed, err := s.Reserve(ns, key(1), Key{}, 16, 100)
+	committed, err := s.ReserveBlock(ns, key(1), Key{}, BlockMeta{Tokens: 16}, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
 	fillPayload(committed.Buf, 1)
 	s.Commit(committed)
-	aborted, err := s.Reserve(ns, key(2), Key{}, 16, 100)
+	aborted, err := s.ReserveBlock(ns, key(2), Key{}, BlockMeta{Tokens: 16}, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,9 +116,9 @@ func TestDoubleSettlePanics(t *testing.T) {
 // TestCommitAcquireViewTracked: the View CommitAcquire returns is tracked
 // like an Acquire's, and its Reservation is settled.
 func TestCommitAcquireViewTracked(t *testing.T) {
-	s := newTestStore(t, testConfig(newFakeClock(), 2*mib))
+	s := newTestStore(t, testConfig(2*mib))
 	ns := nsOf(1)
-	r, err := s.Reserve(ns, key(1), Key{}, 16, 100)
+	r, err := s.ReserveBlock(ns, key(1), Key{}, BlockMeta{Tokens: 16}, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func TestCommitAcquireViewTracked(t *testing.T) {
 // TestInvariantsSeeLeakedPin: checkInvariants compares the pins with the
 // Views handed out, so a pin nobody holds is caught.
 func TestInvariantsSeeLeakedPin(t *testing.T) {
-	s := newTestStore(t, testConfig(newFakeClock(), 2*mib))
+	s := newTestStore(t, testConfig(2*mib))
 	ns := nsOf(1)
 	put(t, s, ns, 1, 0, 100)
 	v, _ := s.Acquire(ns, key(1))

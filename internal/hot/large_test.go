@@ -15,7 +15,6 @@ func largeConfig(capacity int64, slab int) Config {
 		MaxClass:      64 * mib,
 		SlabBytes:     slab,
 		Prefault:      PrefaultNone,
-		Now:           newFakeClock().Now,
 	}
 }
 

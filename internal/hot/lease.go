@@ -169,8 +169,8 @@ func (s *Store) ReleaseLease(id LeaseID) bool {
 	return true
 }
 
-// ExpireLeases reclaims every lease whose deadline has passed (by cfg.Now)
-// and returns how many it reclaimed. Reserve and Lookup also expire leases
+// ExpireLeases reclaims every lease whose deadline has passed
+// and returns how many it reclaimed. ReserveBlock and Lookup also expire leases
 // lazily, which costs a heap peek when nothing is due.
 func (s *Store) ExpireLeases() int {
 	now := s.now()

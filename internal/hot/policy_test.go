@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/gpucache/gpucache/internal/policy"
@@ -78,7 +79,7 @@ func (p *testPolicy) Len() int { return len(p.blocks) }
 // policyStore is a 1 MiB store (16 blocks of blk bytes) run by p.
 func policyStore(t *testing.T, p policy.Policy) *Store {
 	t.Helper()
-	cfg := testConfig(newFakeClock(), 1*mib)
+	cfg := testConfig(1 * mib)
 	cfg.Policy = p
 	return newTestStore(t, cfg)
 }
@@ -181,7 +182,7 @@ func TestPolicyRegisteredLRU(t *testing.T) {
 		t.Fatalf("want 3 evicted first: 1 %v 2 %v 3 %v", present(s, 1), present(s, 2), present(s, 3))
 	}
 	// A PUT of a cached block is a use.
-	if _, err := s.Reserve(ns, key(4), Key{}, 16, blk); !errors.Is(err, ErrExists) {
+	if _, err := s.ReserveBlock(ns, key(4), Key{}, BlockMeta{Tokens: 16}, blk); !errors.Is(err, ErrExists) {
 		t.Fatalf("Reserve of a cached block: %v", err)
 	}
 	put(t, s, ns, 18, 0, blk)
@@ -199,37 +200,39 @@ func TestPolicyRegisteredLRU(t *testing.T) {
 }
 
 func TestPolicySkipsPinnedAndLeased(t *testing.T) {
-	p := newTestPolicy(false)
-	s := policyStore(t, p)
-	ns := nsOf(1)
-	fillSlab(t, s, ns)
-	v, ok := s.Acquire(ns, key(1))
-	if !ok {
-		t.Fatal("Acquire 1")
-	}
-	hits, lease, _ := s.Lookup(ns, []Key{key(2)}, time.Minute, true)
-	if hits != 1 || lease == 0 {
-		t.Fatalf("Lookup: hits %d lease %d", hits, lease)
-	}
-	put(t, s, ns, 17, 0, blk)
-	if !present(s, 1) || !present(s, 2) || present(s, 3) {
-		t.Fatalf("want pinned 1 and leased 2 kept, 3 evicted: %v %v %v", present(s, 1), present(s, 2), present(s, 3))
-	}
-	mustInvariants(t, s)
-	s.Release(v)
-	s.ReleaseLease(lease)
-	put(t, s, ns, 18, 0, blk)
-	if present(s, 1) {
-		t.Fatal("released 1 is first in FIFO order and should go now")
-	}
-	mustInvariants(t, s)
+	synctest.Test(t, func(t *testing.T) {
+		p := newTestPolicy(false)
+		s := policyStore(t, p)
+		ns := nsOf(1)
+		fillSlab(t, s, ns)
+		v, ok := s.Acquire(ns, key(1))
+		if !ok {
+			t.Fatal("Acquire 1")
+		}
+		hits, lease, _ := s.Lookup(ns, []Key{key(2)}, time.Minute, true)
+		if hits != 1 || lease == 0 {
+			t.Fatalf("Lookup: hits %d lease %d", hits, lease)
+		}
+		put(t, s, ns, 17, 0, blk)
+		if !present(s, 1) || !present(s, 2) || present(s, 3) {
+			t.Fatalf("want pinned 1 and leased 2 kept, 3 evicted: %v %v %v", present(s, 1), present(s, 2), present(s, 3))
+		}
+		mustInvariants(t, s)
+		s.Release(v)
+		s.ReleaseLease(lease)
+		put(t, s, ns, 18, 0, blk)
+		if present(s, 1) {
+			t.Fatal("released 1 is first in FIFO order and should go now")
+		}
+		mustInvariants(t, s)
+	})
 }
 
 // TestPolicyScanBound: the scan looks at EvictScan*policyScanFactor
 // candidates at most, then gives up with ErrNoSpace.
 func TestPolicyScanBound(t *testing.T) {
 	p := newTestPolicy(false)
-	cfg := testConfig(newFakeClock(), 1*mib)
+	cfg := testConfig(1 * mib)
 	cfg.Policy = p
 	cfg.EvictScan = 1
 	s := newTestStore(t, cfg)
@@ -333,12 +336,12 @@ func TestPolicyInsertRemove(t *testing.T) {
 		}
 	}
 	// Abort and a cycle: no Insert.
-	r, err = s.Reserve(ns, key(5), Key{}, 16, blk)
+	r, err = s.ReserveBlock(ns, key(5), Key{}, BlockMeta{Tokens: 16}, blk)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.Abort(r)
-	r, err = s.Reserve(ns, key(6), key(6), 16, blk)
+	r, err = s.ReserveBlock(ns, key(6), key(6), BlockMeta{Tokens: 16}, blk)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -448,7 +451,7 @@ func TestPutExistingTouchesBuiltin(t *testing.T) {
 // store takes the first one of the class that needs space.
 func TestPolicyVictimInClass(t *testing.T) {
 	p := newTestPolicy(false)
-	cfg := testConfig(newFakeClock(), 2*mib)
+	cfg := testConfig(2 * mib)
 	cfg.Policy = p
 	s := newTestStore(t, cfg)
 	ns := nsOf(1)
@@ -496,11 +499,10 @@ func TestConcurrentStressPolicy(t *testing.T) {
 	}
 	for name, mk := range policies {
 		t.Run(name, func(t *testing.T) {
-			clk := newFakeClock()
-			cfg := testConfig(clk, 8*mib)
+			cfg := testConfig(8 * mib)
 			cfg.MaxLeases = 64
 			cfg.Policy = mk()
-			st := runStress(t, clk, cfg, 7)
+			st := runStress(t, cfg, 7)
 			if st.Puts == 0 || st.Evictions == 0 || st.Pinned != 0 || st.InFlight != 0 {
 				t.Fatalf("stress did not exercise the store: %+v", st)
 			}

@@ -32,13 +32,13 @@ func holdMapping(s *Store, waiters int) (mapping <-chan struct{}, waited <-chan 
 // nothing to evict; they must wait for the mapping and then all succeed,
 // not answer ErrNoSpace (issue 12, defect 9: 12 of 16 blocks failed).
 func TestConcurrentReservesWaitForTheSlabBeingMapped(t *testing.T) {
-	s := newTestStore(t, testConfig(newFakeClock(), 1*mib)) // one 1 MiB slab of 64 16 KiB slots
+	s := newTestStore(t, testConfig(1*mib)) // one 1 MiB slab of 64 16 KiB slots
 	const writers = 16
 	mapping, waited, release := holdMapping(s, writers)
 	ns := nsOf(1)
 	results := make(chan error, writers)
 	write := func(id uint64) {
-		r, err := s.Reserve(ns, key(id), Key{}, 16, 16*kib)
+		r, err := s.ReserveBlock(ns, key(id), Key{}, BlockMeta{Tokens: 16}, 16*kib)
 		if err == nil {
 			fillPayload(r.Buf, id)
 			s.Commit(r)
@@ -90,14 +90,14 @@ func TestConcurrentReservesWaitForTheSlabBeingMapped(t *testing.T) {
 // progress returns ErrClosed when the store closes, and so does the
 // writer whose mapping was in progress.
 func TestReserveWaitingForRoomSeesClose(t *testing.T) {
-	s, err := New(testConfig(newFakeClock(), 1*mib))
+	s, err := New(testConfig(1 * mib))
 	if err != nil {
 		t.Fatal(err)
 	}
 	mapping, waited, release := holdMapping(s, 1)
 	results := make(chan error, 2)
 	reserve := func(id uint64) {
-		_, err := s.Reserve(nsOf(1), key(id), Key{}, 16, 16*kib)
+		_, err := s.ReserveBlock(nsOf(1), key(id), Key{}, BlockMeta{Tokens: 16}, 16*kib)
 		results <- err
 	}
 	go reserve(1)

@@ -1,6 +1,6 @@
 package hot
 
-// Reserve: finding a slot for a new block (a free one, a new slab, an
+// ReserveBlock: finding a slot for a new block (a free one, a new slab, an
 // empty slab of another class, or an eviction) under the tenant quotas.
 
 import (
@@ -8,16 +8,10 @@ import (
 	"math"
 )
 
-// Reserve is ReserveBlock with only the token count known (no position,
-// not partial).
-func (s *Store) Reserve(ns Namespace, key, parent Key, tokens uint32, size int) (Reservation, error) {
-	return s.ReserveBlock(ns, key, parent, BlockMeta{Tokens: tokens}, size)
-}
-
 // ReserveBlock hands out a slot for a payload of size bytes (0..MaxPayload)
 // under key. The caller fills r.Buf and then calls Commit or Abort exactly
 // once; until then the block is in flight: invisible to readers, never
-// evicted, and its key is taken (a second Reserve gets ErrExists).
+// evicted, and its key is taken (a second ReserveBlock gets ErrExists).
 //
 // A key already published under ns counts as a use: ErrExists, and the
 // block is touched like an Acquire hit (it becomes the most recent, and
@@ -121,14 +115,14 @@ func (s *Store) rejectTooLarge(size int) (Reservation, error) {
 	return Reservation{}, fmt.Errorf("%w: %d bytes (max %d)", ErrTooLarge, size, s.cfg.MaxClass)
 }
 
-// refuseLocked counts a refused Reserve, drops the lock and returns err.
+// refuseLocked counts a refused ReserveBlock, drops the lock and returns err.
 func (s *Store) refuseLocked(err error) (Reservation, error) {
 	s.mu.st.PutRejects++
 	s.mu.Unlock()
 	return Reservation{}, err
 }
 
-// gateLocked checks, on each pass of a Reserve, that the key is not taken,
+// gateLocked checks, on each pass of a ReserveBlock, that the key is not taken,
 // that Config.Policy admits the block and that the tenant's share allows
 // the slot. stepAgainFree: it evicted one of the tenant's own blocks to
 // stay within its DRAM quota.
@@ -138,7 +132,7 @@ func (s *Store) refuseLocked(err error) (Reservation, error) {
 // reservations may have taken the rest of its share); the slot is charged
 // when it is taken, under the same lock as the last check. A tenant with a
 // DRAM quota that this block would take past it evicts its own blocks
-// first, and from then on this Reserve evicts nothing of another tenant's
+// first, and from then on this ReserveBlock evicts nothing of another tenant's
 // (tenantquota.go).
 func (s *Store) gateLocked(rq *reserveReq) (reserveStep, error) {
 	if idx, ok := s.mu.index[rq.key]; ok {
@@ -211,7 +205,7 @@ func (s *Store) findSpaceLocked(rq *reserveReq) (reserveStep, error) {
 		return stepNext, nil
 	}
 	if s.mu.remaps > 0 {
-		// Another Reserve is mapping a slab (or unmapping one for a
+		// Another ReserveBlock is mapping a slab (or unmapping one for a
 		// class change) with the lock dropped: the budget it holds
 		// becomes free slots, or comes back, when it ends. Wait for
 		// that instead of answering no space; waiting is not an
@@ -225,7 +219,7 @@ func (s *Store) findSpaceLocked(rq *reserveReq) (reserveStep, error) {
 	return stepGiveUp, nil
 }
 
-// evictOwnLocked makes room for a Reserve of a tenant at its DRAM quota,
+// evictOwnLocked makes room for a ReserveBlock of a tenant at its DRAM quota,
 // which evicts only the tenant's own blocks.
 func (s *Store) evictOwnLocked(rq *reserveReq) (reserveStep, error) {
 	if cand, ok := s.ownCandidateLocked(rq.meta.Tenant, rq.class, false); ok {
@@ -240,7 +234,7 @@ func (s *Store) evictOwnLocked(rq *reserveReq) (reserveStep, error) {
 	return stepNext, fmt.Errorf("%w: class %d bytes (tenant %q at its DRAM quota evicts only its own blocks)", ErrNoSpace, s.cl.size(rq.class), rq.meta.Tenant)
 }
 
-// attemptsFor bounds the find-space passes of one Reserve of class k. A
+// attemptsFor bounds the find-space passes of one ReserveBlock of class k. A
 // slab of a large class (64 MiB for a 64 MiB LMCache chunk) may need the
 // memory of many smaller slabs when SlabBytes is small: each of them is
 // emptied and unmapped in a pass of its own before the large slab can be

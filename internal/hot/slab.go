@@ -124,7 +124,7 @@ func (s *Store) carveLocked(sid uint32, k int) {
 // growLocked maps a new slab for class k. The budget is taken before the
 // lock is dropped for the mmap, so concurrent growth never exceeds
 // CapacityBytes; the lock is held again on return. While the mmap runs it
-// counts in s.mu.remaps, so a concurrent Reserve that finds no room waits
+// counts in s.mu.remaps, so a concurrent ReserveBlock that finds no room waits
 // for it instead of failing. After a concurrent Close the new mapping is
 // released and the caller sees s.mu.closed.
 func (s *Store) growLocked(k int) error {

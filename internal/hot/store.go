@@ -106,7 +106,7 @@ type Store struct {
 		budget int64 // guarded by mu
 		// remaps counts the mmaps and munmaps in progress (the lock is
 		// dropped around them): budget they hold will turn into slots or
-		// come back, so a Reserve that finds no space waits on room for
+		// come back, so a ReserveBlock that finds no space waits on room for
 		// them rather than failing.
 		remaps int // guarded by mu
 
@@ -129,7 +129,7 @@ type Store struct {
 		tags []byte // guarded by mu
 
 		// meta holds the policy signals of each entry index (set by
-		// Reserve, read at publish); nil without cfg.Policy.
+		// ReserveBlock, read at publish); nil without cfg.Policy.
 		meta []entryMeta // guarded by mu
 		// victim is the state of one policy victim scan (policyhook.go).
 		victim victimScan // guarded by mu
@@ -153,7 +153,7 @@ type Store struct {
 type testHooks struct {
 	// beforeMap runs in growLocked, without the lock, before the mmap.
 	beforeMap func()
-	// waitRoom runs, with the lock held, before a Reserve waits for a
+	// waitRoom runs, with the lock held, before a ReserveBlock waits for a
 	// remap in progress; it must not call into the Store.
 	waitRoom func()
 	// misuse, in the invariants build, receives a broken ownership
@@ -168,7 +168,7 @@ var (
 	errSettledTwice  = errors.New("gpucache/hot: Reservation committed or aborted twice")
 )
 
-// maxReserveAttempts bounds the find-space loop of one Reserve, on top of
+// maxReserveAttempts bounds the find-space loop of one ReserveBlock, on top of
 // the slabs one slab of the reserved class replaces (attemptsFor).
 const maxReserveAttempts = 64
 
@@ -179,7 +179,7 @@ func New(cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Store{cfg: cfg, cl: newClasses(cfg), base: cfg.Now()}
+	s := &Store{cfg: cfg, cl: newClasses(cfg), base: time.Now()}
 	n := s.cl.n
 	s.mu.entries = make([]entry, n, n+1024)
 	if cfg.TagSize > 0 {
@@ -206,10 +206,10 @@ func New(cfg Config) (*Store, error) {
 func (s *Store) MaxPayload() int { return s.cfg.MaxClass }
 
 // now returns the clock as nanoseconds since s.base.
-func (s *Store) now() int64 { return int64(s.cfg.Now().Sub(s.base)) }
+func (s *Store) now() int64 { return int64(time.Since(s.base)) }
 
 // Close unmaps every slab and drops the index and all leases. Afterwards
-// Reserve returns ErrClosed and reads miss. The caller guarantees that no
+// ReserveBlock returns ErrClosed and reads miss. The caller guarantees that no
 // View or Reservation is still in use. A second Close returns ErrClosed.
 func (s *Store) Close() error {
 	s.mu.Lock()
@@ -231,7 +231,7 @@ func (s *Store) Close() error {
 	st := &s.mu.st
 	st.Blocks, st.BytesCached, st.BytesReserved, st.BytesMapped = 0, 0, 0, 0
 	st.LeasesActive, st.Pinned, st.InFlight, st.Slabs = 0, 0, 0, 0
-	s.room.Broadcast() // a Reserve waiting for a remap sees closed
+	s.room.Broadcast() // a ReserveBlock waiting for a remap sees closed
 	s.mu.Unlock()
 
 	var first error

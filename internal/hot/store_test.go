@@ -6,20 +6,19 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+	"testing/synctest"
 	"time"
-
-	"github.com/gpucache/gpucache/internal/testfix"
 )
 
 func TestRoundTrip(t *testing.T) {
-	s := newTestStore(t, testConfig(newFakeClock(), 8*mib))
+	s := newTestStore(t, testConfig(8*mib))
 	misused := catchMisuse(s)
 	ns := nsOf(1)
 	sizes := []int{0, 1, 100, 16 * kib, 16*kib + 1, 100_000, 1 * mib}
 	var cached, reserved uint64
 	for i, size := range sizes {
 		id := uint64(i + 1)
-		r, err := s.Reserve(ns, key(id), Key{}, 16, size)
+		r, err := s.ReserveBlock(ns, key(id), Key{}, BlockMeta{Tokens: 16}, size)
 		if err != nil {
 			t.Fatalf("Reserve %d bytes: %v", size, err)
 		}
@@ -64,9 +63,9 @@ func TestRoundTrip(t *testing.T) {
 }
 
 func TestZeroSizePayload(t *testing.T) {
-	s := newTestStore(t, testConfig(newFakeClock(), 2*mib))
+	s := newTestStore(t, testConfig(2*mib))
 	ns := nsOf(1)
-	r, err := s.Reserve(ns, key(1), Key{}, 0, 0)
+	r, err := s.ReserveBlock(ns, key(1), Key{}, BlockMeta{Tokens: 0}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,17 +85,17 @@ func TestZeroSizePayload(t *testing.T) {
 }
 
 func TestReserveAbort(t *testing.T) {
-	s := newTestStore(t, testConfig(newFakeClock(), 2*mib))
+	s := newTestStore(t, testConfig(2*mib))
 	misused := catchMisuse(s)
 	ns := nsOf(1)
-	r1, err := s.Reserve(ns, key(1), Key{}, 16, 20*kib)
+	r1, err := s.ReserveBlock(ns, key(1), Key{}, BlockMeta{Tokens: 16}, 20*kib)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if st := s.Stats(); st.InFlight != 1 || st.BytesReserved != 32*kib || st.Blocks != 0 {
 		t.Fatalf("Stats = %+v", st)
 	}
-	if _, err := s.Reserve(ns, key(1), Key{}, 16, 10); !errors.Is(err, ErrExists) {
+	if _, err := s.ReserveBlock(ns, key(1), Key{}, BlockMeta{Tokens: 16}, 10); !errors.Is(err, ErrExists) {
 		t.Fatalf("Reserve in-flight key: %v, want ErrExists", err)
 	}
 	s.Abort(r1)
@@ -108,7 +107,7 @@ func TestReserveAbort(t *testing.T) {
 		t.Fatal("aborted block readable")
 	}
 	// The slot and the entry are reused; the stale reservation is ignored.
-	r2, err := s.Reserve(ns, key(2), Key{}, 16, 20*kib)
+	r2, err := s.ReserveBlock(ns, key(2), Key{}, BlockMeta{Tokens: 16}, 20*kib)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,19 +141,19 @@ func TestReserveAbort(t *testing.T) {
 }
 
 func TestReserveRejects(t *testing.T) {
-	s := newTestStore(t, testConfig(newFakeClock(), 2*mib))
+	s := newTestStore(t, testConfig(2*mib))
 	ns := nsOf(1)
 	put(t, s, ns, 1, 0, 100)
-	if _, err := s.Reserve(ns, key(1), Key{}, 16, 100); !errors.Is(err, ErrExists) {
+	if _, err := s.ReserveBlock(ns, key(1), Key{}, BlockMeta{Tokens: 16}, 100); !errors.Is(err, ErrExists) {
 		t.Fatalf("existing key: %v", err)
 	}
-	if _, err := s.Reserve(nsOf(2), key(1), Key{}, 16, 100); !errors.Is(err, ErrExists) {
+	if _, err := s.ReserveBlock(nsOf(2), key(1), Key{}, BlockMeta{Tokens: 16}, 100); !errors.Is(err, ErrExists) {
 		t.Fatalf("existing key, other namespace: %v", err)
 	}
-	if _, err := s.Reserve(ns, key(2), Key{}, 16, s.MaxPayload()+1); !errors.Is(err, ErrTooLarge) {
+	if _, err := s.ReserveBlock(ns, key(2), Key{}, BlockMeta{Tokens: 16}, s.MaxPayload()+1); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("too large: %v", err)
 	}
-	if _, err := s.Reserve(ns, key(2), Key{}, 16, -1); !errors.Is(err, ErrTooLarge) {
+	if _, err := s.ReserveBlock(ns, key(2), Key{}, BlockMeta{Tokens: 16}, -1); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("negative size: %v", err)
 	}
 	if s.MaxPayload() != 1*mib {
@@ -167,134 +166,139 @@ func TestReserveRejects(t *testing.T) {
 }
 
 func TestIdentityMismatch(t *testing.T) {
-	s := newTestStore(t, testConfig(newFakeClock(), 2*mib))
-	nsA, nsB := nsOf(1), nsOf(2)
-	put(t, s, nsA, 1, 0, 1000)
-	v, ok := s.Acquire(nsB, key(1))
-	if ok || v.Bytes != nil {
-		t.Fatalf("foreign namespace read: ok %v, %d bytes", ok, len(v.Bytes))
-	}
-	hits, id, _ := s.Lookup(nsB, []Key{key(1)}, 0, true)
-	if hits != 0 || id != 0 {
-		t.Fatalf("foreign Lookup: hits %d lease %d", hits, id)
-	}
-	if deleted, busy := s.Delete(nsB, key(1)); deleted || busy {
-		t.Fatalf("foreign Delete = %v, %v", deleted, busy)
-	}
-	st := s.Stats()
-	if st.Hits != 0 || st.Misses != 1 || st.IdentityMismatches != 1 || st.LookupMismatches != 1 ||
-		st.LeasesGranted != 0 || st.Pinned != 0 || st.Blocks != 1 {
-		t.Fatalf("Stats = %+v", st)
-	}
-	if !has(t, s, nsA, 1, 1000) {
-		t.Fatal("block lost")
-	}
-	// A plain miss counts no mismatch.
-	if _, ok := s.Acquire(nsA, key(99)); ok {
-		t.Fatal("absent key hit")
-	}
-	if st := s.Stats(); st.Misses != 2 || st.IdentityMismatches != 1 || st.Hits != 1 {
-		t.Fatalf("Stats = %+v", st)
-	}
-	mustInvariants(t, s)
+	synctest.Test(t, func(t *testing.T) {
+		s := newTestStore(t, testConfig(2*mib))
+		nsA, nsB := nsOf(1), nsOf(2)
+		put(t, s, nsA, 1, 0, 1000)
+		v, ok := s.Acquire(nsB, key(1))
+		if ok || v.Bytes != nil {
+			t.Fatalf("foreign namespace read: ok %v, %d bytes", ok, len(v.Bytes))
+		}
+		hits, id, _ := s.Lookup(nsB, []Key{key(1)}, 0, true)
+		if hits != 0 || id != 0 {
+			t.Fatalf("foreign Lookup: hits %d lease %d", hits, id)
+		}
+		if deleted, busy := s.Delete(nsB, key(1)); deleted || busy {
+			t.Fatalf("foreign Delete = %v, %v", deleted, busy)
+		}
+		st := s.Stats()
+		if st.Hits != 0 || st.Misses != 1 || st.IdentityMismatches != 1 || st.LookupMismatches != 1 ||
+			st.LeasesGranted != 0 || st.Pinned != 0 || st.Blocks != 1 {
+			t.Fatalf("Stats = %+v", st)
+		}
+		if !has(t, s, nsA, 1, 1000) {
+			t.Fatal("block lost")
+		}
+		// A plain miss counts no mismatch.
+		if _, ok := s.Acquire(nsA, key(99)); ok {
+			t.Fatal("absent key hit")
+		}
+		if st := s.Stats(); st.Misses != 2 || st.IdentityMismatches != 1 || st.Hits != 1 {
+			t.Fatalf("Stats = %+v", st)
+		}
+		mustInvariants(t, s)
+	})
 }
 
 func TestDelete(t *testing.T) {
-	clk := newFakeClock()
-	s := newTestStore(t, testConfig(clk, 2*mib))
-	ns := nsOf(1)
-	put(t, s, ns, 1, 0, 100)
-	put(t, s, ns, 2, 0, 100)
-	put(t, s, ns, 3, 0, 100)
-	r, err := s.Reserve(ns, key(4), Key{}, 16, 100)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, _ := s.Acquire(ns, key(2))
-	_, lid, _ := s.Lookup(ns, []Key{key(3)}, time.Second, true)
+	synctest.Test(t, func(t *testing.T) {
+		s := newTestStore(t, testConfig(2*mib))
+		ns := nsOf(1)
+		put(t, s, ns, 1, 0, 100)
+		put(t, s, ns, 2, 0, 100)
+		put(t, s, ns, 3, 0, 100)
+		r, err := s.ReserveBlock(ns, key(4), Key{}, BlockMeta{Tokens: 16}, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, _ := s.Acquire(ns, key(2))
+		_, lid, _ := s.Lookup(ns, []Key{key(3)}, time.Second, true)
 
-	for _, tc := range []struct {
-		id            uint64
-		deleted, busy bool
-	}{
-		{2, false, true}, // pinned
-		{3, false, true}, // leased
-		{4, false, true}, // in flight
-		{9, false, false},
-		{1, true, false},
-		{1, false, false},
-	} {
-		if d, b := s.Delete(ns, key(tc.id)); d != tc.deleted || b != tc.busy {
-			t.Fatalf("Delete(%d) = %v, %v; want %v, %v", tc.id, d, b, tc.deleted, tc.busy)
+		for _, tc := range []struct {
+			id            uint64
+			deleted, busy bool
+		}{
+			{2, false, true}, // pinned
+			{3, false, true}, // leased
+			{4, false, true}, // in flight
+			{9, false, false},
+			{1, true, false},
+			{1, false, false},
+		} {
+			if d, b := s.Delete(ns, key(tc.id)); d != tc.deleted || b != tc.busy {
+				t.Fatalf("Delete(%d) = %v, %v; want %v, %v", tc.id, d, b, tc.deleted, tc.busy)
+			}
 		}
-	}
-	s.Release(v)
-	s.ReleaseLease(lid)
-	s.Abort(r)
-	for _, id := range []uint64{2, 3} {
-		if d, _ := s.Delete(ns, key(id)); !d {
-			t.Fatalf("Delete(%d) after unpin failed", id)
+		s.Release(v)
+		s.ReleaseLease(lid)
+		s.Abort(r)
+		for _, id := range []uint64{2, 3} {
+			if d, _ := s.Delete(ns, key(id)); !d {
+				t.Fatalf("Delete(%d) after unpin failed", id)
+			}
 		}
-	}
-	if st := s.Stats(); st.Deletes != 3 || st.Blocks != 0 || st.Pinned != 0 || st.BytesReserved != 0 {
-		t.Fatalf("Stats = %+v", st)
-	}
-	mustInvariants(t, s)
+		if st := s.Stats(); st.Deletes != 3 || st.Blocks != 0 || st.Pinned != 0 || st.BytesReserved != 0 {
+			t.Fatalf("Stats = %+v", st)
+		}
+		mustInvariants(t, s)
+	})
 }
 
 func TestClose(t *testing.T) {
-	s, err := New(testConfig(newFakeClock(), 2*mib))
-	if err != nil {
-		t.Fatal(err)
-	}
-	misused := catchMisuse(s)
-	ns := nsOf(1)
-	put(t, s, ns, 1, 0, 100)
-	r, err := s.Reserve(ns, key(2), Key{}, 16, 100)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, _ := s.Acquire(ns, key(1))
-	s.Release(v)
-	_, lid, _ := s.Lookup(ns, []Key{key(1)}, 0, true)
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	for _, size := range []int{100, 2 * mib} {
-		if _, err := s.Reserve(ns, key(3), Key{}, 16, size); !errors.Is(err, ErrClosed) {
-			t.Fatalf("Reserve(%d) after Close: %v", size, err)
+	synctest.Test(t, func(t *testing.T) {
+		s, err := New(testConfig(2 * mib))
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if _, ok := s.Acquire(ns, key(1)); ok {
-		t.Fatal("Acquire after Close hit")
-	}
-	if hits, id, _ := s.Lookup(ns, []Key{key(1)}, 0, true); hits != 0 || id != 0 {
-		t.Fatal("Lookup after Close hit")
-	}
-	if d, b := s.Delete(ns, key(1)); d || b {
-		t.Fatal("Delete after Close")
-	}
-	if s.ReleaseLease(lid) || s.ExpireLeases() != 0 {
-		t.Fatal("lease calls after Close")
-	}
-	s.Commit(r)
-	s.Abort(r) // after the Commit: reported in the invariants build
-	misused.expect(t, errSettledTwice, 1)
-	s.Release(v) // released before Close: reported in the invariants build
-	misused.expect(t, errReleasedTwice, 1)
-	if st := s.Stats(); st.BytesMapped != 0 || st.Blocks != 0 || st.LeasesActive != 0 || st.Puts != 1 {
-		t.Fatalf("Stats after Close = %+v", st)
-	}
-	if err := s.Close(); !errors.Is(err, ErrClosed) {
-		t.Fatalf("second Close: %v", err)
-	}
-	mustInvariants(t, s)
+		misused := catchMisuse(s)
+		ns := nsOf(1)
+		put(t, s, ns, 1, 0, 100)
+		r, err := s.ReserveBlock(ns, key(2), Key{}, BlockMeta{Tokens: 16}, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, _ := s.Acquire(ns, key(1))
+		s.Release(v)
+		_, lid, _ := s.Lookup(ns, []Key{key(1)}, 0, true)
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		for _, size := range []int{100, 2 * mib} {
+			if _, err := s.ReserveBlock(ns, key(3), Key{}, BlockMeta{Tokens: 16}, size); !errors.Is(err, ErrClosed) {
+				t.Fatalf("Reserve(%d) after Close: %v", size, err)
+			}
+		}
+		if _, ok := s.Acquire(ns, key(1)); ok {
+			t.Fatal("Acquire after Close hit")
+		}
+		if hits, id, _ := s.Lookup(ns, []Key{key(1)}, 0, true); hits != 0 || id != 0 {
+			t.Fatal("Lookup after Close hit")
+		}
+		if d, b := s.Delete(ns, key(1)); d || b {
+			t.Fatal("Delete after Close")
+		}
+		if s.ReleaseLease(lid) || s.ExpireLeases() != 0 {
+			t.Fatal("lease calls after Close")
+		}
+		s.Commit(r)
+		s.Abort(r) // after the Commit: reported in the invariants build
+		misused.expect(t, errSettledTwice, 1)
+		s.Release(v) // released before Close: reported in the invariants build
+		misused.expect(t, errReleasedTwice, 1)
+		if st := s.Stats(); st.BytesMapped != 0 || st.Blocks != 0 || st.LeasesActive != 0 || st.Puts != 1 {
+			t.Fatalf("Stats after Close = %+v", st)
+		}
+		if err := s.Close(); !errors.Is(err, ErrClosed) {
+			t.Fatalf("second Close: %v", err)
+		}
+		mustInvariants(t, s)
+	})
 }
 
 func TestPrefaultModes(t *testing.T) {
 	for _, mode := range []Prefault{PrefaultPopulate, PrefaultHugePage, PrefaultNone} {
 		t.Run(string(mode), func(t *testing.T) {
-			cfg := testConfig(newFakeClock(), 4*mib)
+			cfg := testConfig(4 * mib)
 			cfg.SlabBytes = 2 * mib
 			cfg.Prefault = mode
 			s := newTestStore(t, cfg)
@@ -315,7 +319,7 @@ func TestConfig(t *testing.T) {
 	d := Config{}.WithDefaults()
 	if d.CapacityBytes != 1<<30 || d.MinClass != 16*kib || d.MaxClass != 64*mib || d.SlabBytes != 64*mib ||
 		d.Prefault != PrefaultPopulate || d.DefaultLeaseTTL != 5*time.Second || d.MaxLeaseTTL != 30*time.Second ||
-		d.MaxLeases != 65536 || d.EvictScan != 1024 || d.Now == nil {
+		d.MaxLeases != 65536 || d.EvictScan != 1024 {
 		t.Fatalf("defaults = %+v", d)
 	}
 	if small := (Config{CapacityBytes: 8 * mib}).WithDefaults(); small.SlabBytes != 8*mib || small.MaxClass != 8*mib {
@@ -328,7 +332,7 @@ func TestConfig(t *testing.T) {
 	if !ok {
 		t.Fatal("cannot read MemTotal")
 	}
-	good := testConfig(newFakeClock(), 8*mib)
+	good := testConfig(8 * mib)
 	for name, mut := range map[string]func(*Config){
 		"min not pow2":      func(c *Config) { c.MinClass = 3000 },
 		"max not pow2":      func(c *Config) { c.MaxClass = 3 * mib },
@@ -383,7 +387,7 @@ func hasPointers(t reflect.Type) bool {
 // key map, child-count map, free lists) is made of pointer-free types, so
 // its backing arrays are noscan however many blocks are cached.
 func TestEntryHasNoPointers(t *testing.T) {
-	s := newTestStore(t, testConfig(newFakeClock(), 2*mib))
+	s := newTestStore(t, testConfig(2*mib))
 	for _, typ := range []reflect.Type{
 		reflect.TypeFor[entry](),
 		reflect.TypeOf(s.mu.entries).Elem(),
@@ -415,7 +419,7 @@ func TestTags(t *testing.T) {
 	var ns Namespace
 	for i := range 40 { // more blocks than fit: entries are reused, tags must not leak across them
 		key := Key{byte(i), 1}
-		r, err := s.Reserve(ns, key, Key{}, 1, 16<<10)
+		r, err := s.ReserveBlock(ns, key, Key{}, BlockMeta{Tokens: 1}, 16<<10)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -441,7 +445,7 @@ func TestTags(t *testing.T) {
 	}
 	plain, _ := New(Config{CapacityBytes: 1 << 20, MinClass: 16 << 10, MaxClass: 64 << 10, SlabBytes: 256 << 10})
 	defer plain.Close()
-	r, _ := plain.Reserve(ns, Key{9}, Key{}, 1, 10)
+	r, _ := plain.ReserveBlock(ns, Key{9}, Key{}, BlockMeta{Tokens: 1}, 10)
 	if plain.SetTag(r, []byte{1}) {
 		t.Fatal("a store without tags took one")
 	}
@@ -452,42 +456,44 @@ func TestTags(t *testing.T) {
 // writing it, so a DELETE right after the GET must not answer BUSY); a
 // leased block is busy at once; the wait ends with ctx.
 func TestDeleteWaitForReaders(t *testing.T) {
-	s := newTestStore(t, testConfig(&testfix.Clock{}, 4*mib))
-	ns, k := nsOf(1), key(7)
-	put(t, s, ns, 7, 0, 100)
-	v, ok := s.Acquire(ns, k)
-	if !ok {
-		t.Fatal("not stored")
-	}
-	if deleted, busy := s.Delete(ns, k); deleted || !busy {
-		t.Fatalf("Delete of a pinned block: %v %v, want busy", deleted, busy)
-	}
-	done := make(chan [2]bool)
-	go func() {
-		d, b := s.DeleteWait(context.Background(), ns, k)
-		done <- [2]bool{d, b}
-	}()
-	s.Release(v)
-	if r := <-done; !r[0] || r[1] {
-		t.Fatalf("DeleteWait after the release: deleted %v busy %v", r[0], r[1])
-	}
-	if _, ok := s.Acquire(ns, k); ok {
-		t.Fatal("the block is still there")
-	}
-	// A pinned block and a cancelled wait: busy, nothing removed.
-	put(t, s, ns, 7, 0, 100)
-	v, _ = s.Acquire(ns, k)
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if d, b := s.DeleteWait(ctx, ns, k); d || !b {
-		t.Fatalf("DeleteWait with an ended context: %v %v", d, b)
-	}
-	s.Release(v)
-	// A leased block is busy at once, whatever the context.
-	if _, id, _ := s.Lookup(ns, []Key{k}, time.Minute, true); id == 0 {
-		t.Fatal("no lease")
-	}
-	if d, b := s.DeleteWait(context.Background(), ns, k); d || !b {
-		t.Fatalf("DeleteWait of a leased block: %v %v", d, b)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		s := newTestStore(t, testConfig(4*mib))
+		ns, k := nsOf(1), key(7)
+		put(t, s, ns, 7, 0, 100)
+		v, ok := s.Acquire(ns, k)
+		if !ok {
+			t.Fatal("not stored")
+		}
+		if deleted, busy := s.Delete(ns, k); deleted || !busy {
+			t.Fatalf("Delete of a pinned block: %v %v, want busy", deleted, busy)
+		}
+		done := make(chan [2]bool)
+		go func() {
+			d, b := s.DeleteWait(context.Background(), ns, k)
+			done <- [2]bool{d, b}
+		}()
+		s.Release(v)
+		if r := <-done; !r[0] || r[1] {
+			t.Fatalf("DeleteWait after the release: deleted %v busy %v", r[0], r[1])
+		}
+		if _, ok := s.Acquire(ns, k); ok {
+			t.Fatal("the block is still there")
+		}
+		// A pinned block and a cancelled wait: busy, nothing removed.
+		put(t, s, ns, 7, 0, 100)
+		v, _ = s.Acquire(ns, k)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if d, b := s.DeleteWait(ctx, ns, k); d || !b {
+			t.Fatalf("DeleteWait with an ended context: %v %v", d, b)
+		}
+		s.Release(v)
+		// A leased block is busy at once, whatever the context.
+		if _, id, _ := s.Lookup(ns, []Key{k}, time.Minute, true); id == 0 {
+			t.Fatal("no lease")
+		}
+		if d, b := s.DeleteWait(context.Background(), ns, k); d || !b {
+			t.Fatalf("DeleteWait of a leased block: %v %v", d, b)
+		}
+	})
 }

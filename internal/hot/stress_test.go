@@ -7,9 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
-
-	"github.com/gpucache/gpucache/internal/testfix"
 )
 
 // The stress key space: chains of 10 blocks, each chain in one of three
@@ -49,38 +48,42 @@ func checkBytes(b []byte, id uint64) error {
 }
 
 // runStress runs the stress workers (4 × 2500 operations) on a store of
-// cfg, checks the invariants before and after every lease has expired, and
-// returns the store's stats.
-func runStress(t *testing.T, clk *testfix.Clock, cfg Config, seed uint64) Stats {
+// cfg in a testing/synctest bubble (each operation sleeps a millisecond of
+// the bubble's fake clock, so leases expire as the workers go), checks the
+// invariants before and after every lease has expired, and returns the
+// store's stats.
+func runStress(t *testing.T, cfg Config, seed uint64) Stats {
 	t.Helper()
-	s := newTestStore(t, cfg)
-	const workers, ops = 4, 2500
-	var wg sync.WaitGroup
-	var noSpace atomic.Int64
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := stressWorker(s, clk, rand.New(rand.NewPCG(seed, uint64(w))), ops, &noSpace); err != nil {
-				t.Error(err)
-			}
-		}()
-	}
-	wg.Wait()
-	mustInvariants(t, s)
-	clk.Advance(time.Hour)
-	s.ExpireLeases()
-	mustInvariants(t, s)
-	st := s.Stats()
-	t.Logf("ErrNoSpace %d; %+v", noSpace.Load(), st)
+	var st Stats
+	synctest.Test(t, func(t *testing.T) {
+		s := newTestStore(t, cfg)
+		const workers, ops = 4, 2500
+		var wg sync.WaitGroup
+		var noSpace atomic.Int64
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := stressWorker(s, rand.New(rand.NewPCG(seed, uint64(w))), ops, &noSpace); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		mustInvariants(t, s)
+		time.Sleep(time.Hour) // every lease expires
+		s.ExpireLeases()
+		mustInvariants(t, s)
+		st = s.Stats()
+		t.Logf("ErrNoSpace %d; %+v", noSpace.Load(), st)
+	})
 	return st
 }
 
 func TestConcurrentStress(t *testing.T) {
-	clk := newFakeClock()
-	cfg := testConfig(clk, 8*mib)
+	cfg := testConfig(8 * mib)
 	cfg.MaxLeases = 64
-	st := runStress(t, clk, cfg, 42)
+	st := runStress(t, cfg, 42)
 	if st.Pinned != 0 || st.LeasesActive != 0 || st.InFlight != 0 {
 		t.Fatalf("Stats after stress = %+v", st)
 	}
@@ -89,9 +92,9 @@ func TestConcurrentStress(t *testing.T) {
 	}
 }
 
-func stressWorker(s *Store, clk *testfix.Clock, rng *rand.Rand, ops int, noSpace *atomic.Int64) error {
+func stressWorker(s *Store, rng *rand.Rand, ops int, noSpace *atomic.Int64) error {
 	for op := range ops {
-		clk.Advance(time.Millisecond)
+		time.Sleep(time.Millisecond) // the bubble's fake clock
 		id := 1 + rng.Uint64N(stressKeys)
 		ns := stressNS(id)
 		switch r := rng.IntN(100); {
@@ -185,7 +188,7 @@ func stressTenant(id uint64) string {
 // unmapped twice. (The writers never touch Buf: writing into a slot while
 // Close runs breaks Close's contract.)
 func TestCloseDuringReserve(t *testing.T) {
-	s, err := New(testConfig(newFakeClock(), 16*mib))
+	s, err := New(testConfig(16 * mib))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +199,7 @@ func TestCloseDuringReserve(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := uint64(0); ; i++ {
-				r, err := s.Reserve(nsOf(1), key(uint64(w)<<32|i), Key{}, 16, stressSize(i))
+				r, err := s.ReserveBlock(nsOf(1), key(uint64(w)<<32|i), Key{}, BlockMeta{Tokens: 16}, stressSize(i))
 				if errors.Is(err, ErrClosed) {
 					return
 				}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -125,30 +126,32 @@ func tenantAHogs(t *testing.T, s *Store) (leases, stalled int, res []Reservation
 // answered NO_SPACE); tenant b's script must see exactly what it sees on
 // a store of its own.
 func TestTenantAtItsCapsDoesNotChangeAnotherTenantsResults(t *testing.T) {
-	alone := newTestStore(t, testConfig(newFakeClock(), 8*mib))
-	want := tenantBScript(t, alone)
-	mustInvariants(t, alone)
+	synctest.Test(t, func(t *testing.T) {
+		alone := newTestStore(t, testConfig(8*mib))
+		want := tenantBScript(t, alone)
+		mustInvariants(t, alone)
 
-	s := newTestStore(t, testConfig(newFakeClock(), 8*mib))
-	leases, stalled, res := tenantAHogs(t, s)
-	held, _ := s.TenantUsage("a")
-	// a's share is half of the store (the default): 40 leases of 64 KiB
-	// and 6 reservations of 256 KiB; its second, 2.5 MiB lease is refused.
-	if leases != 40 || stalled != 6 || held != 4*mib {
-		t.Errorf("tenant a got %d leases, %d stalled reservations, holds %d bytes; want 40, 6, %d", leases, stalled, held, 4*mib)
-	}
-	got := tenantBScript(t, s)
-	if !slices.Equal(got, want) {
-		t.Errorf("tenant b's results changed while tenant a held its share:\n%s", diffLines(want, got))
-	}
-	mustInvariants(t, s)
-	for _, r := range res {
-		s.Abort(r)
-	}
-	if held, n := s.TenantUsage("a"); held != 40*64*kib || n != 40 {
-		t.Fatalf("after its reservations ended a holds %d bytes in %d leases", held, n)
-	}
-	mustInvariants(t, s)
+		s := newTestStore(t, testConfig(8*mib))
+		leases, stalled, res := tenantAHogs(t, s)
+		held, _ := s.TenantUsage("a")
+		// a's share is half of the store (the default): 40 leases of 64 KiB
+		// and 6 reservations of 256 KiB; its second, 2.5 MiB lease is refused.
+		if leases != 40 || stalled != 6 || held != 4*mib {
+			t.Errorf("tenant a got %d leases, %d stalled reservations, holds %d bytes; want 40, 6, %d", leases, stalled, held, 4*mib)
+		}
+		got := tenantBScript(t, s)
+		if !slices.Equal(got, want) {
+			t.Errorf("tenant b's results changed while tenant a held its share:\n%s", diffLines(want, got))
+		}
+		mustInvariants(t, s)
+		for _, r := range res {
+			s.Abort(r)
+		}
+		if held, n := s.TenantUsage("a"); held != 40*64*kib || n != 40 {
+			t.Fatalf("after its reservations ended a holds %d bytes in %d leases", held, n)
+		}
+		mustInvariants(t, s)
+	})
 }
 
 // diffLines lists the lines where want and got differ.
@@ -174,95 +177,96 @@ func diffLines(want, got []string) string {
 // nothing), and is given back by Commit, Abort, ReleaseLease and expiry;
 // the lease-count cap; the empty tenant is not charged; SetTenantLimits.
 func TestTenantCaps(t *testing.T) {
-	clk := newFakeClock()
-	cfg := testConfig(clk, 2*mib)
-	cfg.TenantHoldBytes = 1 * mib
-	cfg.TenantLeases = 3
-	s := newTestStore(t, cfg)
-	ns := nsOf(1)
-	for id := uint64(1); id <= 128; id++ { // fill the store: 128 x 16 KiB
-		put(t, s, ns, id, 0, 16*kib)
-	}
-	// Four reservations of 256 KiB are a's whole share; each evicts 16
-	// of the anonymous blocks.
-	var res []Reservation
-	for id := uint64(200); id < 204; id++ {
-		r, err := s.ReserveBlock(ns, key(id), Key{}, BlockMeta{Tenant: "a"}, 256*kib)
-		if err != nil {
-			t.Fatalf("reservation %d within the share: %v", id, err)
+	synctest.Test(t, func(t *testing.T) {
+		cfg := testConfig(2 * mib)
+		cfg.TenantHoldBytes = 1 * mib
+		cfg.TenantLeases = 3
+		s := newTestStore(t, cfg)
+		ns := nsOf(1)
+		for id := uint64(1); id <= 128; id++ { // fill the store: 128 x 16 KiB
+			put(t, s, ns, id, 0, 16*kib)
 		}
-		res = append(res, r)
-	}
-	before := s.Stats()
-	if _, err := s.ReserveBlock(ns, key(300), Key{}, BlockMeta{Tenant: "a"}, 16*kib); !errors.Is(err, ErrTenantQuota) {
-		t.Fatalf("reservation over the share: %v, want ErrTenantQuota", err)
-	}
-	st := s.Stats()
-	if st.Evictions != before.Evictions || st.TenantRejects != 1 || st.PutRejects != before.PutRejects+1 {
-		t.Fatalf("a refused reservation changed the store: %+v -> %+v", before, st)
-	}
-	// Another tenant, and the empty tenant, are not affected.
-	if err := tenantPut(s, "b", ns, 301, 0, 16*kib); err != nil {
-		t.Fatalf("tenant b: %v", err)
-	}
-	put(t, s, ns, 302, 0, 16*kib)
-	// A lease over the share: the hits are reported, no lease.
-	if hits, id, _ := s.LookupFor("a", ns, chainKeys(301), time.Second, true); hits != 1 || id != 0 {
-		t.Fatalf("lease over the share: hits %d id %d", hits, id)
-	}
-	if st := s.Stats(); st.LeasesRefused != 1 || st.LeasesGranted != 0 {
-		t.Fatalf("stats %+v", st)
-	}
-	s.Commit(res[0])
-	s.Abort(res[1])
-	if held, _ := s.TenantUsage("a"); held != 512*kib {
-		t.Fatalf("after a commit and an abort a holds %d", held)
-	}
-	// Leases: 3 at most, each charged.
-	var ids []LeaseID
-	for i := range 4 {
-		hits, id, _ := s.LookupFor("a", ns, chainKeys(301, 302), time.Second, true)
-		if hits != 2 || (id != 0) != (i < 3) {
-			t.Fatalf("lease %d: hits %d id %d", i, hits, id)
+		// Four reservations of 256 KiB are a's whole share; each evicts 16
+		// of the anonymous blocks.
+		var res []Reservation
+		for id := uint64(200); id < 204; id++ {
+			r, err := s.ReserveBlock(ns, key(id), Key{}, BlockMeta{Tenant: "a"}, 256*kib)
+			if err != nil {
+				t.Fatalf("reservation %d within the share: %v", id, err)
+			}
+			res = append(res, r)
 		}
-		if id != 0 {
-			ids = append(ids, id)
+		before := s.Stats()
+		if _, err := s.ReserveBlock(ns, key(300), Key{}, BlockMeta{Tenant: "a"}, 16*kib); !errors.Is(err, ErrTenantQuota) {
+			t.Fatalf("reservation over the share: %v, want ErrTenantQuota", err)
 		}
-	}
-	if held, n := s.TenantUsage("a"); held != 512*kib+3*32*kib || n != 3 {
-		t.Fatalf("a holds %d bytes in %d leases", held, n)
-	}
-	mustInvariants(t, s)
-	s.ReleaseLease(ids[0])
-	clk.Advance(2 * time.Second)
-	if n := s.ExpireLeases(); n != 2 {
-		t.Fatalf("expired %d leases", n)
-	}
-	s.Abort(res[2])
-	s.Abort(res[3])
-	if held, n := s.TenantUsage("a"); held != 0 || n != 0 {
-		t.Fatalf("a still holds %d bytes in %d leases", held, n)
-	}
-	mustInvariants(t, s)
+		st := s.Stats()
+		if st.Evictions != before.Evictions || st.TenantRejects != 1 || st.PutRejects != before.PutRejects+1 {
+			t.Fatalf("a refused reservation changed the store: %+v -> %+v", before, st)
+		}
+		// Another tenant, and the empty tenant, are not affected.
+		if err := tenantPut(s, "b", ns, 301, 0, 16*kib); err != nil {
+			t.Fatalf("tenant b: %v", err)
+		}
+		put(t, s, ns, 302, 0, 16*kib)
+		// A lease over the share: the hits are reported, no lease.
+		if hits, id, _ := s.LookupFor("a", ns, chainKeys(301), time.Second, true); hits != 1 || id != 0 {
+			t.Fatalf("lease over the share: hits %d id %d", hits, id)
+		}
+		if st := s.Stats(); st.LeasesRefused != 1 || st.LeasesGranted != 0 {
+			t.Fatalf("stats %+v", st)
+		}
+		s.Commit(res[0])
+		s.Abort(res[1])
+		if held, _ := s.TenantUsage("a"); held != 512*kib {
+			t.Fatalf("after a commit and an abort a holds %d", held)
+		}
+		// Leases: 3 at most, each charged.
+		var ids []LeaseID
+		for i := range 4 {
+			hits, id, _ := s.LookupFor("a", ns, chainKeys(301, 302), time.Second, true)
+			if hits != 2 || (id != 0) != (i < 3) {
+				t.Fatalf("lease %d: hits %d id %d", i, hits, id)
+			}
+			if id != 0 {
+				ids = append(ids, id)
+			}
+		}
+		if held, n := s.TenantUsage("a"); held != 512*kib+3*32*kib || n != 3 {
+			t.Fatalf("a holds %d bytes in %d leases", held, n)
+		}
+		mustInvariants(t, s)
+		s.ReleaseLease(ids[0])
+		time.Sleep(2 * time.Second) // synctest: the fake clock moves at once
+		if n := s.ExpireLeases(); n != 2 {
+			t.Fatalf("expired %d leases", n)
+		}
+		s.Abort(res[2])
+		s.Abort(res[3])
+		if held, n := s.TenantUsage("a"); held != 0 || n != 0 {
+			t.Fatalf("a still holds %d bytes in %d leases", held, n)
+		}
+		mustInvariants(t, s)
 
-	// New caps apply to what comes next.
-	if err := s.SetTenantLimits(16*kib, 0); !errors.Is(err, ErrConfig) {
-		t.Fatalf("a cap below MaxClass: %v", err)
-	}
-	if err := s.SetTenantLimits(2*mib, 1); err != nil {
-		t.Fatal(err)
-	}
-	if _, id, _ := s.LookupFor("a", ns, chainKeys(301), time.Second, true); id == 0 {
-		t.Fatal("no lease under the new caps")
-	}
-	if _, id, _ := s.LookupFor("a", ns, chainKeys(301), time.Second, true); id != 0 {
-		t.Fatal("a second lease past the new lease cap")
-	}
-	mustInvariants(t, s)
-	s.Close()
-	if held, n := s.TenantUsage("a"); held != 0 || n != 0 {
-		t.Fatalf("closed store reports %d bytes %d leases", held, n)
-	}
+		// New caps apply to what comes next.
+		if err := s.SetTenantLimits(16*kib, 0); !errors.Is(err, ErrConfig) {
+			t.Fatalf("a cap below MaxClass: %v", err)
+		}
+		if err := s.SetTenantLimits(2*mib, 1); err != nil {
+			t.Fatal(err)
+		}
+		if _, id, _ := s.LookupFor("a", ns, chainKeys(301), time.Second, true); id == 0 {
+			t.Fatal("no lease under the new caps")
+		}
+		if _, id, _ := s.LookupFor("a", ns, chainKeys(301), time.Second, true); id != 0 {
+			t.Fatal("a second lease past the new lease cap")
+		}
+		mustInvariants(t, s)
+		s.Close()
+		if held, n := s.TenantUsage("a"); held != 0 || n != 0 {
+			t.Fatalf("closed store reports %d bytes %d leases", held, n)
+		}
+	})
 }
 
 // TestTenantDefaults: half of the store and of MaxLeases, at least one
@@ -288,30 +292,32 @@ func TestTenantDefaults(t *testing.T) {
 // the tail of the list and every scan gave up on them: ErrNoSpace with
 // the rest of the store evictable.
 func TestLeasedBlocksDoNotStopEviction(t *testing.T) {
-	cfg := testConfig(newFakeClock(), 2*mib)
-	cfg.EvictScan = 8
-	s := newTestStore(t, cfg)
-	nsA, nsB := nsOf(1), nsOf(2)
-	var leased []uint64
-	for id := uint64(1); id <= 16; id++ {
-		if err := tenantPut(s, "a", nsA, id, 0, 16*kib); err != nil {
-			t.Fatal(err)
+	synctest.Test(t, func(t *testing.T) {
+		cfg := testConfig(2 * mib)
+		cfg.EvictScan = 8
+		s := newTestStore(t, cfg)
+		nsA, nsB := nsOf(1), nsOf(2)
+		var leased []uint64
+		for id := uint64(1); id <= 16; id++ {
+			if err := tenantPut(s, "a", nsA, id, 0, 16*kib); err != nil {
+				t.Fatal(err)
+			}
+			leased = append(leased, id)
 		}
-		leased = append(leased, id)
-	}
-	if hits, id, _ := s.LookupFor("a", nsA, chainKeys(leased...), time.Minute, true); hits != 16 || id == 0 {
-		t.Fatalf("lease: hits %d id %d", hits, id)
-	}
-	// b writes three times the store; the leased blocks become the oldest.
-	for id := uint64(1000); id < 1000+3*128; id++ {
-		if err := tenantPut(s, "b", nsB, id, 0, 16*kib); err != nil {
-			t.Fatalf("tenant b put %d with 16 blocks leased: %v", id, err)
+		if hits, id, _ := s.LookupFor("a", nsA, chainKeys(leased...), time.Minute, true); hits != 16 || id == 0 {
+			t.Fatalf("lease: hits %d id %d", hits, id)
 		}
-	}
-	for _, id := range leased {
-		if !has(t, s, nsA, id, 16*kib) {
-			t.Fatalf("leased block %d evicted", id)
+		// b writes three times the store; the leased blocks become the oldest.
+		for id := uint64(1000); id < 1000+3*128; id++ {
+			if err := tenantPut(s, "b", nsB, id, 0, 16*kib); err != nil {
+				t.Fatalf("tenant b put %d with 16 blocks leased: %v", id, err)
+			}
 		}
-	}
-	mustInvariants(t, s)
+		for _, id := range leased {
+			if !has(t, s, nsA, id, 16*kib) {
+				t.Fatalf("leased block %d evicted", id)
+			}
+		}
+		mustInvariants(t, s)
+	})
 }

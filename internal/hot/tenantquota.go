@@ -7,13 +7,13 @@ import "fmt"
 // reserved or published block is owned by the tenant that wrote it
 // (entry.owner), and the tenant's record counts the slot bytes it owns.
 //
-// A Reserve that would take a tenant with a quota past it evicts that
+// A ReserveBlock that would take a tenant with a quota past it evicts that
 // tenant's own blocks (least recently used first, unpinned, without cached
 // children or leases) until the block fits, and then, if the tier still has
 // no room for it, evicts only the tenant's own blocks of the block's size
 // class: it never evicts another tenant's block, nor empties another
 // class's slab. When the tenant has nothing of its own left to evict, the
-// Reserve is refused (ErrTenantQuota when the quota is the limit,
+// ReserveBlock is refused (ErrTenantQuota when the quota is the limit,
 // ErrNoSpace when the tier is). A tenant without a quota, or under it,
 // evicts by the tier's order as before.
 
@@ -105,7 +105,7 @@ func (s *Store) ownInClassLocked(id uint32, k int) (uint32, bool) {
 // SetTenantQuotas replaces the per-tenant DRAM quotas (slot bytes a tenant
 // may have reserved and cached; a tenant absent from the map has none).
 // Blocks already cached are kept; a tenant over a lowered quota evicts its
-// own blocks at its next Reserve. A quota below MaxClass is refused: every
+// own blocks at its next ReserveBlock. A quota below MaxClass is refused: every
 // tenant must be able to store its largest block.
 func (s *Store) SetTenantQuotas(quotas map[string]int64) error {
 	m := make(map[string]int64, len(quotas))

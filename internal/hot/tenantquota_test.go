@@ -11,7 +11,7 @@ import (
 // the store after a's last put and that put's error.
 func quotaScenario(t *testing.T, quotas map[string]int64) (*Store, error) {
 	t.Helper()
-	s := newTestStore(t, testConfig(newFakeClock(), 1*mib))
+	s := newTestStore(t, testConfig(1*mib))
 	if quotas != nil {
 		if err := s.SetTenantQuotas(quotas); err != nil {
 			t.Fatal(err)
@@ -75,7 +75,7 @@ func TestTenantAtQuotaCannotEvictAnotherTenantsBlock(t *testing.T) {
 // that class nor empty b's slab (which is what happens without the quota).
 func TestTenantAtQuotaNeverEmptiesAnotherTenantsSlab(t *testing.T) {
 	run := func(t *testing.T, quotas map[string]int64) (*Store, error) {
-		s := newTestStore(t, testConfig(newFakeClock(), 2*mib))
+		s := newTestStore(t, testConfig(2*mib))
 		if quotas != nil {
 			if err := s.SetTenantQuotas(quotas); err != nil {
 				t.Fatal(err)
@@ -137,7 +137,7 @@ func TestTenantAtQuotaNeverEmptiesAnotherTenantsSlab(t *testing.T) {
 // quota whose bytes are all in flight, is refused with ErrTenantQuota and
 // evicts nothing.
 func TestTenantQuotaRefusesWhatCannotFit(t *testing.T) {
-	s := newTestStore(t, testConfig(newFakeClock(), 4*mib))
+	s := newTestStore(t, testConfig(4*mib))
 	if err := s.SetTenantQuotas(map[string]int64{"a": 256 * kib}); err != nil {
 		t.Fatal(err)
 	}

@@ -82,9 +82,6 @@ func NewReader(br *bufio.Reader, raw io.Reader, lim Limits) *Reader {
 	return &Reader{br: br, raw: raw, lim: lim.withDefaults(), pending: -1}
 }
 
-// Limits returns the reader's limits, defaults applied.
-func (r *Reader) Limits() Limits { return r.lim }
-
 // ReadCommand reads the next request up to (not including) a deferred
 // last argument. Empty arrays ("*0", "*-1") are skipped as Redis does.
 // An error wrapping ErrProtocol means the stream cannot be resynchronised;

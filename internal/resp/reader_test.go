@@ -132,7 +132,7 @@ func TestReaderAllocationBounded(t *testing.T) {
 
 func TestReplies(t *testing.T) {
 	var b []byte
-	b = AppendSimple(b, "OK")
+	b = append(b, OK...)
 	b = AppendError(b, "ERR bad\r\nthing")
 	b = AppendInt(b, -3)
 	b = AppendBulk(b, []byte("hi"))

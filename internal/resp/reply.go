@@ -11,12 +11,6 @@ var (
 	One  = []byte(":1\r\n")
 )
 
-// AppendSimple appends a simple string reply "+s\r\n". s must hold no CR
-// or LF; any is replaced by a space.
-func AppendSimple(b []byte, s string) []byte {
-	return appendLine(append(b, '+'), s)
-}
-
 // AppendError appends an error reply "-msg\r\n". msg starts with the
 // error kind ("ERR", "NOAUTH", "WRONGPASS"); CR and LF become spaces.
 func AppendError(b []byte, msg string) []byte {

@@ -11,7 +11,7 @@ import (
 	"github.com/gpucache/gpucache/internal/cold/pack"
 )
 
-// BackfillReport counts what Backfill read and delivered.
+// BackfillReport counts what BackfillWith read and delivered.
 type BackfillReport struct {
 	// BytesRead is every byte requested from the store: pointers,
 	// manifests and payloads. It never exceeds the budget.
@@ -33,11 +33,11 @@ type BackfillReport struct {
 	// a key the call cannot use (no cipher keyring, unknown or expired key
 	// id). Nothing of them was downloaded past the manifest.
 	KeyUnavailable int
-	// Exhausted: Backfill stopped because the next read did not fit.
+	// Exhausted: BackfillWith stopped because the next read did not fit.
 	Exhausted bool
 }
 
-// manifestResult caches one manifest download for a Backfill call.
+// manifestResult caches one manifest download for a BackfillWith call.
 type manifestResult struct {
 	m       *pack.Manifest
 	legacy  bool
@@ -45,44 +45,32 @@ type manifestResult struct {
 	badSeal bool
 }
 
-// Backfill reads the namespace's blocks in pointer-key order (pointer, then
-// manifest, then payload, each verified) and calls fn with each block's
-// range and payload, until every pointer is visited or the next read would
-// take BytesRead past budget. fn owns the payload slice. An error from fn,
-// a cancelled context or a store error other than not-found, corrupt or
-// out-of-range stops it and is returned.
-//
-// Backfill has no keyring: it delivers blocks of unsealed manifests and
-// skips (as Corrupt and SealRejected) blocks of sealed ones, which it
-// cannot check. BackfillSealed verifies seals.
-func Backfill(ctx context.Context, st cold.Store, ns identity.NamespaceDigest, budget int64,
-	fn func(pack.Range, []byte) error) (BackfillReport, error) {
-	return BackfillSealed(ctx, st, ns, budget, nil, fn)
-}
-
-// BackfillSealed is Backfill with a seal policy (pack.Manifest.VerifySeal):
-// with v non-nil (a *seal.Keyring) only blocks of manifests whose kind-1
-// seal v verifies are delivered; with v nil it is Backfill. Blocks skipped
-// for their seal count in Corrupt and SealRejected.
-func BackfillSealed(ctx context.Context, st cold.Store, ns identity.NamespaceDigest, budget int64,
-	v pack.SealVerifier, fn func(pack.Range, []byte) error) (BackfillReport, error) {
-	return BackfillWith(ctx, st, ns, budget, BackfillOptions{Verifier: v}, fn)
-}
-
 // BackfillOptions are BackfillWith's checks and decoders.
 type BackfillOptions struct {
-	// Verifier is the seal policy (BackfillSealed's v).
+	// Verifier is the seal policy; nil: sealed manifests are skipped.
 	Verifier pack.SealVerifier
 	// Crypt opens encrypted packs (pack/doc.go, "Encoded blocks"); nil:
 	// their blocks are skipped and counted in KeyUnavailable.
 	Crypt pack.Decrypter
-	// Codec decompresses zstd blocks; nil: Backfill makes its own.
+	// Codec decompresses zstd blocks; nil: BackfillWith makes its own.
 	Codec pack.Compressor
 }
 
-// BackfillWith is BackfillSealed that also delivers the plaintext of
-// encrypted (with o.Crypt) and compressed blocks; fn always gets the
-// plaintext and its range (Range.Size is its length).
+// BackfillWith reads the namespace's blocks in pointer-key order (pointer,
+// then manifest, then payload, each verified) and calls fn with each
+// block's range and plaintext (Range.Size is its length), until every
+// pointer is visited or the next read would take BytesRead past budget. fn
+// owns the payload slice. An error from fn, a cancelled context or a store
+// error other than not-found, corrupt or out-of-range stops it and is
+// returned.
+//
+// The seal policy is pack.Manifest.VerifySeal with o.Verifier: with a
+// verifier (a *seal.Keyring) only blocks of manifests whose kind-1 seal it
+// verifies are delivered; without one, blocks of unsealed manifests are
+// delivered and those of sealed ones, which it cannot check, are skipped.
+// Blocks skipped for their seal count in Corrupt and SealRejected.
+// Encrypted blocks are opened with o.Crypt, compressed ones decompressed
+// with o.Codec.
 func BackfillWith(ctx context.Context, st cold.Store, ns identity.NamespaceDigest, budget int64,
 	o BackfillOptions, fn func(pack.Range, []byte) error) (BackfillReport, error) {
 	var rep BackfillReport

@@ -66,19 +66,20 @@
 // of the current one is empty, so a failed pointer delete never leaves a
 // pointer to a removed manifest. New objects that appear during a phase get
 // one more round (three in all); a key already attempted is not retried.
-// PurgeTenant runs Purge over a tenant's namespaces and joins the errors.
+// The admin's tenant purge (internal/admin) runs Purge over each of a
+// tenant's namespaces.
 //
 // # Backfill
 //
-// Backfill walks a namespace's pointers in key order and delivers verified
+// BackfillWith walks a namespace's pointers in key order and delivers verified
 // blocks (pointer, manifest digest and decode, payload SHA-256) to a
 // callback. Every byte it downloads counts against the budget, and each read
 // is sized before it is issued: it stops as soon as the next read would
 // exceed the budget, so it never downloads more than budget bytes. Decoded
 // manifests are cached for the call, so blocks of one pack pay for their
 // manifest once. Legacy, corrupt and missing entries are skipped and
-// counted. A sealed manifest is never read unchecked: Backfill skips blocks
-// of sealed manifests, and BackfillSealed, given a keyring, delivers only
+// counted. A sealed manifest is never read unchecked: without a keyring
+// BackfillWith skips blocks of sealed manifests; given one it delivers only
 // blocks of manifests whose seal verifies (pack/doc.go, "Manifest seal").
 //
 // Reclaim and Expire read manifests only to find references; they do not

@@ -276,7 +276,7 @@ func TestExpireThenReclaim(t *testing.T) {
 		bKeys[o.Key] = true
 	}
 	var got int
-	br, err := Backfill(ctx, st, nsd, 1<<20, func(r pack.Range, _ []byte) error {
+	br, err := BackfillWith(ctx, st, nsd, 1<<20, BackfillOptions{}, func(r pack.Range, _ []byte) error {
 		if !bKeys[pack.PointerKey(nsd, r.Key)] {
 			t.Errorf("block %s is not B's", r.Key)
 		}
@@ -348,12 +348,12 @@ func TestPurgeOrderPointersFirst(t *testing.T) {
 	// A pointer that will not go stops the purge before any manifest.
 	st.deletes = nil
 	st.sticky[c.Pointers[1].Key] = true
-	reps, err := PurgeTenant(ctx, st, []identity.NamespaceDigest{d2})
-	if !errors.Is(err, ErrIncomplete) || len(reps) != 1 || reps[0].Complete {
-		t.Fatalf("err %v reps %+v, want ErrIncomplete", err, reps)
+	rep, err = Purge(ctx, st, d2)
+	if !errors.Is(err, ErrIncomplete) || rep.Complete {
+		t.Fatalf("err %v report %+v, want ErrIncomplete", err, rep)
 	}
-	if reps[0].DeleteUnverified != 1 || reps[0].DeletedManifests != 0 || !st.has(c.Manifest.Key) {
-		t.Fatalf("report %+v: manifest deleted while a pointer stayed", reps[0])
+	if rep.DeleteUnverified != 1 || rep.DeletedManifests != 0 || !st.has(c.Manifest.Key) {
+		t.Fatalf("report %+v: manifest deleted while a pointer stayed", rep)
 	}
 	for _, k := range st.deletes {
 		if kindOf(k) != "pointer" {
@@ -446,7 +446,7 @@ func TestLegacyManifestsLeftAlone(t *testing.T) {
 	if err != nil || xr.Reclaim.Legacy != 1 || len(st.deletes) != 0 || !st.has(lkey) {
 		t.Fatalf("expire %+v %v deletes %v", xr, err, st.deletes)
 	}
-	br, err := Backfill(ctx, st, nsd, 1<<20, func(pack.Range, []byte) error { return nil })
+	br, err := BackfillWith(ctx, st, nsd, 1<<20, BackfillOptions{}, func(pack.Range, []byte) error { return nil })
 	if err != nil || br.Legacy != 1 || br.Blocks != 2 || br.Corrupt != 0 {
 		t.Fatalf("backfill %+v %v, want A's 2 blocks and 1 legacy miss", br, err)
 	}
@@ -476,7 +476,7 @@ func TestBackfillRespectsBudget(t *testing.T) {
 		st.mu.Lock()
 		st.readBytes = 0
 		st.mu.Unlock()
-		rep, err := Backfill(ctx, st, nsd, budget, func(r pack.Range, pl []byte) error {
+		rep, err := BackfillWith(ctx, st, nsd, budget, BackfillOptions{}, func(r pack.Range, pl []byte) error {
 			if !bytes.Equal(pl, want[r.Key]) {
 				t.Errorf("block %s: wrong payload", r.Key)
 			}

@@ -12,9 +12,9 @@ import (
 	"github.com/gpucache/gpucache/internal/security/seal"
 )
 
-// A sealed manifest is never read unchecked: Backfill (no keyring) skips
-// sealed packs; BackfillSealed delivers only blocks whose seal verifies and
-// skips unsealed, forged and expired ones.
+// A sealed manifest is never read unchecked: BackfillWith without a
+// Verifier skips sealed packs; with a keyring it delivers only blocks whose
+// seal verifies and skips unsealed, forged and expired ones.
 func TestBackfillSealPolicy(t *testing.T) {
 	ctx := context.Background()
 	now := t0
@@ -42,7 +42,7 @@ func TestBackfillSealPolicy(t *testing.T) {
 		for i, id := range ids {
 			blocks[i] = pack.Block{Identity: id, Payload: bytes.Repeat([]byte{byte(seed + uint32(i))}, 64)}
 		}
-		p, err := pack.BuildSealed(ns, blocks, s)
+		p, err := pack.BuildWith(ns, blocks, pack.Options{Sealer: s})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -63,7 +63,7 @@ func TestBackfillSealPolicy(t *testing.T) {
 	run := func(v pack.SealVerifier) ([]string, BackfillReport) {
 		t.Helper()
 		var got []string
-		rep, err := BackfillSealed(ctx, st, nsd, 1<<20, v, func(r pack.Range, pl []byte) error {
+		rep, err := BackfillWith(ctx, st, nsd, 1<<20, BackfillOptions{Verifier: v}, func(r pack.Range, pl []byte) error {
 			got = append(got, pack.PointerKey(nsd, r.Key))
 			return nil
 		})
@@ -80,12 +80,12 @@ func TestBackfillSealPolicy(t *testing.T) {
 		t.Fatalf("no keyring: %v %+v", got, rep)
 	}
 	var got2 []string
-	rep2, err := Backfill(ctx, st, nsd, 1<<20, func(r pack.Range, _ []byte) error {
+	rep2, err := BackfillWith(ctx, st, nsd, 1<<20, BackfillOptions{}, func(r pack.Range, _ []byte) error {
 		got2 = append(got2, pack.PointerKey(nsd, r.Key))
 		return nil
 	})
 	if err != nil || !slices.Equal(sorted(got2), got) || rep2 != rep {
-		t.Fatalf("Backfill differs from BackfillSealed(nil): %v %+v", err, rep2)
+		t.Fatalf("BackfillWith without options differs from a nil Verifier: %v %+v", err, rep2)
 	}
 	got, rep = run(kr)
 	if !slices.Equal(got, sorted(keysOf(sealed))) || rep.Corrupt != 4 || rep.SealRejected != 4 {

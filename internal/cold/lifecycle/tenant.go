@@ -160,23 +160,3 @@ func (rep *PurgeReport) deleteRound(ctx context.Context, st cold.Store, infos []
 	}
 	return progress, failed, nil
 }
-
-// PurgeTenant purges each of a tenant's namespaces (the namespace digest
-// covers the tenant, so the caller names them). It continues past a failed
-// namespace and returns every report and the joined errors.
-func PurgeTenant(ctx context.Context, st cold.Store, nss []identity.NamespaceDigest) ([]PurgeReport, error) {
-	reps := make([]PurgeReport, 0, len(nss))
-	var errs []error
-	for _, ns := range nss {
-		if err := ctx.Err(); err != nil {
-			errs = append(errs, err)
-			break
-		}
-		rep, err := Purge(ctx, st, ns)
-		reps = append(reps, rep)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("namespace %s: %w", ns, err))
-		}
-	}
-	return reps, errors.Join(errs...)
-}

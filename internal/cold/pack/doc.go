@@ -1,7 +1,7 @@
 // Package pack defines how blocks of KV cache are laid out in the cold tier
 // (G4): the pack object, manifest v3, the per-block pointer, and the object
-// keys, with Build (or BuildSealed) to make them and Verify (or
-// VerifySealed) to admit them before any write.
+// keys, with Build (or BuildWith) to make them and Verify (or
+// VerifyWith) to admit them before any write.
 //
 // A pack holds many blocks of one namespace, and so of one tenant. Each
 // publication writes three kinds of object:
@@ -117,7 +117,7 @@
 //
 // so a seal is domain-bound to the manifest's namespace as well as covering
 // it. Payloads are covered through their SHA-256 in the sealed range
-// records, which readers check after the read. The key id is stored in the slot; it is not secret. BuildSealed writes
+// records, which readers check after the read. The key id is stored in the slot; it is not secret. BuildWith with a Sealer writes
 // it (Manifest.EncodeSealed for a manifest Build did not make); Build
 // writes an empty slot. Manifest.VerifySeal checks it with
 // keyring.Verify over the same inputs (hmac.Equal inside): unknown,
@@ -230,6 +230,6 @@
 // ErrLegacyManifest (a clean miss, not corruption), ErrManifestVersion and
 // every decode failure (wrap cold.ErrCorrupt), ErrSealMissing,
 // ErrSealInvalid and ErrSealUnverifiable (VerifySeal; wrap
-// cold.ErrCorrupt), ErrRejected (Verify, VerifySealed; also wraps
+// cold.ErrCorrupt), ErrRejected (Verify, VerifyWith; also wraps
 // cold.ErrCorrupt), ErrInvalid (bad input to Build or Encode).
 package pack

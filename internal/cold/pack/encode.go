@@ -98,7 +98,8 @@ type Compressor interface {
 // Options are Build's optional stages. The zero value is Build: no seal,
 // no encryption, no compression, a v3 manifest.
 type Options struct {
-	// Sealer seals the manifest (BuildSealed).
+	// Sealer, when set, seals the manifest (a *seal.Keyring; a nil
+	// *seal.Keyring counts as none).
 	Sealer Sealer
 	// Encrypter, when set, encrypts every block with AES-256-GCM under
 	// the tenant's current key; the manifest is v4 and names the key id.

@@ -108,8 +108,8 @@ func TestEncryptedRoundTrip(t *testing.T) {
 	if err := VerifyWith(p, testKeyring(t, "s1"), kr, nil); err != nil {
 		t.Fatalf("VerifyWith: %v", err)
 	}
-	if err := VerifySealed(p, testKeyring(t, "s1")); !errors.Is(err, ErrRejected) || !errors.Is(err, ErrKeyUnavailable) {
-		t.Fatalf("VerifySealed without a decrypter: %v", err)
+	if err := VerifyWith(p, testKeyring(t, "s1"), nil, nil); !errors.Is(err, ErrRejected) || !errors.Is(err, ErrKeyUnavailable) {
+		t.Fatalf("VerifyWith without a decrypter: %v", err)
 	}
 	m := openAll(t, p, blocks, kr, nil)
 	if !m.Encrypted() || m.CipherKey() != "c1" || binary.LittleEndian.Uint16(p.Manifest.Body[4:]) != ManifestVersionEncoded {

@@ -133,7 +133,7 @@ func testKeyring(t testing.TB, id string) *seal.Keyring {
 
 func mustBuildSealed(t testing.TB, ns identity.Namespace, blocks []Block, s Sealer) *Pack {
 	t.Helper()
-	p, err := BuildSealed(ns, blocks, s)
+	p, err := BuildWith(ns, blocks, Options{Sealer: s})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,3 +142,8 @@ func mustBuildSealed(t testing.TB, ns identity.Namespace, blocks []Block, s Seal
 	}
 	return p
 }
+
+// sealFunc adapts a function to Sealer, for sealers that misbehave.
+type sealFunc func(nsCanonical, sealed []byte) (seal.Seal, error)
+
+func (f sealFunc) Seal(nsCanonical, sealed []byte) (seal.Seal, error) { return f(nsCanonical, sealed) }

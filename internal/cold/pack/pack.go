@@ -122,7 +122,7 @@ func (p *Pack) Size() int {
 // namespace ns, keys must be distinct, payloads non-empty. Blocks keep their
 // order. Build copies the payloads; the caller keeps ownership of blocks.
 // The same input always gives the same bytes and keys. The manifest's seal
-// slot is empty; BuildSealed seals it.
+// slot is empty; BuildWith with Options.Sealer seals it.
 func Build(ns identity.Namespace, blocks []Block) (*Pack, error) {
 	return build(ns, blocks, Options{})
 }
@@ -282,7 +282,7 @@ func rejectf(format string, args ...any) error {
 //   - there is exactly one pointer per range, in range order, under the
 //     block's pointer key, naming this manifest, its digest and its size.
 //
-// A seal slot is only checked for form (DecodeManifest); VerifySealed also
+// A seal slot is only checked for form (DecodeManifest); VerifyWith also
 // verifies the seal. An encrypted or compressed pack (manifest v4) is
 // rejected: Verify cannot decode it to check its checksums; VerifyWith
 // can. Errors wrap ErrRejected and cold.ErrCorrupt.

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 
-	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/internal/cold"
 	"github.com/gpucache/gpucache/internal/security/seal"
 )
@@ -27,16 +26,10 @@ var (
 
 // Sealer seals a manifest: Seal(nsCanonical, sealedSpan) returns the
 // HMAC-SHA256 seal of the span under the current key. *seal.Keyring
-// implements it; so does SealFunc.
+// implements it.
 type Sealer interface {
 	Seal(nsCanonical, sealed []byte) (seal.Seal, error)
 }
-
-// SealFunc adapts a function to Sealer.
-type SealFunc func(nsCanonical, sealed []byte) (seal.Seal, error)
-
-// Seal calls f.
-func (f SealFunc) Seal(nsCanonical, sealed []byte) (seal.Seal, error) { return f(nsCanonical, sealed) }
 
 // SealVerifier checks a manifest seal. *seal.Keyring implements it.
 type SealVerifier interface {
@@ -55,8 +48,6 @@ func nilSealer(s any) bool {
 	case nil:
 		return true
 	case *seal.Keyring:
-		return v == nil
-	case SealFunc:
 		return v == nil
 	}
 	return false
@@ -134,25 +125,12 @@ func (m *Manifest) VerifySeal(v SealVerifier) error {
 	return nil
 }
 
-// BuildSealed is Build with a manifest seal: when s is non-nil (a
-// *seal.Keyring, or a SealFunc), the manifest carries the kind-1 seal
-// s.Seal(canonical namespace, every manifest byte before the seal slot),
-// made with s's current key. With s nil it is Build (an empty seal slot).
-// A sealing failure (no current key, an expired current key, a key id of
-// the wrong length) returns an error and no pack.
-func BuildSealed(ns identity.Namespace, blocks []Block, s Sealer) (*Pack, error) {
-	if nilSealer(s) {
-		s = nil
-	}
-	return build(ns, blocks, Options{Sealer: s})
-}
-
 // EncodeSealed is Encode with the seal slot set from s: the kind-1 seal
 // s.Seal(canonical namespace, every byte before the slot) when s is
 // non-nil, an empty slot when s is nil. It sets m.Seal to what it wrote,
 // and from then on SealedBytes and NamespaceCanonical describe m's fields,
 // not bytes m was decoded from. Use it to write a manifest that Build did
-// not make (a repack); Build and BuildSealed call it for theirs.
+// not make (a repack); Build and BuildWith call it for theirs.
 func (m *Manifest) EncodeSealed(s Sealer) ([]byte, error) {
 	if nilSealer(s) {
 		s = nil
@@ -182,19 +160,14 @@ func sealManifest(m *Manifest, s Sealer) ([]byte, error) {
 	return m.appendSealSlot(body)
 }
 
-// VerifySealed is Verify followed by the seal policy of
-// Manifest.VerifySeal with v: with v non-nil the manifest must carry a
-// kind-1 seal that v accepts; with v nil it must carry none. Errors wrap
-// ErrRejected and cold.ErrCorrupt (and the seal error).
-func VerifySealed(p *Pack, v SealVerifier) error {
-	return VerifyWith(p, v, nil, nil)
-}
-
-// VerifyWith is VerifySealed for a pack whose blocks may be encrypted
-// (dec opens them; nil rejects an encrypted pack) or compressed (cz
-// decompresses them; nil rejects a compressed range): every range is
-// decoded and its plaintext checked against its checksum before any
-// write.
+// VerifyWith is Verify followed by the seal policy of
+// Manifest.VerifySeal with v (with v non-nil the manifest must carry a
+// kind-1 seal that v accepts; with v nil it must carry none), for a pack
+// whose blocks may be encrypted (dec opens them; nil rejects an encrypted
+// pack) or compressed (cz decompresses them; nil rejects a compressed
+// range): every range is decoded and its plaintext checked against its
+// checksum before any write. Errors wrap ErrRejected and cold.ErrCorrupt
+// (and the seal error).
 func VerifyWith(p *Pack, v SealVerifier, dec Decrypter, cz Compressor) error {
 	if err := verify(p, dec, cz); err != nil {
 		return err

@@ -41,15 +41,15 @@ func TestBuildSealedRoundTrip(t *testing.T) {
 	}
 	// Deterministic: same input, same bytes and keys.
 	if q := mustBuildSealed(t, ns, blocks, kr); !bytes.Equal(q.Manifest.Body, p.Manifest.Body) || q.Manifest.Key != p.Manifest.Key {
-		t.Fatal("BuildSealed is not deterministic")
+		t.Fatal("BuildWith with a Sealer is not deterministic")
 	}
 
 	// The policy.
 	if err := m.VerifySeal(kr); err != nil {
 		t.Fatalf("VerifySeal: %v", err)
 	}
-	if err := VerifySealed(p, kr); err != nil {
-		t.Fatalf("VerifySealed: %v", err)
+	if err := VerifyWith(p, kr, nil, nil); err != nil {
+		t.Fatalf("VerifyWith: %v", err)
 	}
 	if err := m.VerifySeal(nil); !errors.Is(err, ErrSealUnverifiable) || !errors.Is(err, cold.ErrCorrupt) {
 		t.Fatalf("no keyring, sealed manifest: %v", err)
@@ -58,8 +58,8 @@ func TestBuildSealedRoundTrip(t *testing.T) {
 	if err := m.VerifySeal(nilKR); !errors.Is(err, ErrSealUnverifiable) {
 		t.Fatalf("typed-nil keyring, sealed manifest: %v", err)
 	}
-	if err := VerifySealed(p, nil); !errors.Is(err, ErrRejected) || !errors.Is(err, ErrSealUnverifiable) {
-		t.Fatalf("VerifySealed without keyring: %v", err)
+	if err := VerifyWith(p, nil, nil, nil); !errors.Is(err, ErrRejected) || !errors.Is(err, ErrSealUnverifiable) {
+		t.Fatalf("VerifyWith without keyring: %v", err)
 	}
 	pm := mustDecode(t, plain.Manifest.Body)
 	if err := pm.VerifySeal(nil); err != nil {
@@ -68,8 +68,8 @@ func TestBuildSealedRoundTrip(t *testing.T) {
 	if err := pm.VerifySeal(kr); !errors.Is(err, ErrSealMissing) || !errors.Is(err, cold.ErrCorrupt) {
 		t.Fatalf("keyring, unsealed: %v", err)
 	}
-	if err := VerifySealed(plain, kr); !errors.Is(err, ErrSealMissing) {
-		t.Fatalf("VerifySealed of an unsealed pack: %v", err)
+	if err := VerifyWith(plain, kr, nil, nil); !errors.Is(err, ErrSealMissing) {
+		t.Fatalf("VerifyWith of an unsealed pack: %v", err)
 	}
 
 	// Another secret under the same id; an unknown id; an expired key.
@@ -110,43 +110,43 @@ func TestBuildSealedRoundTrip(t *testing.T) {
 	}
 }
 
-func TestBuildSealedSealerEdges(t *testing.T) {
+func TestBuildWithSealerEdges(t *testing.T) {
 	ns := testNamespace("acme")
 	blocks := blocksOf(chain(t, ns, 2, 7), 40)
 	plain := mustBuild(t, ns, blocks)
 	var nilKR *seal.Keyring
-	for name, s := range map[string]Sealer{"nil": nil, "typed nil keyring": nilKR, "nil func": SealFunc(nil)} {
-		p, err := BuildSealed(ns, blocks, s)
+	for name, s := range map[string]Sealer{"nil": nil, "typed nil keyring": nilKR} {
+		p, err := BuildWith(ns, blocks, Options{Sealer: s})
 		if err != nil || !bytes.Equal(p.Manifest.Body, plain.Manifest.Body) {
 			t.Fatalf("%s sealer: %v; want Build's bytes", name, err)
 		}
 	}
-	if _, err := BuildSealed(ns, blocks, seal.New(nil)); !errors.Is(err, seal.ErrNoCurrentKey) {
+	if _, err := BuildWith(ns, blocks, Options{Sealer: seal.New(nil)}); !errors.Is(err, seal.ErrNoCurrentKey) {
 		t.Fatalf("empty keyring: %v", err)
 	}
 	for _, id := range []string{"", string(bytes.Repeat([]byte("k"), 33))} {
-		f := SealFunc(func(_, _ []byte) (seal.Seal, error) { return seal.Seal{KeyID: seal.KeyID(id)}, nil })
-		if _, err := BuildSealed(ns, blocks, f); !errors.Is(err, ErrInvalid) {
+		f := sealFunc(func(_, _ []byte) (seal.Seal, error) { return seal.Seal{KeyID: seal.KeyID(id)}, nil })
+		if _, err := BuildWith(ns, blocks, Options{Sealer: f}); !errors.Is(err, ErrInvalid) {
 			t.Fatalf("key id %q: %v", id, err)
 		}
 	}
 	boom := errors.New("boom")
-	if _, err := BuildSealed(ns, blocks, SealFunc(func(_, _ []byte) (seal.Seal, error) { return seal.Seal{}, boom })); !errors.Is(err, boom) {
+	if _, err := BuildWith(ns, blocks, Options{Sealer: sealFunc(func(_, _ []byte) (seal.Seal, error) { return seal.Seal{}, boom })}); !errors.Is(err, boom) {
 		t.Fatalf("sealer error: %v", err)
 	}
-	// A SealFunc sees the canonical namespace and the span.
+	// A Sealer sees the canonical namespace and the span.
 	nsb, _ := ns.Canonical()
 	var gotNS, gotSpan []byte
-	f := SealFunc(func(n, b []byte) (seal.Seal, error) {
+	f := sealFunc(func(n, b []byte) (seal.Seal, error) {
 		gotNS, gotSpan = bytes.Clone(n), bytes.Clone(b)
 		return seal.Seal{KeyID: "f"}, nil
 	})
-	p, err := BuildSealed(ns, blocks, f)
+	p, err := BuildWith(ns, blocks, Options{Sealer: f})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(gotNS, nsb) || !bytes.Equal(gotSpan, plain.Manifest.Body[:len(plain.Manifest.Body)-3]) {
-		t.Fatal("SealFunc inputs")
+		t.Fatal("Sealer inputs")
 	}
 	if m := mustDecode(t, p.Manifest.Body); m.SealKeyID() != "f" || !bytes.Equal(m.Seal.MAC, make([]byte, 32)) {
 		t.Fatalf("seal %+v", m.Seal)

@@ -45,7 +45,7 @@ func buildSealedPack(t testing.TB, ids []identity.CacheIdentity, size int, s pac
 		payloads[i] = payloadFor(id, size)
 		blocks[i] = pack.Block{Identity: id, Payload: payloads[i]}
 	}
-	p, err := pack.BuildSealed(ids[0].Namespace, blocks, s)
+	p, err := pack.BuildWith(ids[0].Namespace, blocks, pack.Options{Sealer: s})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +214,7 @@ func TestSealPolicyMisses(t *testing.T) {
 	if err := future.Add("k-future", secretFor("k-future", 0), clk.Now().Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	notYet, _ := buildSealedPack(t, ids, 512, pack.SealFunc(func(ns, b []byte) (seal.Seal, error) {
+	notYet, _ := buildSealedPack(t, ids, 512, sealFunc(func(ns, b []byte) (seal.Seal, error) {
 		// Sealed by a peer whose clock is an hour ahead.
 		peerClk := newClock()
 		peerClk.Advance(time.Hour)
@@ -785,3 +785,8 @@ func TestSealedRefillOverS3(t *testing.T) {
 	}
 	expectEvent(t, rec, IntegritySealInvalid, ids[1])
 }
+
+// sealFunc adapts a function to pack.Sealer: a peer's sealer.
+type sealFunc func(nsCanonical, sealed []byte) (seal.Seal, error)
+
+func (f sealFunc) Seal(nsCanonical, sealed []byte) (seal.Seal, error) { return f(nsCanonical, sealed) }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/gpucache/gpucache/api/identity"
@@ -109,9 +110,8 @@ func expectMiss(t *testing.T, tr *Tier, ev *events, ns identity.Namespace, k ide
 // sealed; a rotation keeps the old key's blocks readable through the
 // grace period and not after; tampering with stored ciphertext is a miss;
 // a reader with the wrong secret, or with no cipher keyring, gets misses
-// with events; every miss is clean.
-func runEncrypted(t *testing.T, store cold.Store) {
-	clk := testfix.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+// with events; every miss is clean. The keyrings read clk.
+func runEncrypted(t *testing.T, store cold.Store, clk clock) {
 	ck := crypt.New(clk.Now)
 	if err := ck.Add("c1", bytes.Repeat([]byte{1}, 32), clk.Now()); err != nil {
 		t.Fatal(err)
@@ -200,16 +200,35 @@ func runEncrypted(t *testing.T, store cold.Store) {
 	expectMiss(t, nr, nev, ns, fresh[0], refill.KeyUnavailable, refill.IntegrityKeyUnavailable, "c2")
 }
 
-func TestEncryptionAtRestOnFS(t *testing.T) {
-	fs, err := cold.NewFS(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	runEncrypted(t, fs)
+// clock is what runEncrypted reads and moves: the bubble's clock, or a
+// manual one.
+type clock interface {
+	Now() time.Time
+	Advance(d time.Duration)
 }
 
+// bubbleClock is the clock of a testing/synctest bubble: time.Sleep
+// advances it at once.
+type bubbleClock struct{}
+
+func (bubbleClock) Now() time.Time          { return time.Now() }
+func (bubbleClock) Advance(d time.Duration) { time.Sleep(d) }
+
+func TestEncryptionAtRestOnFS(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fs, err := cold.NewFS(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		runEncrypted(t, fs, bubbleClock{})
+	})
+}
+
+// TestEncryptionAtRestOnRealS3 cannot run in a synctest bubble: the S3
+// client's HTTP connections to versitygw are real sockets, whose
+// goroutines outlive any bubble. The keyrings read a manual clock instead.
 func TestEncryptionAtRestOnRealS3(t *testing.T) {
-	runEncrypted(t, s3test.NewStore(t, "crypt/"))
+	runEncrypted(t, s3test.NewStore(t, "crypt/"), testfix.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)))
 }
 
 // Packs written before encryption was turned on (unencrypted v3) stay

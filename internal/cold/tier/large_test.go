@@ -35,7 +35,7 @@ func TestLargeEvictedBlocksAreWrittenBehind(t *testing.T) {
 		t.Helper()
 		id := identity.CacheIdentity{Namespace: ns, Opaque: []byte(name)}
 		k := id.KeyIn(d)
-		res, err := hs.Reserve(d, k, identity.BlockKey{}, 0, size)
+		res, err := hs.ReserveBlock(d, k, identity.BlockKey{}, hot.BlockMeta{Tokens: 0}, size)
 		if err != nil {
 			t.Fatalf("put %s: %v", name, err)
 		}

@@ -218,7 +218,7 @@ func TestBlockCostCoversPackMetadata(t *testing.T) {
 							cost += tr.costLocked(tr.mu.tails[k], 100)
 							tr.mu.Unlock()
 						}
-						p, err := pack.BuildSealed(ns, blocks, sealer)
+						p, err := pack.BuildWith(ns, blocks, pack.Options{Sealer: sealer})
 						if err != nil {
 							t.Fatal(err)
 						}

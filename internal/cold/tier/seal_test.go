@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/gpucache/gpucache/api/identity"
@@ -104,68 +105,69 @@ func refillAll(t *testing.T, tr *Tier, ns identity.Namespace, ids []identity.Cac
 // seal_invalid event naming k1 (their manifests are cached, and still
 // re-verified), while k2's blocks refill.
 func TestSealedWriteBehindAndRotation(t *testing.T) {
-	clk := testfix.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	kr := seal.New(clk.Now)
-	if err := kr.Add("k1", bytes.Repeat([]byte{1}, 32), clk.Now()); err != nil {
-		t.Fatal(err)
-	}
-	store := cold.NewMem()
-	ev := &events{}
-	tr := newTier(t, store, func(c *Config) { c.Keyring = kr; c.OnIntegrity = ev.on })
-	ns := testfix.TinyNamespace("acme")
+	synctest.Test(t, func(t *testing.T) {
+		kr := seal.New(time.Now)
+		if err := kr.Add("k1", bytes.Repeat([]byte{1}, 32), time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		store := cold.NewMem()
+		ev := &events{}
+		tr := newTier(t, store, func(c *Config) { c.Keyring = kr; c.OnIntegrity = ev.on })
+		ns := testfix.TinyNamespace("acme")
 
-	old := writeBehind(t, tr, ns, 4, 0)
-	ms := manifests(t, store)
-	if len(ms) != 1 {
-		t.Fatalf("%d manifests", len(ms))
-	}
-	var oldKey string
-	for k, m := range ms {
-		if !m.Sealed() || m.SealKeyID() != "k1" {
-			t.Fatalf("manifest %s sealed %v with %q", k, m.Sealed(), m.SealKeyID())
+		old := writeBehind(t, tr, ns, 4, 0)
+		ms := manifests(t, store)
+		if len(ms) != 1 {
+			t.Fatalf("%d manifests", len(ms))
 		}
-		oldKey = k
-	}
-	refillAll(t, tr, ns, old)
+		var oldKey string
+		for k, m := range ms {
+			if !m.Sealed() || m.SealKeyID() != "k1" {
+				t.Fatalf("manifest %s sealed %v with %q", k, m.Sealed(), m.SealKeyID())
+			}
+			oldKey = k
+		}
+		refillAll(t, tr, ns, old)
 
-	const grace = time.Hour
-	if err := kr.Rotate("k2", bytes.Repeat([]byte{2}, 32), grace); err != nil {
-		t.Fatal(err)
-	}
-	fresh := writeBehind(t, tr, ns, 4, 10000)
-	for k, m := range manifests(t, store) {
-		if want := map[bool]string{true: "k1", false: "k2"}[k == oldKey]; m.SealKeyID() != want {
-			t.Fatalf("manifest %s sealed with %q, want %q", k, m.SealKeyID(), want)
+		const grace = time.Hour
+		if err := kr.Rotate("k2", bytes.Repeat([]byte{2}, 32), grace); err != nil {
+			t.Fatal(err)
 		}
-	}
-	clk.Advance(grace / 2)
-	refillAll(t, tr, ns, old)
-	refillAll(t, tr, ns, fresh)
-	if evs := ev.take(); len(evs) != 0 || tr.Stats().RefillIntegrity != 0 {
-		t.Fatalf("events in grace: %v", evs)
-	}
+		fresh := writeBehind(t, tr, ns, 4, 10000)
+		for k, m := range manifests(t, store) {
+			if want := map[bool]string{true: "k1", false: "k2"}[k == oldKey]; m.SealKeyID() != want {
+				t.Fatalf("manifest %s sealed with %q, want %q", k, m.SealKeyID(), want)
+			}
+		}
+		time.Sleep(grace / 2) // synctest: the fake clock moves at once
+		refillAll(t, tr, ns, old)
+		refillAll(t, tr, ns, fresh)
+		if evs := ev.take(); len(evs) != 0 || tr.Stats().RefillIntegrity != 0 {
+			t.Fatalf("events in grace: %v", evs)
+		}
 
-	clk.Advance(grace / 2)
-	d, _ := ns.Digest()
-	for _, id := range old {
-		k, _ := id.Key()
-		dst := bytes.Repeat([]byte{0xAA}, 1024)
-		n, res, err := tr.Refill(context.Background(), ns, k, dst)
-		if res.Hit || res.Reason != refill.Corrupt || n != 0 || !errors.Is(err, seal.ErrExpiredKey) || !bytes.Equal(dst, bytes.Repeat([]byte{0xAA}, 1024)) {
-			t.Fatalf("expired block: %d %v %v", n, res, err)
+		time.Sleep(grace / 2) // synctest: the fake clock moves at once
+		d, _ := ns.Digest()
+		for _, id := range old {
+			k, _ := id.Key()
+			dst := bytes.Repeat([]byte{0xAA}, 1024)
+			n, res, err := tr.Refill(context.Background(), ns, k, dst)
+			if res.Hit || res.Reason != refill.Corrupt || n != 0 || !errors.Is(err, seal.ErrExpiredKey) || !bytes.Equal(dst, bytes.Repeat([]byte{0xAA}, 1024)) {
+				t.Fatalf("expired block: %d %v %v", n, res, err)
+			}
+			evs := ev.take()
+			if len(evs) != 1 || evs[0].Kind != refill.IntegritySealInvalid || evs[0].KeyID != "k1" || evs[0].Namespace != d.String() || evs[0].Key != k.String() {
+				t.Fatalf("events %+v", evs)
+			}
 		}
-		evs := ev.take()
-		if len(evs) != 1 || evs[0].Kind != refill.IntegritySealInvalid || evs[0].KeyID != "k1" || evs[0].Namespace != d.String() || evs[0].Key != k.String() {
-			t.Fatalf("events %+v", evs)
+		refillAll(t, tr, ns, fresh)
+		if evs := ev.take(); len(evs) != 0 {
+			t.Fatalf("events for k2 blocks: %v", evs)
 		}
-	}
-	refillAll(t, tr, ns, fresh)
-	if evs := ev.take(); len(evs) != 0 {
-		t.Fatalf("events for k2 blocks: %v", evs)
-	}
-	if st := tr.Stats(); st.RefillIntegrity != uint64(len(old)) {
-		t.Fatalf("RefillIntegrity %d, want %d", st.RefillIntegrity, len(old))
-	}
+		if st := tr.Stats(); st.RefillIntegrity != uint64(len(old)) {
+			t.Fatalf("RefillIntegrity %d, want %d", st.RefillIntegrity, len(old))
+		}
+	})
 }
 
 // Someone with write access to the bucket rewrites a sealed manifest
@@ -173,52 +175,53 @@ func TestSealedWriteBehindAndRotation(t *testing.T) {
 // pointer re-pointed): the tier's refill is a miss with a seal_invalid
 // event, and the other blocks still refill.
 func TestSealedTierRejectsConsistentRewrite(t *testing.T) {
-	clk := testfix.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	kr := seal.New(clk.Now)
-	if err := kr.Add("k1", bytes.Repeat([]byte{1}, 32), clk.Now()); err != nil {
-		t.Fatal(err)
-	}
-	store := cold.NewMem()
-	ev := &events{}
-	tr := newTier(t, store, func(c *Config) { c.Keyring = kr; c.OnIntegrity = ev.on })
-	ns := testfix.TinyNamespace("acme")
-	ids := writeBehind(t, tr, ns, 3, 0)
-	var m *pack.Manifest
-	for _, mm := range manifests(t, store) {
-		m = mm
-	}
-	victim, _ := ids[1].Key()
-	d, _ := ns.Digest()
-	for i := range m.Ranges {
-		if m.Ranges[i].Key == victim {
-			m.Ranges[i].Sum[0] ^= 1 // keeps the old seal bytes
+	synctest.Test(t, func(t *testing.T) {
+		kr := seal.New(time.Now)
+		if err := kr.Add("k1", bytes.Repeat([]byte{1}, 32), time.Now()); err != nil {
+			t.Fatal(err)
 		}
-	}
-	body, err := m.Encode()
-	if err != nil {
-		t.Fatal(err)
-	}
-	mkey := pack.ManifestKey(d, pack.Sum(body))
-	ptr := pack.Pointer{Namespace: d, Block: victim, ManifestKey: mkey, Manifest: pack.Sum(body), ManifestSize: uint64(len(body))}
-	pb, _ := ptr.Encode()
-	ctx := context.Background()
-	if err := store.Put(ctx, mkey, body, cold.PutOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := store.Put(ctx, ptr.Key(), pb, cold.PutOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	// The pointer may be cached for PointerTTL: use a fresh tier's reader
-	// on the same store and keyring.
-	tr2 := newTier(t, store, func(c *Config) { c.Keyring = kr; c.OnIntegrity = ev.on })
-	dst := make([]byte, 1024)
-	if n, res, err := tr2.Refill(ctx, ns, victim, dst); res.Hit || n != 0 || !errors.Is(err, pack.ErrSealInvalid) {
-		t.Fatalf("rewritten manifest: %d %v %v", n, res, err)
-	}
-	if evs := ev.take(); len(evs) != 1 || evs[0].Kind != refill.IntegritySealInvalid {
-		t.Fatalf("events %+v", evs)
-	}
-	refillAll(t, tr2, ns, []identity.CacheIdentity{ids[0], ids[2]})
+		store := cold.NewMem()
+		ev := &events{}
+		tr := newTier(t, store, func(c *Config) { c.Keyring = kr; c.OnIntegrity = ev.on })
+		ns := testfix.TinyNamespace("acme")
+		ids := writeBehind(t, tr, ns, 3, 0)
+		var m *pack.Manifest
+		for _, mm := range manifests(t, store) {
+			m = mm
+		}
+		victim, _ := ids[1].Key()
+		d, _ := ns.Digest()
+		for i := range m.Ranges {
+			if m.Ranges[i].Key == victim {
+				m.Ranges[i].Sum[0] ^= 1 // keeps the old seal bytes
+			}
+		}
+		body, err := m.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		mkey := pack.ManifestKey(d, pack.Sum(body))
+		ptr := pack.Pointer{Namespace: d, Block: victim, ManifestKey: mkey, Manifest: pack.Sum(body), ManifestSize: uint64(len(body))}
+		pb, _ := ptr.Encode()
+		ctx := context.Background()
+		if err := store.Put(ctx, mkey, body, cold.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := store.Put(ctx, ptr.Key(), pb, cold.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		// The pointer may be cached for PointerTTL: use a fresh tier's reader
+		// on the same store and keyring.
+		tr2 := newTier(t, store, func(c *Config) { c.Keyring = kr; c.OnIntegrity = ev.on })
+		dst := make([]byte, 1024)
+		if n, res, err := tr2.Refill(ctx, ns, victim, dst); res.Hit || n != 0 || !errors.Is(err, pack.ErrSealInvalid) {
+			t.Fatalf("rewritten manifest: %d %v %v", n, res, err)
+		}
+		if evs := ev.take(); len(evs) != 1 || evs[0].Kind != refill.IntegritySealInvalid {
+			t.Fatalf("events %+v", evs)
+		}
+		refillAll(t, tr2, ns, []identity.CacheIdentity{ids[0], ids[2]})
+	})
 }
 
 // Defaults are unchanged: no keyring writes unsealed manifests and refills

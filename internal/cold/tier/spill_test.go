@@ -50,7 +50,7 @@ func newSpillFixture(t testing.TB, tr *Tier, n, size int) *spillFixture {
 	f.ids = ids[:n]
 	for i, id := range ids {
 		k, _ := id.Key()
-		res, err := hs.Reserve(d, k, id.Parent, id.ValidLength, size)
+		res, err := hs.ReserveBlock(d, k, id.Parent, hot.BlockMeta{Tokens: id.ValidLength}, size)
 		if err != nil {
 			t.Fatal(err)
 		}

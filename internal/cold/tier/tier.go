@@ -39,7 +39,7 @@
 // authenticated request; a corrupt, foreign or legacy object is a miss.
 //
 // Seals. With Config.Keyring set, every manifest the tier writes carries
-// an HMAC-SHA256 seal made with the keyring's current key (pack.BuildSealed;
+// an HMAC-SHA256 seal made with the keyring's current key (pack.BuildWith with Options.Sealer;
 // the sink's admission check verifies it), and every refill requires a
 // manifest seal that verifies now (refill.Config.Keyring), so a bucket
 // rewritten by someone without the secret yields misses, not bytes.

@@ -64,7 +64,7 @@ func TestEvictedBlocksAreWrittenBehindAndRefilled(t *testing.T) {
 	keys := make([]identity.BlockKey, len(ids))
 	for i, id := range ids {
 		keys[i], _ = id.Key()
-		res, err := hs.Reserve(d, keys[i], id.Parent, id.ValidLength, 32<<10)
+		res, err := hs.ReserveBlock(d, keys[i], id.Parent, hot.BlockMeta{Tokens: id.ValidLength}, 32<<10)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -320,9 +320,6 @@ func (m *Membership) Probe(ctx context.Context) error {
 	return nil
 }
 
-// Self is this node's registration (nil for a client-only watcher).
-func (m *Membership) Self() *control.Member { return m.self }
-
 // Close stops the watch loop and closes every watch channel. For a node it
 // first leaves (deletes its key and advances the epoch in one transaction)
 // and revokes its lease, unless Config.NoDeregister. Current keeps

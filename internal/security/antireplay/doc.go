@@ -4,7 +4,7 @@
 //
 // Every mutating request carries a Stamp: a timestamp and a 16-byte random
 // nonce, covered by the request's authentication (the caller's job: an
-// unauthenticated stamp protects nothing). Window.Check(tenant, ts, nonce)
+// unauthenticated stamp protects nothing). Window.CheckStamp(tenant, stamp)
 // accepts a request only if
 //
 //  1. now-Window ≤ ts ≤ now+MaxFuture (else ErrStale / ErrFuture). Window

@@ -119,7 +119,7 @@ func TestBigEndianStampRefusedWithHint(t *testing.T) {
 	}
 	// An honest stale or future stamp gets no byte-order hint.
 	for _, d := range []time.Duration{-10 * time.Minute, time.Hour} {
-		if err := w.Check("a", c.Now().Add(d), nonce(1)); err == nil || errors.Is(err, ErrByteOrder) {
+		if err := w.CheckStamp("a", Stamp{UnixNano: c.Now().Add(d).UnixNano(), Nonce: nonce(1)}); err == nil || errors.Is(err, ErrByteOrder) {
 			t.Fatalf("skew %v: %v", d, err)
 		}
 	}

@@ -28,7 +28,7 @@ func TestFloodOneTenantOthersFresh(t *testing.T) {
 	flood := map[[16]byte]bool{}
 	for i := range 20 * budget {
 		n := nonce(1_000_000 + uint64(i))
-		switch err := w.Check("reader", c.Now().Add(DefaultMaxFuture), n); {
+		switch err := w.CheckStamp("reader", Stamp{UnixNano: c.Now().Add(DefaultMaxFuture).UnixNano(), Nonce: n}); {
 		case err == nil:
 			flood[n] = true
 		case !errors.Is(err, ErrWindowFull):
@@ -43,19 +43,19 @@ func TestFloodOneTenantOthersFresh(t *testing.T) {
 	for _, tenant := range []string{"writer", "filler"} {
 		for i := range budget {
 			ts := c.Now().Add(-time.Duration(i) * time.Second)
-			if err := w.Check(tenant, ts, nonce(uint64(i))); err != nil {
+			if err := w.CheckStamp(tenant, Stamp{UnixNano: ts.UnixNano(), Nonce: nonce(uint64(i))}); err != nil {
 				t.Fatalf("%s request %d (ts now-%ds) after another tenant's flood: %v", tenant, i, i, err)
 			}
 		}
 		for i := range budget {
-			if err := w.Check(tenant, c.Now(), nonce(uint64(i))); !errors.Is(err, ErrReplay) {
+			if err := w.CheckStamp(tenant, Stamp{UnixNano: c.Now().UnixNano(), Nonce: nonce(uint64(i))}); !errors.Is(err, ErrReplay) {
 				t.Fatalf("%s replay %d: %v, want ErrReplay", tenant, i, err)
 			}
 		}
 	}
 	// No flood nonce is ever accepted twice.
 	for n := range flood {
-		if err := w.Check("reader", c.Now(), n); err == nil {
+		if err := w.CheckStamp("reader", Stamp{UnixNano: c.Now().UnixNano(), Nonce: n}); err == nil {
 			t.Fatal("flooding tenant's replay accepted")
 		}
 	}
@@ -81,7 +81,7 @@ func TestFutureBound(t *testing.T) {
 		{-5*time.Minute - time.Nanosecond, ErrStale},
 	}
 	for i, tc := range cases {
-		err := w.Check("a", c.Now().Add(tc.skew), nonce(uint64(i)))
+		err := w.CheckStamp("a", Stamp{UnixNano: c.Now().Add(tc.skew).UnixNano(), Nonce: nonce(uint64(i))})
 		if tc.want == nil && err != nil || tc.want != nil && !errors.Is(err, tc.want) {
 			t.Errorf("skew %v: err = %v, want %v", tc.skew, err, tc.want)
 		}
@@ -90,15 +90,15 @@ func TestFutureBound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w2.Check("a", c.Now().Add(30*time.Second), nonce(1)); err != nil {
+	if err := w2.CheckStamp("a", Stamp{UnixNano: c.Now().Add(30 * time.Second).UnixNano(), Nonce: nonce(1)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := w2.Check("a", c.Now().Add(31*time.Second), nonce(2)); !errors.Is(err, ErrFuture) {
+	if err := w2.CheckStamp("a", Stamp{UnixNano: c.Now().Add(31 * time.Second).UnixNano(), Nonce: nonce(2)}); !errors.Is(err, ErrFuture) {
 		t.Fatal(err)
 	}
 	// A future stamp is remembered until it has aged out of the window.
 	c.Advance(90 * time.Second)
-	if err := w2.Check("a", c.Now().Add(-time.Minute), nonce(1)); !errors.Is(err, ErrReplay) {
+	if err := w2.CheckStamp("a", Stamp{UnixNano: c.Now().Add(-time.Minute).UnixNano(), Nonce: nonce(1)}); !errors.Is(err, ErrReplay) {
 		t.Fatalf("future stamp replayed at the window's edge: %v", err)
 	}
 }
@@ -115,18 +115,18 @@ func TestTenantBudgetFailsClosedForOwner(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	must(w.Check("a", t0, nonce(1)))
-	must(w.Check("a", t0.Add(2*time.Second), nonce(2)))
-	if err := w.Check("a", t0, nonce(3)); !errors.Is(err, ErrWindowFull) {
+	must(w.CheckStamp("a", Stamp{UnixNano: t0.UnixNano(), Nonce: nonce(1)}))
+	must(w.CheckStamp("a", Stamp{UnixNano: t0.Add(2 * time.Second).UnixNano(), Nonce: nonce(2)}))
+	if err := w.CheckStamp("a", Stamp{UnixNano: t0.UnixNano(), Nonce: nonce(3)}); !errors.Is(err, ErrWindowFull) {
 		t.Fatalf("a at budget, not newer: %v", err)
 	}
-	must(w.Check("a", t0.Add(time.Second), nonce(4))) // evicts nonce 1; a's floor = t0
-	if err := w.Check("a", t0, nonce(1)); !errors.Is(err, ErrWindowFull) {
+	must(w.CheckStamp("a", Stamp{UnixNano: t0.Add(time.Second).UnixNano(), Nonce: nonce(4)})) // evicts nonce 1; a's floor = t0
+	if err := w.CheckStamp("a", Stamp{UnixNano: t0.UnixNano(), Nonce: nonce(1)}); !errors.Is(err, ErrWindowFull) {
 		t.Fatalf("evicted replay: %v", err)
 	}
 	// b is untouched by a's floor and budget.
-	must(w.Check("b", t0, nonce(1)))
-	must(w.Check("b", t0.Add(-time.Minute), nonce(2)))
+	must(w.CheckStamp("b", Stamp{UnixNano: t0.UnixNano(), Nonce: nonce(1)}))
+	must(w.CheckStamp("b", Stamp{UnixNano: t0.Add(-time.Minute).UnixNano(), Nonce: nonce(2)}))
 	if w.TenantLen("a") != 2 || w.TenantLen("b") != 2 || w.Len() != 4 {
 		t.Fatalf("lens a=%d b=%d total=%d", w.TenantLen("a"), w.TenantLen("b"), w.Len())
 	}
@@ -143,32 +143,32 @@ func TestTenantSlots(t *testing.T) {
 	}
 	t0 := c.Now()
 	for _, tenant := range []string{"a", "b"} {
-		if err := w.Check(tenant, t0, nonce(1)); err != nil {
+		if err := w.CheckStamp(tenant, Stamp{UnixNano: t0.UnixNano(), Nonce: nonce(1)}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := w.Check("c", t0, nonce(1)); !errors.Is(err, ErrWindowFull) {
+	if err := w.CheckStamp("c", Stamp{UnixNano: t0.UnixNano(), Nonce: nonce(1)}); !errors.Is(err, ErrWindowFull) {
 		t.Fatalf("third tenant: %v, want ErrWindowFull", err)
 	}
 	// a fills its budget and evicts nonce 1: a's floor is t0 and survives
 	// the sweep c's request triggers.
-	if err := w.Check("a", t0.Add(2*time.Second), nonce(2)); err != nil {
+	if err := w.CheckStamp("a", Stamp{UnixNano: t0.Add(2 * time.Second).UnixNano(), Nonce: nonce(2)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Check("a", t0.Add(3*time.Second), nonce(3)); err != nil {
+	if err := w.CheckStamp("a", Stamp{UnixNano: t0.Add(3 * time.Second).UnixNano(), Nonce: nonce(3)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Check("c", t0, nonce(1)); !errors.Is(err, ErrWindowFull) {
+	if err := w.CheckStamp("c", Stamp{UnixNano: t0.UnixNano(), Nonce: nonce(1)}); !errors.Is(err, ErrWindowFull) {
 		t.Fatalf("third tenant: %v, want ErrWindowFull", err)
 	}
-	if err := w.Check("a", t0, nonce(1)); !errors.Is(err, ErrWindowFull) {
+	if err := w.CheckStamp("a", Stamp{UnixNano: t0.UnixNano(), Nonce: nonce(1)}); !errors.Is(err, ErrWindowFull) {
 		t.Fatalf("a's evicted nonce: %v, want ErrWindowFull", err)
 	}
 	c.Advance(5*time.Minute + time.Second) // b's only nonce and a's floor age out
-	if err := w.Check("c", c.Now(), nonce(1)); err != nil {
+	if err := w.CheckStamp("c", Stamp{UnixNano: c.Now().UnixNano(), Nonce: nonce(1)}); err != nil {
 		t.Fatalf("third tenant after b aged out: %v", err)
 	}
-	if err := w.Check("a", t0, nonce(1)); !errors.Is(err, ErrStale) {
+	if err := w.CheckStamp("a", Stamp{UnixNano: t0.UnixNano(), Nonce: nonce(1)}); !errors.Is(err, ErrStale) {
 		t.Fatalf("a's evicted nonce after the window: %v, want ErrStale", err)
 	}
 	if w.Len() > 4 {
@@ -196,7 +196,7 @@ func TestManyTenantsNoReplay(t *testing.T) {
 		}
 		if len(accepted) > 0 && rng.IntN(3) == 0 {
 			s := accepted[rng.IntN(len(accepted))]
-			if err := w.Check(s.tenant, s.ts, s.n); err == nil {
+			if err := w.CheckStamp(s.tenant, Stamp{UnixNano: s.ts.UnixNano(), Nonce: s.n}); err == nil {
 				t.Fatalf("replay accepted: %+v", s)
 			}
 			continue
@@ -206,7 +206,7 @@ func TestManyTenantsNoReplay(t *testing.T) {
 			ts:     c.Now().Add(time.Duration(rng.Int64N(int64(5*time.Minute+DefaultMaxFuture))) - 5*time.Minute),
 			n:      nonce(rng.Uint64()),
 		}
-		err := w.Check(s.tenant, s.ts, s.n)
+		err := w.CheckStamp(s.tenant, Stamp{UnixNano: s.ts.UnixNano(), Nonce: s.n})
 		switch {
 		case err == nil:
 			accepted = append(accepted, s)

@@ -187,16 +187,11 @@ func New(cfg Config) (*Window, error) {
 	return w, nil
 }
 
-// Check accepts or rejects one request stamped (ts, nonce) from tenant.
-// It returns nil, and remembers the nonce, only if ts is within
+// CheckStamp accepts or rejects one request stamped s (time ts, nonce)
+// from tenant. It returns nil, and remembers the nonce, only if ts is within
 // [now-Window, now+MaxFuture], the tenant has not used nonce inside the
 // window, and the tenant's bounded memory can still vouch for ts (see
 // Window). Errors wrap ErrStale, ErrFuture, ErrWindowFull or ErrReplay.
-func (w *Window) Check(tenant string, ts time.Time, nonce [16]byte) error {
-	return w.check(tenant, ts.UnixNano(), nonce)
-}
-
-// CheckStamp is Check with a parsed Stamp.
 func (w *Window) CheckStamp(tenant string, s Stamp) error {
 	return w.check(tenant, s.UnixNano, s.Nonce)
 }

@@ -41,17 +41,17 @@ func newWindow(t *testing.T, c *clock, max int) *Window {
 func TestFreshAcceptedReplayRejected(t *testing.T) {
 	c := newClock()
 	w := newWindow(t, c, 0)
-	if err := w.Check("a", c.Now(), nonce(1)); err != nil {
+	if err := w.CheckStamp("a", Stamp{UnixNano: c.Now().UnixNano(), Nonce: nonce(1)}); err != nil {
 		t.Fatalf("fresh: %v", err)
 	}
-	if err := w.Check("a", c.Now(), nonce(1)); !errors.Is(err, ErrReplay) {
+	if err := w.CheckStamp("a", Stamp{UnixNano: c.Now().UnixNano(), Nonce: nonce(1)}); !errors.Is(err, ErrReplay) {
 		t.Fatalf("exact replay: %v", err)
 	}
 	// Same nonce, another timestamp: still a replay while remembered.
-	if err := w.Check("a", c.Now().Add(time.Second), nonce(1)); !errors.Is(err, ErrReplay) {
+	if err := w.CheckStamp("a", Stamp{UnixNano: c.Now().Add(time.Second).UnixNano(), Nonce: nonce(1)}); !errors.Is(err, ErrReplay) {
 		t.Fatalf("replay with new ts: %v", err)
 	}
-	if err := w.Check("a", c.Now(), nonce(2)); err != nil {
+	if err := w.CheckStamp("a", Stamp{UnixNano: c.Now().UnixNano(), Nonce: nonce(2)}); err != nil {
 		t.Fatalf("fresh nonce: %v", err)
 	}
 	if w.Len() != 2 {
@@ -63,12 +63,12 @@ func TestTenantIsolation(t *testing.T) {
 	c := newClock()
 	w := newWindow(t, c, 0)
 	for _, tenant := range []string{"a", "b", ""} {
-		if err := w.Check(tenant, c.Now(), nonce(7)); err != nil {
+		if err := w.CheckStamp(tenant, Stamp{UnixNano: c.Now().UnixNano(), Nonce: nonce(7)}); err != nil {
 			t.Fatalf("tenant %q: %v", tenant, err)
 		}
 	}
 	for _, tenant := range []string{"a", "b", ""} {
-		if err := w.Check(tenant, c.Now(), nonce(7)); !errors.Is(err, ErrReplay) {
+		if err := w.CheckStamp(tenant, Stamp{UnixNano: c.Now().UnixNano(), Nonce: nonce(7)}); !errors.Is(err, ErrReplay) {
 			t.Fatalf("tenant %q replay: %v", tenant, err)
 		}
 	}
@@ -80,26 +80,26 @@ func TestReplayAfterExpiryIsStale(t *testing.T) {
 	c := newClock()
 	w := newWindow(t, c, 0)
 	ts := c.Now()
-	if err := w.Check("a", ts, nonce(1)); err != nil {
+	if err := w.CheckStamp("a", Stamp{UnixNano: ts.UnixNano(), Nonce: nonce(1)}); err != nil {
 		t.Fatal(err)
 	}
 	c.Advance(5*time.Minute + time.Nanosecond)
-	if err := w.Check("a", c.Now(), nonce(2)); err != nil { // triggers expiry
+	if err := w.CheckStamp("a", Stamp{UnixNano: c.Now().UnixNano(), Nonce: nonce(2)}); err != nil { // triggers expiry
 		t.Fatal(err)
 	}
 	if w.Len() != 1 {
 		t.Fatalf("old nonce not forgotten: Len = %d", w.Len())
 	}
-	if err := w.Check("a", ts, nonce(1)); !errors.Is(err, ErrStale) {
+	if err := w.CheckStamp("a", Stamp{UnixNano: ts.UnixNano(), Nonce: nonce(1)}); !errors.Is(err, ErrStale) {
 		t.Fatalf("replay after expiry: %v, want ErrStale", err)
 	}
 	// Right at the edge it is still remembered: a replay, not accepted.
 	c2 := newClock()
 	w2 := newWindow(t, c2, 0)
 	ts2 := c2.Now()
-	_ = w2.Check("a", ts2, nonce(1))
+	_ = w2.CheckStamp("a", Stamp{UnixNano: ts2.UnixNano(), Nonce: nonce(1)})
 	c2.Advance(5 * time.Minute)
-	if err := w2.Check("a", ts2, nonce(1)); !errors.Is(err, ErrReplay) {
+	if err := w2.CheckStamp("a", Stamp{UnixNano: ts2.UnixNano(), Nonce: nonce(1)}); !errors.Is(err, ErrReplay) {
 		t.Fatalf("replay at window edge: %v, want ErrReplay", err)
 	}
 }
@@ -123,7 +123,7 @@ func TestClockSkew(t *testing.T) {
 		{win, ErrFuture},
 	}
 	for i, tc := range cases {
-		err := w.Check("a", c.Now().Add(tc.skew), nonce(uint64(i)))
+		err := w.CheckStamp("a", Stamp{UnixNano: c.Now().Add(tc.skew).UnixNano(), Nonce: nonce(uint64(i))})
 		if tc.want == nil && err != nil || tc.want != nil && !errors.Is(err, tc.want) {
 			t.Errorf("skew %v: err = %v, want %v", tc.skew, err, tc.want)
 		}
@@ -133,7 +133,7 @@ func TestClockSkew(t *testing.T) {
 func TestExtremeTimestamps(t *testing.T) {
 	c := newClock()
 	w := newWindow(t, c, 0)
-	if err := w.Check("a", time.Unix(0, 0), nonce(1)); !errors.Is(err, ErrStale) {
+	if err := w.CheckStamp("a", Stamp{UnixNano: time.Unix(0, 0).UnixNano(), Nonce: nonce(1)}); !errors.Is(err, ErrStale) {
 		t.Fatal(err)
 	}
 	if err := w.CheckStamp("a", Stamp{UnixNano: 1<<63 - 1}); !errors.Is(err, ErrFuture) {
@@ -175,7 +175,7 @@ func TestFloodBoundedNoReplay(t *testing.T) {
 			}
 			history = append(history, s)
 		}
-		err := w.Check(s.tenant, s.ts, s.n)
+		err := w.CheckStamp(s.tenant, Stamp{UnixNano: s.ts.UnixNano(), Nonce: s.n})
 		switch {
 		case err == nil:
 			if accepted[s.key] {
@@ -216,27 +216,27 @@ func TestWindowFullFloor(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	must(w.Check("a", t0, nonce(1)))
-	must(w.Check("a", t0.Add(2*time.Second), nonce(2)))
+	must(w.CheckStamp("a", Stamp{UnixNano: t0.UnixNano(), Nonce: nonce(1)}))
+	must(w.CheckStamp("a", Stamp{UnixNano: t0.Add(2 * time.Second).UnixNano(), Nonce: nonce(2)}))
 	// Full, and not newer than the oldest: rejected, nothing evicted.
-	if err := w.Check("a", t0, nonce(3)); !errors.Is(err, ErrWindowFull) {
+	if err := w.CheckStamp("a", Stamp{UnixNano: t0.UnixNano(), Nonce: nonce(3)}); !errors.Is(err, ErrWindowFull) {
 		t.Fatalf("got %v", err)
 	}
 	// Newer: evicts nonce 1 (ts t0); floor = t0.
-	must(w.Check("a", t0.Add(time.Second), nonce(4)))
+	must(w.CheckStamp("a", Stamp{UnixNano: t0.Add(time.Second).UnixNano(), Nonce: nonce(4)}))
 	if w.Len() != 2 {
 		t.Fatalf("Len = %d", w.Len())
 	}
 	// The evicted nonce cannot come back: it is at the floor.
-	if err := w.Check("a", t0, nonce(1)); !errors.Is(err, ErrWindowFull) {
+	if err := w.CheckStamp("a", Stamp{UnixNano: t0.UnixNano(), Nonce: nonce(1)}); !errors.Is(err, ErrWindowFull) {
 		t.Fatalf("evicted replay: %v", err)
 	}
 	// Once the window start passes the floor, normal rules apply again.
 	c.Advance(5*time.Minute + time.Nanosecond)
-	if err := w.Check("a", t0, nonce(1)); !errors.Is(err, ErrStale) {
+	if err := w.CheckStamp("a", Stamp{UnixNano: t0.UnixNano(), Nonce: nonce(1)}); !errors.Is(err, ErrStale) {
 		t.Fatalf("after floor passes: %v", err)
 	}
-	must(w.Check("a", c.Now(), nonce(5)))
+	must(w.CheckStamp("a", Stamp{UnixNano: c.Now().UnixNano(), Nonce: nonce(5)}))
 }
 
 func TestConfig(t *testing.T) {
@@ -278,10 +278,10 @@ func TestConcurrentCheck(t *testing.T) {
 			for i := range iters {
 				// Every worker sends the same nonces for tenant "shared":
 				// exactly one acceptance per nonce is allowed.
-				if w.Check("shared", c.Now(), nonce(uint64(i))) == nil {
+				if w.CheckStamp("shared", Stamp{UnixNano: c.Now().UnixNano(), Nonce: nonce(uint64(i))}) == nil {
 					ok.Add(1)
 				}
-				_ = w.Check(fmt.Sprintf("own%d", g), c.Now(), nonce(uint64(i)))
+				_ = w.CheckStamp(fmt.Sprintf("own%d", g), Stamp{UnixNano: c.Now().UnixNano(), Nonce: nonce(uint64(i))})
 				if w.Len() > 100 || w.TenantLen("shared") > 20 {
 					t.Errorf("Len %d > 100 or shared's %d > 20", w.Len(), w.TenantLen("shared"))
 				}
