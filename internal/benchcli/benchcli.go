@@ -28,6 +28,8 @@ Commands:
   replay   replay a Mooncake trace: simulate the hot tier's policies (table, --json,
            --plot), or --live against a running gpucached (hit ratio, throughput,
            latency): gpucache-bench replay --trace FILE [--live --addr HOST:PORT]
+  gen-trace  write a synthetic Mooncake trace: chat, system, agent, rag, oneshot or mix
+           (gpucache-bench gen-trace --shape chat --requests N --seed S --out FILE)
   soak     robustness soak: 3 cluster nodes + an open node, etcd and S3 (versitygw),
            faults on a schedule, every payload checked (gpucache-bench soak --duration 5m)
   report   paired-baseline | v3-paired: what a paired hardware run needs and lacks (NOT_RUN_HARDWARE)
@@ -45,7 +47,7 @@ Run 'gpucache-bench <command> --help' for a command's flags.
 `
 
 // commands are the command names, for suggesting the nearest to a typo.
-var commands = []string{"bench", "noisy", "replay", "soak", "report", "shard-demo", "cold-demo", "dpu-demo", "version", "help"}
+var commands = []string{"bench", "noisy", "replay", "gen-trace", "soak", "report", "shard-demo", "cold-demo", "dpu-demo", "version", "help"}
 
 // Main runs the command line args (without the program name) and returns
 // the process exit code.
@@ -63,6 +65,8 @@ func Main(ctx context.Context, args []string, std cli.Stdio) int {
 		err = runNoisy(ctx, rest, std)
 	case "replay":
 		err = runReplay(ctx, rest, std)
+	case "gen-trace":
+		err = runGenTrace(ctx, rest, std)
 	case "soak":
 		err = runSoak(ctx, rest, std)
 	case "report":
