@@ -349,4 +349,3 @@ func (p *Adaptive) decay(f float64) {
 		s.saved *= f
 	}
 }
-
