@@ -321,8 +321,8 @@ func TestPolicyInsertRemove(t *testing.T) {
 	s.Commit(r)
 	id1, id2 := idOf(t, s, 1), idOf(t, s, 2)
 	wantIns := []policy.Block{
-		{ID: id1, Parent: policy.NoParent, Tokens: 16},
-		{ID: id2, Parent: id1, Position: 1, Tokens: 5, Partial: true},
+		{ID: id1, Parent: policy.NoParent, Tokens: 16, Key: policyKey(key(1))},
+		{ID: id2, Parent: id1, Position: 1, Tokens: 5, Partial: true, Key: policyKey(key(2))},
 	}
 	if !slices.Equal(p.inserted, wantIns) {
 		t.Fatalf("inserted %+v, want %+v", p.inserted, wantIns)

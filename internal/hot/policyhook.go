@@ -4,7 +4,11 @@ package hot
 // is given, and the eviction scan over its victims. Every hook is behind a
 // cfg.Policy nil check, so the built-in order pays nothing else.
 
-import "github.com/gpucache/gpucache/internal/policy"
+import (
+	"encoding/binary"
+
+	"github.com/gpucache/gpucache/internal/policy"
+)
 
 // policyScanFactor scales cfg.EvictScan into the bound of one policy victim
 // scan: the policy orders blocks of every size class, and the scan skips
@@ -65,8 +69,13 @@ func (s *Store) policyInsertLocked(p policy.Policy, idx uint32) {
 		Position: m.position,
 		Tokens:   e.tokens,
 		Partial:  m.partial,
+		Key:      policyKey(e.key),
 	})
 }
+
+// policyKey is policy.Block.Key of a block: the first 8 bytes of its
+// BlockKey, a cryptographic digest of its identity.
+func policyKey(k Key) uint64 { return binary.LittleEndian.Uint64(k[:8]) }
 
 // policyCandidateLocked returns the first victim the policy yields that is
 // a published block of class k, neither pinned nor leased, inspecting at

@@ -28,6 +28,12 @@ type Block struct {
 	// (the last block of a prompt; the next turn's prompt extends it, so
 	// its key changes and it is almost never reused).
 	Partial bool
+	// Key is a stable digest of the block's identity: the same block has
+	// the same Key whenever it is offered, in this cache or after it was
+	// evicted, and different blocks almost never share one. 0 means
+	// unknown. Only policies that remember blocks beyond their stay in the
+	// cache (Adaptive's shadow caches) use it.
+	Key uint64
 }
 
 // Policy decides admission and eviction order. Implementations are not

@@ -8,7 +8,9 @@ var constructors = [...]struct {
 	name string
 	new  func() Policy
 }{
+	{AdaptiveName, func() Policy { return NewAdaptive() }},
 	{ChainTTLName, func() Policy { return NewChainTTL() }},
+	{CostName, func() Policy { return NewCost() }},
 	{"lru", func() Policy { return NewLRU() }},
 	{"prefix", func() Policy { return NewPrefix() }},
 }

@@ -180,10 +180,7 @@ func (c *cache) shrinkTo(capacity int, policyName string) error {
 
 // blockCost is the attention work of a block at position p holding t
 // tokens (see Simulate).
-func blockCost(p, t uint32) float64 {
-	ft := float64(t)
-	return ft*BlockTokens*float64(p) + ft*(ft+1)/2
-}
+func blockCost(p, t uint32) float64 { return policy.AttentionCost(p, t, BlockTokens) }
 
 // maxRequestBlocks is the most blocks one request holds.
 func maxRequestBlocks(reqs []Request) int {

@@ -99,7 +99,7 @@ type BlockInfo struct {
 // Block returns the policy.Block of b cached under id, with its cached
 // parent (policy.NoParent when none).
 func (b BlockInfo) Block(id, parent policy.ID) policy.Block {
-	return policy.Block{ID: id, Parent: parent, Position: b.Position, Tokens: b.Tokens, Partial: b.Partial}
+	return policy.Block{ID: id, Parent: parent, Position: b.Position, Tokens: b.Tokens, Partial: b.Partial, Key: b.Hash}
 }
 
 // PromptBlocks returns the blocks of r's prompt: Position is the index,
