@@ -23,6 +23,7 @@ type TenantUsage struct {
 	RateOpsBurst    int
 	RateBytesPerSec float64
 	RateBytesBurst  int64
+	ReplayNonces    int // nonces the replay window remembers for it (at most replay_tenant_nonces)
 }
 
 // The per-tenant series. The tenant label's values come from the caller
@@ -40,6 +41,7 @@ var (
 	descTenantRateOpsBurst = prometheus.NewDesc("gpucache_tenant_ratelimit_ops_burst", "the tenant's effective operations burst", []string{"tenant"}, nil)
 	descTenantRateBytes    = prometheus.NewDesc("gpucache_tenant_ratelimit_bytes_per_second", "the tenant's effective payload bytes rate limit (0: unlimited)", []string{"tenant"}, nil)
 	descTenantRateBytesBur = prometheus.NewDesc("gpucache_tenant_ratelimit_bytes_burst", "the tenant's effective payload bytes burst", []string{"tenant"}, nil)
+	descTenantReplay       = prometheus.NewDesc("gpucache_antireplay_tenant_entries", "nonces the replay window remembers for the tenant (at most replay_tenant_nonces)", []string{"tenant"}, nil)
 	descTenantColdDrop     = prometheus.NewDesc("gpucache_tenant_cold_quota_dropped_total", "the tenant's blocks not written behind: at its cold quota with nothing of its own to evict", []string{"tenant"}, nil)
 )
 
@@ -62,6 +64,7 @@ func (c tenantCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descTenantRateOpsBurst, prometheus.GaugeValue, float64(u.RateOpsBurst), u.Tenant)
 		ch <- prometheus.MustNewConstMetric(descTenantRateBytes, prometheus.GaugeValue, u.RateBytesPerSec, u.Tenant)
 		ch <- prometheus.MustNewConstMetric(descTenantRateBytesBur, prometheus.GaugeValue, float64(u.RateBytesBurst), u.Tenant)
+		ch <- prometheus.MustNewConstMetric(descTenantReplay, prometheus.GaugeValue, float64(u.ReplayNonces), u.Tenant)
 		if !u.HasColdTier {
 			continue
 		}

@@ -43,7 +43,7 @@ type tenantMetrics struct {
 	names atomic.Pointer[[]string]
 	store *hot.Store
 	tier  *tier.Tier      // nil without a cold tier
-	guard *security.Guard // nil: no rate-limit series
+	guard *security.Guard // nil: no rate-limit or replay-window series
 }
 
 func newTenantMetrics(cfg config.Config, store *hot.Store, ct *tier.Tier, g *security.Guard) *tenantMetrics {
@@ -75,6 +75,9 @@ func (m *tenantMetrics) usage() []admin.TenantUsage {
 		if m.tier != nil {
 			c := m.tier.TenantColdUsage(n)
 			u.HasColdTier, u.ColdBytes, u.ColdQuota, u.ColdEvictions, u.ColdDropped = true, c.Bytes, c.Quota, c.Evictions, c.Dropped
+		}
+		if m.guard != nil {
+			u.ReplayNonces = m.guard.Replay().TenantLen(n)
 		}
 		if lim != nil {
 			l := lim.Limit(n)
@@ -109,6 +112,6 @@ func guardStats(g *security.Guard, stats admin.StatsFunc) admin.StatsFunc {
 		if l := g.Policy().Limiter; l != nil {
 			e = append(e, wire.StatEntry{Name: "ratelimit_dynamic_buckets", Value: uint64(l.Len())})
 		}
-		return e
+		return append(e, wire.StatEntry{Name: "antireplay_entries", Value: uint64(g.Replay().Len())})
 	}
 }
