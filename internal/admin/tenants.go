@@ -17,20 +17,32 @@ type TenantUsage struct {
 	ColdEvictions uint64 // its packs evicted for its cold quota
 	ColdDropped   uint64 // its blocks not written behind at its cold quota
 	HasColdTier   bool   // the node has a cold tier: the cold series are exported
+	// The tenant's effective rate limit (its configured limit, bursts
+	// defaulted); a rate of 0 is unlimited.
+	RateOpsPerSec   float64
+	RateOpsBurst    int
+	RateBytesPerSec float64
+	RateBytesBurst  int64
+	ReplayNonces    int // nonces the replay window remembers for it (at most replay_tenant_nonces)
 }
 
 // The per-tenant series. The tenant label's values come from the caller
 // (the daemon passes the tenants of its config), so the label set is
 // bounded by the configuration, never by what clients send.
 var (
-	descTenantDRAM      = prometheus.NewDesc("gpucache_tenant_dram_bytes", "hot-tier slot bytes the tenant's blocks hold", []string{"tenant"}, nil)
-	descTenantDRAMQuota = prometheus.NewDesc("gpucache_tenant_dram_quota_bytes", "the tenant's DRAM quota (0: none)", []string{"tenant"}, nil)
-	descTenantHeld      = prometheus.NewDesc("gpucache_tenant_held_bytes", "hot-tier slot bytes the tenant's live leases and in-flight reservations hold", []string{"tenant"}, nil)
-	descTenantLeases    = prometheus.NewDesc("gpucache_tenant_leases", "the tenant's live hot-tier leases", []string{"tenant"}, nil)
-	descTenantCold      = prometheus.NewDesc("gpucache_tenant_cold_bytes", "cold-tier bytes of the tenant's packs", []string{"tenant"}, nil)
-	descTenantColdQuota = prometheus.NewDesc("gpucache_tenant_cold_quota_bytes", "the tenant's cold-tier quota (0: none)", []string{"tenant"}, nil)
-	descTenantColdEvict = prometheus.NewDesc("gpucache_tenant_cold_quota_evictions_total", "the tenant's packs deleted to keep it under its cold quota", []string{"tenant"}, nil)
-	descTenantColdDrop  = prometheus.NewDesc("gpucache_tenant_cold_quota_dropped_total", "the tenant's blocks not written behind: at its cold quota with nothing of its own to evict", []string{"tenant"}, nil)
+	descTenantDRAM         = prometheus.NewDesc("gpucache_tenant_dram_bytes", "hot-tier slot bytes the tenant's blocks hold", []string{"tenant"}, nil)
+	descTenantDRAMQuota    = prometheus.NewDesc("gpucache_tenant_dram_quota_bytes", "the tenant's DRAM quota (0: none)", []string{"tenant"}, nil)
+	descTenantHeld         = prometheus.NewDesc("gpucache_tenant_held_bytes", "hot-tier slot bytes the tenant's live leases and in-flight reservations hold", []string{"tenant"}, nil)
+	descTenantLeases       = prometheus.NewDesc("gpucache_tenant_leases", "the tenant's live hot-tier leases", []string{"tenant"}, nil)
+	descTenantCold         = prometheus.NewDesc("gpucache_tenant_cold_bytes", "cold-tier bytes of the tenant's packs", []string{"tenant"}, nil)
+	descTenantColdQuota    = prometheus.NewDesc("gpucache_tenant_cold_quota_bytes", "the tenant's cold-tier quota (0: none)", []string{"tenant"}, nil)
+	descTenantColdEvict    = prometheus.NewDesc("gpucache_tenant_cold_quota_evictions_total", "the tenant's packs deleted to keep it under its cold quota", []string{"tenant"}, nil)
+	descTenantRateOps      = prometheus.NewDesc("gpucache_tenant_ratelimit_ops_per_second", "the tenant's effective operations rate limit (0: unlimited)", []string{"tenant"}, nil)
+	descTenantRateOpsBurst = prometheus.NewDesc("gpucache_tenant_ratelimit_ops_burst", "the tenant's effective operations burst", []string{"tenant"}, nil)
+	descTenantRateBytes    = prometheus.NewDesc("gpucache_tenant_ratelimit_bytes_per_second", "the tenant's effective payload bytes rate limit (0: unlimited)", []string{"tenant"}, nil)
+	descTenantRateBytesBur = prometheus.NewDesc("gpucache_tenant_ratelimit_bytes_burst", "the tenant's effective payload bytes burst", []string{"tenant"}, nil)
+	descTenantReplay       = prometheus.NewDesc("gpucache_antireplay_tenant_entries", "nonces the replay window remembers for the tenant (at most replay_tenant_nonces)", []string{"tenant"}, nil)
+	descTenantColdDrop     = prometheus.NewDesc("gpucache_tenant_cold_quota_dropped_total", "the tenant's blocks not written behind: at its cold quota with nothing of its own to evict", []string{"tenant"}, nil)
 )
 
 // tenantCollector exports the per-tenant series on each scrape.
@@ -48,6 +60,11 @@ func (c tenantCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descTenantDRAMQuota, prometheus.GaugeValue, float64(u.DRAMQuota), u.Tenant)
 		ch <- prometheus.MustNewConstMetric(descTenantHeld, prometheus.GaugeValue, float64(u.HeldBytes), u.Tenant)
 		ch <- prometheus.MustNewConstMetric(descTenantLeases, prometheus.GaugeValue, float64(u.Leases), u.Tenant)
+		ch <- prometheus.MustNewConstMetric(descTenantRateOps, prometheus.GaugeValue, u.RateOpsPerSec, u.Tenant)
+		ch <- prometheus.MustNewConstMetric(descTenantRateOpsBurst, prometheus.GaugeValue, float64(u.RateOpsBurst), u.Tenant)
+		ch <- prometheus.MustNewConstMetric(descTenantRateBytes, prometheus.GaugeValue, u.RateBytesPerSec, u.Tenant)
+		ch <- prometheus.MustNewConstMetric(descTenantRateBytesBur, prometheus.GaugeValue, float64(u.RateBytesBurst), u.Tenant)
+		ch <- prometheus.MustNewConstMetric(descTenantReplay, prometheus.GaugeValue, float64(u.ReplayNonces), u.Tenant)
 		if !u.HasColdTier {
 			continue
 		}

@@ -8,7 +8,8 @@ import (
 )
 
 // TestPerTenantMetrics: /metrics exports each tenant's DRAM and cold usage
-// and quotas, what its leases and reservations hold with a tenant label (gauges without _total, counters with it),
+// and quotas, what its leases and reservations hold, its effective rate
+// limit and its replay-window nonces, with a tenant label (gauges without _total, counters with it),
 // the cold series only with a cold tier, and nothing per tenant without a
 // source.
 func TestPerTenantMetrics(t *testing.T) {
@@ -18,7 +19,7 @@ func TestPerTenantMetrics(t *testing.T) {
 	}
 	h.SetTenantUsage(func() []TenantUsage {
 		return []TenantUsage{
-			{Tenant: "a", DRAMBytes: 1 << 20, DRAMQuota: 4 << 20, HeldBytes: 96 << 10, Leases: 2, ColdBytes: 7000, ColdQuota: 9000, ColdEvictions: 3, ColdDropped: 1, HasColdTier: true},
+			{Tenant: "a", DRAMBytes: 1 << 20, DRAMQuota: 4 << 20, HeldBytes: 96 << 10, Leases: 2, RateOpsPerSec: 50, RateOpsBurst: 50, RateBytesPerSec: 1 << 20, RateBytesBurst: 1 << 20, ReplayNonces: 12, ColdBytes: 7000, ColdQuota: 9000, ColdEvictions: 3, ColdDropped: 1, HasColdTier: true},
 			{Tenant: "b", DRAMBytes: 2 << 20},
 		}
 	})
@@ -32,6 +33,14 @@ func TestPerTenantMetrics(t *testing.T) {
 		`gpucache_tenant_held_bytes{tenant="a"} 98304`,
 		`gpucache_tenant_leases{tenant="a"} 2`,
 		`gpucache_tenant_leases{tenant="b"} 0`,
+		"# TYPE gpucache_tenant_ratelimit_ops_per_second gauge\n",
+		`gpucache_tenant_ratelimit_ops_per_second{tenant="a"} 50`,
+		`gpucache_tenant_ratelimit_ops_burst{tenant="a"} 50`,
+		`gpucache_tenant_ratelimit_bytes_per_second{tenant="a"} 1.048576e+06`,
+		`gpucache_tenant_ratelimit_bytes_burst{tenant="a"} 1.048576e+06`,
+		`gpucache_tenant_ratelimit_ops_per_second{tenant="b"} 0`,
+		"# TYPE gpucache_antireplay_tenant_entries gauge\n",
+		`gpucache_antireplay_tenant_entries{tenant="a"} 12`,
 		"# TYPE gpucache_tenant_cold_bytes gauge\n",
 		`gpucache_tenant_cold_bytes{tenant="a"} 7000`,
 		`gpucache_tenant_cold_quota_bytes{tenant="a"} 9000`,

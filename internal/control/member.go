@@ -40,7 +40,7 @@ type MemberID string
 type Member struct {
 	ID            MemberID
 	Addr          string // advertised address clients dial
-	FaultDomain   string // rack, host or zone; Owners spreads replicas over domains
+	FaultDomain   string // rack, host or zone; isolation acts on a whole domain
 	ProtoVersion  uint8  // wire protocol version the node speaks
 	CapacityBytes uint64 // hot-tier capacity; > 0; the placement weight derives from it
 	// Draining: the node takes no new fills. A draining member stays in the

@@ -3,7 +3,6 @@ package control
 import (
 	"encoding/binary"
 	"math"
-	"sort"
 
 	"github.com/gpucache/gpucache/api/identity"
 )
@@ -25,9 +24,7 @@ import (
 //	score(m, k) = -w(m) / ln(u)                        IEEE-754 binary64
 //
 // The owner of a key is the active (non-draining) member with the highest
-// score; equal scores go to the smaller ID (byte order). Owners ranks all
-// active members by (score desc, ID asc) and then prefers distinct fault
-// domains (see Owners).
+// score; equal scores go to the smaller ID (byte order).
 //
 // The only non-exact step is ln. Two implementations whose ln differ in the
 // last bit can disagree only when two scores are within an ulp of each
@@ -86,58 +83,6 @@ func Owner(v View, key identity.BlockKey) (m Member, ok bool) {
 		return Member{}, false
 	}
 	return v.members[i], true
-}
-
-// Owners returns up to n distinct active members for key, for replicas.
-// Members are ranked by score (highest first, ties to the smaller ID); the
-// result takes, in rank order, members of fault domains not yet used, and
-// only when every domain is used fills up with the remaining members in
-// rank order. Owners(v, key, n)[0] is always Owner(v, key). n larger than
-// the number of active members returns all of them; n <= 0 returns nil.
-func Owners(v View, key identity.BlockKey, n int) []Member {
-	if n <= 0 || len(v.slots) == 0 {
-		return nil
-	}
-	k := keyWord(key)
-	type ranked struct {
-		score float64
-		idx   int
-	}
-	rs := make([]ranked, len(v.slots))
-	for i, s := range v.slots {
-		rs[i] = ranked{Score(s.seed, s.weight, k), s.idx}
-	}
-	sort.Slice(rs, func(i, j int) bool {
-		if rs[i].score != rs[j].score {
-			return rs[i].score > rs[j].score
-		}
-		return rs[i].idx < rs[j].idx // members are sorted by ID
-	})
-	if n > len(rs) {
-		n = len(rs)
-	}
-	out := make([]Member, 0, n)
-	used := make([]bool, len(rs))
-	domains := map[string]bool{}
-	for i, r := range rs {
-		if len(out) == n {
-			break
-		}
-		if m := v.members[r.idx]; !domains[m.FaultDomain] {
-			domains[m.FaultDomain] = true
-			used[i] = true
-			out = append(out, m)
-		}
-	}
-	for i, r := range rs {
-		if len(out) == n {
-			break
-		}
-		if !used[i] {
-			out = append(out, v.members[r.idx])
-		}
-	}
-	return out
 }
 
 // Route splits a batch by owner: for each owning member, the indexes into

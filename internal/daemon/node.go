@@ -414,11 +414,11 @@ func (n *Node) startServer(context.Context) error {
 // page, reload, the lifecycle operations and the cluster's endpoints.
 func (n *Node) startAdmin(context.Context) error {
 	cfg, sec := n.cfg, n.sec
-	adm := admin.New(liveStats(n.store, n.srv.Stats))
+	adm := admin.New(guardStats(sec.guard, liveStats(n.store, n.srv.Stats)))
 	adm.SetAuthorizer(sec.authorizeAdmin)
 	adm.SetDegraded(n.cold.degraded)
-	adm.SetCertExpiry(sec.certExpiry)                         // gpucache_tls_cert_expiry_timestamp_seconds
-	n.tenantUse = newTenantMetrics(cfg, n.store, n.cold.tier) // tenantusage.go: per-tenant /metrics
+	adm.SetCertExpiry(sec.certExpiry)                                    // gpucache_tls_cert_expiry_timestamp_seconds
+	n.tenantUse = newTenantMetrics(cfg, n.store, n.cold.tier, sec.guard) // tenantusage.go: per-tenant /metrics
 	adm.SetTenantUsage(n.tenantUse.usage)
 	if n.life != nil { // gpucache admin inventory|purge|expire|backfill
 		adm.RegisterLifecycle(n.life.lc)

@@ -8,6 +8,8 @@ import (
 	"github.com/gpucache/gpucache/internal/cold/tier"
 	"github.com/gpucache/gpucache/internal/config"
 	"github.com/gpucache/gpucache/internal/hot"
+	"github.com/gpucache/gpucache/internal/security"
+	"github.com/gpucache/gpucache/internal/security/ratelimit"
 	"github.com/gpucache/gpucache/internal/server"
 )
 
@@ -40,11 +42,12 @@ func wireColdQuota(scfg *server.Config, ct *tier.Tier) {
 type tenantMetrics struct {
 	names atomic.Pointer[[]string]
 	store *hot.Store
-	tier  *tier.Tier // nil without a cold tier
+	tier  *tier.Tier      // nil without a cold tier
+	guard *security.Guard // nil: no rate-limit or replay-window series
 }
 
-func newTenantMetrics(cfg config.Config, store *hot.Store, ct *tier.Tier) *tenantMetrics {
-	m := &tenantMetrics{store: store, tier: ct}
+func newTenantMetrics(cfg config.Config, store *hot.Store, ct *tier.Tier, g *security.Guard) *tenantMetrics {
+	m := &tenantMetrics{store: store, tier: ct, guard: g}
 	m.set(cfg)
 	return m
 }
@@ -61,6 +64,10 @@ func (m *tenantMetrics) set(cfg config.Config) {
 func (m *tenantMetrics) usage() []admin.TenantUsage {
 	names := *m.names.Load()
 	out := make([]admin.TenantUsage, 0, len(names))
+	var lim *ratelimit.Limiter // nil: every tenant unlimited
+	if m.guard != nil {
+		lim = m.guard.Policy().Limiter
+	}
 	for _, n := range names {
 		d := m.store.TenantDRAMUsage(n)
 		held, leases := m.store.TenantUsage(n)
@@ -68,6 +75,13 @@ func (m *tenantMetrics) usage() []admin.TenantUsage {
 		if m.tier != nil {
 			c := m.tier.TenantColdUsage(n)
 			u.HasColdTier, u.ColdBytes, u.ColdQuota, u.ColdEvictions, u.ColdDropped = true, c.Bytes, c.Quota, c.Evictions, c.Dropped
+		}
+		if m.guard != nil {
+			u.ReplayNonces = m.guard.Replay().TenantLen(n)
+		}
+		if lim != nil {
+			l := lim.Limit(n)
+			u.RateOpsPerSec, u.RateOpsBurst, u.RateBytesPerSec, u.RateBytesBurst = l.OpsPerSec, l.OpsBurst, l.BytesPerSec, l.BytesBurst
 		}
 		out = append(out, u)
 	}
@@ -84,5 +98,20 @@ func liveStats(store *hot.Store, stats admin.StatsFunc) admin.StatsFunc {
 	return func() []wire.StatEntry {
 		store.ExpireLeases()
 		return stats()
+	}
+}
+
+// guardStats is stats plus the sizes of the guard's bounded tables, so
+// an operator watches them against their bounds: the rate limiter's
+// buckets for tenants without a configured limit (at most its
+// MaxTenants) and the replay window's remembered nonces (at most
+// replay_max_nonces).
+func guardStats(g *security.Guard, stats admin.StatsFunc) admin.StatsFunc {
+	return func() []wire.StatEntry {
+		e := stats()
+		if l := g.Policy().Limiter; l != nil {
+			e = append(e, wire.StatEntry{Name: "ratelimit_dynamic_buckets", Value: uint64(l.Len())})
+		}
+		return append(e, wire.StatEntry{Name: "antireplay_entries", Value: uint64(g.Replay().Len())})
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/client"
 	"github.com/gpucache/gpucache/internal/control"
+	"github.com/gpucache/gpucache/internal/security/audit"
 	"github.com/gpucache/gpucache/internal/server"
 	"github.com/gpucache/gpucache/internal/server/servertest"
 )
@@ -100,7 +102,7 @@ func request(t *testing.T, tenant string, secret []byte, name string) *server.Fo
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &server.ForwardRequest{Tenant: tenant, Secret: string(secret), Namespace: ns, Name: []byte(name),
+	return &server.ForwardRequest{Tenant: tenant, Secret: audit.Secret(secret), Namespace: ns, Name: []byte(name),
 		Key: identity.OpaqueKey(d, []byte(name))}
 }
 
@@ -214,7 +216,7 @@ func TestForwardRoundTrip(t *testing.T) {
 			t.Fatalf("beta reads acme's %s", name)
 		}
 		stolen := *r
-		stolen.Tenant, stolen.Secret = "beta", string(secretB)
+		stolen.Tenant, stolen.Secret = "beta", audit.Secret(secretB)
 		if _, hit := get(t, f, &stolen); hit || f.Exists(ctx, &stolen) || f.Del(ctx, &stolen) {
 			t.Fatalf("beta reads acme's %s with acme's namespace", name)
 		}
@@ -522,3 +524,20 @@ func statsOf(f *Forwarder) map[string]uint64 {
 type testWriter struct{ t *testing.T }
 
 func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
+
+// TestRequestNeverShowsTheSecret: a ForwardRequest (and so the RESP
+// client's AUTH password it carries to the owner) prints and logs with
+// its secret redacted, whatever the verb or handler.
+func TestRequestNeverShowsTheSecret(t *testing.T) {
+	r := request(t, "acme", secretA, "k")
+	var logged bytes.Buffer
+	slog.New(slog.NewJSONHandler(&logged, nil)).Info("forward", "req", r, "secret", r.Secret)
+	for _, s := range []string{fmt.Sprintf("%v", *r), fmt.Sprintf("%+v", *r), fmt.Sprintf("%#v", *r), fmt.Sprint(r.Secret), logged.String()} {
+		if strings.Contains(s, string(secretA)) {
+			t.Fatalf("the secret shows in %q", s)
+		}
+	}
+	if string(r.Secret.Bytes()) != string(secretA) {
+		t.Fatal("the secret was not kept")
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpucache/gpucache/client"
+	"github.com/gpucache/gpucache/internal/security/audit"
 )
 
 // errClosed is a pool used after Close.
@@ -51,16 +52,16 @@ func newPool(cfg Config) *pool {
 // get returns the client for (addr, tenant, secret), dialing it (outside
 // the lock) if the pool has none, and a release the caller calls once its
 // operation has ended.
-func (p *pool) get(ctx context.Context, addr, tenant, secret string) (*client.Client, func(), error) {
-	k := poolKey{addr, tenant, secret}
+func (p *pool) get(ctx context.Context, addr, tenant string, secret audit.Secret) (*client.Client, func(), error) {
+	k := poolKey{addr, tenant, string(secret.Bytes())}
 	if e, err := p.take(k); e != nil || err != nil {
 		return p.hand(e, err)
 	}
 	cfg := client.Config{Addr: addr, Tenant: tenant, TLS: p.cfg.TLS, Conns: p.cfg.Conns,
 		DialTimeout: p.cfg.DialTimeout, RequestTimeout: p.cfg.Timeout, ClientName: "gpucache-forward",
 		Logger: p.cfg.Logger}
-	if secret != "" {
-		cfg.Secret = []byte(secret)
+	if len(secret) > 0 {
+		cfg.Secret = secret.Bytes() // sent once, in the client's HELLO
 	}
 	if cfg.TLS != nil {
 		cfg.TLS = cfg.TLS.Clone()

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/gpucache/gpucache/api/identity"
+	"github.com/gpucache/gpucache/internal/security/audit"
 )
 
 // ForwardRequest describes one RESP operation on a key that another member
@@ -15,8 +16,9 @@ type ForwardRequest struct {
 	Tenant string
 	// Secret is the bearer secret the RESP client authenticated with
 	// (AUTH); empty in open mode. The forwarder presents it to the owner,
-	// so the owner applies the tenant's own rights, limits and audit.
-	Secret string
+	// so the owner applies the tenant's own rights, limits and audit. An
+	// audit.Secret: it prints and logs as [REDACTED].
+	Secret audit.Secret
 	// Namespace is the tenant's RESP profile namespace.
 	Namespace identity.Namespace
 	// Name is the RESP key, the block's opaque name. It aliases a

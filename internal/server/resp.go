@@ -13,6 +13,7 @@ import (
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/resp"
 	"github.com/gpucache/gpucache/internal/security/acl"
+	"github.com/gpucache/gpucache/internal/security/audit"
 )
 
 // The RESP2 endpoint (issue 13; docs/PROTOCOL.md, "RESP2 endpoint").
@@ -99,9 +100,9 @@ func (s *Server) ServeRESP(ln net.Listener) error {
 type respConn struct {
 	c      *conn // server bookkeeping, deadlines, drain state, session
 	r      *resp.Reader
-	out    []byte      // replies not yet written
-	bufs   net.Buffers // writev scratch
-	secret string      // the AUTH password, for forwarded operations
+	out    []byte       // replies not yet written
+	bufs   net.Buffers  // writev scratch
+	secret audit.Secret // the AUTH password, for forwarded operations
 	prof   *RESPProfile
 	ns     identity.Namespace
 	nsDig  identity.NamespaceDigest
@@ -119,7 +120,7 @@ func newRESPConn(c *conn) *respConn {
 	rc := &respConn{c: c, r: resp.NewReader(c.br, c.nc, lim)}
 	if c.s.guard.Policy().Open() {
 		rc.open = true
-		rc.login(sessionOpen(), "")
+		rc.login(sessionOpen(), nil)
 	}
 	return rc
 }

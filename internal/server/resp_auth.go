@@ -1,11 +1,13 @@
 package server
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 
 	"github.com/gpucache/gpucache/internal/security"
 	"github.com/gpucache/gpucache/internal/security/acl"
+	"github.com/gpucache/gpucache/internal/security/audit"
 	"github.com/gpucache/gpucache/internal/security/auth"
 )
 
@@ -67,7 +69,7 @@ func (rc *respConn) auth(args [][]byte, pending int64) error {
 		}
 		return nil
 	}
-	rc.login(s, string(secret))
+	rc.login(s, audit.Secret(bytes.Clone(secret))) // secret aliases the read buffer
 	rc.reply(okReply)
 	return nil
 }
@@ -75,7 +77,7 @@ func (rc *respConn) auth(args [][]byte, pending int64) error {
 var okReply = []byte("+OK\r\n")
 
 // login opens the session s on the connection and binds its profile.
-func (rc *respConn) login(s auth.Session, secret string) {
+func (rc *respConn) login(s auth.Session, secret audit.Secret) {
 	c := rc.c
 	c.hello, c.tenant, c.version = true, s.Tenant, 1
 	c.s.authenticated(c)

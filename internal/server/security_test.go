@@ -84,8 +84,16 @@ func testPolicy(t *testing.T, tenants []auth.Tenant, lim *ratelimit.Limiter) *se
 	if err != nil {
 		t.Fatal(err)
 	}
-	pol, err := acl.ParseRules([]string{"acme:*=rw", "beta:*=rw", "ops:*=a",
-		"gamma:" + testNamespace("gamma").ModelID + "=r"})
+	var rules []acl.Rule
+	for _, s := range []string{"acme:*=rw", "beta:*=rw", "ops:*=a",
+		"gamma:" + testNamespace("gamma").ModelID + "=r"} {
+		r, err := acl.ParseRule(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rules = append(rules, r)
+	}
+	pol, err := acl.NewPolicy(rules...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -525,9 +525,6 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return err
 }
 
-// Done is closed when Shutdown begins.
-func (s *Server) Done() <-chan struct{} { return s.done }
-
 // counters are the server's own statistics; all atomic.
 type counters struct {
 	connsAccepted   atomic.Uint64

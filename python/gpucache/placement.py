@@ -93,29 +93,6 @@ class View:
                 best, bs = m, sc
         return best
 
-    def owners(self, key: bytes, n: int) -> List[Member]:
-        """Up to n active members in rank order, preferring distinct fault domains."""
-        if n <= 0 or not self._slots:
-            return []
-        k = key_word(key)
-        ranked = sorted(((score(seed, w, k), i, m) for i, (seed, w, m) in enumerate(self._slots)),
-                        key=lambda r: (-r[0], r[1]))
-        n = min(n, len(ranked))
-        out, used, domains = [], set(), set()
-        for i, (_, _, m) in enumerate(ranked):
-            if len(out) == n:
-                break
-            if m.domain not in domains:
-                domains.add(m.domain)
-                used.add(i)
-                out.append(m)
-        for i, (_, _, m) in enumerate(ranked):
-            if len(out) == n:
-                break
-            if i not in used:
-                out.append(m)
-        return out
-
     def route(self, keys: Sequence[bytes]) -> Dict[str, List[int]]:
         """Indexes of keys grouped by owner id; keys without an owner are left out."""
         out: Dict[str, List[int]] = {}

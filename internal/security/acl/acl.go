@@ -64,23 +64,6 @@ func (r Right) Name() string {
 // Has reports whether r contains every right in need.
 func (r Right) Has(need Right) bool { return r&need == need }
 
-// ErrDenied is returned (wrapped) by Policy.Check when access is denied.
-var ErrDenied = errors.New("gpucache/acl: access denied")
-
-// DeniedError describes a denial. It unwraps to ErrDenied.
-type DeniedError struct {
-	Tenant string
-	Model  string
-	Need   Right
-}
-
-func (e *DeniedError) Error() string {
-	return fmt.Sprintf("gpucache/acl: access denied: tenant %q lacks %s on model %q", e.Tenant, e.Need.Name(), e.Model)
-}
-
-// Is makes errors.Is(err, ErrDenied) true.
-func (e *DeniedError) Is(target error) bool { return target == ErrDenied }
-
 // Rule grants Rights to Tenant on Model ("*" = any model).
 type Rule struct {
 	Tenant string
@@ -134,23 +117,6 @@ func (p *Policy) Rights(tenant, model string) Right {
 		r |= m[model]
 	}
 	return r
-}
-
-// Allow reports whether tenant holds every right in need on model. A need of
-// None is never allowed (it indicates a caller bug).
-func (p *Policy) Allow(tenant, model string, need Right) bool {
-	if need == None || need&^all != 0 {
-		return false
-	}
-	return p.Rights(tenant, model).Has(need)
-}
-
-// Check is Allow returning a *DeniedError (errors.Is ErrDenied) on denial.
-func (p *Policy) Check(tenant, model string, need Right) error {
-	if p.Allow(tenant, model, need) {
-		return nil
-	}
-	return &DeniedError{Tenant: tenant, Model: model, Need: need}
 }
 
 // ParseRight parses a combination of the letters r, w, a (each at most once).
@@ -212,26 +178,8 @@ func ParseRule(s string) (Rule, error) {
 	return Rule{Tenant: tenant, Model: model, Rights: r}, nil
 }
 
-// ParseRules parses each entry with ParseRule and builds a Policy. Blank
-// entries and entries starting with '#' are skipped.
-func ParseRules(lines []string) (*Policy, error) {
-	rules := make([]Rule, 0, len(lines))
-	for i, l := range lines {
-		t := strings.TrimSpace(l)
-		if t == "" || strings.HasPrefix(t, "#") {
-			continue
-		}
-		r, err := ParseRule(t)
-		if err != nil {
-			return nil, fmt.Errorf("acl: entry %d: %w", i, stripPrefix(err))
-		}
-		rules = append(rules, r)
-	}
-	return NewPolicy(rules...)
-}
-
 // prefixStripped drops the "acl: " prefix of a nested error so messages
-// read "acl: entry 2: rule ...: ..." rather than repeating the prefix.
+// read "acl: rule ...: ..." rather than repeating the prefix.
 type prefixStripped struct{ err error }
 
 func (p prefixStripped) Error() string { return strings.TrimPrefix(p.err.Error(), "acl: ") }

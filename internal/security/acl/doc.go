@@ -15,10 +15,10 @@
 //     rules, so evaluation order never matters.
 //   - A Policy is immutable after construction and safe for concurrent use;
 //     a lookup is two map reads and no allocation.
-//   - Errors name the tenant, the model and the missing right. They never
-//     contain a secret: a Policy never sees tenant credentials at all.
+//   - A Policy never sees tenant credentials; the server's denial names the
+//     tenant, the model and the missing right, never a secret.
 //
-// Compact config form (ParseRules): "tenant:model=rights", where rights is a
+// Compact config form (ParseRule): "tenant:model=rights", where rights is a
 // non-empty combination of the letters r, w, a (e.g. "acme:llama-3-8b=rw",
 // "ops:*=a").
 package acl

@@ -288,7 +288,8 @@ func (w *Window) sweepLocked(lo int64) {
 }
 
 // Len returns how many nonces are remembered, all tenants together (never
-// more than TenantNonces × MaxTenants ≤ MaxNonces).
+// more than TenantNonces × MaxTenants ≤ MaxNonces): the daemon's gauge
+// gpucache_antireplay_entries.
 func (w *Window) Len() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -296,7 +297,8 @@ func (w *Window) Len() int {
 }
 
 // TenantLen returns how many nonces are remembered for tenant (never more
-// than TenantNonces).
+// than TenantNonces): the daemon's per-tenant gauge
+// gpucache_antireplay_tenant_entries, for its configured tenants.
 func (w *Window) TenantLen(tenant string) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -1,6 +1,6 @@
 // Package ratelimit implements per-tenant token buckets for operations and
-// bytes. Excess load is refused with a typed error (*LimitedError, which
-// errors.Is ErrRateLimited) carrying an exact retry-after; requests are never
+// bytes. Excess load is refused (Allow returns false) with an exact
+// retry-after, which the server answers as RATE_LIMITED; requests are never
 // silently dropped.
 //
 // Design notes:

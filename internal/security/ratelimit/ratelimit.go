@@ -1,7 +1,6 @@
 package ratelimit
 
 import (
-	"errors"
 	"fmt"
 	"hash/maphash"
 	"math"
@@ -9,23 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 )
-
-// ErrRateLimited is the sentinel matched by every *LimitedError.
-var ErrRateLimited = errors.New("gpucache/ratelimit: RATE_LIMITED")
-
-// LimitedError reports that Tenant exceeded its quota and may retry after
-// RetryAfter.
-type LimitedError struct {
-	Tenant     string
-	RetryAfter time.Duration
-}
-
-func (e *LimitedError) Error() string {
-	return fmt.Sprintf("gpucache/ratelimit: RATE_LIMITED: tenant %q over quota, retry after %s", e.Tenant, e.RetryAfter)
-}
-
-// Is makes errors.Is(err, ErrRateLimited) true.
-func (e *LimitedError) Is(target error) bool { return target == ErrRateLimited }
 
 // Limit is a tenant's quota. A rate <= 0 means that dimension is unlimited.
 // A zero burst with a positive rate defaults to max(1, ceil(rate)).
@@ -188,15 +170,8 @@ func (l *Limiter) lockedBucket(tenant string) *bucket {
 	return b
 }
 
-// Take is Allow returning nil or a *LimitedError.
-func (l *Limiter) Take(tenant string, ops int, bytes int64) error {
-	if ok, d := l.Allow(tenant, ops, bytes); !ok {
-		return &LimitedError{Tenant: tenant, RetryAfter: d}
-	}
-	return nil
-}
-
-// Limit returns the effective (normalized) limit for tenant.
+// Limit returns the effective (normalized) limit for tenant: the daemon
+// exports it per configured tenant on /metrics (gpucache_tenant_ratelimit_*).
 func (l *Limiter) Limit(tenant string) Limit {
 	if b, ok := l.pinned[tenant]; ok {
 		return Limit{OpsPerSec: b.ops.rate, OpsBurst: int(b.ops.burst), BytesPerSec: b.bytes.rate, BytesBurst: int64(b.bytes.burst)}
@@ -204,7 +179,9 @@ func (l *Limiter) Limit(tenant string) Limit {
 	return l.def
 }
 
-// Len returns the number of dynamic (non-configured) buckets held.
+// Len returns the number of dynamic (non-configured) buckets held, never
+// more than Config.MaxTenants: the daemon's gauge
+// gpucache_ratelimit_dynamic_buckets.
 func (l *Limiter) Len() int {
 	n := 0
 	for i := range l.shards {

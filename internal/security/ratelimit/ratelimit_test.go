@@ -1,9 +1,7 @@
 package ratelimit
 
 import (
-	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -167,50 +165,33 @@ func TestOversizedRequestGoesIntoDebt(t *testing.T) {
 	})
 }
 
+// take charges one operation to tenant and reports whether it was admitted.
+func take(l *Limiter, tenant string) bool {
+	ok, _ := l.Allow(tenant, 1, 0)
+	return ok
+}
+
 func TestTenantsIsolated(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := mustNew(t, Config{
 			Default: Limit{OpsPerSec: 5, OpsBurst: 5},
 			Tenants: map[string]Limit{"A": {OpsPerSec: 10, OpsBurst: 10}, "B": {OpsPerSec: 10, OpsBurst: 10}},
 		})
-		for l.Take("A", 1, 0) == nil {
+		for take(l, "A") {
 		}
 		for _, tenant := range []string{"B", "unknown-1", "unknown-2"} {
-			if err := l.Take(tenant, 1, 0); err != nil {
-				t.Fatalf("tenant %s affected by A: %v", tenant, err)
+			if ok, d := l.Allow(tenant, 1, 0); !ok {
+				t.Fatalf("tenant %s affected by A: refused, retry after %v", tenant, d)
 			}
 		}
 		// Unknown tenants each get their own default bucket.
-		for l.Take("unknown-1", 1, 0) == nil {
+		for take(l, "unknown-1") {
 		}
-		if err := l.Take("unknown-2", 1, 0); err != nil {
-			t.Fatalf("unknown-2 affected by unknown-1: %v", err)
+		if ok, d := l.Allow("unknown-2", 1, 0); !ok {
+			t.Fatalf("unknown-2 affected by unknown-1: refused, retry after %v", d)
 		}
 		if got := l.Limit("zzz"); got.OpsPerSec != 5 || got.OpsBurst != 5 {
 			t.Fatalf("default limit = %+v", got)
-		}
-	})
-}
-
-func TestTakeError(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		l := mustNew(t, Config{Default: Limit{OpsPerSec: 2, OpsBurst: 1}})
-		if err := l.Take("acme", 1, 0); err != nil {
-			t.Fatal(err)
-		}
-		err := l.Take("acme", 1, 0)
-		if !errors.Is(err, ErrRateLimited) {
-			t.Fatalf("errors.Is(ErrRateLimited) false: %v", err)
-		}
-		var le *LimitedError
-		if !errors.As(err, &le) || le.Tenant != "acme" || le.RetryAfter != 500*time.Millisecond {
-			t.Fatalf("LimitedError = %+v", le)
-		}
-		if !strings.Contains(err.Error(), "RATE_LIMITED") || !strings.Contains(err.Error(), "500ms") {
-			t.Fatalf("message %q", err)
-		}
-		if errors.Is(errors.New("other"), ErrRateLimited) {
-			t.Fatal("unrelated error matched")
 		}
 	})
 }
@@ -273,19 +254,19 @@ func TestBoundedTableEvictsLRU(t *testing.T) {
 			Default: Limit{OpsPerSec: 1, OpsBurst: 1},
 			Tenants: map[string]Limit{"pinned": {OpsPerSec: 1, OpsBurst: 1}},
 		})
-		l.Take("pinned", 1, 0)
+		take(l, "pinned")
 		for i := range 1000 {
-			l.Take(fmt.Sprintf("t%d", i), 1, 0)
+			take(l, fmt.Sprintf("t%d", i))
 		}
 		if n := l.Len(); n > 32 {
 			t.Fatalf("table grew to %d > 32", n)
 		}
 		// Configured tenants are never evicted: still exhausted.
-		if err := l.Take("pinned", 1, 0); err == nil {
+		if take(l, "pinned") {
 			t.Fatal("pinned tenant lost its state")
 		}
 		// The most recently used dynamic tenant survives.
-		if err := l.Take("t999", 1, 0); err == nil {
+		if take(l, "t999") {
 			t.Fatal("most recent tenant evicted")
 		}
 	})
@@ -302,7 +283,7 @@ func TestConcurrentUse(t *testing.T) {
 		for g := range 8 {
 			wg.Go(func() {
 				for i := range 2000 {
-					if l.Take("A", 1, 0) == nil {
+					if take(l, "A") {
 						admittedA.Add(1)
 					}
 					l.Allow(fmt.Sprintf("dyn%d", (g*7+i)%40), 1, 10)

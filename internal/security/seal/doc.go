@@ -38,14 +38,12 @@
 //
 // # Storage encoding
 //
-//	u8  version        = 1
-//	u8  key id length  1..32
-//	    key id bytes
-//	32  MAC
-//
-// DecodeSeal is canonical (a decoded seal re-encodes to the same bytes) and
-// reports ErrMalformed, a corruption error distinct from ErrBadSeal (which
-// means "decoded, but does not match"). FuzzDecodeSeal covers it.
+// A Seal is stored by the codec of what it seals; this package has none of
+// its own. The cold tier's pack manifest holds it in its seal slot (u8
+// kind, u8 key id length 1..MaxKeyIDLen, key id, u8 MAC length, MAC:
+// internal/cold/pack, fuzzed by FuzzDecodeManifest); a hot-tier block's
+// tag holds a u16 index of the key id and the MAC (internal/server,
+// hotseal.go).
 //
 // # Threat model
 //

@@ -52,8 +52,6 @@ const (
 // seal. 1..MaxKeyIDLen bytes.
 type KeyID string
 
-func (id KeyID) valid() bool { return len(id) > 0 && len(id) <= MaxKeyIDLen }
-
 // Seal is the authenticity tag of one (identity, payload) pair.
 type Seal struct {
 	KeyID KeyID

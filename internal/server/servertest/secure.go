@@ -49,11 +49,7 @@ func Guard(t testing.TB, tenants ...Tenant) *security.Guard {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pol, err := acl.ParseRules(rules)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &security.Policy{Auth: tab, ACL: pol}
+	p := &security.Policy{Auth: tab, ACL: ACL(t, rules...)}
 	if len(limits) > 0 {
 		if p.Limiter, err = ratelimit.New(ratelimit.Config{Tenants: limits}); err != nil {
 			t.Fatal(err)
@@ -64,6 +60,25 @@ func Guard(t testing.TB, tenants ...Tenant) *security.Guard {
 		t.Fatal(err)
 	}
 	return g
+}
+
+// ACL builds an access policy from "tenant:model=rights" rules, each
+// parsed as the daemon's config parses its tenants' rights.
+func ACL(t testing.TB, rules ...string) *acl.Policy {
+	t.Helper()
+	parsed := make([]acl.Rule, 0, len(rules))
+	for _, s := range rules {
+		r, err := acl.ParseRule(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parsed = append(parsed, r)
+	}
+	pol, err := acl.NewPolicy(parsed...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pol
 }
 
 // StartSecure is Start with authentication on: only the tenants may open
