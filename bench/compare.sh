@@ -369,7 +369,7 @@ run_gc() {
 run_large() {
 	local pid op s c r
 	if [[ $LARGE != 1 ]]; then
-		note "large-block cases skipped: LARGE=0 (QUICK=1 skips them unless LARGE=1)"
+		log "large-block cases skipped: LARGE=0 (QUICK=1 skips them unless LARGE=1)"
 		return 0
 	fi
 	free_port REDIS_PORT
