@@ -6,6 +6,7 @@
 #   bench/compare.sh                   # full run: 5s per case, 3 reps
 #   QUICK=1 bench/compare.sh           # smoke: 1s, 1 rep, 64KiB+1MiB, conns 1,8, no GC run
 #   QUICK=1 GC=1 bench/compare.sh      # smoke including the GC and memory run
+#   QUICK=1 LARGE=1 bench/compare.sh   # smoke including the 32 MiB (large-block) cases
 #
 # Environment:
 #   DURATION   time per measured case, Go duration in whole seconds or minutes
@@ -24,6 +25,13 @@
 #                      bench --keys KEYS, redis-benchmark -r KEYS (prefilled); default 256
 #   CLIENT_PROCS       GOMAXPROCS of the gpucache-bench bench client; default 1, matching
 #                      redis-benchmark's single-threaded client
+#   LARGE      1 runs the large-block cases (GET and PUT/SET of LARGE_SIZES at
+#              LARGE_CONNS, both systems, each on a fresh server); default 1
+#              (0 with QUICK=1). An LMCache chunk is 32 MiB.
+#   LARGE_SIZES        sizes of the large-block cases; default 32MiB
+#   LARGE_CONNS        connection counts of the large-block cases; default 1,8
+#   LARGE_KEYS         working set of the large-block cases in blocks, both systems;
+#                      default 8 (256 MiB at 32 MiB: memory stays bounded)
 #
 # Client and server share this host's CPUs; nothing is pinned. Ports are
 # picked free at random (never 9400, 9401 or 6379). Every background process
@@ -40,12 +48,14 @@ if [[ $QUICK == 1 ]]; then
 	SIZES=64KiB,1MiB
 	CONNS=1,8
 	GC=${GC:-0}
+	LARGE=${LARGE:-0}
 else
 	DURATION=${DURATION:-5s}
 	REPS=${REPS:-3}
 	SIZES=64KiB,256KiB,1MiB
 	CONNS=1,8,32
 	GC=${GC:-1}
+	LARGE=${LARGE:-1}
 fi
 HOT_CAPACITY=${HOT_CAPACITY:-2GiB}
 GC_HOT_CAPACITY=${GC_HOT_CAPACITY:-5GiB}
@@ -54,6 +64,9 @@ GC_MIN_FREE_GIB=${GC_MIN_FREE_GIB:-8}
 REDIS_THREADS=${REDIS_THREADS:-}
 KEYS=${KEYS:-256}
 CLIENT_PROCS=${CLIENT_PROCS:-1}
+LARGE_SIZES=${LARGE_SIZES:-32MiB}
+LARGE_CONNS=${LARGE_CONNS:-1,8}
+LARGE_KEYS=${LARGE_KEYS:-8}
 
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 OUT=${OUT:-$ROOT/bench/results}
@@ -83,6 +96,8 @@ fi
 ((DUR_S >= 1)) || die "DURATION must be at least 1s"
 DURATION=${DUR_S}s
 [[ $GC == 0 || $GC == 1 ]] || die "GC must be 0 or 1, got '$GC'"
+[[ $LARGE == 0 || $LARGE == 1 ]] || die "LARGE must be 0 or 1, got '$LARGE'"
+[[ $LARGE_KEYS =~ ^[1-9][0-9]*$ ]] || die "LARGE_KEYS must be a positive integer, got '$LARGE_KEYS'"
 
 # size_bytes 64KiB -> 65536
 size_bytes() {
@@ -145,6 +160,16 @@ done
 nconns=0
 for c in ${CONNS//,/ }; do nconns=$((nconns + 1)); done
 NPLAIN=$((nsizes * nconns))
+large_list=
+large_conns=
+NLARGE=0
+if [[ $LARGE == 1 ]]; then
+	large_conns=$LARGE_CONNS
+	for s in ${LARGE_SIZES//,/ }; do
+		large_list+="${large_list:+,}$(size_bytes "$s")"
+		for c in ${LARGE_CONNS//,/ }; do NLARGE=$((NLARGE + 1)); done
+	done
+fi
 {
 	printf 'duration\t%s\n' "$DURATION"
 	printf 'reps\t%s\n' "$REPS"
@@ -152,6 +177,9 @@ NPLAIN=$((nsizes * nconns))
 	printf 'gc\t%s\n' "$GC"
 	printf 'sizes\t%s\n' "$size_list"
 	printf 'conns\t%s\n' "$CONNS"
+	printf 'large_sizes\t%s\n' "$large_list"
+	printf 'large_conns\t%s\n' "$large_conns"
+	printf 'large_keys\t%s\n' "$LARGE_KEYS"
 } >"$RAW/plan.txt"
 
 log "building gpucached, gpucache and the report"
@@ -197,9 +225,12 @@ rb() { # rb TIMEOUT_S ARGS...: redis-benchmark against our server
 csv_rps() { # csv_rps FILE: rps of the first data row
 	awk -F, 'NR > 1 && NF > 1 {gsub(/"/, "", $2); print $2; exit}' "$1"
 }
-redis_case() { # redis_case get|put SIZE_LABEL CLIENTS PIPELINE
-	local op=$1 label=$2 c=$3 pipe=$4 size t n0 n rps r f name
+redis_case() { # redis_case get|put SIZE_LABEL CLIENTS PIPELINE; RKEYS overrides KEYS
+	local op=$1 label=$2 c=$3 pipe=$4 size t n0 n rps r f name minpc=50
+	local KEYS=${RKEYS:-$KEYS}
 	size=$(size_bytes "$label")
+	# A large block is ~100 ms a request: probe with 2 per client, not 50.
+	((size >= 8 << 20)) && minpc=2
 	t=get
 	[[ $op == put ]] && t=set
 	name="${op}_${size}_c${c}_P${pipe}"
@@ -211,7 +242,7 @@ redis_case() { # redis_case get|put SIZE_LABEL CLIENTS PIPELINE
 	fi
 	# Probe ~300 MB (at least 50 requests per client) to size the measured runs.
 	n0=$((300000000 / size))
-	((n0 < 50 * c)) && n0=$((50 * c))
+	((n0 < minpc * c)) && n0=$((minpc * c))
 	if ! rb 120 -t "$t" -d "$size" -r "$KEYS" -c "$c" -P "$pipe" -n "$n0" --csv >"$RAW/logs/redis-$name-probe.csv" 2>"$RAW/logs/redis-$name-probe.err"; then
 		note "redis $name: probe failed (see logs/redis-$name-probe.err)"
 		return 0
@@ -328,13 +359,56 @@ run_gc() {
 	stop_pid "$GPC_PID"
 }
 
+# --- 5. Large blocks ---------------------------------------------------------
+
+# LARGE_SIZES (32 MiB: an LMCache chunk) at LARGE_CONNS over a LARGE_KEYS
+# working set, GET then PUT/SET, on a fresh server of each system so the
+# small-block cases leave nothing behind. Redis's limits take a 32 MiB
+# value as they are (proto-max-bulk-len 512 MB, client-query-buffer-limit
+# 1 GB); its memory is LARGE_KEYS values plus one query buffer per client.
+run_large() {
+	local pid op s c r
+	if [[ $LARGE != 1 ]]; then
+		log "large-block cases skipped: LARGE=0 (QUICK=1 skips them unless LARGE=1)"
+		return 0
+	fi
+	free_port REDIS_PORT
+	redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no --daemonize no \
+		--dir "$RAW/logs" --logfile "" >"$RAW/logs/redis-server-large.log" 2>&1 3>&- &
+	pid=$!
+	PIDS+=("$pid")
+	if wait_port "$REDIS_PORT" "$pid" 10; then
+		for op in get put; do
+			for s in ${LARGE_SIZES//,/ }; do
+				for c in ${LARGE_CONNS//,/ }; do
+					RKEYS=$LARGE_KEYS redis_case "$op" "$s" "$c" 1
+				done
+			done
+		done
+	else
+		note "redis large: server did not start on port $REDIS_PORT (see logs/redis-server-large.log)"
+	fi
+	stop_pid "$pid"
+	if ! start_gpucached "$HOT_CAPACITY" gpucached-large; then
+		note "gpucache large: gpucached did not start (see logs/gpucached-large.log)"
+		return 0
+	fi
+	for ((r = 1; r <= REPS; r++)); do
+		# --keys after gpc_bench's own --keys: the last one wins.
+		gpc_bench "large_get_r$r" "$NLARGE" --op get --sizes "$LARGE_SIZES" --conns "$LARGE_CONNS" --batch 1 --keys "$LARGE_KEYS"
+		gpc_bench "large_put_r$r" "$NLARGE" --op put --sizes "$LARGE_SIZES" --conns "$LARGE_CONNS" --batch 1 --keys "$LARGE_KEYS"
+	done
+	stop_pid "$GPC_PID"
+}
+
 # --- run ---------------------------------------------------------------------
 
-log "DURATION=$DURATION REPS=$REPS QUICK=$QUICK GC=$GC sizes=$SIZES conns=$CONNS"
+log "DURATION=$DURATION REPS=$REPS QUICK=$QUICK GC=$GC sizes=$SIZES conns=$CONNS LARGE=$LARGE"
 run_iperf
 run_redis
 run_gpucache
 run_gc
+run_large
 
 "$BIN/report" -dir "$RAW" -out "$REPORT" -q
 log "report: $REPORT"

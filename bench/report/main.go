@@ -84,6 +84,11 @@ type Plan struct {
 	GC       bool
 	Sizes    []int
 	Conns    []int
+	// LargeSizes, LargeConns and LargeKeys (the working set, in blocks)
+	// describe the large-block cases (large.go).
+	LargeSizes []int
+	LargeConns []int
+	LargeKeys  string
 }
 
 // Key identifies one measured case.
@@ -221,6 +226,9 @@ func parsePlan(kv KV) (Plan, error) {
 	if p.Conns, err = parseInts(kv.get("conns")); err != nil {
 		return p, fmt.Errorf("conns: %w", err)
 	}
+	if err := parseLargePlan(kv, &p); err != nil {
+		return p, err
+	}
 	return p, nil
 }
 
@@ -316,7 +324,7 @@ func (r *Run) plannedKeys() []Key {
 	if len(r.Plan.Sizes) > 0 || len(r.Plan.Conns) > 0 {
 		ks = append(ks, batchKeys()...)
 	}
-	return ks
+	return append(ks, r.largeKeys()...)
 }
 
 // batchKeys are the gpucache batched GET and the Redis pipelined GET it is

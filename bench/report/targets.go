@@ -87,6 +87,7 @@ func (r *Run) Targets() []Target {
 	gb, okgb := r.Stat(bk[0])
 	rb, okrb := r.Stat(bk[1])
 	ts = append(ts, ratioTarget("64 KiB GET, 8 conns: gpucache batch 16 vs Redis -P 8 GB/s", gb, okgb, "Redis -P 8", rb.GBPerSec, okrb, targetBatchVsPipe))
+	ts = append(ts, r.largeTargets()...)
 
 	// p99 at every planned (and every measured) plain size and conns.
 	type sc struct {

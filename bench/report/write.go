@@ -53,6 +53,9 @@ func (r *Run) writeSetup(w io.Writer) {
 	}
 	p("- duration per case: %s; repetitions: %s (figures are medians over repetitions)%s\n", dur, reps, ifStr(r.Plan.Quick, "; QUICK smoke mode", ""))
 	p("- sizes: %s; conns/clients: %s\n", joinSizes(r.Plan.Sizes), joinInts(r.Plan.Conns))
+	if len(r.Plan.LargeSizes) > 0 {
+		p("- large blocks: sizes %s; conns/clients %s; working set `large_keys` %s blocks, each system on a fresh server\n", joinSizes(r.Plan.LargeSizes), joinInts(r.Plan.LargeConns), r.Plan.LargeKeys)
+	}
 	p("- client and server run on the same host over loopback and share its CPUs; GB/s is 1e9 bytes/s of payload; ops/s is blocks (values) per second; latencies are per request\n")
 	p("- Redis: redis-benchmark (single-threaded client), persistence off, working set of `working_set_keys` keys of the given size (`-r`, prefilled; see Machine); PUT is SET; pipelined case is `-P %d` with %d clients\n", redisPipelineDepth, batchCaseConns)
 	p("- gpucache: `gpucache-bench bench` (Go client with GOMAXPROCS `gpucache_client_gomaxprocs`, working set `--keys working_set_keys`; checks one stamp word per 4 KiB page of every GET); batched case is `--batch %d` (one request carries %d blocks; its latency is per request)\n\n", batchCaseBatch, batchCaseBatch)

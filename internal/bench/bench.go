@@ -217,10 +217,22 @@ func (r *runner) workingSet(size int) []client.BlockKey {
 	return ks
 }
 
+// populateShape returns populate's blocks per request and writers for a
+// working set of keys blocks of size bytes: up to 16 blocks (no more than
+// the working set) and about 64 MiB a request, and no more writers than
+// the requests to send. Each
+// writer holds one buffer per block of its request, so a large-block run
+// (8 keys of 32 MiB) holds 256 MiB of buffers, not 64 blocks' worth.
+func populateShape(keys, size int) (batch, workers int) {
+	batch = max(1, min(16, keys, (64<<20)/max(size, 1)))
+	workers = max(1, min(4, (keys+batch-1)/batch))
+	return batch, workers
+}
+
 // populate writes the working set of one size (blocks already cached
 // answer EXISTS).
 func (r *runner) populate(ctx context.Context, c dataClient, size int) {
-	const batch, workers = 16, 4
+	batch, workers := populateShape(r.cfg.Keys, size)
 	keys := r.workingSet(size)
 	var next atomic.Int64
 	var noSpace, failed atomic.Int64
@@ -234,7 +246,7 @@ func (r *runner) populate(ctx context.Context, c dataClient, size int) {
 				fill(bufs[i], byte(i))
 			}
 			for ctx.Err() == nil {
-				lo := int(next.Add(batch)) - batch
+				lo := int(next.Add(int64(batch))) - batch
 				if lo >= r.cfg.Keys {
 					return
 				}

@@ -91,3 +91,25 @@ func TestRunRejectsOversizedBlocks(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// TestPopulateShapeBoundsBuffers: populate's writers hold one buffer per
+// block of a request; at 32 MiB that must stay near the working set, not
+// 64 blocks (2 GiB), and every shape must still cover the working set.
+func TestPopulateShapeBoundsBuffers(t *testing.T) {
+	for _, c := range []struct{ keys, size, maxBytes int }{
+		{8, 32 << 20, 256 << 20},
+		{1, 32 << 20, 32 << 20},
+		{8, 64 << 20, 256 << 20},
+		{256, 1 << 20, 64 << 20},
+		{256, 64 << 10, 4 << 20},
+		{3, 64 << 10, 3 * 64 << 10},
+	} {
+		batch, workers := populateShape(c.keys, c.size)
+		if batch < 1 || workers < 1 || batch > 16 || workers > 4 {
+			t.Errorf("keys %d size %d: batch %d workers %d out of range", c.keys, c.size, batch, workers)
+		}
+		if held := batch * workers * c.size; held > c.maxBytes && held > c.size {
+			t.Errorf("keys %d size %d: writers hold %d bytes of buffers, want at most %d", c.keys, c.size, held, c.maxBytes)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/gpucache/gpucache/internal/degrade"
@@ -52,6 +53,7 @@ type degraded struct {
 var (
 	_ Store      = (*degraded)(nil)
 	_ Degradable = (*degraded)(nil)
+	_ Teer       = (*degraded)(nil)
 )
 
 // WithDegrade returns s with every operation run through degrade.DoAny, the
@@ -107,6 +109,16 @@ func (d *degraded) Head(ctx context.Context, key string) (ObjectInfo, error) {
 func (d *degraded) RangeGet(ctx context.Context, key string, off int64, dst []byte) error {
 	_, err := do(ctx, d, OpRangeGet, key, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, d.s.RangeGet(ctx, key, off, dst)
+	})
+	return err
+}
+
+// RangeGetTee implements Teer: the wrapped store's RangeGetTee (or its
+// RangeGet and one Write) at the degrade boundary, so the decorator does
+// not cost the refill its streaming checksum.
+func (d *degraded) RangeGetTee(ctx context.Context, key string, off int64, dst []byte, w io.Writer) error {
+	_, err := do(ctx, d, OpRangeGet, key, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, RangeGetTee(ctx, d.s, key, off, dst, w)
 	})
 	return err
 }

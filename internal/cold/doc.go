@@ -20,6 +20,11 @@
 //     wrapping context.Canceled (or DeadlineExceeded), never a sentinel.
 //   - Buffers: Put reads body only during the call, RangeGet writes dst
 //     only during the call; no backend keeps either.
+//   - Teer (optional, tee.go): RangeGetTee is RangeGet that also writes
+//     each piece of dst (at most TeeChunk bytes) to a writer as soon as it
+//     is in dst, so a caller checksums in the same pass. s3store, FS and
+//     the degrade decorator implement it; cold.RangeGetTee falls back to
+//     RangeGet and a Write for other stores.
 //
 // # Keys
 //

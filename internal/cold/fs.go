@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -42,7 +43,10 @@ type FS struct {
 	tmp     string // root/tmp
 }
 
-var _ Store = (*FS)(nil)
+var (
+	_ Store = (*FS)(nil)
+	_ Teer  = (*FS)(nil)
+)
 
 // maxSegment is the longest file name the common Linux file systems accept.
 const maxSegment = 255
@@ -281,6 +285,17 @@ func (f *FS) Head(ctx context.Context, key string) (ObjectInfo, error) {
 // RangeGet implements Store. It reads from one open file, so a concurrent
 // overwrite (a rename onto the name) cannot mix two versions.
 func (f *FS) RangeGet(ctx context.Context, key string, off int64, dst []byte) error {
+	return f.rangeGet(ctx, key, off, dst, nil)
+}
+
+// RangeGetTee implements Teer: it reads the range TeeChunk bytes at a time
+// and writes each piece to w while it is still in the CPU's cache.
+func (f *FS) RangeGetTee(ctx context.Context, key string, off int64, dst []byte, w io.Writer) error {
+	return f.rangeGet(ctx, key, off, dst, w)
+}
+
+// rangeGet is RangeGet, and RangeGetTee when w is not nil.
+func (f *FS) rangeGet(ctx context.Context, key string, off int64, dst []byte, w io.Writer) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("fs RangeGet %q: %w", key, err)
 	}
@@ -311,8 +326,20 @@ func (f *FS) RangeGet(ctx context.Context, key string, off int64, dst []byte) er
 	}
 	// Objects are replaced by rename, never truncated in place, so a short
 	// read here is an I/O fault, not a range error.
-	if _, err := file.ReadAt(dst, off); err != nil {
-		return fsErr(OpRangeGet, key, err)
+	if w == nil {
+		if _, err := file.ReadAt(dst, off); err != nil {
+			return fsErr(OpRangeGet, key, err)
+		}
+		return nil
+	}
+	for n := 0; n < len(dst); n += TeeChunk {
+		piece := dst[n:min(n+TeeChunk, len(dst))]
+		if _, err := file.ReadAt(piece, off+int64(n)); err != nil {
+			return fsErr(OpRangeGet, key, err)
+		}
+		if err := teeWrite(w, key, piece); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -47,6 +47,7 @@ func RunStoreSuiteWith(t *testing.T, newStore func(t *testing.T) cold.Store, opt
 	}{
 		{"RoundTrip", testRoundTrip},
 		{"PartialRanges", testPartialRanges},
+		{"RangeGetTee", testRangeGetTee},
 		{"RangePastEnd", testRangePastEnd},
 		{"NotFound", testNotFound},
 		{"IfNoneMatch", testIfNoneMatch},
@@ -149,6 +150,49 @@ func testPartialRanges(t *testing.T, s cold.Store) {
 			t.Errorf("RangeGet(off %d, len %d) returned wrong bytes", r.off, r.n)
 		}
 	}
+}
+
+// teeRecorder keeps what a RangeGetTee wrote and the largest Write.
+type teeRecorder struct {
+	got      []byte
+	maxWrite int
+	writes   int
+}
+
+func (r *teeRecorder) Write(p []byte) (int, error) {
+	r.got = append(r.got, p...)
+	r.maxWrite = max(r.maxWrite, len(p))
+	r.writes++
+	return len(p), nil
+}
+
+// testRangeGetTee checks cold.RangeGetTee (the backend's own when it is a
+// cold.Teer): dst and the writer both get exactly the range, in pieces of
+// at most cold.TeeChunk, and a failed read is RangeGet's error.
+func testRangeGetTee(t *testing.T, s cold.Store) {
+	body := pattern(3*cold.TeeChunk+17, 4)
+	put(t, s, "tee", body)
+	for _, r := range []struct{ off, n int }{{0, len(body)}, {5, 2*cold.TeeChunk + 1}, {len(body) - 3, 3}, {7, 0}} {
+		dst := make([]byte, r.n)
+		var w teeRecorder
+		if err := cold.RangeGetTee(t.Context(), s, "tee", int64(r.off), dst, &w); err != nil {
+			t.Fatalf("RangeGetTee(off %d, len %d): %v", r.off, r.n, err)
+		}
+		want := body[r.off : r.off+r.n]
+		if !bytes.Equal(dst, want) || !bytes.Equal(w.got, want) {
+			t.Fatalf("RangeGetTee(off %d, len %d): dst or writer differs from the range", r.off, r.n)
+		}
+		if w.maxWrite > cold.TeeChunk {
+			t.Errorf("RangeGetTee(off %d, len %d): a Write of %d bytes, want at most %d", r.off, r.n, w.maxWrite, cold.TeeChunk)
+		}
+		if r.n == 0 && w.writes != 0 {
+			t.Errorf("RangeGetTee of 0 bytes wrote %d times", w.writes)
+		}
+	}
+	err := cold.RangeGetTee(t.Context(), s, "tee", int64(len(body)-2), make([]byte, 3), &teeRecorder{})
+	wantErr(t, "RangeGetTee past the end", err, cold.ErrRange)
+	err = cold.RangeGetTee(t.Context(), s, "missing", 0, make([]byte, 3), &teeRecorder{})
+	wantErr(t, "RangeGetTee of a missing key", err, cold.ErrNotFound)
 }
 
 func testRangePastEnd(t *testing.T, s cold.Store) {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"hash"
 	"strings"
 
 	"github.com/gpucache/gpucache/api/identity"
@@ -19,6 +20,23 @@ func (d Digest) String() string { return hex.EncodeToString(d[:]) }
 
 // Sum returns the SHA-256 of b.
 func Sum(b []byte) Digest { return Digest(sha256.Sum256(b)) }
+
+// Summer computes Sum over bytes written to it in pieces: a refill hashes
+// a payload as it streams in. The zero value is not usable; see NewSum.
+type Summer struct{ h hash.Hash }
+
+// NewSum returns a Summer over no bytes.
+func NewSum() Summer { return Summer{h: sha256.New()} }
+
+// Write adds p; it never fails.
+func (s Summer) Write(p []byte) (int, error) { return s.h.Write(p) }
+
+// Digest returns Sum of every byte written so far.
+func (s Summer) Digest() Digest {
+	var d Digest
+	s.h.Sum(d[:0])
+	return d
+}
 
 // Key prefixes and suffixes. See doc.go, "Object keys".
 const (

@@ -246,11 +246,15 @@ func (c *call) payload(w want, m *pack.Manifest, d dest) (int, Result, error) {
 		return c.encoded(w, m, rg, aead, dst[:rg.Size])
 	}
 
-	// 6. The payload read, into the caller's buffer.
+	// 6. The payload read, into the caller's buffer, hashed as it streams
+	// in (cold.RangeGetTee): the checksum costs no second pass over the
+	// bytes and overlaps the transfer. Nothing in out is the caller's
+	// until step 7 has passed.
 	n := int(rg.Length)
 	out := dst[:n]
 	c.budget -= int64(n)
-	if err := c.r.store.RangeGet(c.ctx, m.PackKey, int64(rg.Offset), out); err != nil {
+	sum := pack.NewSum()
+	if err := cold.RangeGetTee(c.ctx, c.r.store, m.PackKey, int64(rg.Offset), out, sum); err != nil {
 		clear(out)
 		res, err := c.storeMiss("payload", m.PackKey, err)
 		if res.Reason == Corrupt {
@@ -261,7 +265,7 @@ func (c *call) payload(w want, m *pack.Manifest, d dest) (int, Result, error) {
 
 	// 7. Checksum: a corrupt payload or another object under the pack key
 	// returns no bytes.
-	if pack.Sum(out) != rg.Sum {
+	if sum.Digest() != rg.Sum {
 		clear(out)
 		err := fmt.Errorf("gpucache/cold/refill: %w: payload of block %s in %s fails its checksum", cold.ErrCorrupt, w.key, m.PackKey)
 		c.integrity(IntegrityPayloadChecksum, w, m.SealKeyID(), err)

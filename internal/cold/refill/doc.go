@@ -44,7 +44,8 @@
 //     byte: any single differing field is IdentityMismatch.
 //  5. The payload length must fit what is left of the call's budget
 //     (OverBudget) and dst (ShortBuffer).
-//  6. One ranged read of the payload, straight into dst.
+//  6. One ranged read of the payload, straight into dst, hashed as it
+//     streams in (see "Payload checksum").
 //  7. SHA-256 of dst[:length] must equal the manifest's checksum; a corrupt
 //     payload or another object substituted under the pack key is Corrupt,
 //     and dst[:length] is zeroed.
@@ -68,6 +69,23 @@
 // buffers, the breaker and store outages do not. A miss is a clean miss
 // whatever the kind: n is 0, dst holds no payload byte (a payload that was
 // read and failed its checksum is zeroed), and nothing is cached as good.
+//
+// # Payload checksum
+//
+// A plain (unencrypted, uncompressed) payload is read with
+// cold.RangeGetTee: a store that is a cold.Teer (s3store, fs, and the
+// degrade decorator over either) hands each piece of the body, at most
+// cold.TeeChunk bytes, to the SHA-256 as soon as it is in dst, so the
+// checksum runs while the rest of the body is still arriving and reads
+// each piece while it is in the CPU's cache: one pass over the bytes, no
+// extra buffer. Other stores are hashed after the read, as before. Either
+// way step 7 decides: the bytes already in dst are not the caller's until
+// the digest matches, and a mismatch zeroes them.
+//
+// An encrypted or compressed payload is not streamed: AES-GCM must
+// authenticate the whole block before any plaintext is used, and the
+// checksum is over the plaintext, so it reads the stored bytes into a
+// buffer of their own, opens them, then hashes (Manifest.OpenRange).
 //
 // # Budgets
 //

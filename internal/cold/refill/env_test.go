@@ -69,6 +69,12 @@ func newEnv(t testing.TB, cfg Config) *env {
 	if cfg.Now == nil {
 		cfg.Now = e.clock.Now
 	}
+	if cfg.Timeout == 0 {
+		// The default 2 s is wall-clock: on a loaded machine under -race a
+		// refill of an in-memory store can run past it, which turns the
+		// miss a test expects into Unavailable.
+		cfg.Timeout = time.Minute
+	}
 	r, err := New(e.mem, cfg)
 	if err != nil {
 		t.Fatal(err)

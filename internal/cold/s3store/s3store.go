@@ -213,6 +213,7 @@ type Store struct {
 var (
 	_ cold.Store      = (*Store)(nil)
 	_ cold.Degradable = (*Store)(nil)
+	_ cold.Teer       = (*Store)(nil)
 )
 
 // DegradeFaults implements cold.Degradable: the bucket refuses or cannot be
@@ -397,6 +398,18 @@ func (s *Store) Head(ctx context.Context, key string) (cold.ObjectInfo, error) {
 // no intermediate buffer. An empty dst costs a HeadObject (HTTP cannot ask
 // for zero bytes).
 func (s *Store) RangeGet(ctx context.Context, key string, off int64, dst []byte) error {
+	return s.rangeGet(ctx, key, off, dst, nil)
+}
+
+// RangeGetTee implements cold.Teer: it reads the body straight into dst and
+// writes each piece to w as it arrives (cold.ReadTee), so a checksum over
+// the range runs while the server is still sending the rest.
+func (s *Store) RangeGetTee(ctx context.Context, key string, off int64, dst []byte, w io.Writer) error {
+	return s.rangeGet(ctx, key, off, dst, w)
+}
+
+// rangeGet is RangeGet, and RangeGetTee when w is not nil.
+func (s *Store) rangeGet(ctx context.Context, key string, off int64, dst []byte, w io.Writer) error {
 	full, err := s.objectKey(cold.OpRangeGet, key)
 	if err != nil {
 		return err
@@ -437,7 +450,12 @@ func (s *Store) RangeGet(ctx context.Context, key string, off int64, dst []byte)
 	case aws.ToInt64(out.ContentLength) < int64(len(dst)):
 		return fmt.Errorf("s3 RangeGet %q [%d, +%d) of %d bytes: %w", key, off, len(dst), total, cold.ErrRange)
 	}
-	if _, err := io.ReadFull(out.Body, dst); err != nil {
+	if w == nil {
+		_, err = io.ReadFull(out.Body, dst)
+	} else {
+		err = cold.ReadTee(out.Body, key, dst, w)
+	}
+	if err != nil {
 		return s.mapErr(ctx, cold.OpRangeGet, key, fmt.Errorf("reading body: %w", err))
 	}
 	return nil
