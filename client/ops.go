@@ -205,13 +205,20 @@ func (c *Client) put(ctx context.Context, ns Namespace, blocks []PutBlock, errs 
 			r.payload = append(r.payload, blocks[i].Data)
 			r.payloadLen += len(blocks[i].Data)
 		}
-		table := &wire.PutRequest{Namespace: blob, Blocks: make([]wire.PutBlock, len(ch.idx))}
-		for k, i := range ch.idx {
-			pb := &blocks[i]
-			table.Blocks[k] = wire.PutBlock{Key: pb.Key, Parent: pb.Parent, ValidLength: pb.validLength(),
-				Len: uint32(len(pb.Data)), Position: pb.Position, TokenIDs: pb.TokenIDs}
+		// The table is encoded from blocks entry by entry when the frame is
+		// written: no PutRequest is built per request.
+		idx := ch.idx
+		r.enc = func(b []byte) []byte {
+			at := len(b)
+			b = wire.AppendPutHead(append(b, 0, 0, 0, 0), blob, len(idx))
+			for _, i := range idx {
+				pb := &blocks[i]
+				b = wire.AppendPutBlock(b, &wire.PutBlock{Key: pb.Key, Parent: pb.Parent, ValidLength: pb.validLength(),
+					Len: uint32(len(pb.Data)), Position: pb.Position, TokenIDs: pb.TokenIDs})
+			}
+			binary.LittleEndian.PutUint32(b[at:], uint32(len(b)-at-4)) // table length
+			return b
 		}
-		r.enc = func(b []byte) []byte { return wire.AppendTable(b, table) }
 		reqs[j] = r
 	}
 	c.exec(ctx, reqs, nil)

@@ -32,12 +32,13 @@ func (e *tlv) u32s(tag byte, v ...uint32) *tlv {
 // one field's value.
 func rawNamespace(n Namespace, override map[byte][]byte) []byte {
 	e := newTLV("GCNS", 1, 15)
-	for _, f := range n.strFields() {
-		v := []byte(*f.val)
-		if o, ok := override[f.tag]; ok {
+	for i, p := range n.strFields() {
+		tag := strFieldInfo[i].tag
+		v := []byte(*p)
+		if o, ok := override[tag]; ok {
 			v = o
 		}
-		e.field(f.tag, v)
+		e.field(tag, v)
 	}
 	l := n.Layout
 	for _, p := range []struct {
@@ -67,8 +68,8 @@ func TestRawNamespaceMatchesCanonical(t *testing.T) {
 
 func TestDecodeNamespaceRoundTrip(t *testing.T) {
 	long := testNamespace()
-	for _, f := range long.strFields() {
-		*f.val = strings.Repeat("é", MaxStringLen/2) // 256 bytes of valid UTF-8
+	for _, p := range long.strFields() {
+		*p = strings.Repeat("é", MaxStringLen/2) // 256 bytes of valid UTF-8
 	}
 	long.Layout.TPRank, long.Layout.TPSize = 0xfffffffe, 0xffffffff
 	long.Layout.BlockTokens = MaxBlockTokens

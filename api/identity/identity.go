@@ -132,32 +132,43 @@ var (
 	encVersion   = byte(1)
 )
 
+// strField describes one string field of a Namespace, in encoding order;
+// Namespace.strFields gives the fields' addresses in the same order.
 type strField struct {
 	tag      byte
 	name     string
-	val      *string
 	optional bool
 }
 
-func (n *Namespace) strFields() []strField {
-	return []strField{
-		{tagTenant, "tenant", &n.Tenant, false},
-		{tagTrustDomain, "trust_domain", &n.TrustDomain, false},
-		{tagModelID, "model_id", &n.ModelID, false},
-		{tagConfigRevision, "config_revision", &n.ConfigRevision, false},
-		{tagTokenizerRevision, "tokenizer_revision", &n.TokenizerRevision, false},
-		{tagAdapter, "adapter", &n.Adapter, true},
-		{tagRoPE, "rope", &n.RoPE, false},
-		{tagDType, "dtype", &n.DType, false},
-		{tagQuantization, "quantization", &n.Quantization, false},
-		{tagLayoutFormat, "layout.format", &n.Layout.Format, false},
-	}
+// numStrFields is the number of string fields of a Namespace.
+const numStrFields = 10
+
+var strFieldInfo = [numStrFields]strField{
+	{tagTenant, "tenant", false},
+	{tagTrustDomain, "trust_domain", false},
+	{tagModelID, "model_id", false},
+	{tagConfigRevision, "config_revision", false},
+	{tagTokenizerRevision, "tokenizer_revision", false},
+	{tagAdapter, "adapter", true},
+	{tagRoPE, "rope", false},
+	{tagDType, "dtype", false},
+	{tagQuantization, "quantization", false},
+	{tagLayoutFormat, "layout.format", false},
+}
+
+// strFields returns the addresses of n's string fields in the order of
+// strFieldInfo. It returns an array, not a slice, and holds no names, so a
+// caller's Namespace does not escape to the heap (Validate runs for every
+// block a server stores).
+func (n *Namespace) strFields() [numStrFields]*string {
+	return [numStrFields]*string{&n.Tenant, &n.TrustDomain, &n.ModelID, &n.ConfigRevision, &n.TokenizerRevision,
+		&n.Adapter, &n.RoPE, &n.DType, &n.Quantization, &n.Layout.Format}
 }
 
 // Validate reports the first empty required field or out-of-range value.
 func (n Namespace) Validate() error {
-	for _, f := range n.strFields() {
-		v := *f.val
+	for i, p := range n.strFields() {
+		v, f := *p, &strFieldInfo[i]
 		if v == "" && !f.optional {
 			return fmt.Errorf("%w: field %s is empty", ErrInvalid, f.name)
 		}
@@ -209,8 +220,8 @@ func appendU32s(b []byte, tag byte, vals ...uint32) []byte {
 }
 
 func (n *Namespace) appendFields(b []byte) []byte {
-	for _, f := range n.strFields() {
-		b = appendField(b, f.tag, []byte(*f.val))
+	for i, p := range n.strFields() {
+		b = appendField(b, strFieldInfo[i].tag, []byte(*p))
 	}
 	l := n.Layout
 	b = appendU32s(b, tagTP, l.TPRank, l.TPSize)
@@ -261,7 +272,8 @@ func DecodeNamespace(b []byte) (Namespace, error) {
 		return n, fmt.Errorf("%w: field count %d, want %d", ErrMalformed, b[5], numNamespaceTags)
 	}
 	d := decoder{b: b[6:]}
-	for _, f := range n.strFields() {
+	for i, p := range n.strFields() {
+		f := &strFieldInfo[i]
 		v, err := d.field(f.tag, -1)
 		if err != nil {
 			return n, err
@@ -269,7 +281,7 @@ func DecodeNamespace(b []byte) (Namespace, error) {
 		if len(v) > MaxStringLen {
 			return n, fmt.Errorf("%w: field %s too long", ErrMalformed, f.name)
 		}
-		*f.val = string(v)
+		*p = string(v)
 	}
 	l := &n.Layout
 	pairs := []struct {

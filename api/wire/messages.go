@@ -503,15 +503,27 @@ func (m *GetResponse) Decode(b []byte, maxBatch uint32) (payload uint64, err err
 
 // AppendTo encodes the table of a PUT request.
 func (m *PutRequest) AppendTo(b []byte) []byte {
-	b = appendBytes32(b, m.Namespace)
-	b = binary.LittleEndian.AppendUint32(b, uint32(len(m.Blocks)))
+	b = AppendPutHead(b, m.Namespace, len(m.Blocks))
 	for i := range m.Blocks {
-		pb := &m.Blocks[i]
-		b = append(b, pb.Key[:]...)
-		b = append(b, pb.Parent[:]...)
-		b = appendTail(b, pb.ValidLength, pb.Len, pb.Position, pb.TokenIDs)
+		b = AppendPutBlock(b, &m.Blocks[i])
 	}
 	return b
+}
+
+// AppendPutHead encodes the start of a PUT table: the namespace blob and a
+// count of n entries, which n AppendPutBlock calls must follow. With them
+// a caller encodes a table from its own block list without building a
+// PutRequest (the client does, per request).
+func AppendPutHead(b, namespace []byte, n int) []byte {
+	b = appendBytes32(b, namespace)
+	return binary.LittleEndian.AppendUint32(b, uint32(n))
+}
+
+// AppendPutBlock encodes one entry of a PUT table (PutBlockSize bytes).
+func AppendPutBlock(b []byte, pb *PutBlock) []byte {
+	b = append(b, pb.Key[:]...)
+	b = append(b, pb.Parent[:]...)
+	return appendTail(b, pb.ValidLength, pb.Len, pb.Position, pb.TokenIDs)
 }
 
 // PutBlockSize is the encoded size of one PutBlock with n token ids.
