@@ -98,17 +98,13 @@ func mix64(x uint64) uint64 {
 }
 
 // shadow is one miniature cache: the sampled keys it holds, under its own
-// instance of a candidate policy, and its decayed score.
+// instance of a candidate policy.
 type shadow struct {
 	pol   Policy
 	index keyTable
 	keys  []uint64 // by shadow ID
 	free  []ID
 	n     int
-
-	// The score, decayed by Adaptive: prefix hits, and the attention
-	// work they saved.
-	hits, saved float64
 
 	take   func(ID) bool // bound once: records the first victim
 	victim ID
