@@ -80,7 +80,7 @@ const AdaptiveName = "adaptive"
 // Blocks with Key 0 are never sampled.
 type Adaptive struct {
 	cands   []Policy  // orders over the cache's blocks; cands[0] is LRU
-	shadows []*shadow // by candidate
+	shadows shadowSet // by candidate
 	cur     int       // the followed candidate
 	meta    []ameta   // by ID
 	n       int
@@ -166,7 +166,7 @@ func NewAdaptive() *Adaptive {
 	p := &Adaptive{capacity: -1}
 	for _, c := range adaptiveCandidates {
 		p.cands = append(p.cands, c())
-		p.shadows = append(p.shadows, newShadow(c()))
+		p.shadows.add(c())
 	}
 	return p
 }
@@ -276,9 +276,7 @@ func (p *Adaptive) resample(size int) {
 		return
 	}
 	p.shift = s
-	for _, sh := range p.shadows {
-		sh.purge(p.sampled)
-	}
+	p.shadows.purge(p.sampled)
 }
 
 // shadowCapacity is a shadow's size bound: r·C, or -1 (none) before the
@@ -309,17 +307,9 @@ func (p *Adaptive) access(id ID) {
 	b := Block{Position: e.pos, Tokens: e.tokens, Partial: e.partial, Key: e.key}
 	cost := AttentionCost(e.pos, e.tokens, p.blockTokens)
 	capacity := p.shadowCapacity()
-	var out uint8
-	for i, s := range p.shadows {
-		parent := none
-		if ancKey != 0 {
-			if sid, ok := s.lookup(ancKey); ok {
-				parent = sid
-			}
-		}
-		_, hit, _ := s.access(b, parent, capacity)
-		if hit && alive&(1<<i) != 0 {
-			out |= 1 << i
+	out := p.shadows.access(b, ancKey, capacity) & alive
+	for i := range numCandidates {
+		if out&(1<<i) != 0 {
 			p.savedTotal[i] += cost
 		}
 	}

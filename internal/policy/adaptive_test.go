@@ -118,7 +118,7 @@ func TestAdaptiveShadowsBounded(t *testing.T) {
 	for i := range ID(n) {
 		p.Insert(Block{ID: i, Parent: NoParent, Tokens: 512, Key: uint64(i) + 1})
 	}
-	for i, s := range p.shadows {
+	for i, s := range p.shadows.shadows {
 		if s.n > 2*shadowBlocks || s.n < shadowBlocks/2 {
 			t.Fatalf("shadow %d holds %d blocks for %d cached (shift %d)", i, s.n, n, p.shift)
 		}
@@ -128,7 +128,7 @@ func TestAdaptiveShadowsBounded(t *testing.T) {
 	for i := range ID(64) {
 		p.Insert(Block{ID: n + i, Parent: NoParent, Tokens: 512, Key: uint64(n+i) + 1})
 	}
-	for i, s := range p.shadows {
+	for i, s := range p.shadows.shadows {
 		if want := p.shadowCapacity(); s.n > want {
 			t.Fatalf("shadow %d holds %d blocks, capacity %d", i, s.n, want)
 		}
