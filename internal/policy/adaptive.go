@@ -68,9 +68,10 @@ const AdaptiveName = "adaptive"
 //
 // Per event: every candidate's event (O(1) for lru and prefix, O(log n)
 // for chainttl and cost), plus, for a sampled block, one event and
-// possibly one eviction per shadow and a hash lookup per shadow. Memory:
-// the candidates' per-block state (about 200 bytes a block for the four),
-// 48 bytes of Adaptive's own per ID, and the shadows: at most
+// possibly one eviction per shadow, two hash lookups in the shadows'
+// shared key table, and the pairwise tallies. Memory: the candidates'
+// per-block state (about 200 bytes a block for the four), 48 bytes of
+// Adaptive's own and 64 of chain state per ID, and the shadows: at most
 // 4·max(min(C, 2·shadowBlocks), C/64) blocks of metadata. Nothing is
 // allocated once the per-ID slices and the shadows have reached their
 // size.

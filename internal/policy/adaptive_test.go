@@ -218,3 +218,63 @@ func BenchmarkPolicyOps(b *testing.B) {
 		})
 	}
 }
+
+// TestShadowSetInvariants: under random accesses, evictions and a purge,
+// the shared slots stay consistent — a key's slot is in the table while
+// some shadow holds it and released when none does, and each shadow's
+// count matches its bits and its policy's Len.
+func TestShadowSetInvariants(t *testing.T) {
+	var ss shadowSet
+	for _, c := range adaptiveCandidates {
+		ss.add(c())
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	check := func(step int) {
+		t.Helper()
+		counts := make([]int, len(ss.shadows))
+		for slot, k := range ss.keys {
+			if k == 0 {
+				if ss.in[slot] != 0 {
+					t.Fatalf("step %d: free slot %d held (%b)", step, slot, ss.in[slot])
+				}
+				continue
+			}
+			if ss.in[slot] == 0 {
+				t.Fatalf("step %d: slot %d of key %d held by no shadow but not released", step, slot, k)
+			}
+			if got, ok := ss.index.get(k); !ok || got != ID(slot) {
+				t.Fatalf("step %d: key %d maps to %d %v, want slot %d", step, k, got, ok, slot)
+			}
+			for i := range ss.shadows {
+				if ss.in[slot]&(1<<i) != 0 {
+					counts[i]++
+				}
+			}
+		}
+		for i, s := range ss.shadows {
+			if s.n != counts[i] || s.pol.Len() != s.n {
+				t.Fatalf("step %d: shadow %d: n %d, bits %d, policy Len %d", step, i, s.n, counts[i], s.pol.Len())
+			}
+		}
+	}
+	var prev uint64
+	for step := range 20000 {
+		key := 1 + rng.Uint64N(500)
+		parent := uint64(0)
+		if rng.IntN(2) == 0 {
+			parent = prev
+		}
+		ss.access(Block{Position: uint32(rng.IntN(8)), Tokens: 512, Key: key}, parent, 64)
+		prev = key
+		if step%1000 == 0 {
+			check(step)
+		}
+	}
+	ss.purge(func(k uint64) bool { return k%2 == 0 })
+	check(-1)
+	for _, k := range ss.keys {
+		if k%2 == 1 {
+			t.Fatalf("key %d survived the purge", k)
+		}
+	}
+}

@@ -129,12 +129,6 @@ func (ss *shadowSet) add(p Policy) {
 	ss.shadows = append(ss.shadows, s)
 }
 
-// holds reports whether shadow i holds key.
-func (ss *shadowSet) holds(i int, key uint64) bool {
-	slot, ok := ss.index.get(key)
-	return ok && ss.in[slot]&(1<<i) != 0
-}
-
 // access records a use of a sampled block in every shadow: a Touch where
 // it is cached, an Insert (under its parent's slot, parentKey, where that
 // shadow holds it) where not; then each shadow evicts down to capacity
