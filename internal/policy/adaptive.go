@@ -5,11 +5,12 @@ import "math"
 // AdaptiveName is the configuration name of Adaptive.
 const AdaptiveName = "adaptive"
 
-// Adaptive follows, at any time, whichever of a few candidate policies
-// would have done best on the recent requests, judged by miniature
-// simulations; LRU is the fallback. It has no parameter fitted to a
-// workload: every constant below is a sample size, a window in units of
-// the cache's own capacity, or a tolerance (ADR 0021).
+// Adaptive follows whichever of a few candidate policies the evidence so
+// far shows, with statistical significance, to give more prefix hits than
+// LRU without saving less compute; until then, and whenever that lead is
+// gone, it follows LRU. It has no parameter fitted to a workload: every
+// constant below is a sample size, a memory bound or a conventional
+// significance level (ADR 0021).
 //
 // # Candidates, and following one
 //
@@ -42,24 +43,35 @@ const AdaptiveName = "adaptive"
 //
 // # Choosing
 //
-// Each shadow scores its prefix hits and the attention work they save
-// (AttentionCost, the compute-saved model of internal/replay), both
-// decayed with a half-life of windowCapacities shadow capacities of
-// sampled accesses — a few turnovers of the cache's contents. A
-// candidate's score is the lesser of its two ratios to the LRU shadow's,
-// so it is chosen only if it beats LRU on both. Every half shadow capacity
-// of sampled accesses the scores are compared: the followed candidate is
-// dropped for LRU when it falls below LRU's score, and any candidate
-// replaces it when it beats both LRU and the followed one by more than
-// switchMargin.
+// For every sampled access the shadows are compared in pairs: won[i][j]
+// counts the accesses that were prefix hits in shadow i but not in j, and
+// wonSaved[i][j] the attention work (AttentionCost, the compute-saved
+// model of internal/replay) those hits saved. The tallies run from the
+// start, because what is judged — the hit ratio over a trace, or over a
+// daemon's life — is a ratio of totals. The objective is the prefix-hit
+// ratio subject to saving at least LRU's compute:
+//
+//   - a candidate is followed when its saved work is at least LRU's and
+//     its lead in hits over LRU, and over the followed candidate, exceeds
+//     zScore standard deviations of a null lead (McNemar's test: the
+//     variance of the lead of two paired counts is their number of
+//     discordant accesses);
+//   - the followed candidate is dropped for LRU as soon as its lead over
+//     LRU in hits or in saved work is gone.
+//
+// Comparisons run once per shadow capacity of sampled accesses: a switch
+// shows in the cache's contents only after about one turnover, so
+// deciding more often would judge evidence the last decision has not yet
+// shaped.
 //
 // # Cost
 //
 // Per event: every candidate's event (O(1) for lru and prefix, O(log n)
 // for chainttl and cost), plus, for a sampled block, one event and
-// possibly one eviction per shadow and a hash lookup per shadow. Memory:
-// the candidates' per-block state (about 200 bytes a block for the four),
-// 48 bytes of Adaptive's own per ID, and the shadows: at most
+// possibly one eviction per shadow, two hash lookups in the shadows'
+// shared key table, and the pairwise tallies. Memory: the candidates'
+// per-block state (about 200 bytes a block for the four), 48 bytes of
+// Adaptive's own and 64 of chain state per ID, and the shadows: at most
 // 4·max(min(C, 2·shadowBlocks), C/64) blocks of metadata. Nothing is
 // allocated once the per-ID slices and the shadows have reached their
 // size.
@@ -69,7 +81,7 @@ const AdaptiveName = "adaptive"
 // Blocks with Key 0 are never sampled.
 type Adaptive struct {
 	cands   []Policy  // orders over the cache's blocks; cands[0] is LRU
-	shadows []*shadow // by candidate
+	shadows shadowSet // by candidate
 	cur     int       // the followed candidate
 	meta    []ameta   // by ID
 	n       int
@@ -79,6 +91,30 @@ type Adaptive struct {
 	since       int  // sampled accesses since the last comparison
 	blockTokens uint32
 	switches    int
+
+	// The evidence, over every sampled access since the start: won[i][j]
+	// counts the accesses that were prefix hits in shadow i but not in
+	// shadow j, wonSaved[i][j] the attention work those hits saved.
+	// The variances of those tallies' differences under the hypothesis
+	// that i and j do equally well: accesses of one chain are not
+	// independent (once a shadow's chain breaks, it misses the rest of the
+	// request's blocks), so the unit of evidence is a run of consecutive
+	// discordant blocks of one chain, and a run of length L adds L² (of
+	// work W, W²), accumulated block by block (see record).
+	won, wonSaved, wonVar, savedVar [numCandidates][numCandidates]float64
+	savedTotal                      [numCandidates]float64 // by shadow: attention work its sampled hits saved
+	runs                            []chainRun             // by ID; written for sampled blocks
+}
+
+// chainRun is the state, at a sampled block's last access, of its chain
+// up to it: how deep it is in sampled blocks and their attention work,
+// and, by shadow, where that shadow's prefix hits ended (the depth and
+// work before its first miss; depth itself while it still hits).
+type chainRun struct {
+	depth     uint32
+	work      float64
+	missDepth [numCandidates]uint32
+	missWork  [numCandidates]float64
 }
 
 // ameta is what Adaptive remembers of a cached block.
@@ -103,16 +139,19 @@ const (
 	shadowBlocks = 8192
 	// maxSampleShift bounds the sampling at 1/64 of the keys.
 	maxSampleShift = 6
-	// windowCapacities is the scores' half-life, in shadow capacities of
-	// sampled accesses: a few turnovers of the cache.
-	windowCapacities = 4
-	// comparesPerWindow is how many times per half-life the scores are
-	// compared.
-	comparesPerWindow = 32
-	// switchMargin is the lead, as a ratio to LRU's score, a candidate
-	// needs to be followed: the tolerance of the acceptance bound (0.99×
-	// LRU), so that noise cannot make it flap.
-	switchMargin = 0.01
+	// zScore is the significance a candidate's lead in sampled prefix
+	// hits must reach to be followed instead of LRU (or of the followed
+	// candidate): three standard deviations, the conventional "3σ" bound
+	// (a one-sided false-positive rate of about 0.1% per comparison). It
+	// was chosen before any trace was run, not tuned.
+	zScore = 3
+	// floorTolerance is the share of LRU's saved attention work a
+	// candidate may fall short by and still count as saving as much: the
+	// tolerance of issue 18's acceptance floor (never below 0.99× LRU).
+	floorTolerance = 0.01
+	// numCandidates is the number of candidates; at most 8, one bit each
+	// of ameta.alive.
+	numCandidates = len(adaptiveCandidates)
 )
 
 // adaptiveCandidates are Adaptive's candidates; the first is the fallback.
@@ -123,15 +162,12 @@ var adaptiveCandidates = [...]func() Policy{
 	func() Policy { return NewCost() },
 }
 
-// decayPerCompare is the score decay applied at each comparison.
-var decayPerCompare = math.Exp2(-1.0 / comparesPerWindow)
-
 // NewAdaptive returns an empty adaptive policy, following LRU.
 func NewAdaptive() *Adaptive {
 	p := &Adaptive{capacity: -1}
 	for _, c := range adaptiveCandidates {
 		p.cands = append(p.cands, c())
-		p.shadows = append(p.shadows, newShadow(c()))
+		p.shadows.add(c())
 	}
 	return p
 }
@@ -206,10 +242,6 @@ func (p *Adaptive) Remove(id ID) {
 // means the cache is full, so Len tells its capacity.
 func (p *Adaptive) Victims(yield func(ID) bool) {
 	if p.n > 0 {
-		if p.capacity < 0 {
-			// Until now no shadow evicted: their scores are all alike.
-			p.decay(0)
-		}
 		p.capacity = p.n - 1
 		p.resample(p.capacity)
 	}
@@ -245,9 +277,7 @@ func (p *Adaptive) resample(size int) {
 		return
 	}
 	p.shift = s
-	for _, sh := range p.shadows {
-		sh.purge(p.sampled)
-	}
+	p.shadows.purge(p.sampled)
 }
 
 // shadowCapacity is a shadow's size bound: r·C, or -1 (none) before the
@@ -278,74 +308,130 @@ func (p *Adaptive) access(id ID) {
 	b := Block{Position: e.pos, Tokens: e.tokens, Partial: e.partial, Key: e.key}
 	cost := AttentionCost(e.pos, e.tokens, p.blockTokens)
 	capacity := p.shadowCapacity()
-	var out uint8
-	for i, s := range p.shadows {
-		parent := none
-		if ancKey != 0 {
-			if sid, ok := s.lookup(ancKey); ok {
-				parent = sid
-			}
-		}
-		_, hit, _ := s.access(b, parent, capacity)
-		if hit && alive&(1<<i) != 0 {
-			out |= 1 << i
-			s.hits++
-			s.saved += cost
+	out := p.shadows.access(b, ancKey, capacity) & alive
+	for i := range numCandidates {
+		if out&(1<<i) != 0 {
+			p.savedTotal[i] += cost
 		}
 	}
+	var prev chainRun
+	if _, ok := p.live(anc, ancGen); ok && int(anc) < len(p.runs) {
+		prev = p.runs[anc]
+	}
+	p.runs = grow(p.runs, id)
+	p.record(&p.runs[id], &prev, alive, out, cost)
 	e.alive, e.anc, e.ancGen = out, id, e.gen
-	p.since++
-	if capacity > 0 && p.since >= max(1, capacity*windowCapacities/comparesPerWindow) {
+	if p.since++; capacity > 0 && p.since >= capacity {
 		p.since = 0
 		p.compare()
 	}
 }
 
-// ratios returns shadow i's prefix hits and saved work as ratios to the
-// LRU shadow's (1 and 1 for LRU itself).
-func (p *Adaptive) ratios(i int) (hits, saved float64) {
-	l, s := p.shadows[0], p.shadows[i]
-	return (s.hits + 1) / (l.hits + 1), (s.saved + 1) / (l.saved + 1)
-}
-
-// value is shadow i's value, the mean of its two ratios, and whether it is
-// admissible: neither ratio below 1-floor.
-func (p *Adaptive) value(i int, floor float64) (float64, bool) {
-	h, c := p.ratios(i)
-	return (h + c) / 2, min(h, c) >= 1-floor
-}
-
-// compare picks the candidate to follow and decays the scores. A
-// candidate is admissible while neither of its ratios to LRU is below
-// 1-switchMargin; the followed one is kept until one of its ratios falls
-// below 1-2·switchMargin (hysteresis) or another admissible candidate's
-// value exceeds its own by switchMargin. LRU is always admissible.
-func (p *Adaptive) compare() {
-	best, bestValue := 0, 1.0
-	for i := 1; i < len(p.shadows); i++ {
-		if v, ok := p.value(i, switchMargin); ok && v > bestValue {
-			best, bestValue = i, v
+// record sets r, the chain state at a sampled block, from prev, its
+// nearest sampled ancestor's (zero at a chain's start), and adds the
+// access to the pairwise tallies: was and hit hold, by shadow, whether the
+// chain was whole before the block and whether the block was a prefix hit;
+// cost is the attention work a hit on it saves.
+//
+// A discordant access (i hit, j missed) extends the run that began after
+// j's chain broke, at depth missDepth[j]: the k-th block of a run adds
+// 2k−1 to the variance, so a run of L blocks adds L² in all (and, for
+// the work, (W+c)² − W² = c·(2(W+c) − c) for a block of cost c after W).
+func (p *Adaptive) record(r, prev *chainRun, was, hit uint8, cost float64) {
+	*r = *prev
+	r.depth++
+	r.work += cost
+	for j := range numCandidates {
+		if hit&(1<<j) == 0 && was&(1<<j) != 0 {
+			r.missDepth[j], r.missWork[j] = prev.depth, prev.work
+		} else if hit&(1<<j) != 0 {
+			r.missDepth[j], r.missWork[j] = r.depth, r.work
 		}
 	}
-	cur, keep := p.value(p.cur, 2*switchMargin)
+	if hit == 0 || hit == 1<<numCandidates-1 {
+		return // concordant: no shadow gained on another
+	}
+	for j := range numCandidates {
+		if hit&(1<<j) != 0 {
+			continue
+		}
+		k := float64(r.depth - r.missDepth[j])
+		w := r.work - r.missWork[j]
+		for i := range numCandidates {
+			if hit&(1<<i) != 0 {
+				p.won[i][j]++
+				p.wonVar[i][j] += 2*k - 1
+				p.wonSaved[i][j] += cost
+				p.savedVar[i][j] += cost * (2*w - cost)
+			}
+		}
+	}
+}
+
+// hitLead is i's lead over j in sampled prefix hits, and the variance of
+// that lead under the hypothesis that neither is better (McNemar's test,
+// with runs of a chain as the unit: see record).
+func (p *Adaptive) hitLead(i, j int) (lead, variance float64) {
+	return p.won[i][j] - p.won[j][i], p.wonVar[i][j] + p.wonVar[j][i]
+}
+
+// savedLead is i's lead over j in the attention work sampled hits saved,
+// and its variance under the same hypothesis.
+func (p *Adaptive) savedLead(i, j int) (lead, variance float64) {
+	return p.wonSaved[i][j] - p.wonSaved[j][i], p.savedVar[i][j] + p.savedVar[j][i]
+}
+
+// significant reports whether lead exceeds zScore standard deviations.
+func significant(lead, variance float64) bool {
+	return variance > 0 && lead > zScore*math.Sqrt(variance)
+}
+
+// compare picks the candidate to follow, from every sampled access since
+// the start (what is judged — the hit ratio over a trace, or over a
+// daemon's life — is a ratio of totals, so the evidence is too). The
+// objective is the prefix-hit ratio, subject to saving no less attention
+// work than LRU, within floorTolerance of LRU's saved work; LRU is the
+// default, and each move away from it needs significant evidence:
+//
+//   - a candidate is followed instead of LRU (or of the followed one) when
+//     both its lead in sampled prefix hits over LRU (and over the followed
+//     one) and its saved work plus floorTolerance of LRU's, minus LRU's,
+//     exceed zScore standard deviations: a superiority test on hits and a
+//     non-inferiority test on compute. Among several, the one with the
+//     largest lead in hits over LRU;
+//   - the followed candidate falls back to LRU when either estimate is
+//     gone: its lead in hits is no longer positive, or its saved work is
+//     below LRU's by more than floorTolerance.
+//
+// With little evidence nothing is significant and LRU is followed.
+func (p *Adaptive) compare() {
+	margin := floorTolerance * p.savedTotal[0]
 	next := p.cur
-	switch {
-	case !keep:
-		next = best
-	case best != p.cur && bestValue > cur+switchMargin:
-		next = best
+	if next != 0 {
+		hits, _ := p.hitLead(next, 0)
+		if saved, _ := p.savedLead(next, 0); hits <= 0 || saved+margin < 0 {
+			next = 0
+		}
+	}
+	keep, bestLead := next, 0.0
+	for i := 1; i < numCandidates; i++ {
+		if i == keep {
+			continue
+		}
+		hits, v := p.hitLead(i, 0)
+		if hits <= bestLead || !significant(hits, v) {
+			continue
+		}
+		if saved, v := p.savedLead(i, 0); !significant(saved+margin, v) {
+			continue
+		}
+		if keep != 0 && !significant(p.hitLead(i, keep)) {
+			continue
+		}
+		next, bestLead = i, hits
 	}
 	if next != p.cur {
 		p.cur = next
 		p.switches++
-	}
-	p.decay(decayPerCompare)
-}
-
-// decay multiplies every shadow's score by f.
-func (p *Adaptive) decay(f float64) {
-	for _, s := range p.shadows {
-		s.hits *= f
-		s.saved *= f
 	}
 }

@@ -29,38 +29,83 @@ func TestKeyTable(t *testing.T) {
 	}
 }
 
-// TestAdaptiveCompare: the followed candidate changes only on evidence —
-// a lead of switchMargin over LRU and over the followed one, on both
-// metrics' floor — and falls back when it drops below LRU.
+// TestAdaptiveCompare: the followed candidate changes only on significant
+// evidence — a lead in prefix hits over LRU (and over the followed one) of
+// more than zScore standard deviations, and saved work shown, at zScore,
+// to be no less than LRU's minus floorTolerance — and falls back to LRU as
+// soon as either estimate is gone.
 func TestAdaptiveCompare(t *testing.T) {
 	p := NewAdaptive()
-	set := func(i int, hits, saved float64) { p.shadows[i].hits, p.shadows[i].saved = hits, saved }
-	for i := range p.shadows {
-		set(i, 1000, 1e6)
+	const lru, chain, cost = 0, 2, 3
+	p.savedTotal[lru] = 1e6 // the non-inferiority margin is 1e4
+	// won sets candidate i's discordant accesses against LRU: i hit and LRU
+	// missed a times, the reverse b times, each access its own run (a
+	// variance of 1 each) saving 100 (a variance of 100² each).
+	won := func(i int, a, b float64) {
+		p.won[i][lru], p.won[lru][i] = a, b
+		p.wonVar[i][lru], p.wonVar[lru][i] = a, b
+		p.wonSaved[i][lru], p.wonSaved[lru][i] = 100*a, 100*b
+		p.savedVar[i][lru], p.savedVar[lru][i] = 1e4*a, 1e4*b
 	}
-	set(2, 1005, 1.005e6) // chainttl: +0.5%, under the margin
-	p.compare()
-	if p.Following() != "lru" {
-		t.Fatalf("followed %s on a 0.5%% lead", p.Following())
+	expect := func(step, want string) {
+		t.Helper()
+		p.compare()
+		if p.Following() != want {
+			t.Fatalf("%s: following %s, want %s", step, p.Following(), want)
+		}
 	}
-	set(2, 1100, 1.1e6) // chainttl +10%
-	set(3, 900, 2e6)    // cost: more compute, 10% fewer hits: inadmissible
-	p.compare()
-	if p.Following() != ChainTTLName {
-		t.Fatalf("following %s, want %s", p.Following(), ChainTTLName)
+	won(chain, 12, 3) // lead 9 < 3·sqrt(15) = 11.6: not significant
+	expect("small sample", "lru")
+	won(chain, 120, 80) // lead 40 < 3·sqrt(200) = 42.4
+	expect("lead under 3σ", "lru")
+	won(chain, 130, 80) // lead 50 > 3·sqrt(210) = 43.5; work 5000+1e4 > 3·100·sqrt(210)
+	expect("lead over 3σ", ChainTTLName)
+	won(chain, 131, 130) // lead 1: kept while positive
+	expect("lead shrunk", ChainTTLName)
+
+	won(cost, 400, 200) // cost leads LRU by far, but not chainttl yet
+	expect("cost vs followed: no pair evidence", ChainTTLName)
+	p.won[cost][chain], p.won[chain][cost] = 300, 200
+	p.wonVar[cost][chain], p.wonVar[chain][cost] = 300, 200 // 100 > 3·sqrt(500) = 67
+	expect("cost beats both", CostName)
+
+	p.wonSaved[cost][lru], p.wonSaved[lru][cost] = 0, 2e4 // 1e4 below LRU's work, less the margin
+	expect("cost below LRU's compute", "lru")
+	p.wonSaved[cost][lru], p.wonSaved[lru][cost] = 0, 5e3 // within the margin, but not shown to be
+	expect("compute not shown non-inferior", "lru")
+
+	won(chain, 300, 300) // no lead over LRU: not followed
+	expect("tie", "lru")
+	if p.Switches() != 3 {
+		t.Fatalf("%d switches, want 3", p.Switches())
 	}
-	set(0, 1000, 1e6)
-	set(2, 990, 0.99e6) // 1% below LRU: kept (hysteresis)
-	p.compare()
-	if p.Following() != ChainTTLName {
-		t.Fatalf("dropped %s at 0.99× LRU", ChainTTLName)
-	}
-	set(0, 1000, 1e6)
-	set(2, 1200, 0.9e6) // compute 10% below LRU: dropped
-	set(3, 1000, 1e6)
-	p.compare()
-	if p.Following() != "lru" || p.Switches() != 2 {
-		t.Fatalf("following %s after %d switches, want lru after 2", p.Following(), p.Switches())
+}
+
+// TestAdaptiveRecord: a sampled access adds to won[i][j] exactly when it
+// was a prefix hit in shadow i and not in j, and a run of L discordant
+// blocks of one chain adds L² to the variance, not L.
+func TestAdaptiveRecord(t *testing.T) {
+	p := NewAdaptive()
+	var chain [4]chainRun
+	all := uint8(1<<numCandidates - 1)
+	// Block 0: everyone hits. Block 1: prefix and cost miss (their chains
+	// break); blocks 2 and 3: lru and chainttl still hit, the others are
+	// dead: one run of 3 blocks.
+	p.record(&chain[0], &chainRun{}, all, all, 1)
+	p.record(&chain[1], &chain[0], all, 0b0101, 2)
+	p.record(&chain[2], &chain[1], 0b0101, 0b0101, 3)
+	p.record(&chain[3], &chain[2], 0b0101, 0b0101, 4)
+	for i := range numCandidates {
+		for j := range numCandidates {
+			var won, v, saved, sv float64
+			if (i == 0 || i == 2) && (j == 1 || j == 3) {
+				won, v, saved, sv = 3, 9, 2+3+4, 9*9
+			}
+			if p.won[i][j] != won || p.wonVar[i][j] != v || p.wonSaved[i][j] != saved || p.savedVar[i][j] != sv {
+				t.Fatalf("[%d][%d]: won %v var %v saved %v var %v; want %v %v %v %v", i, j,
+					p.won[i][j], p.wonVar[i][j], p.wonSaved[i][j], p.savedVar[i][j], won, v, saved, sv)
+			}
+		}
 	}
 }
 
@@ -73,7 +118,7 @@ func TestAdaptiveShadowsBounded(t *testing.T) {
 	for i := range ID(n) {
 		p.Insert(Block{ID: i, Parent: NoParent, Tokens: 512, Key: uint64(i) + 1})
 	}
-	for i, s := range p.shadows {
+	for i, s := range p.shadows.shadows {
 		if s.n > 2*shadowBlocks || s.n < shadowBlocks/2 {
 			t.Fatalf("shadow %d holds %d blocks for %d cached (shift %d)", i, s.n, n, p.shift)
 		}
@@ -83,7 +128,7 @@ func TestAdaptiveShadowsBounded(t *testing.T) {
 	for i := range ID(64) {
 		p.Insert(Block{ID: n + i, Parent: NoParent, Tokens: 512, Key: uint64(n+i) + 1})
 	}
-	for i, s := range p.shadows {
+	for i, s := range p.shadows.shadows {
 		if want := p.shadowCapacity(); s.n > want {
 			t.Fatalf("shadow %d holds %d blocks, capacity %d", i, s.n, want)
 		}
@@ -171,5 +216,65 @@ func BenchmarkPolicyOps(b *testing.B) {
 				p.Touch(ID(rng.IntN(n)))
 			}
 		})
+	}
+}
+
+// TestShadowSetInvariants: under random accesses, evictions and a purge,
+// the shared slots stay consistent — a key's slot is in the table while
+// some shadow holds it and released when none does, and each shadow's
+// count matches its bits and its policy's Len.
+func TestShadowSetInvariants(t *testing.T) {
+	var ss shadowSet
+	for _, c := range adaptiveCandidates {
+		ss.add(c())
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	check := func(step int) {
+		t.Helper()
+		counts := make([]int, len(ss.shadows))
+		for slot, k := range ss.keys {
+			if k == 0 {
+				if ss.in[slot] != 0 {
+					t.Fatalf("step %d: free slot %d held (%b)", step, slot, ss.in[slot])
+				}
+				continue
+			}
+			if ss.in[slot] == 0 {
+				t.Fatalf("step %d: slot %d of key %d held by no shadow but not released", step, slot, k)
+			}
+			if got, ok := ss.index.get(k); !ok || got != ID(slot) {
+				t.Fatalf("step %d: key %d maps to %d %v, want slot %d", step, k, got, ok, slot)
+			}
+			for i := range ss.shadows {
+				if ss.in[slot]&(1<<i) != 0 {
+					counts[i]++
+				}
+			}
+		}
+		for i, s := range ss.shadows {
+			if s.n != counts[i] || s.pol.Len() != s.n {
+				t.Fatalf("step %d: shadow %d: n %d, bits %d, policy Len %d", step, i, s.n, counts[i], s.pol.Len())
+			}
+		}
+	}
+	var prev uint64
+	for step := range 20000 {
+		key := 1 + rng.Uint64N(500)
+		parent := uint64(0)
+		if rng.IntN(2) == 0 {
+			parent = prev
+		}
+		ss.access(Block{Position: uint32(rng.IntN(8)), Tokens: 512, Key: key}, parent, 64)
+		prev = key
+		if step%1000 == 0 {
+			check(step)
+		}
+	}
+	ss.purge(func(k uint64) bool { return k%2 == 0 })
+	check(-1)
+	for _, k := range ss.keys {
+		if k%2 == 1 {
+			t.Fatalf("key %d survived the purge", k)
+		}
 	}
 }

@@ -97,87 +97,129 @@ func mix64(x uint64) uint64 {
 	return x
 }
 
-// shadow is one miniature cache: the sampled keys it holds, under its own
-// instance of a candidate policy, and its decayed score.
-type shadow struct {
-	pol   Policy
-	index keyTable
-	keys  []uint64 // by shadow ID
-	free  []ID
-	n     int
+// shadowSet is Adaptive's miniature caches: one per candidate, each a
+// candidate policy over the sampled keys it holds. The caches share one
+// key table and one ID space — a sampled key has one slot, the ID it has
+// in every shadow's policy, with one bit per shadow saying which hold it —
+// so an access costs one hash probe for the block and one for its parent,
+// whatever the number of candidates. A slot is freed when no shadow holds
+// its key.
+type shadowSet struct {
+	index   keyTable
+	keys    []uint64 // by slot
+	in      []uint8  // by slot: bit i set while shadow i holds the key
+	free    []ID
+	shadows []*shadow
+}
 
-	// The score, decayed by Adaptive: prefix hits, and the attention
-	// work they saved.
-	hits, saved float64
+// shadow is one miniature cache: the number of sampled keys it holds,
+// under its own instance of a candidate policy.
+type shadow struct {
+	pol Policy
+	n   int
 
 	take   func(ID) bool // bound once: records the first victim
 	victim ID
 	found  bool
 }
 
-func newShadow(p Policy) *shadow {
+func (ss *shadowSet) add(p Policy) {
 	s := &shadow{pol: p}
 	s.take = func(id ID) bool { s.victim, s.found = id, true; return false }
-	return s
+	ss.shadows = append(ss.shadows, s)
 }
 
-// lookup returns the shadow ID of key.
-func (s *shadow) lookup(key uint64) (ID, bool) { return s.index.get(key) }
-
-// access records a use of a sampled block: a Touch when it is cached, an
-// Insert (under the shadow ID parent, or NoParent) when not; then it
-// evicts down to capacity (capacity < 0: no bound). It returns the block's
-// shadow ID and whether it was cached, or ok=false when the policy evicted
-// the block itself.
-func (s *shadow) access(b Block, parent ID, capacity int) (id ID, hit, ok bool) {
-	if id, hit := s.index.get(b.Key); hit {
-		s.pol.Touch(id)
-		return id, true, true
+// access records a use of a sampled block in every shadow: a Touch where
+// it is cached, an Insert (under its parent's slot, parentKey, where that
+// shadow holds it) where not; then each shadow evicts down to capacity
+// (capacity < 0: no bound). It returns, by shadow, whether the block was
+// cached there.
+func (ss *shadowSet) access(b Block, parentKey uint64, capacity int) (hit uint8) {
+	slot, ok := ss.index.get(b.Key)
+	if !ok {
+		if k := len(ss.free); k > 0 {
+			slot = ss.free[k-1]
+			ss.free = ss.free[:k-1]
+		} else {
+			slot = ID(len(ss.keys))
+			ss.keys = append(ss.keys, 0)
+			ss.in = append(ss.in, 0)
+		}
+		ss.keys[slot], ss.in[slot] = b.Key, 0
+		ss.index.put(b.Key, slot)
 	}
-	if k := len(s.free); k > 0 {
-		id = s.free[k-1]
-		s.free = s.free[:k-1]
-	} else {
-		id = ID(len(s.keys))
-		s.keys = append(s.keys, 0)
+	parent, hasParent := none, false
+	if parentKey != 0 {
+		parent, hasParent = ss.index.get(parentKey)
 	}
-	s.keys[id] = b.Key
-	s.index.put(b.Key, id)
-	s.n++
-	b.ID, b.Parent = id, parent
-	s.pol.Insert(b)
-	s.shrink(capacity)
-	_, ok = s.index.get(b.Key)
-	return id, false, ok
+	b.ID = slot
+	for i, s := range ss.shadows {
+		bit := uint8(1) << i
+		if ss.in[slot]&bit != 0 {
+			s.pol.Touch(slot)
+			hit |= bit
+			continue
+		}
+		b.Parent = none
+		if hasParent && ss.in[parent]&bit != 0 {
+			b.Parent = parent
+		}
+		ss.in[slot] |= bit
+		s.n++
+		s.pol.Insert(b)
+		ss.shrink(i, capacity, slot)
+	}
+	if ss.in[slot] == 0 {
+		ss.release(slot) // every shadow evicted it at once
+	}
+	return hit
 }
 
-// shrink evicts the policy's first victims until at most capacity blocks
-// are cached (capacity < 0: no bound).
-func (s *shadow) shrink(capacity int) {
+// shrink evicts shadow i's first victims until it holds at most capacity
+// blocks (capacity < 0: no bound). The slot keep is not released here
+// when it empties: access still uses it.
+func (ss *shadowSet) shrink(i, capacity int, keep ID) {
+	s := ss.shadows[i]
 	for capacity >= 0 && s.n > capacity {
 		s.found = false
 		s.pol.Victims(s.take)
 		if !s.found {
 			return
 		}
-		s.remove(s.victim)
+		ss.drop(i, s.victim, keep)
 	}
 }
 
-// remove drops the block with shadow ID id.
-func (s *shadow) remove(id ID) {
-	s.pol.Remove(id)
-	s.index.del(s.keys[id])
-	s.keys[id] = 0
-	s.free = append(s.free, id)
+// drop removes slot from shadow i, releasing it when no shadow holds it
+// any more (unless it is keep).
+func (ss *shadowSet) drop(i int, slot, keep ID) {
+	s := ss.shadows[i]
+	s.pol.Remove(slot)
 	s.n--
+	ss.in[slot] &^= 1 << i
+	if ss.in[slot] == 0 && slot != keep {
+		ss.release(slot)
+	}
 }
 
-// purge drops every block whose key keep rejects (the sample shrank).
-func (s *shadow) purge(keep func(uint64) bool) {
-	for id, k := range s.keys {
-		if k != 0 && !keep(k) {
-			s.remove(ID(id))
+// release frees an empty slot.
+func (ss *shadowSet) release(slot ID) {
+	ss.index.del(ss.keys[slot])
+	ss.keys[slot] = 0
+	ss.free = append(ss.free, slot)
+}
+
+// purge drops every key that keep rejects (the sample shrank) from every
+// shadow.
+func (ss *shadowSet) purge(keep func(uint64) bool) {
+	for slot, k := range ss.keys {
+		if k == 0 || keep(k) {
+			continue
+		}
+		for i := range ss.shadows {
+			if ss.in[slot]&(1<<i) != 0 {
+				ss.drop(i, ID(slot), none)
+			}
 		}
 	}
 }

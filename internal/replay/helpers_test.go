@@ -64,3 +64,23 @@ func mustWd() string {
 	d, _ := os.Getwd()
 	return d
 }
+
+// conversationPrefix returns the first n requests of the trace, parsing
+// only those; it skips the test when the trace is not there.
+func conversationPrefix(tb testing.TB, n int) []Request {
+	tb.Helper()
+	p := tracePath()
+	if p == "" {
+		tb.Skipf("%s not found in shared/traces above %s", traceName, mustWd())
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer f.Close()
+	reqs, err := ReadTrace(f, n)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return reqs
+}
