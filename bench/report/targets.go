@@ -155,8 +155,12 @@ func (r *Run) Targets() []Target {
 		}
 		if r.GC.HasPause {
 			p := float64(r.GC.GCPauseP99Ns)
+			measured := "gc pause p99 " + fmtLat(p)
+			if r.GC.HasSplit {
+				measured += fmt.Sprintf(" (stopping p99 %s; %d pauses)", fmtLat(float64(r.GC.StopP99Ns)), r.GC.Pauses)
+			}
 			ts = append(ts, Target{Name: pauseName, Need: pauseNeed,
-				Measured: "gc pause p99 " + fmtLat(p),
+				Measured: measured,
 				Ratio:    fmt.Sprintf("%.2f× of limit", p/targetGCPauseP99Ns), Verdict: verdict(p <= targetGCPauseP99Ns)})
 		} else {
 			ts = append(ts, notRunTarget(pauseName, pauseNeed, "server_stat lacks go_gc_pause_p99_ns"))
