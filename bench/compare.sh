@@ -313,10 +313,20 @@ run_gpucache() {
 # the pause histogram's p99, split into stopping and total (see bench/report).
 [[ $GC_FORCE_MS =~ ^[0-9]+$ ]] || die "GC_FORCE_MS must be a whole number of ms, got '$GC_FORCE_MS'"
 gc_force() { # gc_force ADMIN HOLD_BYTES BENCH_PID OUTFILE: force GC cycles while the bench runs
-	local admin=$1 want=$2 bpid=$3 out=$4 n=0 cached
+	local admin=$1 want=$2 bpid=$3 out=$4 n=0 cached last=0 still=0
+	# Start once the hold is in: the cache holds HOLD_BYTES, or it stopped
+	# growing for 2 s (a hold that fell short; the report says so).
 	while kill -0 "$bpid" 2>/dev/null; do
 		cached=$(curl -sf "http://$admin/metrics" 2>/dev/null | awk '/^gpucache_hot_bytes_cached / {printf "%.0f", $2}' || true)
-		[[ ${cached:-0} -ge $want ]] && break
+		cached=${cached:-0}
+		((cached >= want)) && break
+		if ((cached > 0 && cached == last)); then
+			still=$((still + 1))
+			((still >= 4)) && break
+		else
+			still=0
+		fi
+		last=$cached
 		sleep 0.5
 	done
 	while kill -0 "$bpid" 2>/dev/null; do

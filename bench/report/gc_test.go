@@ -52,3 +52,41 @@ func TestGCRuns(t *testing.T) {
 		}
 	}
 }
+
+// TestGCPauseTargetNeedsPauses: a run with no GC pause, or whose hold fell
+// short of the request, does not pass the pause target.
+func TestGCPauseTargetNeedsPauses(t *testing.T) {
+	for name, c := range map[string]struct {
+		json string
+		why  string
+	}{
+		"no pause":   {`{"cases":[],"hold":{"requested_bytes":4096,"held_bytes":4096},"server_stat":{"go_gc_pause_p99_ns":0,"go_gc_stop_p99_ns":0,"go_gc_pauses":0}}`, "no GC pause recorded"},
+		"short hold": {`{"cases":[],"hold":{"requested_bytes":4096,"held_bytes":2048},"server_stat":{"go_gc_pause_p99_ns":50000,"go_gc_stop_p99_ns":1024,"go_gc_pauses":40}}`, "the hold reached 2.00 KiB of 4.00 KiB"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.Mkdir(filepath.Join(dir, "gc"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "gc", "gc.json"), []byte(c.json), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			r, err := Load(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			found := false
+			for _, tg := range r.Targets() {
+				if strings.HasPrefix(tg.Name, "GC run: GC pause") {
+					found = true
+					if tg.Verdict != NotRun || !strings.Contains(tg.Measured, c.why) {
+						t.Errorf("%+v, want NOT_RUN saying %q", tg, c.why)
+					}
+				}
+			}
+			if !found {
+				t.Error("no pause target")
+			}
+		})
+	}
+}
