@@ -20,6 +20,10 @@
 #   GC_HOT_CAPACITY    gpucached --hot-capacity for the GC run; default 5GiB
 #   GC_HOLD_BYTES      gpucache-bench bench --hold-bytes for the GC run; default 4GiB
 #   GC_MIN_FREE_GIB    skip the GC run below this much MemAvailable; default 8
+#   GC_SERVER_PROCS    gpucached GOMAXPROCS settings of the GC runs, one run each;
+#                      "default" leaves the runtime's choice; default "default 1"
+#   GC_FORCE_MS        force a GC cycle this often (ms) during the GC run's GET load
+#                      (admin /debug/pprof/heap?gc=1); 0 forces none; default 50
 #   REDIS_THREADS      if set, passed to redis-benchmark --threads
 #   KEYS               working set in blocks, the same for both systems: gpucache
 #                      bench --keys KEYS, redis-benchmark -r KEYS (prefilled); default 256
@@ -61,6 +65,8 @@ HOT_CAPACITY=${HOT_CAPACITY:-2GiB}
 GC_HOT_CAPACITY=${GC_HOT_CAPACITY:-5GiB}
 GC_HOLD_BYTES=${GC_HOLD_BYTES:-4GiB}
 GC_MIN_FREE_GIB=${GC_MIN_FREE_GIB:-8}
+GC_SERVER_PROCS=${GC_SERVER_PROCS:-default 1}
+GC_FORCE_MS=${GC_FORCE_MS:-50}
 REDIS_THREADS=${REDIS_THREADS:-}
 KEYS=${KEYS:-256}
 CLIENT_PROCS=${CLIENT_PROCS:-1}
@@ -330,8 +336,38 @@ run_gpucache() {
 
 # --- 4. GC and memory --------------------------------------------------------
 
+# One run per GC_SERVER_PROCS entry: gpucached holds GC_HOLD_BYTES, then serves
+# 1 MiB GETs at 8 conns for DURATION. The GET path allocates nothing, so the
+# runtime would run no GC cycle under that load; to sample the stop-the-world
+# pauses there, a side loop forces a cycle every GC_FORCE_MS ms once the hold
+# is in (GET /debug/pprof/heap?gc=1 runs runtime.GC). The server's STAT gives
+# the pause histogram's p99, split into stopping and total (see bench/report).
+[[ $GC_FORCE_MS =~ ^[0-9]+$ ]] || die "GC_FORCE_MS must be a whole number of ms, got '$GC_FORCE_MS'"
+gc_force() { # gc_force ADMIN HOLD_BYTES BENCH_PID OUTFILE: force GC cycles while the bench runs
+	local admin=$1 want=$2 bpid=$3 out=$4 n=0 cached last=0 still=0
+	# Start once the hold is in: the cache holds HOLD_BYTES, or it stopped
+	# growing for 2 s (a hold that fell short; the report says so).
+	while kill -0 "$bpid" 2>/dev/null; do
+		cached=$(curl -sf "http://$admin/metrics" 2>/dev/null | awk '/^gpucache_hot_bytes_cached / {printf "%.0f", $2}' || true)
+		cached=${cached:-0}
+		((cached >= want)) && break
+		if ((cached > 0 && cached == last)); then
+			still=$((still + 1))
+			((still >= 4)) && break
+		else
+			still=0
+		fi
+		last=$cached
+		sleep 0.5
+	done
+	while kill -0 "$bpid" 2>/dev/null; do
+		curl -sf -o /dev/null "http://$admin/debug/pprof/heap?gc=1" && n=$((n + 1))
+		sleep "$(awk -v m="$GC_FORCE_MS" 'BEGIN {printf "%.3f", m / 1000}')"
+	done
+	echo "$n" >"$out"
+}
 run_gc() {
-	local avail_kib avail_gib
+	local avail_kib avail_gib procs name admin bpid fpid i
 	if [[ $GC != 1 ]]; then
 		echo "skipped: GC=0 (QUICK=1 skips it unless GC=1)" >"$RAW/gc/NOT_RUN.txt"
 		return 0
@@ -343,20 +379,49 @@ run_gc() {
 		note "gc: skipped, ${avail_gib} GiB available < ${GC_MIN_FREE_GIB} GiB"
 		return 0
 	fi
-	# gctrace=1 logs every cycle's stop-the-world phases to logs/gpucached-gc.log.
-	if ! GODEBUG=gctrace=1 start_gpucached "$GC_HOT_CAPACITY" gpucached-gc; then
-		echo "gpucached --hot-capacity $GC_HOT_CAPACITY did not start (see logs/gpucached-gc.log)" >"$RAW/gc/NOT_RUN.txt"
-		note "gc: gpucached did not start (see logs/gpucached-gc.log)"
-		return 0
+	if ((GC_FORCE_MS > 0)) && ! command -v curl >/dev/null 2>&1; then
+		note "gc: curl is not on PATH; no GC cycle forced under the GET load (GC_FORCE_MS ignored)"
+		GC_FORCE_MS=0
 	fi
-	log "gpucache GC run: hold $GC_HOLD_BYTES, GET 1MiB conns 8 for $DURATION"
-	if ! GOMAXPROCS=$CLIENT_PROCS fg_run timeout $((DUR_S * 3 + 600)) "$BIN/gpucache-bench" bench --addr "127.0.0.1:$GPC_PORT" --hold-bytes "$GC_HOLD_BYTES" --op get --sizes 1MiB \
-		--conns 8 --duration "$DURATION" --json "$RAW/gc/gc.json" >"$RAW/logs/gpucache-gc.out" 2>&1; then
-		[[ -f $RAW/gc/gc.json ]] && mv "$RAW/gc/gc.json" "$RAW/logs/gpucache-gc.failed.json"
-		echo "gpucache-bench bench failed (see logs/gpucache-gc.out)" >"$RAW/gc/NOT_RUN.txt"
-		note "gc: bench failed (see logs/gpucache-gc.out)"
-	fi
-	stop_pid "$GPC_PID"
+	for procs in $GC_SERVER_PROCS; do
+		name=gc
+		[[ $procs != default ]] && name=gc-procs$procs
+		[[ $procs == default || $procs =~ ^[1-9][0-9]*$ ]] || die "GC_SERVER_PROCS entries are 'default' or a positive integer, got '$procs'"
+		# gctrace=1 logs every cycle's stop-the-world phases to logs/gpucached-NAME.log.
+		if [[ $procs == default ]]; then
+			GODEBUG=gctrace=1 start_gpucached "$GC_HOT_CAPACITY" "gpucached-$name" || GPC_PID=
+		else
+			GOMAXPROCS=$procs GODEBUG=gctrace=1 start_gpucached "$GC_HOT_CAPACITY" "gpucached-$name" || GPC_PID=
+		fi
+		if [[ -z $GPC_PID ]]; then
+			note "gc $name: gpucached did not start (see logs/gpucached-$name.log)"
+			continue
+		fi
+		admin=
+		for ((i = 0; i < 50 && ${#admin} == 0; i++)); do
+			admin=$(sed -n 's/.*gpucached serving.* admin=\([^ ]*\).*/\1/p' "$RAW/logs/gpucached-$name.log" | head -n1)
+			[[ -n $admin ]] || sleep 0.1
+		done
+		log "gpucache GC run $name (server GOMAXPROCS $procs): hold $GC_HOLD_BYTES, GET 1MiB conns 8 for $DURATION, a forced GC every ${GC_FORCE_MS}ms"
+		GOMAXPROCS=$CLIENT_PROCS timeout $((DUR_S * 3 + 600)) "$BIN/gpucache-bench" bench --addr "127.0.0.1:$GPC_PORT" --hold-bytes "$GC_HOLD_BYTES" --op get --sizes 1MiB \
+			--conns 8 --duration "$DURATION" --json "$RAW/gc/$name.json" >"$RAW/logs/gpucache-$name.out" 2>&1 3>&- &
+		bpid=$!
+		PIDS+=("$bpid")
+		fpid=
+		if ((GC_FORCE_MS > 0)) && [[ -n $admin ]]; then
+			gc_force "$admin" "$(size_bytes "$GC_HOLD_BYTES")" "$bpid" "$RAW/gc/$name.forced" &
+			fpid=$!
+			PIDS+=("$fpid")
+		elif ((GC_FORCE_MS > 0)); then
+			note "gc $name: no admin address in logs/gpucached-$name.log; no GC forced"
+		fi
+		if ! wait "$bpid"; then
+			[[ -f $RAW/gc/$name.json ]] && mv "$RAW/gc/$name.json" "$RAW/logs/gpucache-$name.failed.json"
+			note "gc $name: bench failed (see logs/gpucache-$name.out)"
+		fi
+		[[ -n $fpid ]] && wait "$fpid"
+		stop_pid "$GPC_PID"
+	done
 }
 
 # --- 5. Large blocks ---------------------------------------------------------

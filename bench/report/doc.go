@@ -16,6 +16,9 @@
 //	                     redis-benchmark --csv output (op is get or put)
 //	gpucache/*.json      gpucache-bench bench --json output, any number of cases each
 //	gc/gc.json           gpucache-bench bench --json output of the GC and memory run
+//	                     (gpucached at the runtime's default GOMAXPROCS; the targets use it)
+//	gc/gc-procs<N>.json  the same run with gpucached at GOMAXPROCS=N, one row each
+//	gc/<run>.forced      GC cycles the script forced during that run's GET load
 //	gc/NOT_RUN.txt       why the GC and memory run was skipped, if it was
 //
 // Every figure printed comes from those files; a case without data prints

@@ -185,28 +185,46 @@ func (r *Run) loadGpucache(dir string) {
 	}
 }
 
+// loadGC reads the GC and memory runs: gc/gc.json (gpucached at the
+// runtime's default GOMAXPROCS) into r.GC and each gc/gc-procs<N>.json into
+// r.GCMore. gc/<name>.forced holds the number of GC cycles the script forced
+// during the GET load of run <name>.
 func (r *Run) loadGC(dir string) {
 	if b, err := os.ReadFile(filepath.Join(dir, "NOT_RUN.txt")); err == nil {
 		r.GC.Reason = strings.TrimSpace(string(b))
 		return
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "gc.json"))
+	r.GC = r.loadGCRun(dir, "gc", "default")
+	for _, f := range sortedFiles(dir, ".json") {
+		name := strings.TrimSuffix(filepath.Base(f), ".json")
+		procs, ok := strings.CutPrefix(name, "gc-procs")
+		if !ok {
+			continue
+		}
+		r.GCMore = append(r.GCMore, r.loadGCRun(dir, name, procs))
+	}
+}
+
+// loadGCRun reads dir/name.json and dir/name.forced.
+func (r *Run) loadGCRun(dir, name, procs string) GCResult {
+	g := GCResult{Procs: procs, Forced: -1}
+	b, err := os.ReadFile(filepath.Join(dir, name+".json"))
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			r.GC.Reason = "no gc/gc.json"
+			g.Reason = "no gc/" + name + ".json"
 		} else {
-			r.GC.Reason = err.Error()
+			g.Reason = err.Error()
 		}
-		return
+		return g
 	}
 	j, err := parseBench(b)
 	if err != nil {
-		r.GC.Reason = "gc/gc.json: " + err.Error()
-		return
+		g.Reason = "gc/" + name + ".json: " + err.Error()
+		return g
 	}
-	r.GC.Ran = true
+	g.Ran = true
 	for _, n := range j.Notes {
-		r.notef("gc.json: %s", n)
+		r.notef("%s.json: %s", name, n)
 	}
 	pick := func(name string, fromSummary func() uint64) (uint64, bool) {
 		if v, ok := j.ServerStat[name]; ok {
@@ -218,16 +236,28 @@ func (r *Run) loadGC(dir string) {
 		return 0, false
 	}
 	var okHeap, okCached bool
-	r.GC.HeapInUse, okHeap = pick("go_heap_inuse_bytes", func() uint64 { return j.Summary.GoHeapInUseBytes })
-	r.GC.HotCached, okCached = pick("hot_bytes_cached", func() uint64 { return j.Summary.HotBytesCached })
-	r.GC.GCPauseP99Ns, r.GC.HasPause = pick("go_gc_pause_p99_ns", func() uint64 { return j.Summary.GoGCPauseP99Ns })
-	r.GC.HasHeap = okHeap && okCached && r.GC.HotCached > 0
+	g.HeapInUse, okHeap = pick("go_heap_inuse_bytes", func() uint64 { return j.Summary.GoHeapInUseBytes })
+	g.HotCached, okCached = pick("hot_bytes_cached", func() uint64 { return j.Summary.HotBytesCached })
+	g.GCPauseP99Ns, g.HasPause = pick("go_gc_pause_p99_ns", func() uint64 { return j.Summary.GoGCPauseP99Ns })
+	g.HasHeap = okHeap && okCached && g.HotCached > 0
+	st := j.ServerStat
+	var okStop, okPauses bool
+	g.StopP99Ns, okStop = st["go_gc_stop_p99_ns"]
+	g.Pauses, okPauses = st["go_gc_pauses"]
+	g.Cycles, g.PauseMaxNs = st["go_gc_cycles"], st["go_gc_pause_max_ns"]
+	g.HasSplit = okStop && okPauses
+	if b, err := os.ReadFile(filepath.Join(dir, name+".forced")); err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && n >= 0 {
+			g.Forced = n
+		}
+	}
 	if j.Hold != nil {
-		r.GC.HoldReq, r.GC.HoldHeld = j.Hold.Requested, j.Hold.Held
+		g.HoldReq, g.HoldHeld = j.Hold.Requested, j.Hold.Held
 	}
 	if len(j.Cases) > 0 {
 		c := j.Cases[0]
-		r.GC.Case = &Sample{OpsPerSec: c.OpsPerSec, GBPerSec: c.GBPerSec, P50Ns: float64(c.P50Ns), P99Ns: float64(c.P99Ns),
+		g.Case = &Sample{OpsPerSec: c.OpsPerSec, GBPerSec: c.GBPerSec, P50Ns: float64(c.P50Ns), P99Ns: float64(c.P99Ns),
 			Errors: c.Errors, Misses: c.Misses, Corrupt: c.Corrupt}
 	}
+	return g
 }

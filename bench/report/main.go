@@ -124,10 +124,11 @@ type Stat struct {
 // Bad reports whether any repetition saw errors, misses or corrupt blocks.
 func (s Stat) Bad() bool { return s.Errors+s.Misses+s.Corrupt > 0 }
 
-// GCResult is the GC and memory run.
+// GCResult is one GC and memory run.
 type GCResult struct {
 	Ran          bool
 	Reason       string // why it did not run, or why its figures are missing
+	Procs        string // gpucached's GOMAXPROCS: "default" (the runtime's choice) or a number
 	HeapInUse    uint64
 	HotCached    uint64
 	GCPauseP99Ns uint64
@@ -136,6 +137,15 @@ type GCResult struct {
 	HoldReq      int64
 	HoldHeld     int64
 	Case         *Sample
+	// The pause split (STAT go_gc_*; absent from older servers): cycles,
+	// pauses recorded, p99 of the stopping part, the largest pause, and
+	// the GC cycles the script forced during the GET load (-1: unknown).
+	HasSplit   bool
+	Cycles     uint64
+	Pauses     uint64
+	StopP99Ns  uint64
+	PauseMaxNs uint64
+	Forced     int
 }
 
 // Run is everything loaded from one results directory.
@@ -146,7 +156,8 @@ type Run struct {
 	Notes   []string
 	Iperf   []float64 // GB/s per repetition
 	Cases   map[Key][]Sample
-	GC      GCResult
+	GC      GCResult   // the run at the runtime's default GOMAXPROCS (gc/gc.json); the targets use it
+	GCMore  []GCResult // runs at other GOMAXPROCS settings (gc/gc-procs<N>.json)
 }
 
 // Load reads a results directory. Files that cannot be parsed are skipped

@@ -105,36 +105,59 @@ func (r *Run) writeTables(w io.Writer) {
 
 }
 
-// writeGC writes the GC and memory figures of the hold run.
+// writeGC writes the GC and memory figures of the hold runs, one row per
+// gpucached GOMAXPROCS setting.
 func (r *Run) writeGC(w io.Writer) {
 	p := func(format string, a ...any) { fmt.Fprintf(w, format, a...) }
 	p("## GC and memory (gpucache, hold run)\n\n")
-	if !r.GC.Ran {
+	if !r.GC.Ran && len(r.GCMore) == 0 {
 		p("%s: %s\n\n", NotRun, ifStr(r.GC.Reason != "", r.GC.Reason, "no data"))
 		return
 	}
-	p("| held / requested | go_heap_inuse | hot_bytes_cached | heap / cached | gc pause p99 | GET 1 MiB GB/s during hold | p99 |\n|---:|---:|---:|---:|---:|---:|---:|\n")
+	p("| server GOMAXPROCS | held / requested | go_heap_inuse | hot_bytes_cached | heap / cached | GC cycles (forced under GET) | pauses | stopping p99 | gc pause p99 | pause max | GET 1 MiB GB/s during hold | p99 |\n")
+	p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, g := range append([]GCResult{r.GC}, r.GCMore...) {
+		writeGCRow(w, g)
+	}
+	p("\nA GC stop-the-world pause is *stopping* (until every P has stopped: goroutines reaching a safe point, and the OS running the threads that must see the request) plus the work done while stopped. The GET path allocates nothing, so the script forces GC cycles during the GET load (`/debug/pprof/heap?gc=1` on the admin port) to sample pauses there; the histogram also holds the start-up and hold cycles. Quantiles are upper bounds of the runtime's histogram buckets (`/sched/pauses/total/gc:seconds`, `/sched/pauses/stopping/gc:seconds`).\n\n")
+}
+
+// writeGCRow writes one GC run's row.
+func writeGCRow(w io.Writer, g GCResult) {
+	if !g.Ran {
+		fmt.Fprintf(w, "| %s | %s: %s |  |  |  |  |  |  |  |  |  |  |\n", g.Procs, NotRun, mdEscape(ifStr(g.Reason != "", g.Reason, "no data")))
+		return
+	}
 	hold := NotRun
-	if r.GC.HoldReq > 0 {
-		hold = fmtBytes(uint64(r.GC.HoldHeld)) + " / " + fmtBytes(uint64(r.GC.HoldReq))
+	if g.HoldReq > 0 {
+		hold = fmtBytes(uint64(g.HoldHeld)) + " / " + fmtBytes(uint64(g.HoldReq))
 	}
 	heap, cached, frac := NotRun, NotRun, NotRun
-	if r.GC.HasHeap {
-		heap, cached = fmtBytes(r.GC.HeapInUse), fmtBytes(r.GC.HotCached)
-		frac = fmt.Sprintf("%.3f%%", 100*float64(r.GC.HeapInUse)/float64(r.GC.HotCached))
+	if g.HasHeap {
+		heap, cached = fmtBytes(g.HeapInUse), fmtBytes(g.HotCached)
+		frac = fmt.Sprintf("%.3f%%", 100*float64(g.HeapInUse)/float64(g.HotCached))
 	}
 	pause := NotRun
-	if r.GC.HasPause {
-		pause = fmtLat(float64(r.GC.GCPauseP99Ns))
+	if g.HasPause {
+		pause = fmtLat(float64(g.GCPauseP99Ns))
+	}
+	cycles, pauses, stop, pmax := NotRun, NotRun, NotRun, NotRun
+	if g.HasSplit {
+		forced := "?"
+		if g.Forced >= 0 {
+			forced = strconv.Itoa(g.Forced)
+		}
+		cycles = fmt.Sprintf("%d (%s)", g.Cycles, forced)
+		pauses, stop, pmax = strconv.FormatUint(g.Pauses, 10), fmtLat(float64(g.StopP99Ns)), fmtLat(float64(g.PauseMaxNs))
 	}
 	gb, p99 := NotRun, NotRun
-	if c := r.GC.Case; c != nil {
+	if c := g.Case; c != nil {
 		gb, p99 = fmtGB(c.GBPerSec), fmtLat(c.P99Ns)
 		if c.Errors+c.Misses+c.Corrupt > 0 {
 			gb += fmt.Sprintf(" (errors=%d misses=%d corrupt=%d)", c.Errors, c.Misses, c.Corrupt)
 		}
 	}
-	p("| %s | %s | %s | %s | %s | %s | %s |\n\n", hold, heap, cached, frac, pause, gb, p99)
+	fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", g.Procs, hold, heap, cached, frac, cycles, pauses, stop, pause, pmax, gb, p99)
 }
 
 // writeTargets writes the targets table and the verdict counts.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/gpucache/gpucache/internal/config"
@@ -33,8 +34,18 @@ func Main(args []string, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	logger := NewLogger(cfg, stderr)
+	if _, set := os.LookupEnv("GOGC"); !set {
+		// The payload lives off-heap: keep the tiny Go heap from starting
+		// a GC cycle every few MiB of request garbage (gcfloor.go).
+		floor := gcFloorFor(int64(cfg.HotCapacity))
+		gt := newGCTuner(floor, 100, debug.SetGCPercent)
+		gt.start()
+		defer gt.stop()
+		logger.Info("gc heap floor", "floor_bytes", floor, "gogc_base", 100)
+	}
 	reload := func() (config.Config, error) { return config.Load(args, os.LookupEnv, io.Discard) }
-	n, err := Start(ctx, cfg, Options{Logger: NewLogger(cfg, stderr), Reload: reload, Stderr: stderr})
+	n, err := Start(ctx, cfg, Options{Logger: logger, Reload: reload, Stderr: stderr})
 	if err != nil {
 		fmt.Fprintln(stderr, "gpucached:", err)
 		return 1

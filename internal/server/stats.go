@@ -141,6 +141,11 @@ func (s *Server) Stats() []wire.StatEntry {
 		wire.StatEntry{Name: "go_gc_pause_p50_ns", Value: rt.PauseP50Nanos},
 		wire.StatEntry{Name: "go_gc_pause_p99_ns", Value: rt.PauseP99Nanos},
 		wire.StatEntry{Name: "go_gc_pause_max_ns", Value: rt.PauseMaxNanos},
+		wire.StatEntry{Name: "go_gc_pauses", Value: rt.Pauses},
+		wire.StatEntry{Name: "go_gc_stop_p99_ns", Value: rt.StopP99Nanos},
+		wire.StatEntry{Name: "go_gc_stop_max_ns", Value: rt.StopMaxNanos},
+		wire.StatEntry{Name: "go_other_pause_p99_ns", Value: rt.OtherPauseP99Nanos},
+		wire.StatEntry{Name: "go_other_pause_max_ns", Value: rt.OtherPauseMaxNanos},
 	)
 	var epoch, mode uint64
 	if cl := s.cfg.Cluster; cl != nil {
@@ -175,13 +180,23 @@ func lower(s string) string {
 	return string(b)
 }
 
-// Runtime is a snapshot of the Go runtime's heap and GC figures.
+// Runtime is a snapshot of the Go runtime's heap and GC figures. A GC
+// stop-the-world pause has two parts: stopping (from the request to stop
+// until every P has stopped: the time goroutines take to reach a safe point
+// and the OS takes to run the threads that must see the request) and the
+// work done while stopped. The "Pause" figures are the whole pause, the
+// "Stop" figures the stopping part alone; their difference is the work.
 type Runtime struct {
-	HeapInUse     uint64 // bytes of live and not-yet-swept heap objects
-	GCCycles      uint64 // completed GC cycles
-	PauseP50Nanos uint64 // upper bound of the bucket holding the median stop-the-world GC pause
-	PauseP99Nanos uint64 // same for the 99th percentile
-	PauseMaxNanos uint64 // upper bound of the highest non-empty bucket
+	HeapInUse          uint64 // bytes of live and not-yet-swept heap objects
+	GCCycles           uint64 // completed GC cycles
+	Pauses             uint64 // GC stop-the-world pauses recorded (two per cycle)
+	PauseP50Nanos      uint64 // upper bound of the bucket holding the median stop-the-world GC pause
+	PauseP99Nanos      uint64 // same for the 99th percentile
+	PauseMaxNanos      uint64 // upper bound of the highest non-empty bucket
+	StopP99Nanos       uint64 // p99 of the stopping part of GC pauses (bucket upper bound)
+	StopMaxNanos       uint64 // highest non-empty bucket of the stopping part
+	OtherPauseP99Nanos uint64 // p99 of stop-the-world pauses not for GC (e.g. ReadMemStats, traces)
+	OtherPauseMaxNanos uint64 // highest non-empty bucket of those
 }
 
 // ReadRuntime reads heap and GC pause figures from runtime/metrics.
@@ -190,6 +205,8 @@ func ReadRuntime() Runtime {
 		{Name: "/memory/classes/heap/objects:bytes"},
 		{Name: "/gc/cycles/total:gc-cycles"},
 		{Name: "/sched/pauses/total/gc:seconds"},
+		{Name: "/sched/pauses/stopping/gc:seconds"},
+		{Name: "/sched/pauses/total/other:seconds"},
 	}
 	metrics.Read(samples)
 	var rt Runtime
@@ -199,22 +216,44 @@ func ReadRuntime() Runtime {
 	if samples[1].Value.Kind() == metrics.KindUint64 {
 		rt.GCCycles = samples[1].Value.Uint64()
 	}
-	if samples[2].Value.Kind() == metrics.KindFloat64Histogram {
-		h := samples[2].Value.Float64Histogram()
+	if h := histogram(samples[2]); h != nil {
+		rt.Pauses = histCount(h)
 		rt.PauseP50Nanos = quantileNanos(h, 0.50)
 		rt.PauseP99Nanos = quantileNanos(h, 0.99)
 		rt.PauseMaxNanos = quantileNanos(h, 1)
 	}
+	if h := histogram(samples[3]); h != nil {
+		rt.StopP99Nanos = quantileNanos(h, 0.99)
+		rt.StopMaxNanos = quantileNanos(h, 1)
+	}
+	if h := histogram(samples[4]); h != nil {
+		rt.OtherPauseP99Nanos = quantileNanos(h, 0.99)
+		rt.OtherPauseMaxNanos = quantileNanos(h, 1)
+	}
 	return rt
+}
+
+// histogram returns s's histogram, or nil when the runtime lacks the metric.
+func histogram(s metrics.Sample) *metrics.Float64Histogram {
+	if s.Value.Kind() != metrics.KindFloat64Histogram {
+		return nil
+	}
+	return s.Value.Float64Histogram()
+}
+
+// histCount returns the number of samples in h.
+func histCount(h *metrics.Float64Histogram) uint64 {
+	var total uint64
+	for _, c := range h.Counts {
+		total += c
+	}
+	return total
 }
 
 // quantileNanos returns the upper bound, in ns, of the bucket holding the
 // q-quantile; 0 for an empty histogram.
 func quantileNanos(h *metrics.Float64Histogram, q float64) uint64 {
-	var total uint64
-	for _, c := range h.Counts {
-		total += c
-	}
+	total := histCount(h)
 	if total == 0 {
 		return 0
 	}
