@@ -20,6 +20,7 @@
 #   BIN        directory holding gpucached and gpucache-bench (default: built
 #              from this tree into a temporary directory)
 #   OUT        where the raw perf output goes; default a temporary directory
+#   REDIS      0 skips the Redis cases (a before/after comparison of gpucache builds)
 #
 # A PUT case first writes 40000 blocks under another model (warm-up), so the
 # 2 GiB store is full and the measured PUTs insert and evict like the
@@ -148,5 +149,5 @@ log "raw output in $OUT"
 for op in $OPS; do
 	[[ $op == get || $op == put ]] || die "OPS holds get or put, got '$op'"
 	gpucache_case "$op"
-	redis_case "$op"
+	if [[ ${REDIS:-1} == 1 ]]; then redis_case "$op"; fi
 done
