@@ -7,22 +7,8 @@ import (
 	"testing"
 
 	"github.com/gpucache/gpucache/api/wire"
+	"github.com/gpucache/gpucache/internal/testfix"
 )
-
-// choppyConn returns at most sizes[i] bytes from its i-th read (cycling), so
-// answer headers, tables and payloads arrive split at many offsets, some
-// inside the read buffer and some past it.
-type choppyConn struct {
-	net.Conn
-	sizes []int
-	i     int // reads so far; only the connection's reader goroutine reads
-}
-
-func (c *choppyConn) Read(p []byte) (int, error) {
-	n := c.sizes[c.i%len(c.sizes)]
-	c.i++
-	return c.Conn.Read(p[:min(len(p), n)])
-}
 
 // Answers that arrive in pieces of every size around the read buffer's
 // (partial reads, a payload split between the buffer and the socket) are
@@ -39,7 +25,7 @@ func TestAnswersInPieces(t *testing.T) {
 			if err != nil {
 				return nil, err
 			}
-			return &choppyConn{Conn: nc, sizes: sizes}, nil
+			return &testfix.ChoppyConn{Conn: nc, Sizes: sizes}, nil
 		}}
 	})
 	ns := testNS("acme")

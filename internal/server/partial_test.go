@@ -11,6 +11,7 @@ import (
 	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/hot"
+	"github.com/gpucache/gpucache/internal/testfix"
 )
 
 // choppyListener hands the server connections whose i-th read returns at
@@ -27,19 +28,7 @@ func (l *choppyListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &choppyConn{Conn: nc, sizes: l.sizes}, nil
-}
-
-type choppyConn struct {
-	net.Conn
-	sizes []int
-	i     int // reads so far; only the connection's reader goroutine reads
-}
-
-func (c *choppyConn) Read(p []byte) (int, error) {
-	n := c.sizes[c.i%len(c.sizes)]
-	c.i++
-	return c.Conn.Read(p[:min(len(p), n)])
+	return &testfix.ChoppyConn{Conn: nc, Sizes: l.sizes}, nil
 }
 
 // PUT payloads that arrive in pieces of every size around the read

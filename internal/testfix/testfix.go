@@ -10,6 +10,7 @@ package testfix
 
 import (
 	"context"
+	"net"
 	"sync"
 	"time"
 
@@ -93,4 +94,20 @@ func TinyNamespace(tenant string) identity.Namespace {
 	return identity.Namespace{Tenant: tenant, TrustDomain: "t", ModelID: "m", ConfigRevision: "c", TokenizerRevision: "k",
 		RoPE: "rope", DType: "fp16", Quantization: "none",
 		Layout: identity.Layout{Format: "raw", TPSize: 1, PPSize: 1, LayerCount: 1, KVHeads: 1, HeadDim: 1, BlockTokens: 16}}
+}
+
+// ChoppyConn returns at most Sizes[i] bytes from its i-th read (cycling),
+// so frames arrive split at many offsets: headers, tables and payloads
+// partly in a reader's buffer and partly past it. Only one goroutine may
+// read it.
+type ChoppyConn struct {
+	net.Conn
+	Sizes []int
+	i     int // reads so far
+}
+
+func (c *ChoppyConn) Read(p []byte) (int, error) {
+	n := c.Sizes[c.i%len(c.Sizes)]
+	c.i++
+	return c.Conn.Read(p[:min(len(p), n)])
 }
