@@ -30,17 +30,7 @@ func parseLargePlan(kv KV, p *Plan) error {
 
 // largeKeys lists the planned large-block cases, both systems.
 func (r *Run) largeKeys() []Key {
-	var ks []Key
-	for _, op := range []string{"get", "put"} {
-		for _, size := range r.Plan.LargeSizes {
-			for _, c := range r.Plan.LargeConns {
-				ks = append(ks,
-					Key{sysGpucache, op, size, c, defaultBatch, defaultPipeline},
-					Key{sysRedis, op, size, c, defaultBatch, defaultPipeline})
-			}
-		}
-	}
-	return ks
+	return pairKeys(r.Plan.LargeSizes, r.Plan.LargeConns)
 }
 
 // largeTargets is the 32 MiB GET at 8 conns against iperf3's single stream

@@ -322,20 +322,27 @@ func (r *Run) IperfGBps() (float64, bool) {
 
 // plannedKeys lists the cases the plan asked for, in report order.
 func (r *Run) plannedKeys() []Key {
+	ks := pairKeys(r.Plan.Sizes, r.Plan.Conns)
+	if len(r.Plan.Sizes) > 0 || len(r.Plan.Conns) > 0 {
+		ks = append(ks, batchKeys()...)
+	}
+	return append(ks, r.largeKeys()...)
+}
+
+// pairKeys lists GET and PUT of every size at every connection count, for
+// gpucache and for Redis, in report order.
+func pairKeys(sizes, conns []int) []Key {
 	var ks []Key
 	for _, op := range []string{"get", "put"} {
-		for _, size := range r.Plan.Sizes {
-			for _, c := range r.Plan.Conns {
+		for _, size := range sizes {
+			for _, c := range conns {
 				ks = append(ks,
 					Key{sysGpucache, op, size, c, defaultBatch, defaultPipeline},
 					Key{sysRedis, op, size, c, defaultBatch, defaultPipeline})
 			}
 		}
 	}
-	if len(r.Plan.Sizes) > 0 || len(r.Plan.Conns) > 0 {
-		ks = append(ks, batchKeys()...)
-	}
-	return append(ks, r.largeKeys()...)
+	return ks
 }
 
 // batchKeys are the gpucache batched GET and the Redis pipelined GET it is
