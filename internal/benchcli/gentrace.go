@@ -84,10 +84,17 @@ func runGenTrace(_ context.Context, args []string, std cli.Stdio) error {
 	if *out == "" {
 		return cli.UsageErr("--out is required")
 	}
+	return emitTrace(std, *out, cfg)
+}
+
+// emitTrace writes cfg's trace to out (a file, or stdout for "-") and its
+// statistics to stdout, or to stderr when the trace goes to stdout.
+func emitTrace(std cli.Stdio, out string, cfg workload.Config) error {
 	w, statsTo := std.Out, std.Err
 	var f *os.File
-	if *out != "-" {
-		if f, err = os.Create(*out); err != nil {
+	var err error
+	if out != "-" {
+		if f, err = os.Create(out); err != nil {
 			return err
 		}
 		defer f.Close()

@@ -69,6 +69,11 @@ func (d Dist) check(hi float64) error {
 	if d.Max > hi {
 		return fmt.Errorf("max %v is more than the bound %v", d.Max, hi)
 	}
+	return d.checkKind(hi)
+}
+
+// checkKind validates the parameters d's kind reads.
+func (d Dist) checkKind(hi float64) error {
 	switch d.Kind {
 	case KindConst:
 		if d.Value > hi {
