@@ -62,6 +62,20 @@ func flushAll(t testing.TB, tr *Tier) {
 	}
 }
 
+// writtenBehind returns a tier over store that has written n blocks of
+// each kind of tenant "acme" behind (batched and flushed), with their
+// namespace and its digest.
+func writtenBehind(t testing.TB, store cold.Store, n int) (*Tier, identity.Namespace, identity.NamespaceDigest, []idxBlock) {
+	t.Helper()
+	ns := testfix.TinyNamespace("acme")
+	d, _ := ns.Digest()
+	bs := mixedBlocks(t, ns, n)
+	tr := newTier(t, store, nil)
+	batchBlocks(tr, d, bs)
+	flushAll(t, tr)
+	return tr, ns, d, bs
+}
+
 func wantRefill(t testing.TB, tr *Tier, ns identity.Namespace, b idxBlock, hit bool) {
 	t.Helper()
 	dst := make([]byte, 2048)
@@ -199,12 +213,7 @@ func TestDeleteHidesPublishedBlock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns := testfix.TinyNamespace("acme")
-	d, _ := ns.Digest()
-	bs := mixedBlocks(t, ns, 2)
-	tr := newTier(t, store, nil)
-	batchBlocks(tr, d, bs)
-	flushAll(t, tr)
+	tr, ns, d, bs := writtenBehind(t, store, 2)
 	for _, b := range bs {
 		wantRefill(t, tr, ns, b, true) // caches the pointer
 	}
@@ -324,12 +333,7 @@ func TestDeletePendingWriteBehindNotResurrected(t *testing.T) {
 // present and refills.
 func TestRewriteAfterDelete(t *testing.T) {
 	store := cold.NewMem()
-	ns := testfix.TinyNamespace("acme")
-	d, _ := ns.Digest()
-	bs := mixedBlocks(t, ns, 1)
-	tr := newTier(t, store, nil)
-	batchBlocks(tr, d, bs)
-	flushAll(t, tr)
+	tr, ns, d, bs := writtenBehind(t, store, 1)
 	for _, b := range bs {
 		if _, err := tr.Delete(bg, ns, d, b.key); err != nil {
 			t.Fatal(err)
@@ -350,12 +354,7 @@ func TestRewriteAfterDelete(t *testing.T) {
 // removes the pointer.
 func TestDeleteStoreUnreachable(t *testing.T) {
 	store := &switchStore{Store: cold.NewMem()}
-	ns := testfix.TinyNamespace("acme")
-	d, _ := ns.Digest()
-	bs := mixedBlocks(t, ns, 1)
-	tr := newTier(t, store, nil)
-	batchBlocks(tr, d, bs)
-	flushAll(t, tr)
+	tr, ns, d, bs := writtenBehind(t, store, 1)
 	store.down.Store(true)
 	_, err := tr.Delete(bg, ns, d, bs[0].key)
 	if !errors.Is(err, cold.ErrUnavailable) {
@@ -380,12 +379,7 @@ func TestDeleteStoreUnreachable(t *testing.T) {
 // A refill that finds no pointer drops a stale entry.
 func TestRefillMissDropsStaleEntry(t *testing.T) {
 	store := cold.NewMem()
-	ns := testfix.TinyNamespace("acme")
-	d, _ := ns.Digest()
-	bs := mixedBlocks(t, ns, 1)
-	tr := newTier(t, store, nil)
-	batchBlocks(tr, d, bs)
-	flushAll(t, tr)
+	tr, ns, d, bs := writtenBehind(t, store, 1)
 	// Removed behind the tier's back (another node, an operator).
 	if err := store.Delete(bg, pack.PointerKey(d, bs[0].key)); err != nil {
 		t.Fatal(err)
