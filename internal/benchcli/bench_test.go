@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -121,24 +120,7 @@ func TestColdDemo(t *testing.T) {
 // TestClusterBench: bench --cluster against three real nodes splits every
 // case over all members (checkClusterBench).
 func TestClusterBench(t *testing.T) {
-	var nodes []*servertest.Server
-	for i := range 3 {
-		cl := server.NewCluster(control.MemberID(fmt.Sprintf("gpu-%d", i+1)), control.View{})
-		nodes = append(nodes, servertest.StartWith(t, "127.0.0.1:0", wire.Limits{}, func(c *server.Config) { c.Cluster = cl }))
-	}
-	var ms []control.Member
-	for i, n := range nodes {
-		ms = append(ms, control.Member{ID: control.MemberID(fmt.Sprintf("gpu-%d", i+1)), Addr: n.Addr, FaultDomain: "r", ProtoVersion: wire.VersionMax, CapacityBytes: 1 << 30})
-	}
-	v, err := control.NewView(1, ms)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range nodes {
-		if _, err := n.Srv.AdvanceView(v); err != nil {
-			t.Fatal(err)
-		}
-	}
+	nodes := servertest.StartCluster(t, 3)
 	checkClusterBench(t, nodes[0].Addr+","+nodes[1].Addr, 3)
 }
 

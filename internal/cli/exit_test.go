@@ -9,9 +9,7 @@ import (
 	"testing"
 
 	"github.com/gpucache/gpucache/api/wire"
-	"github.com/gpucache/gpucache/internal/control"
 	"github.com/gpucache/gpucache/internal/security/tlsconf/tlstest"
-	"github.com/gpucache/gpucache/internal/server"
 	"github.com/gpucache/gpucache/internal/server/servertest"
 )
 
@@ -121,26 +119,7 @@ func TestPlaintextAgainstTLS(t *testing.T) {
 // node is refused with a message that names the owner's address and the
 // flag to use.
 func TestClusterFlag(t *testing.T) {
-	var nodes []*servertest.Server
-	var clusters []*server.Cluster
-	for i := range 3 {
-		cl := server.NewCluster(control.MemberID(fmt.Sprintf("gpu-%d", i+1)), control.View{})
-		clusters = append(clusters, cl)
-		nodes = append(nodes, servertest.StartWith(t, "127.0.0.1:0", wire.Limits{}, func(c *server.Config) { c.Cluster = cl }))
-	}
-	var ms []control.Member
-	for i, n := range nodes {
-		ms = append(ms, control.Member{ID: control.MemberID(fmt.Sprintf("gpu-%d", i+1)), Addr: n.Addr, FaultDomain: "r", ProtoVersion: wire.VersionMax, CapacityBytes: 1 << 30})
-	}
-	v, err := control.NewView(1, ms)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range nodes {
-		if _, err := n.Srv.AdvanceView(v); err != nil {
-			t.Fatal(err)
-		}
-	}
+	nodes := servertest.StartCluster(t, 3)
 	t.Setenv("GPUCACHE_CLUSTER", nodes[0].Addr+","+nodes[1].Addr)
 	for i := range 12 {
 		key := fmt.Sprintf("key-%d", i)
@@ -175,7 +154,6 @@ func TestClusterFlag(t *testing.T) {
 	if refused == 0 {
 		t.Fatal("no key was owned by another node")
 	}
-	_ = clusters
 }
 
 // startTLSServer listens with TLS on loopback and completes handshakes
