@@ -479,7 +479,13 @@ func (n *Node) listenAdmin(context.Context) error {
 	hs := newAdminServer(n.adm, n.cfg)
 	n.hs = hs
 	go func() { n.adminErr <- hs.Serve(aln) }()
-	n.onClose(func() { hs.Close() }) // the drain shuts it down first
+	n.onClose(func() {
+		hs.Close() // the drain shuts it down first
+		// hs.Close closes only the listeners Serve has started tracking;
+		// when a later phase fails, Serve may not have run yet, and its own
+		// deferred Close would free the port only after Start returned.
+		aln.Close()
+	})
 	return nil
 }
 
