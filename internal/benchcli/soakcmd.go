@@ -18,22 +18,22 @@ import (
 
 // soakFlags are the flags of `gpucache-bench soak`.
 type soakFlags struct {
-	duration, opTimeout, slack time.Duration
-	warmup, hold, recover      time.Duration
-	settle, sampleEvery        time.Duration
-	ops                        int64
-	workers, cycles            int
-	rate, scanShare            float64
-	minPayload, maxPayload     string
-	chainBlocks                int
-	hotChains, scanChains      int
-	faults                     string
-	gpucached, versitygw, dir  string
-	keepData                   bool
-	netns, tmpfs               string
-	tmpfsSize, hotCapacity     string
-	seed                       uint64
-	quiet                      bool
+	duration, opTimeout, slack     time.Duration
+	warmup, hold, recover          time.Duration
+	settle, sampleEvery, heapEvery time.Duration
+	ops                            int64
+	workers, cycles                int
+	rate, scanShare                float64
+	minPayload, maxPayload         string
+	chainBlocks                    int
+	hotChains, scanChains          int
+	faults                         string
+	gpucached, versitygw, dir      string
+	keepData                       bool
+	netns, tmpfs                   string
+	tmpfsSize, hotCapacity         string
+	seed                           uint64
+	quiet                          bool
 }
 
 func (f *soakFlags) register(fs *flag.FlagSet) {
@@ -57,6 +57,7 @@ func (f *soakFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.recover, "recover", d.Schedule.Recover, "bound on each fault's recovery after its heal")
 	fs.DurationVar(&f.settle, "settle", d.Schedule.Settle, "load after each recovery, before the next fault")
 	fs.DurationVar(&f.sampleEvery, "sample-every", d.SampleEvery, "period of the RSS samples")
+	fs.DurationVar(&f.heapEvery, "heap-every", 0, "save every node's heap profile into <dir>/heap/ at this period (0: never)")
 	fs.StringVar(&f.gpucached, "gpucached", "", "the gpucached `binary` (default: gpucached beside this binary, then in PATH)")
 	fs.StringVar(&f.versitygw, "versitygw", "", "the versitygw `binary` (default: $GPUCACHE_VERSITYGW, .cache/bin/versitygw of the module, then PATH)")
 	fs.StringVar(&f.dir, "dir", "", "work `directory` for configs, logs, data and the report (default ./gpucache-soak-<time>)")
@@ -73,7 +74,7 @@ func (f *soakFlags) config() (soak.Config, error) {
 	cfg := soak.Config{Duration: f.duration, Ops: f.ops, Workers: f.workers, Rate: f.rate, OpTimeout: f.opTimeout,
 		OverrunSlack: f.slack, ChainBlocks: f.chainBlocks, HotChains: f.hotChains, ScanChains: f.scanChains, ScanShare: f.scanShare,
 		Schedule:    soak.Schedule{Warmup: f.warmup, Hold: f.hold, Recover: f.recover, Settle: f.settle, Cycles: f.cycles},
-		SampleEvery: f.sampleEvery, Netns: f.netns, Tmpfs: f.tmpfs, Seed: f.seed}
+		SampleEvery: f.sampleEvery, HeapEvery: f.heapEvery, Netns: f.netns, Tmpfs: f.tmpfs, Seed: f.seed}
 	sizes := []struct {
 		name string
 		s    string

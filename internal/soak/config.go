@@ -111,6 +111,11 @@ type Config struct {
 	// SampleEvery is the period of the RSS and goroutine samples of every
 	// node. Default 5s.
 	SampleEvery time.Duration
+	// HeapEvery, when positive, saves every node's heap profile
+	// (/debug/pprof/heap) into Dir/heap/ at this period, so that what grows
+	// in a long run can be found by diffing the profiles (go tool pprof
+	// -diff_base). Default 0: none.
+	HeapEvery time.Duration
 	// Thresholds bound growth within a phase.
 	Thresholds Thresholds
 

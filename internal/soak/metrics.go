@@ -226,3 +226,19 @@ func (s *Sample) lowest(m metrics, rss int64) {
 		s.LiveHeap = l
 	}
 }
+
+// heapProfile saves n's heap profile (/debug/pprof/heap, which needs the
+// ops tenant's token on an authenticated node) to path.
+func (a *admin) heapProfile(ctx context.Context, n *node, path string) error {
+	_, _, adm := n.snapshot()
+	resp, err := a.do(ctx, adm, "/debug/pprof/heap", true)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}

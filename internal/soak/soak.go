@@ -425,6 +425,11 @@ func (s *soak) run(ctx context.Context) (*Report, error) {
 	samplerDone := make(chan struct{})
 	go s.sampler(sctx, samplerDone)
 	defer func() { stopSampler(); <-samplerDone }()
+	if s.cfg.HeapEvery > 0 {
+		heapDone := make(chan struct{})
+		go s.heapProfiles(sctx, heapDone)
+		defer func() { stopSampler(); <-heapDone }()
+	}
 
 	l := newLoad(s.cfg, s.h, tenants)
 	s.progress("priming: every chain of every tenant PUT once")
@@ -573,5 +578,36 @@ func (s *soak) teardown() {
 	}
 	if s.admin != nil {
 		s.admin.http.CloseIdleConnections()
+	}
+}
+
+// heapProfiles saves every running node's heap profile into Dir/heap/ each
+// HeapEvery until ctx ends, named <node>-<seconds since the start>s.pb.gz.
+func (s *soak) heapProfiles(ctx context.Context, done chan<- struct{}) {
+	defer close(done)
+	dir := filepath.Join(s.cfg.Dir, "heap")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		s.progress("heap profiles: %v", err)
+		return
+	}
+	t := time.NewTicker(s.cfg.HeapEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		at := int(time.Since(s.start).Seconds())
+		for _, n := range s.nodes {
+			p, _, _ := n.snapshot()
+			if p == nil || !p.alive() {
+				continue
+			}
+			path := filepath.Join(dir, fmt.Sprintf("%s-%06ds.pb.gz", n.spec.name, at))
+			if err := s.admin.heapProfile(ctx, n, path); err != nil {
+				s.progress("heap profile of %s: %v", n.spec.name, err)
+			}
+		}
 	}
 }
