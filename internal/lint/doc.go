@@ -5,4 +5,11 @@
 // fmt.Errorf in a var declaration) starts with "gpucache/<pkg>: ", where
 // <pkg> is the package name or a path ending in it, or wraps such a
 // sentinel of its own package with a leading %w.
+//
+// benchdocs_test.go: the benchmark record holds together. Every relative
+// link in docs/BENCHMARKS.md and docs/benchmarks/*.md, and every link from
+// another markdown file into them, names an existing file and heading;
+// every file under docs/benchmarks/<date>/ (raw outputs, transcribed
+// tables) is linked from docs/benchmarks/<date>.md, and every dated record
+// from docs/BENCHMARKS.md.
 package lint
