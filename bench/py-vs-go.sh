@@ -9,6 +9,10 @@
 # Usage:
 #   bench/py-vs-go.sh                       # 3 repetitions of 5 s per case
 #   REPS=1 DURATION=2 bench/py-vs-go.sh     # smoke
+#
+# OUT (default bench/results) receives py-vs-go-<stamp>/: every run's JSON
+# (go.N.json from gpucache-bench, py.N.json from gpucache.bench,
+# pages.N.json from bench_pages) and summary.md, the table printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPS="${REPS:-3}"
@@ -16,6 +20,9 @@ DURATION="${DURATION:-5}"
 SIZE="${SIZE:-1MiB}"
 THREADS="${THREADS:-1,8}"
 PY="${PYTHON:-/usr/bin/python3}"
+OUT="${OUT:-bench/results}"
+raw="$OUT/py-vs-go-$(date -u +%Y%m%dT%H%M%SZ)"
+mkdir -p "$raw"
 work="$(mktemp -d)"
 trap 'kill "$dpid" 2>/dev/null || true; wait "$dpid" 2>/dev/null || true; rm -rf "$work"' EXIT
 
@@ -29,7 +36,7 @@ for _ in $(seq 1 200); do
 	sleep 0.05
 done
 [ -n "$addr" ] || { cat "$work/d.log"; exit 1; }
-echo "gpucached at $addr; $(nproc) CPUs; $(date -u +%F); size $SIZE; threads $THREADS; ${DURATION}s per case; $REPS reps"
+echo "gpucached at $addr; $(nproc) CPUs; $(date -u +%F); size $SIZE; threads $THREADS; ${DURATION}s per case; $REPS reps" | tee "$raw/summary.md"
 for r in $(seq 1 "$REPS"); do
 	"$work/gpucache-bench" bench --addr "$addr" --op get --sizes "$SIZE" --conns "$THREADS" --duration "${DURATION}s" \
 		--keys 64 --json "$work/go.$r.json" >/dev/null
@@ -41,6 +48,7 @@ for r in $(seq 1 "$REPS"); do
 		PYTHONPATH=python "$PY" -m gpucache.demo.bench_pages --addr "$addr" --pages 128 --json "$work/pages.$r.json" >/dev/null
 	fi
 done
+{
 "$PY" - "$work" "$REPS" <<'PYEOF'
 import json, statistics, sys
 work, reps = sys.argv[1], int(sys.argv[2])
@@ -64,3 +72,6 @@ if pages:
     print("batch_get_v1 (gpucache.sglang, %d pages of %d KiB): median %.2f GB/s over %d runs (each the median of %d reads)" % (
         pages[0]["pages"], pages[0]["page_bytes"] >> 10, statistics.median(p["gb_per_s"] for p in pages), len(pages), pages[0]["reps"]))
 PYEOF
+} | tee -a "$raw/summary.md"
+cp "$work"/*.json "$raw/"
+echo "raw JSON and summary in $raw"
