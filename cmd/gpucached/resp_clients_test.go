@@ -16,7 +16,7 @@ import (
 
 // The real-client tests: redis-cli and redis-py (Debian's python3-redis
 // under /usr/bin/python3) against a gpucached process started from
-// examples/lmcache/llama3-8b.yaml, the configuration the README shows.
+// examples/lmcache/llama3-8b.yaml, the configuration docs/ENGINES.md shows.
 // scripts/test installs the clients; with CI=true a missing client fails
 // the test, elsewhere it skips with the install line.
 
@@ -65,7 +65,7 @@ func freeLoopbackPort(t *testing.T) string {
 	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 }
 
-// startExampleDaemon runs gpucached with the README's LMCache example
+// startExampleDaemon runs gpucached with docs/ENGINES.md's LMCache example
 // config (free ports, a private cold directory) and returns its RESP
 // address and tenants. The RESP listener is bound before the daemon logs
 // "gpucached serving".

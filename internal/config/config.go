@@ -32,7 +32,10 @@ type Config struct {
 	// "off" disables it. Default 127.0.0.1:9401.
 	AdminListen string `yaml:"admin_listen"`
 	// RESPListen serves the RESP2 (Redis protocol) endpoint for LMCache
-	// (resp.go). Default "off".
+	// (resp.go), e.g. 127.0.0.1:6380, with the same TLS, max_conns,
+	// timeouts and loopback rule as listen. Each tenant that uses it needs a
+	// resp profile (resp_profile in open mode); see docs/PROTOCOL.md, "RESP2
+	// endpoint". Default "off".
 	RESPListen string `yaml:"resp_listen"`
 	// RESPProfile is the RESP profile in open mode (YAML only; resp.go).
 	RESPProfile *RESPProfileConfig `yaml:"resp_profile"`
@@ -85,7 +88,7 @@ type Config struct {
 	// ColdEncryptionKeys are the master keys that encrypt cold-tier packs
 	// at rest with AES-256-GCM, one key per tenant derived by HKDF (YAML
 	// only; ADR 0019): the last is current, earlier ones still decrypt.
-	// Each is at least 32 bytes. None (the default): packs are written
+	// Each is at least 32 bytes (openssl rand -hex 32). None (the default): packs are written
 	// unencrypted, and an encrypted pack is a refill miss.
 	ColdEncryptionKeys []SecretConfig `yaml:"cold_encryption_keys"`
 	// ColdEncryptionGrace is how long the previous cold encryption key
@@ -94,45 +97,61 @@ type Config struct {
 	// key). Default 24h.
 	ColdEncryptionGrace time.Duration `yaml:"cold_encryption_grace"`
 	// ColdCompression compresses cold-tier blocks (before encryption):
-	// off, zstd, or zstd-planes (zstd over each block's byte planes). Default off (docs/BENCHMARKS.md, "Cold-tier compression
-	// and encryption"). Compressed packs are read whatever the setting.
+	// off, zstd, or zstd-planes (zstd over each block's byte planes: the
+	// variant that pays on bf16 KV). Default off (docs/BENCHMARKS.md,
+	// "Cold-tier compression and encryption"). Compressed packs are read
+	// whatever the setting.
 	ColdCompression string `yaml:"cold_compression"`
 	// ColdCompressionMinSaving: a block's compressed form is kept only if
 	// it saves at least this percent. Default 10.
 	ColdCompressionMinSaving int `yaml:"cold_compression_min_saving"`
 
-	// HotCapacity is the DRAM budget for cached payload. Default 1GiB.
+	// HotCapacity is the DRAM budget for cached payload; it must fit in the
+	// machine's physical memory. Default 1GiB.
 	HotCapacity ByteSize `yaml:"hot_capacity"`
-	// HotMinClass is the smallest slot size class. Default 16KiB.
+	// HotMinClass is the smallest slot size class (a power of two). Default
+	// 16KiB.
 	HotMinClass ByteSize `yaml:"hot_min_class"`
-	// HotMaxClass is the largest slot size class and so the largest block.
+	// HotMaxClass is the largest slot size class (a power of two) and so
+	// the largest block.
 	// Default 64MiB: an LMCache chunk of 256 tokens is 32MiB for
 	// Llama-3-8B in fp16 (ADR 0015).
 	HotMaxClass ByteSize `yaml:"hot_max_class"`
 	// HotSlab is the size of one mmap'd slab; at most HotCapacity. Default
 	// 64MiB.
 	HotSlab ByteSize `yaml:"hot_slab"`
-	// HotPrefault is how slab pages are faulted in: populate, hugepage or
-	// none. Default populate.
+	// HotPrefault is how slab pages are faulted in: populate
+	// (MAP_POPULATE), hugepage (MADV_HUGEPAGE, then touched) or none.
+	// Default populate.
 	HotPrefault string `yaml:"hot_prefault"`
 	// HotPolicy is the hot tier's admission and eviction policy: "builtin"
 	// (the prefix-aware LRU built into the store) or one of
-	// policy.Names() (internal/policy). Default builtin.
+	// policy.Names() (internal/policy; gpucached --help lists them). A
+	// block the policy refuses answers NO_SPACE. Default builtin.
 	HotPolicy string `yaml:"hot_policy"`
-	// LeaseTTL is the lease TTL when a client asks for 0. Default 5s.
+	// LeaseTTL is the lease TTL when a client asks for 0: a LOOKUP lease
+	// pins its blocks until a GET under it or its expiry. Default 5s.
 	LeaseTTL time.Duration `yaml:"lease_ttl"`
 	// MaxLeaseTTL caps a requested lease. Default 30s.
 	MaxLeaseTTL time.Duration `yaml:"max_lease_ttl"`
-	// TenantHoldBytes caps the hot-tier bytes one tenant holds at once in
-	// leases and PUTs in flight (see TenantHoldCap). Default 0: a fair share,
-	// hot_capacity / the number of tenants (half of it in open mode).
+	// TenantHoldBytes caps the hot-tier bytes one tenant holds back from
+	// eviction at once: its leased blocks and its PUTs in flight (see
+	// TenantHoldCap). Past it, PUTs answer NO_SPACE and LOOKUP hits come
+	// without a lease; live leases get the same share of the lease table
+	// (ADR 0013). Default 0: a fair share, hot_capacity / the number of
+	// tenants (half of it in open mode), at least one hot_max_class block.
 	TenantHoldBytes ByteSize `yaml:"tenant_hold_bytes"`
-	// TenantFills caps the fills one tenant has in flight. Default 0: a
-	// fair share of the 65536 fill slots, as for tenant_hold_bytes.
+	// TenantFills caps the fills one tenant has in flight (ACQUIRE leads
+	// and cold refills). Past it, the tenant's ACQUIRE answers DENIED and
+	// its refills are misses. Default 0: a fair share of the 65536 fill
+	// slots, as for tenant_hold_bytes.
 	TenantFills int `yaml:"tenant_fills"`
 	// TenantRequestBuffers caps the request-buffer bytes one tenant's
-	// sessions hold together (see TenantRequestBufferCap). Default 0: a fair
-	// share of request_buffers, as for tenant_hold_bytes.
+	// sessions hold together (see TenantRequestBufferCap). Past it, the
+	// tenant's large requests wait up to 1s, then answer RATE_LIMITED (ADR
+	// 0013). Default 0: a fair share, what the pre-session bucket (144KiB by
+	// default) leaves of request_buffers divided by the tenants (half of it
+	// in open mode), at least the largest request.
 	TenantRequestBuffers ByteSize `yaml:"tenant_request_buffers"`
 
 	// MaxConns bounds open client connections. Default 4096.
@@ -159,7 +178,8 @@ type Config struct {
 	// that have not completed HELLO; more are closed on accept. Default 64.
 	MaxUnauthPerAddr int `yaml:"max_unauth_per_addr"`
 	// RequestBuffers bounds the memory of request buffers (large bodies,
-	// PUT and FILL_COMMIT tables) across all connections, above 16KiB per
+	// PUT and FILL_COMMIT tables, large queued GET responses, parked WAITs)
+	// across all connections, above 16KiB per
 	// connection; see docs/OPERATIONS.md, "Memory bound". Default 128MiB.
 	RequestBuffers ByteSize `yaml:"request_buffers"`
 	// AdminMaxConns bounds open admin HTTP connections; more are closed on
@@ -222,17 +242,32 @@ type Config struct {
 	S3SecretKey string `yaml:"s3_secret_key"`
 	S3PathStyle bool   `yaml:"s3_path_style"`
 
-	// Cluster mode (cluster.go, ADR 0008). EtcdEndpoints empty: a single
-	// node.
-	EtcdEndpoints  string        `yaml:"etcd_endpoints"`
-	EtcdPrefix     string        `yaml:"etcd_prefix"`      // default /gpucache/
-	NodeID         string        `yaml:"node_id"`          // default: the advertise address
-	FaultDomain    string        `yaml:"fault_domain"`     // default: the host name
-	AdvertiseAddr  string        `yaml:"advertise_addr"`   // default: listen
-	MemberLeaseTTL time.Duration `yaml:"member_lease_ttl"` // default 10s
-	ControlGrace   time.Duration `yaml:"control_grace"`    // default 10s
-	ControlProbe   time.Duration `yaml:"control_probe"`    // default 1s
-	ProtocolMax    int           `yaml:"protocol_max"`     // default 4
+	// Cluster mode (cluster.go, ADR 0008; docs/OPERATIONS.md).
+	// EtcdEndpoints is a comma-separated list of etcd client URLs; set, the
+	// node joins a cluster. Default "": a single node.
+	EtcdEndpoints string `yaml:"etcd_endpoints"`
+	// EtcdPrefix is this cluster's key prefix in etcd. Default /gpucache/.
+	EtcdPrefix string `yaml:"etcd_prefix"`
+	// NodeID is this node's stable member ID, the placement seed: renaming
+	// a node moves its keys. Default: the advertise address.
+	NodeID string `yaml:"node_id"`
+	// FaultDomain is this node's rack, host or zone; isolation removes a
+	// whole domain. Default: the host name.
+	FaultDomain string `yaml:"fault_domain"`
+	// AdvertiseAddr is the data address clients dial. Default: listen,
+	// unless it is a wildcard address.
+	AdvertiseAddr string `yaml:"advertise_addr"`
+	// MemberLeaseTTL is how long a dead node stays a member (its etcd
+	// lease). Default 10s.
+	MemberLeaseTTL time.Duration `yaml:"member_lease_ttl"`
+	// ControlGrace is how long a node cut off from etcd serves reads,
+	// read-only, before every key's owner is unknown. Default 10s.
+	ControlGrace time.Duration `yaml:"control_grace"`
+	// ControlProbe is how often etcd's reachability is checked. Default 1s.
+	ControlProbe time.Duration `yaml:"control_probe"`
+	// ProtocolMax is the highest wire protocol version negotiated; the
+	// previous one (3) pins it during a rolling upgrade. Default 4.
+	ProtocolMax int `yaml:"protocol_max"`
 	// etcd client security: TLS (etcd_ca, plus etcd_cert/etcd_key for
 	// mTLS) and etcd's own user authentication.
 	EtcdCA           string `yaml:"etcd_ca"`
@@ -252,7 +287,8 @@ type Config struct {
 
 	// LogLevel is debug, info, warn or error. Default info.
 	LogLevel string `yaml:"log_level"`
-	// LogFormat is text or json. Default text.
+	// LogFormat is text or json (for machines); logs are structured
+	// (log/slog). Default text.
 	LogFormat string `yaml:"log_format"`
 }
 

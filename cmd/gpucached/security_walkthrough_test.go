@@ -15,35 +15,35 @@ import (
 	"testing"
 )
 
-// readmeStep is one fenced block of README.md marked
+// walkStep is one fenced block of docs/SECURITY.md marked
 // <!-- test:security step=N [wait="TEXT"] -->.
-type readmeStep struct {
+type walkStep struct {
 	n    int
 	wait string // a line to wait for after the block (a background daemon's)
 	body string
 }
 
-var readmeMarker = regexp.MustCompile("(?m)^<!-- test:security step=(\\d+)(?: wait=\"([^\"]*)\")? -->\n```[a-z]*\n((?s:.*?))\n```\n")
+var walkMarker = regexp.MustCompile("(?m)^<!-- test:security step=(\\d+)(?: wait=\"([^\"]*)\")? -->\n```[a-z]*\n((?s:.*?))\n```\n")
 
-// readmeSteps extracts the marked blocks of the README, in order; the
+// walkSteps extracts the marked blocks of the walk-through, in order; the
 // steps must be numbered 1, 2, ...
-func readmeSteps(t *testing.T, readme string) []readmeStep {
+func walkSteps(t *testing.T, doc string) []walkStep {
 	t.Helper()
-	var steps []readmeStep
-	for _, m := range readmeMarker.FindAllStringSubmatch(readme, -1) {
+	var steps []walkStep
+	for _, m := range walkMarker.FindAllStringSubmatch(doc, -1) {
 		n, _ := strconv.Atoi(m[1])
 		if n != len(steps)+1 {
-			t.Fatalf("README: test:security step=%d follows step %d", n, len(steps))
+			t.Fatalf("docs/SECURITY.md: test:security step=%d follows step %d", n, len(steps))
 		}
-		steps = append(steps, readmeStep{n: n, wait: m[2], body: m[3]})
+		steps = append(steps, walkStep{n: n, wait: m[2], body: m[3]})
 	}
-	if c := len(regexp.MustCompile("(?m)^<!-- test:security").FindAllString(readme, -1)); c != len(steps) {
-		t.Fatalf("README: %d test:security markers, %d of them before a fenced block", c, len(steps))
+	if c := len(regexp.MustCompile("(?m)^<!-- test:security").FindAllString(doc, -1)); c != len(steps) {
+		t.Fatalf("docs/SECURITY.md: %d test:security markers, %d of them before a fenced block", c, len(steps))
 	}
 	return steps
 }
 
-// needTool returns the path of a Debian tool the README uses, or skips
+// needTool returns the path of a Debian tool the walk-through uses, or skips
 // (fails on CI).
 func needTool(t *testing.T, name, pkg string) string {
 	t.Helper()
@@ -59,12 +59,12 @@ func needTool(t *testing.T, name, pkg string) string {
 	return ""
 }
 
-// readmeShell returns the command that runs bash for the README's steps.
-// The README uses the default ports 9400 and 9401: in a private network
+// walkShell returns the command that runs bash for the walk-through's steps.
+// The walk-through uses the default ports 9400 and 9401: in a private network
 // namespace (unshare, no privileges needed where user namespaces are
 // allowed) they are free whatever else runs on the machine. Without one,
 // bash runs on the host's network if both ports are free now.
-func readmeShell(t *testing.T) *exec.Cmd {
+func walkShell(t *testing.T) *exec.Cmd {
 	t.Helper()
 	if un, err := exec.LookPath("unshare"); err == nil {
 		if ip, err := exec.LookPath("ip"); err == nil {
@@ -79,7 +79,7 @@ func readmeShell(t *testing.T) *exec.Cmd {
 	for _, port := range []string{"9400", "9401"} {
 		ln, err := net.Listen("tcp", "127.0.0.1:"+port)
 		if err != nil {
-			msg := "the README's port " + port + " is in use and no private network namespace is available (unshare --user --net): " + err.Error()
+			msg := "the walk-through's port " + port + " is in use and no private network namespace is available (unshare --user --net): " + err.Error()
 			if os.Getenv("CI") == "true" {
 				t.Fatal(msg)
 			}
@@ -90,26 +90,26 @@ func readmeShell(t *testing.T) *exec.Cmd {
 	return exec.Command("bash")
 }
 
-// TestREADMESecurity runs the README's "A secure node, step by step"
+// TestSecurityWalkthrough runs docs/SECURITY.md's "A secure node, step by step"
 // blocks exactly as written, in one bash, in a temporary directory, with
 // freshly built gpucached and gpucache first on PATH: certificates from
 // openssl, tenants and secrets, gpucached with mTLS, the data port with the
 // client certificate, health probes without one, /admin/reload with and
-// without the bearer token. A wrong command in the README fails it.
-func TestREADMESecurity(t *testing.T) {
+// without the bearer token. A wrong command in the walk-through fails it.
+func TestSecurityWalkthrough(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds binaries")
 	}
 	needTool(t, "bash", "bash")
 	needTool(t, "openssl", "openssl")
 	needTool(t, "curl", "curl")
-	readme, err := os.ReadFile("../../README.md")
+	doc, err := os.ReadFile("../../docs/SECURITY.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	steps := readmeSteps(t, string(readme))
+	steps := walkSteps(t, string(doc))
 	if len(steps) < 6 {
-		t.Fatalf("README has %d test:security steps, want 6", len(steps))
+		t.Fatalf("docs/SECURITY.md has %d test:security steps, want 6", len(steps))
 	}
 
 	bin := t.TempDir()
@@ -119,7 +119,7 @@ func TestREADMESecurity(t *testing.T) {
 		}
 	}
 	work := t.TempDir()
-	sh := readmeShell(t)
+	sh := walkShell(t)
 	sh.Dir = work
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "GPUCACHE_") && !strings.HasPrefix(kv, "PATH=") {
