@@ -5,4 +5,9 @@
 // fmt.Errorf in a var declaration) starts with "gpucache/<pkg>: ", where
 // <pkg> is the package name or a path ending in it, or wraps such a
 // sentinel of its own package with a leading %w.
+//
+// root_test.go: the repository root holds only an allow-listed set of
+// entries (README, licences, module files, the source tree), on disk
+// outside .gitignore and in git's index, so working notes such as
+// STATUS-*.md cannot be committed there again.
 package lint
