@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/replay.sh — live trace replay (issue 7): starts gpucached with a hot
+# bench/replay.sh — live trace replay: starts gpucached with a hot
 # tier of exactly CAPACITY × the unique blocks of the first LIMIT requests of
 # a Mooncake trace, replays those requests through the client with real
 # payloads (64 MiB per 512-token block / SCALE) at the trace's arrival times
