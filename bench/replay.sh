@@ -12,7 +12,10 @@
 #   QUICK=1 bench/replay.sh               # smoke: 200 requests
 #
 # Environment:
-#   TRACE        Mooncake JSONL trace; default ../shared/traces/mooncake-conversation-trace.jsonl
+#   TRACE        Mooncake JSONL trace; default ../shared/traces/mooncake-conversation-trace.jsonl,
+#                Mooncake's public conversation trace (FAST'25; conversation_trace.jsonl
+#                under FAST25-release/traces in github.com/kvcache-ai/Mooncake), not
+#                committed here
 #   LIMIT        requests replayed (the first LIMIT); default 2000 (200 with QUICK=1)
 #   SCALE        payload = 64 MiB / SCALE per block; default 256 (256 KiB)
 #   CAPACITY     daemon capacity as a fraction of the replayed unique blocks; default 0.10
