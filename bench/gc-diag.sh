@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/gc-diag.sh — where a GC stop-the-world pause goes (issue 18 item 4).
+# bench/gc-diag.sh — where a GC stop-the-world pause goes.
 #
 # Usage:
 #   bench/gc-diag.sh get [OUT]   the compare.sh GC case by hand: gpucached holds

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/gen-traces.sh — writes the standard spread of generated Mooncake
-# traces (issue 18) to DIR, one per shape plus two arrival variants, and
+# traces (internal/workload) to DIR, one per shape plus two arrival variants, and
 # their statistics to DIR/stats.txt. Traces are not committed: this script
 # is the record; the same REQUESTS and SEED write the same bytes.
 #

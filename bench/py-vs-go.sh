@@ -2,8 +2,8 @@
 # bench/py-vs-go.sh — 1 MiB GET throughput of the Python client
 # (python -m gpucache.bench, get_into with recv_into) against the Go client
 # (`gpucache-bench bench --op get --batch 1`), both against the same gpucached,
-# with 1 and 8 threads/connections, alternating REPS times (issue 14's
-# "Speed" acceptance: Python >= 70% of Go); then the SGLang backend's
+# with 1 and 8 threads/connections, alternating REPS times (the Python
+# client's target: >= 70% of Go's throughput); then the SGLang backend's
 # batch_get_v1 of 128 pages of 256 KiB (python -m gpucache.demo.bench_pages).
 #
 # Usage:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/replay.sh — live trace replay (issue 7): starts gpucached with a hot
+# bench/replay.sh — live trace replay: starts gpucached with a hot
 # tier of exactly CAPACITY × the unique blocks of the first LIMIT requests of
 # a Mooncake trace, replays those requests through the client with real
 # payloads (64 MiB per 512-token block / SCALE) at the trace's arrival times
@@ -12,7 +12,10 @@
 #   QUICK=1 bench/replay.sh               # smoke: 200 requests
 #
 # Environment:
-#   TRACE        Mooncake JSONL trace; default ../shared/traces/mooncake-conversation-trace.jsonl
+#   TRACE        Mooncake JSONL trace; default ../shared/traces/mooncake-conversation-trace.jsonl,
+#                Mooncake's public conversation trace (FAST'25; conversation_trace.jsonl
+#                under FAST25-release/traces in github.com/kvcache-ai/Mooncake), not
+#                committed here
 #   LIMIT        requests replayed (the first LIMIT); default 2000 (200 with QUICK=1)
 #   SCALE        payload = 64 MiB / SCALE per block; default 256 (256 KiB)
 #   CAPACITY     daemon capacity as a fraction of the replayed unique blocks; default 0.10

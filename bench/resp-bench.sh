@@ -2,7 +2,7 @@
 # bench/resp-bench.sh — one load generator, two servers: redis-benchmark
 # (Debian redis-tools) drives a redis-server and gpucached's RESP endpoint
 # with the same commands, sizes, connections and key space, and prints a
-# markdown table (issue 13's "Benchmark" acceptance).
+# markdown table (docs/BENCHMARKS.md records its runs).
 #
 # Usage:
 #   bench/resp-bench.sh                 # 3 repetitions, alternating servers

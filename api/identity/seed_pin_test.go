@@ -2,10 +2,11 @@ package identity
 
 import "testing"
 
-// DESIGN.md "Identity" and seeds/cold-cache-failure-isolation.txt ("Object
-// and manifest keys contain their respective content digests", "Manifest v3
-// binds each range to the complete validated canonical CacheIdentity"): keys
-// and namespace digests are SHA-256 values. The canonical-encoding bounds
+// The identity principle (docs/adr/0025-design-principles-and-conventions.md)
+// and the cold-cache seed contract (docs/CONTRACTS.md, "Where the contracts
+// come from": keys contain their content digests, manifest v3 binds each
+// range to the full canonical identity): keys and namespace digests are
+// SHA-256 values. The canonical-encoding bounds
 // are published in docs/PROTOCOL.md "Limits" (MaxNamespaceLen is
 // identity.MaxCanonicalLen, MaxBlockTokens) and "PUT_OPAQUE" (1..1024-byte
 // names). These compare the constants with those literals.

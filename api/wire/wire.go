@@ -20,11 +20,12 @@ const (
 	// frame header's version byte stays FrameVersion in both.
 	Version2 uint8 = 2
 	// Version3 adds PUT_OPAQUE: storing opaque-key blocks (a RESP key
-	// under a tenant's profile namespace; issue 13).
+	// under a tenant's profile namespace).
 	Version3 uint8 = 3
 	// Version4 adds the READ_ONLY block status: a node whose control plane
 	// is unreachable (read-only or unknown mode) refuses a PUT or
-	// PUT_OPAQUE with READ_ONLY rather than NO_SPACE (issue 15). Sessions
+	// PUT_OPAQUE with READ_ONLY rather than NO_SPACE, so a client can tell
+	// "retry elsewhere or later" from "this node is full". Sessions
 	// of versions 1..3 keep getting NO_SPACE.
 	Version4 uint8 = 4
 	// VersionMax is the highest protocol version this package speaks.

@@ -1,6 +1,6 @@
 package main
 
-// The large-block cases (issue 18): LARGE_SIZES at LARGE_CONNS, planned in
+// The large-block cases (32 MiB blocks against iperf3): LARGE_SIZES at LARGE_CONNS, planned in
 // plan.txt as large_sizes and large_conns, and their target.
 
 import (

@@ -12,7 +12,7 @@ import (
 	"github.com/gpucache/gpucache/internal/control/etcdmember/etcdtest"
 )
 
-// TestCLIAgainstEtcdCluster is issue 15's acceptance for the CLI: the
+// TestCLIAgainstEtcdCluster: the
 // built gpucache binary runs put, get, lookup and delete, and the built
 // gpucache-bench binary runs bench, with --cluster against three gpucached
 // processes that form a cluster through a real etcd. Every key works, and

@@ -25,7 +25,7 @@ import (
 	"github.com/gpucache/gpucache/internal/control/etcdmember/etcdtest"
 )
 
-// The RESP cluster test (issue 13, acceptance "Cluster forwarding"): three
+// The RESP cluster test (a key sent to any node is forwarded to its owner): three
 // gpucached processes, a real etcd and a real S3 server (versitygw, the
 // nodes' shared cold tier), every node with a RESP listener and the same
 // tenants. LMCache-style keys are written, read and tested through every

@@ -31,7 +31,7 @@ var gauges = map[string]bool{
 	"request_buffer_tenant_limit_bytes": true, "request_buffer_presession_bytes": true, "request_buffer_presession_limit_bytes": true,
 	"forward_clients": true, "forward_bytes_held": true, "forward_byte_budget": true,
 	"cluster_epoch": true, "control_mode": true, // levels: gauges never end in _total
-	"cold_quota_tracked_packs":  true,                             // issue 15: cold quotas
+	"cold_quota_tracked_packs":  true,                             // the cold quota ledger's size
 	"ratelimit_dynamic_buckets": true, "antireplay_entries": true, // the guard's bounded tables (daemon guardStats)
 }
 

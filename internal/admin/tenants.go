@@ -5,7 +5,8 @@ import (
 )
 
 // TenantUsage is one tenant's usage of each tier, for the per-tenant
-// metrics (issue 15).
+// metrics; the tenants are those of the running config, so the series
+// are bounded by it.
 type TenantUsage struct {
 	Tenant        string
 	DRAMBytes     int64  // hot-tier slot bytes it owns

@@ -9,7 +9,7 @@ import (
 	"github.com/gpucache/gpucache/internal/cli"
 )
 
-// The paired reports (issue 16): what a paired hardware run would need and
+// The paired reports: what a paired hardware run would need and
 // what is missing. They measure nothing and print no number: every result
 // is NOT_RUN_HARDWARE, the cost TCO_UNKNOWN, the gate NOT_EVALUATED.
 

@@ -1,6 +1,6 @@
 package cli
 
-// Daemon-level tests of the lifecycle commands (issue 15 item 5): a real
+// Daemon-level tests of the lifecycle commands: a real
 // gpucached (daemon.Start, in process) with a real cold tier, blocks
 // written through the client, and `gpucache admin ...` run through Main.
 

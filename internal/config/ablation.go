@@ -3,7 +3,7 @@ package config
 import "fmt"
 
 // The hardware ablation knobs and the refused hot-tier erasure coding
-// (issue 16; docs/adr/0017-storage-queue-offload-hypothesis.md and
+// (docs/adr/0017-storage-queue-offload-hypothesis.md and
 // docs/adr/0018-no-hot-tier-erasure-coding.md).
 //
 // ablation_p2p and ablation_dpa name hardware paths this build does not

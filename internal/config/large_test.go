@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// TestDefaultsHoldA64MiBBlock (issue 13): the embedded default takes a
+// TestDefaultsHoldA64MiBBlock (ADR 0015): the embedded default takes a
 // 64 MiB block, and every budget downstream holds one: a PUT or GET frame
 // with room for its table, a tenant's hold share, the cold write-behind's
 // pending bytes with the block's metadata allowance.

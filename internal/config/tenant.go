@@ -7,8 +7,7 @@ import (
 )
 
 // Per-tenant shares of the hot tier, of the fill table and of the
-// request buffers (issue 12, defects 6 and 4;
-// docs/adr/0013-per-tenant-fair-share.md). What one tenant can hold back
+// request buffers (docs/adr/0013-per-tenant-fair-share.md). What one tenant can hold back
 // from the others is capped: hot-tier bytes in leases and PUTs in flight,
 // live leases, fills in flight, and request-buffer bytes. Unless set, each cap is a
 // fair share: the whole divided by the number of configured tenants, or by

@@ -10,8 +10,7 @@ import (
 	"github.com/gpucache/gpucache/internal/security/tlsconf"
 )
 
-// newForwarder builds the cluster forwarder of RESP operations (issue 13,
-// "Cluster"): a key another member owns is sent to its owner over the
+// newForwarder builds the cluster forwarder of RESP operations: a key another member owns is sent to its owner over the
 // native protocol as the RESP caller's tenant. The bounds are the
 // forward package's defaults: 64 pooled clients (one per owner, tenant
 // and credential), closed after 1 minute idle, 2 connections each, 256

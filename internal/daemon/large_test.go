@@ -10,7 +10,7 @@ import (
 	"github.com/gpucache/gpucache/internal/config"
 )
 
-// TestDefaultNodeStores64MiBBlocks (issue 13): a node with the embedded
+// TestDefaultNodeStores64MiBBlocks (ADR 0015): a node with the embedded
 // default settings (only its ports and cold_dir changed) stores a 64 MiB
 // block over the native protocol, one PUT frame and one GET frame, and
 // after a restart serves it again from the fs cold tier (the shutdown

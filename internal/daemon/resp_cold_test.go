@@ -67,7 +67,7 @@ func (r *respConn) do(args ...[]byte) (kind byte, line string, bulk []byte) {
 	return kind, line, bulk
 }
 
-// TestRESPColdPresenceAfterRestart (issue 13, "cold-aware presence"):
+// TestRESPColdPresenceAfterRestart (presence counts the cold tier):
 // LMCache chunks SET over RESP on a small hot tier are partly evicted
 // (written behind) and partly spilled to the fs cold tier by the drain at
 // shutdown. On the restarted node DRAM is empty: RESP EXISTS answers :1 for

@@ -14,7 +14,7 @@ import (
 )
 
 // wireColdQuota gives the server each tenant's cold usage for STAT and
-// adds the quota ledger's server-wide entries (issue 15).
+// adds the quota ledger's server-wide entries.
 func wireColdQuota(scfg *server.Config, ct *tier.Tier) {
 	scfg.ColdTenantUsage = func(tenant string) (int64, int64) {
 		u := ct.TenantColdUsage(tenant)

@@ -27,7 +27,8 @@ import (
 // Fault names an injectable fault.
 type Fault string
 
-// The faults of issue 6 (and the seed's V3 degrade hooks).
+// The faults a node must survive as clean misses (the degrade contract in
+// docs/CONTRACTS.md, "Where the contracts come from").
 const (
 	DPURestart       Fault = "dpu_restart"
 	GPUReset         Fault = "gpu_reset"

@@ -44,8 +44,8 @@ func tenantBFills(t *testing.T, d *Directory) []string {
 	return out
 }
 
-// TestTenantAtItsFillCapDoesNotChangeAnotherTenantsResults is defect 6 of
-// issue 12 in the directory: tenant a starts fills until it is denied
+// TestTenantAtItsFillCapDoesNotChangeAnotherTenantsResults: one tenant at
+// its fill cap does not change another's results, in the directory: tenant a starts fills until it is denied
 // (without a per-tenant cap it took every fill slot, and another tenant's
 // ACQUIREs, and its cold-tier refills, were denied). Tenant b's script
 // must see exactly what it sees in a directory of its own.

@@ -133,7 +133,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	}
 }
 
-// largeSizes are LMCache chunk sizes (issue 13): 256 tokens of Llama-3-8B
+// largeSizes are LMCache chunk sizes (ADR 0015): 256 tokens of Llama-3-8B
 // in fp16 is 32 MiB; 64 MiB is the default largest class.
 var largeSizes = []int{32 << 20, 64 << 20}
 

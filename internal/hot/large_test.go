@@ -19,7 +19,7 @@ func largeConfig(capacity int64, slab int) Config {
 }
 
 // TestLargeBlocksReclaimSmallSlabs: a store filled to capacity with small
-// blocks must still take 32 MiB and 64 MiB blocks (issue 13: an LMCache
+// blocks must still take 32 MiB and 64 MiB blocks (ADR 0015: an LMCache
 // chunk is 32 MiB for Llama-3-8B) by evicting small blocks and handing
 // their slabs over (ADR 0003), and small blocks must fit again after the
 // large ones. It runs with the default 64 MiB slab (a large class gets

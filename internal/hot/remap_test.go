@@ -30,7 +30,7 @@ func holdMapping(s *Store, waiters int) (mapping <-chan struct{}, waited <-chan 
 // budget is one slab, one writer maps the slab (held in the mmap by a
 // hook) while fifteen more arrive. They find no free slot, no budget and
 // nothing to evict; they must wait for the mapping and then all succeed,
-// not answer ErrNoSpace (issue 12, defect 9: 12 of 16 blocks failed).
+// not answer ErrNoSpace (before the wait, 12 of 16 blocks failed).
 func TestConcurrentReservesWaitForTheSlabBeingMapped(t *testing.T) {
 	s := newTestStore(t, testConfig(1*mib)) // one 1 MiB slab of 64 16 KiB slots
 	const writers = 16

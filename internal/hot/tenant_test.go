@@ -120,8 +120,8 @@ func tenantAHogs(t *testing.T, s *Store) (leases, stalled int, res []Reservation
 	return leases, len(res), res
 }
 
-// TestTenantAtItsCapsDoesNotChangeAnotherTenantsResults is defect 6 of
-// issue 12 at the store: tenant a leases and reserves all it can (with
+// TestTenantAtItsCapsDoesNotChangeAnotherTenantsResults: one tenant at its
+// caps does not change another's results, at the store: tenant a leases and reserves all it can (with
 // no caps it pinned or reserved the whole store, and every other PUT
 // answered NO_SPACE); tenant b's script must see exactly what it sees on
 // a store of its own.

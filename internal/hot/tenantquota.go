@@ -2,7 +2,7 @@ package hot
 
 import "fmt"
 
-// Per-tenant DRAM quotas (issue 15). The fair share of tenant.go caps what
+// Per-tenant DRAM quotas. The fair share of tenant.go caps what
 // a tenant holds back from eviction; a quota caps what it has cached. Each
 // reserved or published block is owned by the tenant that wrote it
 // (entry.owner), and the tenant's record counts the slot bytes it owns.

@@ -12,4 +12,9 @@
 // every file under docs/benchmarks/<date>/ (raw outputs, transcribed
 // tables) is linked from docs/benchmarks/<date>.md, and every dated record
 // from docs/BENCHMARKS.md.
+//
+// root_test.go: the repository root holds only an allow-listed set of
+// entries (README, licences, module files, the source tree), on disk
+// outside .gitignore and in git's index, so working notes such as
+// STATUS-*.md cannot be committed there again.
 package lint

@@ -147,7 +147,7 @@ const (
 	zScore = 3
 	// floorTolerance is the share of LRU's saved attention work a
 	// candidate may fall short by and still count as saving as much: the
-	// tolerance of issue 18's acceptance floor (never below 0.99× LRU).
+	// tolerance of the policy's floor (never below 0.99× LRU; ADR 0021).
 	floorTolerance = 0.01
 	// numCandidates is the number of candidates; at most 8, one bit each
 	// of ameta.alive.

@@ -41,7 +41,8 @@ type Gate struct {
 // staticcheck is the pinned linter version (the one scripts/test runs).
 const staticcheck = "honnef.co/go/tools/cmd/staticcheck@v0.8.2"
 
-// Demo labels: what each demo must print (DESIGN: the seeds' demos).
+// Demo labels: what each demo must print (the seed contracts' demos;
+// docs/CONTRACTS.md, "Where the contracts come from").
 var demoLabels = map[string][]string{
 	"shard": {"SHARD_OK", "rdma=NOT_RUN_HARDWARE"},
 	"cold":  {"COLD_CONTRACT_OK", "gds=NOT_RUN_HARDWARE"},

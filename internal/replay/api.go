@@ -43,7 +43,7 @@ type Result struct {
 //	// "opt" (offline Belady) is last.
 //	func Policies() []string
 //	// Simulate replays reqs through a cache of floor(frac × unique)
-//	// blocks under the named policy, with the prefix semantics of issue 7,
+//	// blocks under the named policy, with the prefix semantics of sim.go,
 //	// calling progress (if not nil) with the number of requests done.
 //	func Simulate(reqs []Request, policyName string, frac float64, progress func(done int)) (Result, error)
 //	// PromptBlocks returns the policy.Block descriptions (Position, Tokens,

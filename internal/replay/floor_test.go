@@ -8,7 +8,8 @@ import (
 	"github.com/gpucache/gpucache/internal/workload"
 )
 
-// floorCapacities are issue 18's capacities, in percent.
+// floorCapacities are the capacities adaptive's floor is checked at, in
+// percent of the trace's unique blocks (ADR 0021).
 var floorCapacities = []float64{1, 2, 5, 10, 20, 50}
 
 // checkFloor asserts that adaptive stays at or above 0.99× LRU on both
@@ -31,7 +32,7 @@ func checkFloor(t *testing.T, reqs []replay.Request) {
 	}
 }
 
-// TestAdaptiveFloorGenerated: issue 18's acceptance floor (never below
+// TestAdaptiveFloorGenerated: adaptive's floor (never below
 // 0.99× LRU on prefix-hit ratio or compute saved, at 1-50% capacity) on
 // short generated traces of every shape, with seeds the evaluation in
 // docs/BENCHMARKS.md did not use.

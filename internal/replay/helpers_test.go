@@ -7,8 +7,14 @@ import (
 	"testing"
 )
 
-// traceName is the Mooncake conversation trace, kept in shared/traces next
-// to the repository (../shared/traces from its root).
+// traceName is the Mooncake conversation trace: the public production
+// trace of Moonshot AI's Kimi service released with the Mooncake paper
+// (FAST'25), conversation_trace.jsonl under FAST25-release/traces in
+// github.com/kvcache-ai/Mooncake, one request a line (timestamp,
+// input_length, output_length, hash_ids of 512-token blocks). It is not
+// committed here; put it at shared/traces/traceName in a directory above
+// the working directory (../shared/traces from the repository root). The
+// tests that need it skip without it.
 const traceName = "mooncake-conversation-trace.jsonl"
 
 // tracePath finds shared/traces/traceName in the working directory or any

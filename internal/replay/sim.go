@@ -23,7 +23,7 @@ const progressEvery = 256
 // blocks under the named policy, calling progress (if not nil) with the
 // number of requests done, every few hundred requests and at the end.
 //
-// The prefix semantics of issue 7, per request in trace order:
+// The prefix semantics, per request in trace order:
 //
 //  1. the hits are the leading run of its blocks already cached (a block
 //     after the first miss is a miss: the engine recomputes from there);

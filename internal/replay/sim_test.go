@@ -30,8 +30,9 @@ func TestTraceShape(t *testing.T) {
 	}
 }
 
-// TestReferenceFigures: the simulator reproduces issue 7's LRU and OPT
-// figures to ±0.002.
+// TestReferenceFigures: the simulator reproduces, to ±0.002, the LRU and
+// OPT hit ratios on the Mooncake conversation trace that the replay was
+// specified with.
 func TestReferenceFigures(t *testing.T) {
 	reqs := conversationTrace(t)
 	for _, c := range []struct {
@@ -67,7 +68,7 @@ func TestReferenceFigures(t *testing.T) {
 // conversation trace: never below LRU from 1% to 50%, and at least 10%
 // better (relative) at 5%.
 //
-// Issue 7 also asks for 10% better at 10% capacity. ChainTTL reaches x1.08
+// The original target also asked for 10% better at 10% capacity. ChainTTL reaches x1.08
 // there (0.301 against 0.278), and that is what is asserted (x1.075). The
 // last points look out of reach for a policy that sees only the tree and
 // the order of events: the best per-class lifetimes for the signals
@@ -283,7 +284,7 @@ func TestPoliciesAndProgress(t *testing.T) {
 	}
 }
 
-// TestAdaptiveFloorConversation: the acceptance floor of issue 18 (adaptive
+// TestAdaptiveFloorConversation: adaptive's floor (ADR 0021: adaptive
 // never below 0.99× LRU on prefix-hit ratio or compute saved, 1-50%
 // capacity) on the first 3,000 requests of the conversation trace, a
 // trace too short for much evidence: adaptive must stay with LRU unless a

@@ -79,6 +79,9 @@ func (c *conn) refillMiss(d identity.NamespaceDigest, key identity.BlockKey) (ho
 		c.s.stats.coldMisses.Add(1)
 		return hot.View{}, false
 	}
+	// The hot seal (seal_hot_reads, off by default) is a second pass over
+	// the slot: the refill hashes the payload checksum as the body streams
+	// in, but the seal is computed here, once the block is whole.
 	if c.s.sealer != nil {
 		if err := c.s.sealer.tag(c.s.store, r, d, key); err != nil {
 			c.s.store.Abort(r)

@@ -8,7 +8,7 @@ import (
 )
 
 // ForwardRequest describes one RESP operation on a key that another member
-// of the cluster owns (issue 13, "Cluster"). The RESP connection fills it;
+// of the cluster owns. The RESP connection fills it;
 // a Forwarder sends the operation to the owner over the native protocol,
 // as the caller's tenant.
 type ForwardRequest struct {

@@ -478,7 +478,7 @@ func (c *conn) handleStat(h wire.Header, body []byte) error {
 	if c.s.guard.Policy().IsAdmin(c.tenant) {
 		resp.Entries = c.s.Stats()
 	}
-	// The session's own tenant's DRAM usage and quota (issue 15).
+	// The session's own tenant's DRAM usage and quota, never another's.
 	if c.tenant != "" {
 		u := c.s.cfg.Store.TenantDRAMUsage(c.tenant)
 		resp.Entries = append(resp.Entries,

@@ -8,7 +8,8 @@ import (
 	"github.com/gpucache/gpucache/internal/testfix"
 )
 
-// TestReplayFloodIsolation is issue 12 defect 2 at the server: a read-only
+// TestReplayFloodIsolation: one tenant cannot exhaust the replay window
+// for the others, checked at the server: a read-only
 // tenant sends more future-dated stamped requests than the whole nonce
 // memory holds. Before per-tenant budgets every other tenant's PUT and
 // DELETE then answered REPLAY for the whole window; now they are served,

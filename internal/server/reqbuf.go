@@ -29,7 +29,7 @@ import (
 // and a list of fills) until it is answered. The writer drops a vector (its own, or
 // a pooled response's) larger than maxPooledBufs after use.
 //
-// Within the budget each owner has a share (issue 12; ADR 0013): a
+// Within the budget each owner has a share (ADR 0013): a
 // tenant's sessions together may hold at most Config.TenantRequestBuffers,
 // and connections that have no session yet (HELLO and PING bodies before
 // HELLO succeeds) at most the pre-session bucket, preSessionBuffers: a few

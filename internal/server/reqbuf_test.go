@@ -109,7 +109,7 @@ func betaBufferScript(t *testing.T, b *bubbleServer, seed uint32) []string {
 }
 
 // TestTenantAtItsBufferShareDoesNotStarveAnother is the request-buffer
-// part of issue 12's rule that one tenant at its bound never changes
+// part of the rule that one tenant at its bound never changes
 // another tenant's results. Tenant acme stalls large PUT and FILL_COMMIT
 // tables (each declares 4 MiB and sends 1 MiB of it), one connection after
 // another, until its requests wait for budget. With one budget shared by

@@ -188,8 +188,8 @@ func tenantBetaScript(t *testing.T, h *tenantHarness, coldID identity.CacheIdent
 	return out
 }
 
-// TestTenantAtItsCapsDoesNotStarveAnother is defect 6 of issue 12 over
-// the wire. Tenant acme leases, stalls PUTs and ACQUIREs all it can (with
+// TestTenantAtItsCapsDoesNotStarveAnother: one tenant at its caps does
+// not change another tenant's results, over the wire. Tenant acme leases, stalls PUTs and ACQUIREs all it can (with
 // no per-tenant caps it pinned and reserved the whole hot tier, so every
 // other PUT answered NO_SPACE, and took every fill slot, so other
 // tenants' ACQUIREs were DENIED and their cold-tier refills never ran).

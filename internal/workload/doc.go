@@ -38,4 +38,10 @@
 // bound (Validate); none is tuned to a cache policy. Default(shape) gives
 // the reference scenario of each shape, described field by field in
 // config.go and in docs/BENCHMARKS.md ("Generated traces").
+//
+// # Not modelled
+//
+// Prompt compaction (an agent's context is cut only by ending its session
+// at MaxContext), multi-modal inputs, and per-tenant namespaces: every
+// request of a trace belongs to one namespace, as in the Mooncake traces.
 package workload

@@ -1,4 +1,4 @@
-"""An in-memory stand-in for gpucache.Client (the API of issue 14), for
+"""An in-memory stand-in for gpucache.Client (the same methods), for
 adapter unit tests that must run without a daemon.
 
 When the real gpucache package (pycore) is importable its Namespace, Layout,

@@ -8,7 +8,7 @@ import (
 )
 
 // TestOpaqueBlocksRoundTrip: a pack may hold opaque-key blocks (RESP,
-// issue 13) next to token-chain blocks; the manifest binds each to its own
+// ADR 0016) next to token-chain blocks; the manifest binds each to its own
 // key, decodes them back exactly, and a record whose key is not the key
 // of its opaque name fails closed.
 func TestOpaqueBlocksRoundTrip(t *testing.T) {

@@ -12,23 +12,23 @@ import (
 	"github.com/gpucache/gpucache/internal/cold"
 )
 
-// The seed contracts fix the manifest format version and its digests:
+// The seed contracts (docs/CONTRACTS.md, "Where the contracts come from")
+// fix the manifest format version and its digests:
 //
-//   - seeds/cold-cache-failure-isolation.txt, "Change": "Manifest v3 binds
-//     each range to the complete validated canonical CacheIdentity",
-//     "Legacy v1/v2 manifests are clean misses and require recompute and
-//     repack", "changing a version header does not migrate an entry";
-//   - seeds/v2-cpu-contract.txt, checklist row "Legacy manifests": "Valid
-//     legacy v1/v2 headers yield Missing with zero payload-range reads";
-//   - seeds/cold-cache-failure-isolation.txt, "Change": "Object and
-//     manifest keys contain their respective content digests" (SHA-256,
-//     DESIGN.md "Identity").
+//   - cold-cache failure isolation: manifest v3 binds each range to the
+//     complete canonical CacheIdentity; legacy v1/v2 manifests are clean
+//     misses that need recompute and repack; changing a version header
+//     does not migrate an entry;
+//   - CPU transfer contract, row "Legacy manifests": valid legacy v1/v2
+//     headers yield Missing with zero payload-range reads;
+//   - cold-cache failure isolation: object and manifest keys contain their
+//     content digests (SHA-256, the identity principle of ADR 0025).
 //
 // The other tests read ManifestVersion; these use the literals, so bumping
 // the version (a migration that means repopulating the cold tier, see
 // docs/OPERATIONS.md "Seed limits") fails here until it is made on purpose.
 const (
-	seedManifestVersion = 3 // seeds/cold-cache-failure-isolation.txt: "Manifest v3"
+	seedManifestVersion = 3 // cold-cache failure isolation: "Manifest v3"
 	seedDigestSize      = 32
 )
 
@@ -37,7 +37,7 @@ func TestSeedPinnedManifestVersion(t *testing.T) {
 		t.Errorf("ManifestVersionEncoded = %d, ADR 0019 fixes 4", ManifestVersionEncoded)
 	}
 	if ManifestVersion != seedManifestVersion {
-		t.Errorf("ManifestVersion = %d, the seed contract fixes %d (seeds/cold-cache-failure-isolation.txt)", ManifestVersion, seedManifestVersion)
+		t.Errorf("ManifestVersion = %d, the seed contract fixes %d (cold-cache failure isolation; docs/CONTRACTS.md)", ManifestVersion, seedManifestVersion)
 	}
 	p, _ := goodManifest(t)
 	b := p.Manifest.Body

@@ -198,7 +198,7 @@ func TestConcurrentRefills(t *testing.T) {
 	}
 }
 
-// TestRefillOpaqueKey: an opaque-key block (RESP, issue 13) refills by
+// TestRefillOpaqueKey: an opaque-key block (RESP, ADR 0016) refills by
 // namespace and key like a token-chain block; another namespace misses.
 func TestRefillOpaqueKey(t *testing.T) {
 	e := newEnv(t, Config{})

@@ -8,33 +8,31 @@ import (
 	"github.com/gpucache/gpucache/internal/cold"
 )
 
-// The seed contracts fix two sink limits as numbers, not as names:
+// The seed contracts (docs/CONTRACTS.md, "Where the contracts come from")
+// fix two sink limits as numbers, not as names:
 //
-//   - seeds/v2-cpu-contract.txt, checklist row "Temporary sink error":
-//     "retry attempts never exceed MAX_WRITE_ATTEMPTS (3)"; and
-//     seeds/cold-cache-failure-isolation.txt, "Change": "retries transient
-//     errors up to three total attempts";
-//   - seeds/v2-cpu-contract.txt, checklist row "Shared accounting":
-//     "metadata cannot exceed MAX_SINK_JOBS (4096)"; and
-//     seeds/cold-cache-failure-isolation.txt, "Change": "a hard ceiling of
-//     4,096 retained jobs".
+//   - at most 3 write attempts per job (the CPU transfer contract's
+//     MAX_WRITE_ATTEMPTS, row "Temporary sink error"; the cold-cache
+//     contract's "up to three total attempts");
+//   - at most 4,096 retained jobs, pending and failed together (the CPU
+//     transfer contract's MAX_SINK_JOBS, row "Shared accounting"; the
+//     cold-cache contract's hard ceiling).
 //
-// DESIGN.md repeats both ("up to 3 attempts per job", "hard cap 4,096").
 // The other sink tests read the constants, so they follow a change of them;
 // these compare with the seeds' literals, so changing either constant
-// fails here. Changing a seed number is a contract change: update the seed
-// reference (an ADR) first, then these literals.
+// fails here. Changing a seed number is a contract change: record it in an
+// ADR first, then change these literals.
 const (
-	seedMaxWriteAttempts = 3    // seeds/v2-cpu-contract.txt: MAX_WRITE_ATTEMPTS (3)
-	seedMaxSinkJobs      = 4096 // seeds/v2-cpu-contract.txt: MAX_SINK_JOBS (4096)
+	seedMaxWriteAttempts = 3    // CPU transfer contract: MAX_WRITE_ATTEMPTS (3)
+	seedMaxSinkJobs      = 4096 // CPU transfer contract: MAX_SINK_JOBS (4096)
 )
 
 func TestSeedPinnedSinkConstants(t *testing.T) {
 	if MaxWriteAttempts != seedMaxWriteAttempts {
-		t.Errorf("MaxWriteAttempts = %d, the seed contract fixes %d (seeds/v2-cpu-contract.txt, Temporary sink error)", MaxWriteAttempts, seedMaxWriteAttempts)
+		t.Errorf("MaxWriteAttempts = %d, the seed contract fixes %d (seed CPU transfer contract, row Temporary sink error; docs/CONTRACTS.md)", MaxWriteAttempts, seedMaxWriteAttempts)
 	}
 	if MaxSinkJobs != seedMaxSinkJobs {
-		t.Errorf("MaxSinkJobs = %d, the seed contract fixes %d (seeds/v2-cpu-contract.txt, Shared accounting)", MaxSinkJobs, seedMaxSinkJobs)
+		t.Errorf("MaxSinkJobs = %d, the seed contract fixes %d (seed CPU transfer contract, row Shared accounting; docs/CONTRACTS.md)", MaxSinkJobs, seedMaxSinkJobs)
 	}
 }
 

@@ -1,6 +1,6 @@
 package tier
 
-// Per-tenant cold-tier byte quotas (issue 15).
+// Per-tenant cold-tier byte quotas.
 //
 // Unit. The cold tier writes a tenant's blocks as packs: one pack object,
 // one manifest and one pointer per block, all under one namespace, and the

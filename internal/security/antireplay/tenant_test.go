@@ -17,7 +17,8 @@ func newTenantWindow(t *testing.T, c *clock, total, perTenant int) *Window {
 	return w
 }
 
-// TestFloodOneTenantOthersFresh is issue 12 defect 2 at the unit level: a
+// TestFloodOneTenantOthersFresh: one tenant's flood of stamps does not
+// refuse another's fresh ones, at the unit level: a
 // tenant floods future-dated stamps, many times its budget. Before per-tenant
 // budgets the flood filled the shared memory and raised a global floor, so
 // every other tenant's fresh stamp was refused for the whole window.

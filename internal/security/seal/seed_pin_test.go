@@ -2,9 +2,9 @@ package seal
 
 import "testing"
 
-// DESIGN.md "Security": "HMAC-SHA256 seal with a key id; a plain hash is not
-// a MAC" (seeds/v3-bluefield-and-hardening.txt, "CPU hardening", names the
-// SHA-256 seal). The MAC is the 32-byte HMAC-SHA256 output, and a secret is
+// The security principle of ADR 0025: an HMAC-SHA256 seal with a key id; a
+// plain hash is not a MAC (the BlueField and hardening seed contract in
+// docs/CONTRACTS.md had only a SHA-256 integrity seal). The MAC is the 32-byte HMAC-SHA256 output, and a secret is
 // at least that long. The manifest format (internal/cold/pack doc.go, seal
 // slot) stores these widths, so they are pinned to literals.
 func TestPinnedSealSizes(t *testing.T) {

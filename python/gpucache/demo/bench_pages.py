@@ -1,5 +1,5 @@
 """python -m gpucache.demo.bench_pages: batch_get_v1 throughput of the SGLang
-backend (issue 14, "Speed"): N pages of 256 KiB (MHA page_first: K and V of
+backend: N pages of 256 KiB (MHA page_first: K and V of
 16 layers x 2 KV heads x 64 dims x 16 tokens, fp32, 128 KiB each) written
 once with batch_set_v1, then read back into the host pool with batch_get_v1
 REPS times; prints the median GB/s. Used by bench/py-vs-go.sh against the

@@ -35,7 +35,8 @@ QUERY_BLOCK = 256
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    """Shape and revision of the demo model. Defaults follow issue 14."""
+    """Shape and revision of the demo model: a small GQA decoder with
+    seeded weights that prefills on a CPU."""
 
     name: str = "gpucache-demo/tiny-gqa"
     seed: int = 20240614  # the weights' seed: part of the revision

@@ -5,7 +5,7 @@
         --extra-config '{"addrs":["127.0.0.1:9400"],"tenant":"a","secret_file":"/path/a"}' \\
         --extra-config-b '{"addrs":["127.0.0.1:9400"],"tenant":"b","secret_file":"/path/b"}'
 
-The scenario (issue 14, item 4):
+The scenario:
   1. Engine A prefills a PROMPT-token prompt and backs its pages up.
   2. Engine B gets the first SHARED tokens of it plus NEW new ones; it asks
      batch_exists, loads the hit pages with batch_get_v1, computes only the
