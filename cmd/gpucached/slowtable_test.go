@@ -253,6 +253,9 @@ tenants:
 		if st["request_buffer_bytes"] > attackReqBufs {
 			t.Fatalf("step %q: request buffers hold %d bytes, over the %d budget", s.name, st["request_buffer_bytes"], attackReqBufs)
 		}
+		if share := st["request_buffer_tenant_limit_bytes"]; st["request_buffer_bytes"] > share {
+			t.Fatalf("step %q: one tenant's connections hold %d bytes of request buffers, over its %d share", s.name, st["request_buffer_bytes"], share)
+		}
 		if n := st["replays_rejected"]; n != 0 {
 			t.Fatalf("step %q: %d stamps refused REPLAY: those PUTs never reached their tables", s.name, n)
 		}
