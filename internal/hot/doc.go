@@ -25,11 +25,12 @@
 //  5. the LRU candidate of the class (with Config.Policy, the policy's
 //     candidate; see Policies), evicted.
 //
-// When none of these finds room while another ReserveBlock is mapping or
-// unmapping a slab with the lock dropped (its budget is taken but not yet
-// slots), ReserveBlock waits for that remap to end and tries again, so
-// concurrent writers on a fresh store never fail for want of the slab
-// being mapped. Otherwise it returns ErrNoSpace. A slab that changes class is re-carved
+// When the first three find no room while another ReserveBlock is mapping
+// or unmapping a slab with the lock dropped (its budget is taken but not
+// yet slots), ReserveBlock waits for that remap to end and tries again
+// before it evicts anything, so concurrent writers on a fresh store never
+// fail, nor evict cached blocks, for want of the slab being mapped. When
+// nothing can be evicted either, it returns ErrNoSpace. A slab that changes class is re-carved
 // in place when the new class uses slabs of the same length (the common case,
 // every class <= SlabBytes): no munmap, no new page faults. Otherwise it is
 // munmapped and a slab of the right length is mapped once the budget allows.

@@ -27,8 +27,9 @@ import (
 // another class over, empties a slab of another class whose blocks are all
 // older than the eviction candidate of this class (evicting them, and their
 // cached descendants first), and evicts the candidate of this class (the
-// LRU one, or the policy's first). It returns ErrNoSpace when none of these
-// succeeds within bounded work.
+// LRU one, or the policy's first); before the last two it waits for a slab
+// another ReserveBlock is mapping, if any. It returns ErrNoSpace when none
+// of these succeeds within bounded work.
 func (s *Store) ReserveBlock(ns Namespace, key, parent Key, meta BlockMeta, size int) (Reservation, error) {
 	if size < 0 || size > s.cfg.MaxClass {
 		return s.rejectTooLarge(size)
@@ -183,6 +184,21 @@ func (s *Store) findSpaceLocked(rq *reserveReq) (reserveStep, error) {
 	if rq.ownOnly {
 		return s.evictOwnLocked(rq)
 	}
+	if s.mu.remaps > 0 {
+		// Another ReserveBlock is mapping a slab (or unmapping one for a
+		// class change) with the lock dropped: the budget it holds
+		// becomes free slots, or comes back, when it ends. Wait for
+		// that instead of evicting a cached block or answering no
+		// space: writers arriving together on a store still mapping its
+		// slabs would otherwise evict blocks while room is on its way.
+		// Waiting is not an attempt, and every wake-up follows a remap
+		// that finished.
+		if h := s.hooks.waitRoom; h != nil {
+			h()
+		}
+		s.room.Wait()
+		return stepAgainFree, nil
+	}
 	// Evict in class k, unless another class holds a slab whose blocks
 	// are all older than that: then the slab changes class.
 	var cand uint32
@@ -203,18 +219,6 @@ func (s *Store) findSpaceLocked(rq *reserveReq) (reserveStep, error) {
 	if ok {
 		s.evictLocked(cand)
 		return stepNext, nil
-	}
-	if s.mu.remaps > 0 {
-		// Another ReserveBlock is mapping a slab (or unmapping one for a
-		// class change) with the lock dropped: the budget it holds
-		// becomes free slots, or comes back, when it ends. Wait for
-		// that instead of answering no space; waiting is not an
-		// attempt, and every wake-up follows a remap that finished.
-		if h := s.hooks.waitRoom; h != nil {
-			h()
-		}
-		s.room.Wait()
-		return stepAgainFree, nil
 	}
 	return stepGiveUp, nil
 }

@@ -254,6 +254,7 @@ func (c *conn) wrongEpoch(st *clusterState, key wire.Key) error {
 // version before 4, which does not know READ_ONLY), storing none and
 // discarding the rest payload bytes so the stream stays in sync.
 func (c *conn) refusePut(h wire.Header, rest int64, n int) error {
+	c.shrink() // the table is not needed while the payloads are skipped
 	if err := c.skip(rest); err != nil {
 		c.release()
 		return err

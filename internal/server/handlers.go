@@ -428,7 +428,12 @@ func (c *conn) putTableMax() uint32 {
 	return 4 + wire.MaxNamespaceLen + 4 + c.s.cfg.Limits.MaxBatch*uint32(wire.PutBlockSize(0)) + 4*wire.MaxRequestTokens
 }
 
+// skipThenError drops a request: it skips the n bytes left of its body and
+// answers err. What the request's buffers hold is not needed any more, so
+// their budget is given back first: skipping lasts as long as the client
+// takes to send the rest (a slow one, up to the read timeout).
 func (c *conn) skipThenError(h wire.Header, n int64, err error) error {
+	c.shrink()
 	if serr := c.skip(n); serr != nil {
 		c.release()
 		return serr

@@ -47,7 +47,9 @@ import (
 // A request that cannot get budget (its owner at its share, or the total
 // spent) waits up to Config.BufferWait for bytes to be given back, then is
 // refused RATE_LIMITED (retry after BufferWait) and the rest of its body is
-// skipped, so the stream stays in sync. The budget thus bounds the memory
+// skipped, so the stream stays in sync. A refused request (for this or any
+// other reason) gives its buffers back before the skip, which lasts as
+// long as the client takes to send the rest. The budget thus bounds the memory
 // all request buffers take, whatever the clients declare or how slowly
 // they send, and a tenant's share bounds what it can take from the others.
 
