@@ -6,7 +6,7 @@
 """
 
 from .client import FAILED, Client, GetResult, byte_view
-from .errors import ConnectionFailed, GpucacheError, InvalidIdentity, MalformedError, ProtocolError
+from .errors import ConnectionFailed, FrameTooLarge, GpucacheError, InvalidIdentity, MalformedError, ProtocolError
 from .identity import CacheIdentity, Layout, Namespace, chain, identities, key_for, namespace_digest, opaque_key
 from .placement import Member, View
 from .wire import Status
@@ -17,5 +17,5 @@ __all__ = [
     "Client", "GetResult", "FAILED", "byte_view",
     "CacheIdentity", "Layout", "Namespace", "chain", "identities", "key_for", "namespace_digest", "opaque_key",
     "Member", "View", "Status",
-    "GpucacheError", "InvalidIdentity", "MalformedError", "ProtocolError", "ConnectionFailed",
+    "GpucacheError", "InvalidIdentity", "MalformedError", "ProtocolError", "ConnectionFailed", "FrameTooLarge",
 ]

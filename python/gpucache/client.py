@@ -6,6 +6,14 @@ block; a block whose request failed is Status.FAILED (client-side, never on
 the wire). GET reads payloads straight into caller buffers with
 socket.recv_into; PUT sends caller buffers with socket.sendmsg (plain TCP)
 or one sendall per buffer (TLS), never joining them.
+
+The client owns its limits: the server is trusted for data, never for how
+much memory or time a call may take. Every call has one deadline (timeout
+seconds from its start, across nodes, retries and every read and write);
+every answer is read against a bound of the client's own (max_frame, the
+caller's buffers for get_into, max_len for get, the largest well-formed
+body of each other opcode); and a read into a caller's buffer that fails
+part-way zeroes what it wrote.
 """
 
 import ctypes
@@ -15,7 +23,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import wire
-from .errors import ConnectionFailed, InvalidIdentity, MalformedError, ProtocolError
+from .errors import ConnectionFailed, FrameTooLarge, InvalidIdentity, MalformedError, ProtocolError
 from .identity import CacheIdentity, Namespace, opaque_key
 from .placement import View
 from .pool import Conn, Pool, PoolTimeout, Timeout, usable_after
@@ -46,6 +54,8 @@ def reason_of(err: BaseException) -> str:
         return "refused"
     if isinstance(err, ConnectionFailed):
         return err.reason
+    if isinstance(err, FrameTooLarge):
+        return "too_large"
     if isinstance(err, MalformedError):
         return "malformed"
     if isinstance(err, ProtocolError):
@@ -109,15 +119,29 @@ class Client:
     otherwise. tenant/secret: the HELLO bearer credential (secret may be
     empty in open mode or under mTLS). ssl_context: an ssl.SSLContext (load
     a client certificate into it for mTLS). timeout: the deadline of every
-    request, in seconds. pool_size: connections per node.
+    call, in seconds, from its start to its return: dialling, HELLO, every
+    node and retry it visits and every read and write share it (get_or_fill
+    alone restarts it after the caller's fill and for each WAIT).
+    pool_size: connections per node. max_frame: the longest answer body
+    this client reads, in bytes, whatever a server announces in HELLO (a
+    larger announcement is clamped to it); answers are further bounded by
+    the caller's buffers (get_into), max_len (get) and each opcode's
+    largest well-formed body. An answer over its bound allocates nothing:
+    it is a miss ("too_large") and its connection is closed unread.
     """
 
     def __init__(self, addrs=("127.0.0.1:9400",), tenant: str = "", secret=b"", ssl_context=None,
-                 timeout: float = 2.0, pool_size: int = 8, cluster: bool = False, server_hostname=None):
+                 timeout: float = 2.0, pool_size: int = 8, cluster: bool = False, server_hostname=None,
+                 max_frame: int = wire.DEFAULT_MAX_FRAME):
         if isinstance(addrs, str):
             addrs = [addrs]
         if not addrs:
             raise ValueError("gpucache/client: no address")
+        if not timeout > 0:
+            raise ValueError("gpucache/client: timeout must be > 0, got %r" % (timeout,))
+        if not 1 << 12 <= max_frame <= 0xFFFFFFFF:
+            raise ValueError("gpucache/client: max_frame %d out of range 4096..%d" % (max_frame, 0xFFFFFFFF))
+        self.max_frame = int(max_frame)
         self._addrs = list(addrs)
         self.tenant = tenant
         self._secret = secret.encode() if isinstance(secret, str) else bytes(secret or b"")
@@ -143,13 +167,24 @@ class Client:
                 raise ConnectionFailed("unavailable", "client closed")
             p = self._pools.get(addr)
             if p is None:
-                p = Pool(lambda dl, a=addr: Conn.dial(a, dl, self.tenant, self._secret, self._ssl, self._hostname),
+                p = Pool(lambda dl, a=addr: Conn.dial(a, dl, self.tenant, self._secret, self._ssl, self._hostname,
+                                                      self.max_frame),
                          self._pool_size)
                 self._pools[addr] = p
             return p
 
-    def _with_conn(self, addr: str, fn, timeout: Optional[float] = None):
-        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+    def _deadline(self) -> float:
+        """The deadline (time.monotonic) of a call starting now."""
+        return time.monotonic() + self.timeout
+
+    def _with_conn(self, addr: str, fn, deadline: Optional[float] = None):
+        """fn(conn) on a pooled connection to addr, under deadline (one
+        starting now if None). The connection goes back to the pool only if
+        its stream is still in step."""
+        if deadline is None:
+            deadline = self._deadline()
+        elif time.monotonic() >= deadline:  # spent on earlier nodes: leave their idle connections be
+            raise Timeout("gpucache/client: deadline passed before reaching %s" % addr)
         pool = self._pool(addr)
         conn = pool.get(deadline)
         conn.deadline = deadline
@@ -165,18 +200,23 @@ class Client:
         """Dial and HELLO the first node now; raises ConnectionFailed or
         ProtocolError (e.g. UNAUTHENTICATED) instead of failing lazily."""
         try:
-            return self._with_conn(self._addrs[0], lambda c: c.hello)
+            return self._with_conn(self._addrs[0], lambda c: c.hello, self._deadline())
         except (ProtocolError, ConnectionFailed):
             raise
         except Exception as e:
             raise ConnectionFailed(reason_of(e), str(e)) from e
 
-    def _refresh(self, addr: Optional[str] = None):
-        """Fetch MEMBERS (from addr or the seeds) and install a newer view."""
+    def _refresh(self, addr: Optional[str] = None, deadline: Optional[float] = None):
+        """Fetch MEMBERS (from addr or the seeds) and install a newer view;
+        every node tried shares deadline (one starting now if None)."""
+        if deadline is None:
+            deadline = self._deadline()
         for a in ([addr] if addr else []) + self._addrs:
+            if time.monotonic() >= deadline:
+                return
             try:
                 epoch, members = self._with_conn(a, lambda c: wire.decode_members_response(
-                    c.call(wire.Op.MEMBERS, [], max_body=1 << 22)))
+                    c.call(wire.Op.MEMBERS, [], max_body=wire.MAX_MEMBERS_BODY)), deadline)
             except Exception:
                 continue
             with self._mu:
@@ -184,14 +224,15 @@ class Client:
                     self._view = View(epoch, members)
             return
 
-    def _route(self, keys: Sequence[bytes], idxs: Sequence[int]) -> Tuple[List[Tuple[str, List[int]]], List[int]]:
+    def _route(self, keys: Sequence[bytes], idxs: Sequence[int],
+               deadline: Optional[float] = None) -> Tuple[List[Tuple[str, List[int]]], List[int]]:
         """(addr, indexes) groups in first-key order, and the indexes no node owns."""
         if not self.cluster:
             return [(self._addrs[0], list(idxs))], []
         with self._mu:
             view = self._view
         if view is None:
-            self._refresh()
+            self._refresh(None, deadline)
             with self._mu:
                 view = self._view
         if view is None or not view.clustered:
@@ -206,21 +247,23 @@ class Client:
                 groups.setdefault(m.addr, []).append(i)
         return list(groups.items()), orphans
 
-    def _routed(self, keys, per_node: Callable, fail: Callable, idxs=None):
+    def _routed(self, keys, per_node: Callable, fail: Callable, idxs=None, deadline: Optional[float] = None):
         """Run per_node(conn, idxs) on each owner; on WRONG_EPOCH refresh the
-        view from the refusing node and retry those keys once."""
+        view from the refusing node and retry those keys once. All of it
+        runs under deadline; with None each node gets a fresh one (only
+        get_or_fill, whose phases are timed one by one)."""
         idxs = list(range(len(keys))) if idxs is None else idxs
         for attempt in (0, 1):
-            groups, orphans = self._route(keys, idxs)
+            groups, orphans = self._route(keys, idxs, deadline)
             if orphans:
                 fail(orphans, "unavailable")
             retry = []
             for addr, sub in groups:
                 try:
-                    self._with_conn(addr, lambda c, s=sub: per_node(c, s))
+                    self._with_conn(addr, lambda c, s=sub: per_node(c, s), deadline)
                 except ProtocolError as e:
                     if e.code == wire.Code.WRONG_EPOCH and attempt == 0 and self.cluster:
-                        self._refresh(addr)
+                        self._refresh(addr, deadline)
                         retry.extend(sub)
                     else:
                         fail(sub, reason_of(e))
@@ -250,6 +293,7 @@ class Client:
     def lookup(self, ns: Namespace, keys: Sequence[bytes], lease_ttl: float = 0.0) -> Tuple[int, int]:
         """(hits, lease_id): the leading run of cached keys, leased for
         lease_ttl seconds when > 0. Never raises: (0, 0) on any failure."""
+        deadline = self._deadline()
         try:
             blob = ns.canonical()
             keys = [bytes(k) for k in keys]
@@ -258,17 +302,17 @@ class Client:
             ttl_ms = int(lease_ttl * 1000 + 0.999) if lease_ttl > 0 else 0
             for attempt in (0, 1):
                 try:
-                    return self._lookup_once(blob, keys, ttl_ms)
+                    return self._lookup_once(blob, keys, ttl_ms, deadline)
                 except ProtocolError as e:
                     if e.code != wire.Code.WRONG_EPOCH or attempt or not self.cluster:
                         return 0, 0
-                    self._refresh()
+                    self._refresh(None, deadline)
         except Exception:
             return 0, 0
         return 0, 0
 
-    def _lookup_once(self, blob, keys, ttl_ms):
-        groups, orphans = self._route(keys, range(len(keys)))
+    def _lookup_once(self, blob, keys, ttl_ms, deadline):
+        groups, orphans = self._route(keys, range(len(keys)), deadline)
         owner = {}
         for addr, idxs in groups:
             for i in idxs:
@@ -287,7 +331,7 @@ class Client:
             def one(c, seg=seg, first=first):
                 body = wire.lookup_request(blob, ttl_ms if first else 0, seg)
                 return wire.decode_lookup_response(c.call(wire.Op.LOOKUP, [body], max_body=16), len(seg))
-            r = self._with_conn(addr, one)
+            r = self._with_conn(addr, one, deadline)
             if first:
                 lease = r.lease_id
             hits += r.hits
@@ -298,37 +342,70 @@ class Client:
 
     # ---- GET ----
 
-    def _get_chunk(self, conn: Conn, blob, keys, lease_id, sink) -> List[GetResult]:
-        """One GET. sink(j, length) returns a writable byte view of at least
-        length bytes for key j, or None (its bytes are then discarded)."""
+    def _get_chunk(self, conn: Conn, blob, keys, lease_id, sink, largest: int, out: List[GetResult]):
+        """One GET for keys, whose payloads this call accepts up to largest
+        bytes each. sink(j, length) returns a writable byte view of at least
+        length bytes for key j, or None; a payload longer than largest is
+        not offered to sink. A payload that gets no view is read through a
+        small scratch buffer and dropped (an "over_budget" miss): the answer
+        was within this call's bound, so this costs no memory, keeps the
+        stream in step and keeps the other keys' hits.
+
+        An answer whose header announces more than the keys can take
+        (wire.get_body_limit) raises FrameTooLarge before any of it is read;
+        the caller then closes the connection, whose stream position is
+        lost. Results are appended to out as each key completes, so keys
+        read before a failure keep their hits; a payload whose read fails
+        part-way has what it wrote into its view zeroed."""
         rid = conn.send(wire.Op.GET, [wire.get_request(blob, lease_id, keys)])
         h = conn.read_header(wire.Op.GET, rid)
+        limit = wire.get_body_limit(len(keys), largest)
+        if h.body_len > limit:
+            raise FrameTooLarge("gpucache/client: GET answer of %d bytes for %d keys of at most %d bytes" % (
+                h.body_len, len(keys), largest))
         if h.body_len < 4:
             raise MalformedError("gpucache/wire: GET body of %d bytes" % h.body_len)
         tl = int.from_bytes(conn.recv_bytes(4), "little")
-        if tl < 4 + 5 * len(keys) or tl > h.body_len - 4:
-            raise MalformedError("gpucache/wire: GET table of %d bytes in a %d-byte body" % (tl, h.body_len))
+        if tl != 4 + 5 * len(keys) or tl > h.body_len - 4:
+            raise MalformedError("gpucache/wire: GET table of %d bytes for %d keys in a %d-byte body" % (
+                tl, len(keys), h.body_len))
         table = wire.decode_get_table(conn.recv_bytes(tl), len(keys))
         if sum(ln for _, ln in table) != h.body_len - 4 - tl:
             raise MalformedError("gpucache/wire: GET payloads do not add up to the body")
-        out = []
         for j, (st, ln) in enumerate(table):
             if st != Status.HIT:
                 out.append(GetResult(False, 0, "miss"))
                 continue
-            view = sink(j, ln)
+            view = sink(j, ln) if ln <= largest else None
             if view is None:
                 conn.discard(ln)
                 out.append(GetResult(False, ln, "over_budget"))
                 continue
             if ln:
-                conn.recv_into(view[:ln])
+                conn.recv_into(view[:ln], wipe=True)
             out.append(GetResult(True, ln, ""))
         return out
 
     def get_into(self, ns: Namespace, keys: Sequence[bytes], bufs, lease_id: int = 0) -> List[GetResult]:
         """Read each key's payload straight into bufs[i] (writable buffers).
-        A payload larger than its buffer is a miss ("over_budget"). Never raises."""
+        Never raises; every key is a hit or a miss with a reason.
+
+        Bounds: an answer may be no longer than the keys' table plus, per
+        key, the largest of the caller's buffers (and never more than
+        max_frame); a longer one is refused unread, its keys miss
+        ("too_large") and its connection is closed. A payload larger than
+        its own buffer is read through a small scratch buffer and dropped
+        ("over_budget"). Nothing is allocated for a payload.
+
+        Deadline: the whole call, across nodes and retries, returns within
+        the client's timeout; a server that drips bytes ends at it.
+
+        Buffers on failure: a miss never leaves bytes of its answer behind.
+        A payload whose read fails part-way (timeout, dropped, truncated)
+        has every byte it wrote zeroed; the rest of that buffer, and the
+        buffers of other misses, are left as they were. Keys read in full
+        before a failure later in the answer stay hits."""
+        deadline = self._deadline()
         n = len(keys)
         results: List[Optional[GetResult]] = [None] * n
         try:
@@ -342,48 +419,65 @@ class Client:
 
         def fail(idxs, reason):
             for i in idxs:
-                results[i] = GetResult(False, 0, reason)
+                if results[i] is None:  # keys read in full keep their hits
+                    results[i] = GetResult(False, 0, reason)
 
         def per_node(conn, idxs):
-            sizes = [min(len(v), conn.max_payload) + 5 for v in views]
-            for chunk in self._chunks(idxs, conn, sizes, _OVERHEAD_GET):
-                sub = [keys[i] for i in chunk]
-                rs = self._get_chunk(conn, blob, sub, lease_id,
-                                     lambda j, ln, c=chunk: views[c[j]] if ln <= len(views[c[j]]) else None)
-                for i, r in zip(chunk, rs):
-                    results[i] = r
+            caps = [min(len(v), conn.max_payload) for v in views]
+            for chunk in self._chunks(idxs, conn, [c + 5 for c in caps], _OVERHEAD_GET):
+                rs: List[GetResult] = []
+                try:
+                    self._get_chunk(conn, blob, [keys[i] for i in chunk], lease_id,
+                                    lambda j, ln, c=chunk: views[c[j]] if ln <= len(views[c[j]]) else None,
+                                    max(caps[i] for i in chunk), rs)
+                finally:
+                    for i, r in zip(chunk, rs):
+                        results[i] = r
 
         try:
-            self._routed(keys, per_node, fail)
+            self._routed(keys, per_node, fail, None, deadline)
         except Exception as e:  # a bug must not reach the engine
-            fail([i for i in range(n) if results[i] is None], reason_of(e))
+            fail(range(n), reason_of(e))
         return [r if r is not None else GetResult(False, 0, "miss") for r in results]
 
-    def get(self, ns: Namespace, keys: Sequence[bytes]) -> List[Optional[bytes]]:
-        """Each key's payload as a bytearray, or None on a miss. Never raises."""
+    def get(self, ns: Namespace, keys: Sequence[bytes], max_len: Optional[int] = None) -> List[Optional[bytes]]:
+        """Each key's payload as a bytearray, or None on a miss. Never raises.
+
+        max_len: the longest payload accepted per key (default: the
+        server's max_payload, never above the client's max_frame). An answer
+        announcing more than the keys' table plus max_len bytes a key is
+        refused before anything is allocated for it; a longer payload within
+        it is read through a small scratch buffer and dropped. The whole
+        call returns within the client's timeout."""
+        deadline = self._deadline()
         n = len(keys)
         datas: List[Optional[bytearray]] = [None] * n
         try:
             blob = ns.canonical()
             keys = [bytes(k) for k in keys]
+            if max_len is not None and max_len < 0:
+                raise ValueError("gpucache/client: max_len %d < 0" % max_len)
         except Exception:
             return datas
 
         def per_node(conn, idxs):
+            largest = conn.max_payload if max_len is None else min(max_len, conn.max_payload)
             for chunk in self._chunks(idxs, conn, None, _OVERHEAD_GET, 5):
-                def sink(j, ln, c=chunk):
-                    datas[c[j]] = bytearray(ln)
-                    return memoryview(datas[c[j]])
-                rs = self._get_chunk(conn, blob, [keys[i] for i in chunk], 0, sink)
-                for i, r in zip(chunk, rs):
-                    if not r.hit:
-                        datas[i] = None
+                got: Dict[int, bytearray] = {}
 
-        def fail(idxs, reason):
-            for i in idxs:
-                datas[i] = None
+                def sink(j, ln, got=got):
+                    got[j] = bytearray(ln)
+                    return memoryview(got[j])
+                rs: List[GetResult] = []
+                try:
+                    self._get_chunk(conn, blob, [keys[i] for i in chunk], 0, sink, largest, rs)
+                finally:
+                    for j, r in enumerate(rs):
+                        if r.hit:
+                            datas[chunk[j]] = got[j]
+
         try:
-            self._routed(keys, per_node, fail)
+            self._routed(keys, per_node, lambda idxs, reason: None, None, deadline)
         except Exception:
             return [None] * n
         return datas
@@ -392,7 +486,10 @@ class Client:
 
     def _write(self, keys, entries, build, op, statuses, per_entry_fixed):
         """Send write requests: entries[i] = (table_entry, views, length).
-        build(sub_entries) returns the table; statuses are filled in place."""
+        build(sub_entries) returns the table; statuses are filled in place.
+        The whole call runs under one deadline."""
+        deadline = self._deadline()
+
         def fail(idxs, reason):
             for i in idxs:
                 if statuses[i] is None:
@@ -417,7 +514,7 @@ class Client:
                 for i, st in zip(chunk, wire.decode_status_response(body, len(chunk))):
                     statuses[i] = st
         try:
-            self._routed(keys, per_node, fail, [i for i in range(len(keys)) if statuses[i] is None])
+            self._routed(keys, per_node, fail, [i for i in range(len(keys)) if statuses[i] is None], deadline)
         except Exception:
             fail(range(len(keys)), "malformed")
         return [s if s is not None else FAILED for s in statuses]
@@ -465,6 +562,7 @@ class Client:
 
     def delete(self, ns: Namespace, keys: Sequence[bytes]) -> list:
         """Remove blocks: DELETED, MISS, BUSY, or FAILED per key."""
+        deadline = self._deadline()
         blob = ns.canonical()
         keys = [bytes(k) for k in keys]
         statuses: List[Optional[int]] = [None] * len(keys)
@@ -479,24 +577,29 @@ class Client:
         def fail(idxs, reason):
             for i in idxs:
                 statuses[i] = FAILED
-        self._routed(keys, per_node, fail)
+        self._routed(keys, per_node, fail, None, deadline)
         return [s if s is not None else FAILED for s in statuses]
 
     # ---- STAT, PING, MEMBERS ----
 
     def stat(self) -> dict:
         """The first node's counters (summed over members with cluster=True).
-        Raises ConnectionFailed or ProtocolError."""
+        Raises ConnectionFailed or ProtocolError, within the client's
+        timeout for all members together. An answer longer than the largest
+        well-formed STAT body (wire.MAX_STAT_BODY, 68,100 bytes) is refused
+        unread (ConnectionFailed "too_large")."""
+        deadline = self._deadline()
         addrs = [self._addrs[0]]
         if self.cluster:
-            self._refresh()
+            self._refresh(None, deadline)
             with self._mu:
                 if self._view is not None and self._view.clustered:
                     addrs = [m.addr for m in self._view.members]
         out: dict = {}
         for a in addrs:
             try:
-                d = self._with_conn(a, lambda c: wire.decode_stat_response(c.call(wire.Op.STAT, [])))
+                d = self._with_conn(a, lambda c: wire.decode_stat_response(
+                    c.call(wire.Op.STAT, [], max_body=wire.MAX_STAT_BODY)), deadline)
             except ProtocolError:
                 raise
             except Exception as e:
@@ -514,7 +617,7 @@ class Client:
                 raise MalformedError("gpucache/wire: PING echo differs")
             return time.perf_counter() - t0
         try:
-            return self._with_conn(self._addrs[0], one)
+            return self._with_conn(self._addrs[0], one, self._deadline())
         except ProtocolError:
             raise
         except Exception as e:
@@ -522,7 +625,7 @@ class Client:
 
     def members(self) -> Optional[View]:
         """The current cluster view (fetched with MEMBERS), or None."""
-        self._refresh()
+        self._refresh(None, self._deadline())
         with self._mu:
             return self._view
 
@@ -553,6 +656,11 @@ class Client:
         report counts "hit", "led", "joined", "computed", "denied" and
         "fallback" (computed without coordination after a failure). Only
         fill's own exceptions propagate (after the led fills are aborted).
+
+        Unlike the other calls, the timeout here bounds each phase on its
+        own (ACQUIRE, each WAIT beyond its wait time, the commit after
+        fill, the GET of the hits): fill's own time is the caller's, and
+        wait_timeout bounds the waiting for other clients' fills.
         """
         n = len(idents)
         out: List[object] = [None] * n
@@ -664,7 +772,7 @@ class Client:
             def sink(j, ln):
                 got[hits[j]] = bytearray(ln)
                 return memoryview(got[hits[j]])
-            for i, r in zip(hits, self._get_chunk(conn, blob, [keys[i] for i in hits], 0, sink)):
+            for i, r in zip(hits, self._get_chunk(conn, blob, [keys[i] for i in hits], 0, sink, conn.max_payload, [])):
                 if r.hit:
                     out[i] = got[i]
                     report["hit"] += 1

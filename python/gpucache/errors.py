@@ -13,6 +13,11 @@ class MalformedError(GpucacheError):
     """A frame or body that does not decode (gpucache/wire: MALFORMED)."""
 
 
+class FrameTooLarge(MalformedError):
+    """A response longer than the client's own limit for it (gpucache/client).
+    Nothing is allocated for it and its connection is closed unread."""
+
+
 class ProtocolError(GpucacheError):
     """An error response from a server: code, message and its trailing fields."""
 

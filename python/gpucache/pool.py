@@ -3,7 +3,14 @@
 A caller takes a connection for the whole of one request (or one
 get_or_fill, whose fill tokens belong to the connection), then gives it
 back: healthy, it is reused; broken (a deadline passed mid-frame, a
-malformed reply, a dropped stream), it is closed and its slot freed.
+malformed reply, a dropped stream, an answer over the client's limit), it
+is closed and its slot freed.
+
+A Conn trusts its server for nothing it needs to stay bounded: every
+answer is read against the client's own limit for it (max_frame, which a
+larger max_frame in HELLO cannot raise, and each opcode's largest
+well-formed body), and every send and receive is armed with the time left
+to one deadline, so no sequence of slow reads can outlast it.
 """
 
 import socket
@@ -13,7 +20,7 @@ import time
 from typing import Callable, List
 
 from . import wire
-from .errors import ConnectionFailed, MalformedError, ProtocolError
+from .errors import ConnectionFailed, FrameTooLarge, MalformedError, ProtocolError
 
 
 class PoolTimeout(Exception):
@@ -88,6 +95,8 @@ class Pool:
 CLIENT_NAME = "gpucache-py/0.1"
 _IOV_MAX = 512  # buffers per sendmsg call (Linux IOV_MAX is 1024)
 _MAX_ERROR_BODY = 2 + 2 + wire.MAX_STRING_LEN + 8
+_SCRATCH = 64 << 10  # bytes read at a time when discarding a payload
+_ZEROS = bytes(_SCRATCH)
 
 
 class Timeout(Exception):
@@ -100,15 +109,17 @@ class Conn:
     Any failure mid-frame leaves the stream out of sync: the caller then
     gives the Conn back broken and it is closed."""
 
-    def __init__(self, sock, addr: str):
+    def __init__(self, sock, addr: str, max_frame: int = wire.DEFAULT_MAX_FRAME):
         self.sock = sock
         self.addr = addr
         self.tls = isinstance(sock, _ssl.SSLSocket)
         self.hello = None  # wire.HelloResponse
         self.version = 1
-        self.max_frame = wire.DEFAULT_MAX_FRAME
+        # max_frame is the client's own limit until HELLO, then the smaller
+        # of it and the server's; max_payload never exceeds it.
+        self.max_frame = max_frame
         self.max_batch = wire.DEFAULT_MAX_BATCH
-        self.max_payload = 4 << 20
+        self.max_payload = min(wire.DEFAULT_MAX_PAYLOAD, max_frame)
         self.stamp_required = False
         self._rid = 0
         self._hdr = bytearray(wire.HEADER_SIZE)
@@ -116,25 +127,31 @@ class Conn:
 
     @classmethod
     def dial(cls, addr: str, deadline: float, tenant: str = "", secret: bytes = b"",
-             ssl_context=None, server_hostname=None):
+             ssl_context=None, server_hostname=None, max_frame: int = wire.DEFAULT_MAX_FRAME):
+        """Connect, handshake and HELLO, all before deadline (time.monotonic).
+        The server's limits are taken only where they are smaller than the
+        client's own max_frame."""
         host, _, port = addr.rpartition(":")
         host = host.strip("[]")
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise Timeout("gpucache/client: deadline passed before dialling %s" % addr)
-        sock = socket.create_connection((host, int(port)), timeout=left)
+        sock = _connect(host, int(port), deadline, addr)
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if ssl_context is not None:
-                sock.settimeout(max(deadline - time.monotonic(), 0.001))
+                # CPython bounds the whole handshake by the socket timeout
+                # (one deadline across its reads and writes), so this is the
+                # time left, not a per-read allowance.
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise Timeout("gpucache/client: deadline passed before the TLS handshake with %s" % addr)
+                sock.settimeout(left)
                 sock = ssl_context.wrap_socket(sock, server_hostname=server_hostname or host)
-            c = cls(sock, addr)
+            c = cls(sock, addr, max_frame)
             c.deadline = deadline
             auth = bool(secret) or ssl_context is not None
             body = wire.hello_request(1, wire.VERSION_MAX, tenant, CLIENT_NAME, auth=auth,
                                       auth_kind=wire.AUTH_BEARER if secret else wire.AUTH_NONE,
                                       credential=secret or b"")
-            h = wire.decode_hello_response(c.call(wire.Op.HELLO, [body]))
+            h = wire.decode_hello_response(c.call(wire.Op.HELLO, [body], max_body=wire.MAX_HELLO_BODY))
         except BaseException:
             sock.close()
             raise
@@ -146,9 +163,9 @@ class Conn:
             raise ConnectionFailed("denied", "session tenant %r, want %r" % (h.tenant, tenant))
         c.hello = h
         c.version = h.version
-        c.max_frame = h.max_frame
+        c.max_frame = min(max_frame, h.max_frame or max_frame)
         c.max_batch = max(1, h.max_batch)
-        c.max_payload = h.max_payload
+        c.max_payload = min(h.max_payload or wire.DEFAULT_MAX_PAYLOAD, c.max_frame)
         c.stamp_required = bool(h.session_flags & wire.SESSION_STAMP_REQUIRED)
         return c
 
@@ -209,15 +226,22 @@ class Conn:
 
     # ---- receiving ----
 
-    def recv_into(self, view):
-        """Fill view (a writable byte memoryview) from the stream."""
+    def recv_into(self, view, wipe: bool = False):
+        """Fill view (a writable byte memoryview) from the stream. With wipe,
+        a read that fails part-way zeroes the bytes it wrote before raising,
+        so a caller's buffer never keeps a fragment of a failed answer."""
         got, n = 0, len(view)
-        while got < n:
-            self._arm()
-            r = self.sock.recv_into(view[got:], n - got)
-            if r == 0:
-                raise ConnectionResetError("gpucache/client: connection closed mid-frame")
-            got += r
+        try:
+            while got < n:
+                self._arm()
+                r = self.sock.recv_into(view[got:], n - got)
+                if r == 0:
+                    raise ConnectionResetError("gpucache/client: connection closed mid-frame")
+                got += r
+        except BaseException:
+            if wipe and got:
+                _zero(view[:got])
+            raise
 
     def recv_bytes(self, n: int) -> bytearray:
         b = bytearray(n)
@@ -237,25 +261,59 @@ class Conn:
                 raise MalformedError("gpucache/wire: error body of %d bytes" % h.body_len)
             raise wire.decode_error(self.recv_bytes(h.body_len))
         if h.body_len > self.max_frame:
-            raise MalformedError("gpucache/wire: body of %d bytes exceeds max_frame %d" % (h.body_len, self.max_frame))
+            raise FrameTooLarge("gpucache/client: %s answer of %d bytes exceeds max_frame %d" % (
+                wire.Op(op).name, h.body_len, self.max_frame))
         return h
 
-    def call(self, op: int, parts, stamped: bool = False, max_body: int = None) -> bytearray:
-        """One request, one whole response body. A ProtocolError leaves the
+    def call(self, op: int, parts, stamped: bool = False, *, max_body: int) -> bytearray:
+        """One request, one whole response body of at most max_body bytes
+        (the largest well-formed answer to op): a longer one is refused
+        before any of it is read or allocated. A ProtocolError leaves the
         connection usable (the error body was read in full)."""
         rid = self.send(op, parts, stamped)
         h = self.read_header(op, rid)
-        if max_body is not None and h.body_len > max_body:
-            raise MalformedError("gpucache/wire: %s response of %d bytes, at most %d expected" % (
+        if h.body_len > max_body:
+            raise FrameTooLarge("gpucache/client: %s answer of %d bytes, at most %d expected" % (
                 wire.Op(op).name, h.body_len, max_body))
         return self.recv_bytes(h.body_len)
 
     def discard(self, n: int):
-        scratch = memoryview(bytearray(min(n, 1 << 20)))
+        """Read and drop n bytes through a small scratch buffer."""
+        scratch = memoryview(bytearray(min(n, _SCRATCH)))
         while n > 0:
             k = min(n, len(scratch))
             self.recv_into(scratch[:k])
             n -= k
+
+
+def _connect(host: str, port: int, deadline: float, addr: str):
+    """A TCP connection to host:port, trying each address it resolves to with
+    the time left to deadline (socket.create_connection would give each the
+    whole timeout). Name resolution itself is not bounded by the deadline."""
+    err = None
+    for af, kind, proto, _, sa in socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        s = socket.socket(af, kind, proto)
+        try:
+            s.settimeout(left)
+            s.connect(sa)
+            return s
+        except OSError as e:
+            s.close()
+            err = e
+    if err is not None:
+        raise err
+    raise Timeout("gpucache/client: deadline passed before dialling %s" % addr)
+
+
+def _zero(view):
+    """Overwrite a writable byte memoryview with zeros."""
+    zeros = memoryview(_ZEROS)
+    for off in range(0, len(view), len(zeros)):
+        k = min(len(zeros), len(view) - off)
+        view[off:off + k] = zeros[:k]
 
 
 def usable_after(err: BaseException) -> bool:

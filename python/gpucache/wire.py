@@ -35,6 +35,13 @@ MAX_BLOCK_TOKENS = 1 << 16
 MAX_REQUEST_TOKENS = 1 << 20
 MAX_CREDENTIAL_LEN = 512
 MAX_OPAQUE_NAME = 1024
+DEFAULT_MAX_PAYLOAD = 4 << 20  # a server that announces max_payload 0 means this
+
+# The largest well-formed bodies of the fixed-shape answers: the client reads
+# no more than these, whatever max_frame a server announced.
+MAX_HELLO_BODY = 1 + (2 + MAX_STRING_LEN) + 16 + (2 + MAX_STRING_LEN) + 1
+MAX_STAT_BODY = 4 + MAX_STAT_ENTRIES * (2 + MAX_STRING_LEN + 8)
+MAX_MEMBERS_BODY = 8 + 4 + MAX_MEMBERS * (3 * (2 + MAX_STRING_LEN) + 1 + 8 + 1)
 
 FLAG_RESPONSE = 1 << 0
 FLAG_ERROR = 1 << 1
@@ -420,6 +427,13 @@ def decode_lookup_response(b, nkeys: int) -> LookupResponse:
     if lease == 0 and ttl != 0:
         raise MalformedError("gpucache/wire: lease TTL without a lease")
     return LookupResponse(hits, lease, ttl)
+
+
+def get_body_limit(nkeys: int, largest: int) -> int:
+    """The longest GET answer body for nkeys keys none of whose payloads is
+    longer than largest: u32 table length, the table (u32 count, 5 bytes a
+    key), then at most largest bytes a key."""
+    return 4 + 4 + 5 * nkeys + nkeys * largest
 
 
 def decode_get_table(b, nkeys: int) -> List[Tuple[int, int]]:
