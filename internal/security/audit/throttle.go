@@ -18,9 +18,10 @@ import (
 // counts as its /64 prefix, the block one host usually holds. The table of
 // sources holds at most Sources entries; a failure from a source not in a
 // full table falls in one shared bucket, the aggregate source "*", with
-// the same Lines per Interval. So the auth_failure lines written in any
-// Interval are at most (Sources + 1) × Lines, plus one summary line per
-// bucket. An entry leaves the table when its interval ends.
+// the same Lines per Interval. An entry leaves the table when its
+// interval ends, so each holds its place for at least an Interval: on
+// average at most (Sources + 1) × Lines auth_failure lines, plus one
+// summary per entry, are written per Interval, however many sources.
 //
 // The zero value takes the defaults (DefaultThrottle).
 type Throttle struct {
