@@ -118,7 +118,7 @@ func newLogger(o Options) *Logger {
 	if l.now == nil {
 		l.now = time.Now
 	}
-	l.thr = &throttle{cfg: o.AuthFailures.withDefaults(), now: l.now, flush: l.Flush, sources: make(map[string]*window)}
+	l.thr = &throttle{cfg: o.AuthFailures.withDefaults(), flush: l.Flush, sources: make(map[string]*window)}
 	return l
 }
 
@@ -166,8 +166,9 @@ func (l *Logger) Flush() {
 
 // Close writes the summaries of every window still open (over the time
 // since each began) and stops the throttle's timer. The Logger still
-// takes events after Close, but writes no more summaries. It does not
-// close the sink.
+// takes events after Close, but without the timer a later window is
+// summarized only when its source fails again. It does not close the
+// sink.
 func (l *Logger) Close() {
 	if l == nil {
 		return

@@ -103,7 +103,6 @@ type summary struct {
 // empties the table; it is pending exactly while the table is not empty.
 type throttle struct {
 	cfg   Throttle
-	now   func() time.Time
 	flush func() // the timer's callback: the Logger's Flush
 
 	mu        sync.Mutex
