@@ -33,6 +33,7 @@ var gauges = map[string]bool{
 	"cluster_epoch": true, "control_mode": true, // levels: gauges never end in _total
 	"cold_quota_tracked_packs":  true,                             // the cold quota ledger's size
 	"ratelimit_dynamic_buckets": true, "antireplay_entries": true, // the guard's bounded tables (daemon guardStats)
+	"audit_sources": true, "audit_file_bytes": true, // the audit throttle's table, the audit file's size
 }
 
 // collector exports STAT entries as gpucache_* metrics on each scrape, so

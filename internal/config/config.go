@@ -61,6 +61,29 @@ type Config struct {
 	// AuditLog is where audit events go as JSON lines: "stderr", "off" or
 	// a file path (appended). Default stderr.
 	AuditLog string `yaml:"audit_log"`
+	// AuditMaxBytes bounds a file audit_log: an event that would take it
+	// past this size rotates it first (audit.log becomes audit.log.1, .1
+	// becomes .2, ...). Audit logging then takes at most AuditMaxBytes ×
+	// (AuditMaxFiles + 1) on disk. Default 100MiB; 1MiB..1TiB.
+	AuditMaxBytes ByteSize `yaml:"audit_max_bytes"`
+	// AuditMaxFiles is how many rotated audit files are kept
+	// (audit.log.1 .. audit.log.N); rotation deletes the oldest. 0 keeps
+	// none: the file starts again empty. Default 5; at most 1000.
+	AuditMaxFiles int `yaml:"audit_max_files"`
+	// AuditAuthFailuresPerSource is how many auth_failure events from one
+	// source address (an IPv6 address counts as its /64) are written per
+	// AuditAuthFailureInterval; the rest are counted (STAT
+	// audit_auth_failures_suppressed) and reported in one "suppressed"
+	// line per source and interval. Default 10; 1..1000000.
+	AuditAuthFailuresPerSource int `yaml:"audit_auth_failures_per_source"`
+	// AuditAuthFailureInterval is the window AuditAuthFailuresPerSource
+	// applies to. Default 10s; 1s..1h.
+	AuditAuthFailureInterval time.Duration `yaml:"audit_auth_failure_interval"`
+	// AuditAuthFailureSources bounds the source addresses tracked for
+	// AuditAuthFailuresPerSource (about 200 bytes each); failures from
+	// further sources share one bucket, source "*", with the same
+	// allowance. Default 1024; 1..65536.
+	AuditAuthFailureSources int `yaml:"audit_auth_failure_sources"`
 	// TLSCert and TLSKey turn on TLS on the data and admin listeners.
 	TLSCert string `yaml:"tls_cert"`
 	TLSKey  string `yaml:"tls_key"`
@@ -328,6 +351,12 @@ func Default() Config {
 		AuditLog:        "stderr",
 		SealGrace:       24 * time.Hour,
 
+		AuditMaxBytes:              100 << 20,
+		AuditMaxFiles:              5,
+		AuditAuthFailuresPerSource: 10,
+		AuditAuthFailureInterval:   10 * time.Second,
+		AuditAuthFailureSources:    1024,
+
 		ReplayMaxFuture: 5 * time.Second,
 
 		ColdStore:         "fs",
@@ -408,6 +437,11 @@ func (c *Config) fields() []field {
 		{"replay_max_nonces", "nonces remembered by the replay window, all tenants together", (*intVal)(&c.ReplayMaxNonces)},
 		{"replay_tenant_nonces", "nonces remembered by the replay window for one tenant (0: replay_max_nonces / max(16, tenants), at most 65536)", (*intVal)(&c.ReplayTenantNonces)},
 		{"audit_log", `audit events: "stderr", "off" or a file path`, (*strVal)(&c.AuditLog)},
+		{"audit_max_bytes", "size at which a file audit_log rotates", &c.AuditMaxBytes},
+		{"audit_max_files", "rotated audit files kept (0: none)", (*intVal)(&c.AuditMaxFiles)},
+		{"audit_auth_failures_per_source", "auth_failure events written per source address and audit_auth_failure_interval (the rest are counted and summarized)", (*intVal)(&c.AuditAuthFailuresPerSource)},
+		{"audit_auth_failure_interval", "window of audit_auth_failures_per_source", (*durVal)(&c.AuditAuthFailureInterval)},
+		{"audit_auth_failure_sources", "source addresses tracked for audit_auth_failures_per_source (more share one bucket)", (*intVal)(&c.AuditAuthFailureSources)},
 		{"tls_cert", "TLS certificate chain (PEM) for the data and admin listeners", (*strVal)(&c.TLSCert)},
 		{"tls_key", "TLS private key (PEM)", (*strVal)(&c.TLSKey)},
 		{"tls_client_ca", "CA bundle (PEM) that client certificates must chain to (mTLS)", (*strVal)(&c.TLSClientCA)},
@@ -489,6 +523,7 @@ func (c Config) Validate() error {
 	for _, check := range []func() error{
 		c.validateListen,
 		c.validateSecurity,
+		c.validateAudit,
 		c.validateCluster,
 		c.validateColdCrypt,
 		c.validateConn,

@@ -39,7 +39,7 @@ type secure struct {
 	// adminTLS is the admin listener's: the same certificate, client
 	// certificates optional (admin_tls_client_ca). Nil: plain HTTP.
 	adminTLS *tlsconf.Server
-	audit    *audit.Logger // nil: audit off
+	audit    *audit.Logger // audit_log off: audit.Discard, which only counts
 	log      *slog.Logger
 	getenv   func(string) (string, bool)
 	closeFn  func() error
@@ -50,19 +50,30 @@ type secure struct {
 }
 
 // openAudit opens the audit sink the config names; every event is also
-// kept in recent (the status page's last events).
+// kept in recent (the status page's last events). A file sink is
+// size-bounded (audit_max_bytes, audit_max_files); every sink throttles
+// auth_failure lines per source (audit_auth_failure_*). With the sink off
+// failures are still counted. The close function writes the throttle's
+// last summaries, then closes the file.
 func openAudit(cfg config.Config, stderr io.Writer, recent *admin.RecentLines) (*audit.Logger, func() error, error) {
+	opts := audit.Options{AuthFailures: audit.Throttle{Lines: cfg.AuditAuthFailuresPerSource,
+		Interval: cfg.AuditAuthFailureInterval, Sources: cfg.AuditAuthFailureSources}}
 	switch cfg.AuditLog {
 	case "off":
-		return nil, func() error { return nil }, nil
+		return audit.Discard(), func() error { return nil }, nil
 	case "", "stderr":
-		return audit.New(io.MultiWriter(stderr, recent)), func() error { return nil }, nil
+		l := audit.NewWithOptions(io.MultiWriter(recent, stderr), opts)
+		return l, func() error { l.Close(); return nil }, nil
 	}
-	f, err := os.OpenFile(cfg.AuditLog, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	f, err := audit.OpenFile(cfg.AuditLog, int64(cfg.AuditMaxBytes), cfg.AuditMaxFiles)
 	if err != nil {
 		return nil, nil, fmt.Errorf("audit_log %s: %w", cfg.AuditLog, err)
 	}
-	return audit.New(io.MultiWriter(f, recent)), f.Close, nil
+	opts.File = f
+	// recent first: io.MultiWriter stops at the first writer that fails,
+	// and a full disk must not blank the status page too.
+	l := audit.NewWithOptions(io.MultiWriter(recent, f), opts)
+	return l, func() error { l.Close(); return f.Close() }, nil
 }
 
 func newSecure(cfg config.Config, log *slog.Logger, stderr io.Writer, getenv func(string) (string, bool)) (*secure, error) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/hot"
+	"github.com/gpucache/gpucache/internal/security/audit"
 )
 
 // leaseRegistry remembers which tenant each live lease belongs to, so a GET
@@ -164,10 +165,29 @@ func (s *Server) Stats() []wire.StatEntry {
 	}
 	e = append(e, s.connStats()...)
 	e = append(e, s.respStats()...)
+	e = append(e, auditStats(s.guard.Audit().Stats())...)
 	if s.cfg.ForwardStats != nil {
 		e = append(e, s.cfg.ForwardStats()...)
 	}
 	return e
+}
+
+// auditStats are the audit sink's counters: every failed authentication
+// the node saw (HELLO, RESP AUTH, the admin listener's bearer and
+// certificate checks, sessions a reload ended), written or not; those
+// the per-source throttle did not write and the summaries that reported
+// them; the sources it tracks; events the sink lost (a full disk); and
+// the audit file's rotations and size.
+func auditStats(a audit.Stats) []wire.StatEntry {
+	return []wire.StatEntry{
+		{Name: "audit_auth_failures", Value: a.AuthFailures},
+		{Name: "audit_auth_failures_suppressed", Value: a.Suppressed},
+		{Name: "audit_summaries", Value: a.Summaries},
+		{Name: "audit_sources", Value: a.Sources},
+		{Name: "audit_write_errors", Value: a.WriteErrors},
+		{Name: "audit_rotations", Value: a.Rotations},
+		{Name: "audit_file_bytes", Value: a.FileBytes},
+	}
 }
 
 func lower(s string) string {

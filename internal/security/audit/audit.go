@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -55,17 +56,38 @@ const (
 	EventRotation    = "rotation"
 	EventAdminAction = "admin_action"
 	EventIntegrity   = "integrity"
+	// EventSuppressed summarizes the auth_failure events of one source
+	// and interval that the Throttle did not write.
+	EventSuppressed = "suppressed"
 )
 
-// Logger emits audit events. A nil *Logger discards events.
+// Logger emits audit events. A nil *Logger discards events. A Logger is
+// safe for concurrent use.
 type Logger struct {
-	l *slog.Logger
+	h   slog.Handler // nil: events are counted, not written (Discard)
+	now func() time.Time
+	thr *throttle
+	// file is the size-bounded file among the sink's writers, for Stats;
+	// nil if none.
+	file *File
+
+	authFailures atomic.Uint64
+	suppressed   atomic.Uint64
+	summaries    atomic.Uint64
+	writeErrors  atomic.Uint64
 }
 
 // Options tunes a Logger. The zero value is valid.
 type Options struct {
-	// Now overrides the timestamp source (tests); default time.Now.
+	// Now overrides the clock (tests): the timestamps and the throttle's
+	// intervals. Default time.Now.
 	Now func() time.Time
+	// AuthFailures bounds the auth_failure lines per source (Throttle);
+	// the zero value takes DefaultThrottle.
+	AuthFailures Throttle
+	// File is the size-bounded audit file the sink writes to, if any; its
+	// rotations and size are reported in Stats.
+	File *File
 }
 
 // New returns a Logger writing JSON lines to w, the dedicated audit sink.
@@ -73,16 +95,95 @@ func New(w io.Writer) *Logger { return NewWithOptions(w, Options{}) }
 
 // NewWithOptions is New with options.
 func NewWithOptions(w io.Writer, o Options) *Logger {
+	l := newLogger(o)
 	h := slog.NewJSONHandler(w, &slog.HandlerOptions{
 		Level: slog.LevelInfo,
 		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
-			if len(groups) == 0 && a.Key == slog.TimeKey && o.Now != nil {
-				return slog.Time(slog.TimeKey, o.Now())
+			if len(groups) == 0 && a.Key == slog.TimeKey {
+				return a
 			}
 			return redactAttr(a)
 		},
 	})
-	return &Logger{l: slog.New(h).With(slog.Bool("audit", true))}
+	l.h = h.WithAttrs([]slog.Attr{slog.Bool("audit", true)})
+	return l
+}
+
+// Discard returns a Logger that writes nothing but still counts (Stats):
+// the audit sink "off".
+func Discard() *Logger { return newLogger(Options{}) }
+
+func newLogger(o Options) *Logger {
+	l := &Logger{now: o.Now, file: o.File}
+	if l.now == nil {
+		l.now = time.Now
+	}
+	l.thr = &throttle{cfg: o.AuthFailures.withDefaults(), flush: l.Flush, sources: make(map[string]*window)}
+	return l
+}
+
+// Stats are a Logger's counters.
+type Stats struct {
+	// AuthFailures counts every failed authentication reported, written
+	// or not (and with the sink off).
+	AuthFailures uint64
+	// Suppressed counts the auth_failure events not written because
+	// their source was over its Throttle.Lines; Summaries the
+	// "suppressed" lines that reported them.
+	Suppressed, Summaries uint64
+	// Sources is the number of sources the throttle tracks now, the
+	// aggregate bucket included (at most Throttle.Sources + 1).
+	Sources uint64
+	// WriteErrors counts the events the sink failed to take (lost).
+	WriteErrors uint64
+	// Rotations counts the audit file's rotations, FileBytes is its
+	// current size (both 0 without a File).
+	Rotations, FileBytes uint64
+}
+
+// Stats returns the counters; a nil Logger's are zero.
+func (l *Logger) Stats() Stats {
+	if l == nil {
+		return Stats{}
+	}
+	s := Stats{AuthFailures: l.authFailures.Load(), Suppressed: l.suppressed.Load(), Summaries: l.summaries.Load(),
+		Sources: uint64(l.thr.len()), WriteErrors: l.writeErrors.Load()}
+	if l.file != nil {
+		s.Rotations, s.FileBytes = l.file.Rotations(), uint64(max(l.file.Size(), 0))
+	}
+	return s
+}
+
+// Flush writes the summaries of the throttle's windows that have ended.
+// The throttle's timer calls it at each window's end, so a caller need
+// not; it is exported for tests that drive an injected clock.
+func (l *Logger) Flush() {
+	if l == nil {
+		return
+	}
+	l.summarize(l.thr.due(l.now(), false))
+}
+
+// Close writes the summaries of every window still open (over the time
+// since each began) and stops the throttle's timer. The Logger still
+// takes events after Close, but without the timer a later window is
+// summarized only when its source fails again. It does not close the
+// sink.
+func (l *Logger) Close() {
+	if l == nil {
+		return
+	}
+	l.summarize(l.thr.due(l.now(), true))
+}
+
+func (l *Logger) summarize(sums []summary) {
+	for _, s := range sums {
+		l.summaries.Add(1)
+		l.emit(EventSuppressed, s.message(),
+			slog.String("suppressed_event", EventAuthFailure), slog.String("source", s.source),
+			slog.Uint64("count", s.count), slog.String("interval", s.span.String()),
+			slog.Int64("interval_ms", s.span.Milliseconds()))
+	}
 }
 
 // secretKeyWords are substrings (of a normalized key) that mark an attribute
@@ -170,22 +271,38 @@ func redactAttr(a slog.Attr) slog.Attr {
 }
 
 func (l *Logger) emit(event, msg string, attrs ...slog.Attr) {
-	if l == nil {
+	if l == nil || l.h == nil {
 		return
 	}
-	all := make([]slog.Attr, 0, len(attrs)+1)
-	all = append(all, slog.String("event", event))
+	r := slog.NewRecord(l.now(), slog.LevelInfo, msg, 0)
+	r.AddAttrs(slog.String("event", event))
 	for _, a := range attrs {
-		all = append(all, redactAttr(a))
+		r.AddAttrs(redactAttr(a))
 	}
-	l.l.LogAttrs(context.Background(), slog.LevelInfo, msg, all...)
+	if err := l.h.Handle(context.Background(), r); err != nil {
+		l.writeErrors.Add(1)
+	}
 }
 
 // AuthFailure records a failed authentication. tenant is the claimed tenant
 // (may be empty if unknown), reason a short code such as "bad_token" or
 // "unknown_tenant", remote the peer address. Never pass the presented
-// credential.
+// credential. Every call is counted; it is written only while remote's
+// source is within its Throttle, and otherwise summarized.
 func (l *Logger) AuthFailure(tenant, reason, remote string) {
+	if l == nil {
+		return
+	}
+	l.authFailures.Add(1)
+	if l.h == nil {
+		return
+	}
+	write, sums := l.thr.admit(SourceOf(remote), l.now())
+	l.summarize(sums)
+	if !write {
+		l.suppressed.Add(1)
+		return
+	}
 	l.emit(EventAuthFailure, "authentication failed",
 		slog.String("tenant", tenant), slog.String("reason", reason), slog.String("remote", remote))
 }

@@ -24,7 +24,21 @@
 //     digest, ...), and any value of type Secret wherever it appears.
 //     Redaction keeps the key and replaces the value with "[REDACTED]" so the
 //     event still shows that something was withheld.
+//   - An unauthenticated peer can make the node report failed
+//     authentications as fast as it can send credentials, so auth_failure
+//     is the one event kind that is throttled (Throttle): every failure is
+//     counted (Stats), but per source address at most Throttle.Lines are
+//     written per Throttle.Interval, then one "suppressed" line per source
+//     and interval gives the count not written. The table of sources is
+//     bounded; sources that find it full share one aggregate bucket ("*").
+//     Every other kind (denied, rate_limited, rotation, admin_action,
+//     integrity) comes from an authenticated session or the node itself
+//     and is always written.
+//   - File is a size-bounded sink: it rotates at a size like a daemon's
+//     log (audit.log, audit.log.1, ...; the oldest dropped), so audit
+//     logging takes at most maxBytes × (maxFiles + 1) on disk.
 //   - The logger is safe for concurrent use (slog handlers serialize writes).
-//     Write errors to the sink are not reported to callers; wrap the writer if
-//     audit delivery must be confirmed.
+//     Write errors to the sink are not reported to callers, who must go on
+//     serving (a full disk loses events, never requests): each lost event is
+//     counted in Stats.WriteErrors.
 package audit
