@@ -25,7 +25,7 @@ type Limits struct {
 	// Default 1024.
 	MaxArgs int
 	// MaxArg bounds one argument that the reader reads (every argument
-	// but a deferred last one). Default 4096.
+	// but a deferred last one, and always the command name). Default 4096.
 	MaxArg int
 	// MaxArgBytes bounds the bytes of all read arguments of one command
 	// together. Default 64 KiB.
@@ -53,7 +53,9 @@ func (l Limits) withDefaults() Limits {
 // Command is one decoded request. Args alias the reader's buffer and are
 // valid until the next ReadCommand.
 type Command struct {
-	// Args are the arguments read, the command name first.
+	// Args are the arguments read, the command name first. A command
+	// ReadCommand returns always has its name in Args: only an argument
+	// after the name may be deferred, so Args is never empty.
 	Args [][]byte
 	// Pending is the length of the last argument when it is still on the
 	// stream (longer than MaxArg), or -1. The caller must consume it with
@@ -129,7 +131,9 @@ func (r *Reader) ReadCommand() (Command, error) {
 		if l < 0 {
 			return Command{}, fmt.Errorf("%w: invalid bulk length", ErrProtocol)
 		}
-		last := i == n-1
+		// The last argument may be left on the stream, unless it is the
+		// command name: a caller must always see the name.
+		last := i == n-1 && i > 0
 		if last && l > r.lim.MaxBulk {
 			return Command{}, fmt.Errorf("%w: bulk of %d bytes (max %d)", ErrTooLarge, l, r.lim.MaxBulk)
 		}

@@ -41,6 +41,24 @@ func TestReadCommandDefersLargeLastArgument(t *testing.T) {
 	}
 }
 
+// TestCommandNameIsNeverDeferred: a command whose only argument (so its
+// last) is longer than MaxArg is refused, not returned with an empty Args
+// and its name left on the stream.
+func TestCommandNameIsNeverDeferred(t *testing.T) {
+	for _, in := range []string{"*1\r\n$17\r\n", "*1\r\n$17\r\n" + strings.Repeat("P", 17) + "\r\n"} {
+		r := newTestReader(in, Limits{MaxArg: 16, MaxBulk: 1000})
+		cmd, err := r.ReadCommand()
+		if !errors.Is(err, ErrTooLarge) {
+			t.Fatalf("%q: %q pending %d, %v; want ErrTooLarge", in, cmd.Args, cmd.Pending, err)
+		}
+	}
+	// The second argument may still be deferred.
+	r := newTestReader("*2\r\n$4\r\nPING\r\n$17\r\n", Limits{MaxArg: 16, MaxBulk: 1000})
+	if cmd, err := r.ReadCommand(); err != nil || len(cmd.Args) != 1 || cmd.Pending != 17 {
+		t.Fatalf("%q pending %d, %v", cmd.Args, cmd.Pending, err)
+	}
+}
+
 func TestReadCommandSmallValueIsRead(t *testing.T) {
 	r := newTestReader("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$2\r\nab\r\n", Limits{MaxArg: 16, MaxBulk: 1000})
 	cmd, err := r.ReadCommand()
@@ -151,6 +169,7 @@ func FuzzReader(f *testing.F) {
 		"*1\r\n$4\r\nPING\r\n*0\r\n",
 		"*2\r\n$6\r\nEXISTS\r\n$-1\r\n",
 		"*1\r\n$99999999999999999\r\n",
+		"*1\r\n$9\r\n",
 		"PING\r\n",
 	} {
 		f.Add([]byte(s))
@@ -162,6 +181,9 @@ func FuzzReader(f *testing.F) {
 			cmd, err := r.ReadCommand()
 			if err != nil {
 				return
+			}
+			if len(cmd.Args) == 0 {
+				t.Fatalf("a command without a name (pending %d)", cmd.Pending)
 			}
 			if len(cmd.Args) > lim.MaxArgs || cap(r.buf) > lim.MaxArgBytes+2 {
 				t.Fatalf("limits exceeded: %d args, buffer %d", len(cmd.Args), cap(r.buf))

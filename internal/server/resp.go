@@ -163,6 +163,9 @@ func (rc *respConn) loop() error {
 		if err := rc.dispatch(cmd); err != nil {
 			return err
 		}
+		if rc.quit {
+			break // QUIT closes at once: its argument, if any, is not awaited
+		}
 		// A command that left its last argument unread has failed before
 		// reading it: skip it to stay in sync.
 		if err := rc.r.SkipPending(); err != nil {
@@ -305,7 +308,7 @@ func (rc *respConn) dispatch(cmd resp.Command) error {
 	case "CLIENT":
 		rc.reply(resp.OK)
 	case "CONFIG":
-		rc.config(args)
+		rc.config(args, cmd.Pending)
 	case "SET":
 		return rc.set(args, cmd.Pending)
 	case "GET":
@@ -334,10 +337,11 @@ func (rc *respConn) dispatch(cmd resp.Command) error {
 
 // config answers CONFIG GET for the two settings redis-benchmark reads at
 // start (save, appendonly), as a server without persistence would, and
-// an empty array for anything else; other CONFIG subcommands are refused.
-func (rc *respConn) config(args [][]byte) {
+// an empty array for anything else; other CONFIG subcommands, and a
+// parameter list other than one name, are refused.
+func (rc *respConn) config(args [][]byte, pending int64) {
 	var nb [32]byte
-	if len(args) != 2 || string(upper(&nb, args[0])) != "GET" {
+	if len(args) != 2 || pending >= 0 || string(upper(&nb, args[0])) != "GET" {
 		rc.errorf("ERR only CONFIG GET is supported")
 		return
 	}
