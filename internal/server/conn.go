@@ -140,9 +140,9 @@ func (c *conn) serve() {
 	writerDone := make(chan struct{})
 	go func() {
 		defer close(writerDone)
-		c.writeLoop()
+		c.writeLoopRecovered()
 	}()
-	err := c.readLoop()
+	err := c.readLoopRecovered()
 	c.endRequest()
 	c.shrink()
 	c.leaveFills() // parked WAITs answer first, so the queue is still open
@@ -153,6 +153,41 @@ func (c *conn) serve() {
 		c.s.log.Debug("connection closed", "remote", c.nc.RemoteAddr(), "err", err)
 	}
 	c.s.forget(c)
+}
+
+// readLoopRecovered is readLoop, ending the connection on a panic
+// (connpanic.go); the teardown in serve then runs as after any close.
+func (c *conn) readLoopRecovered() (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = c.panicked("reader", v)
+		}
+	}()
+	return c.readLoop()
+}
+
+// writeLoopRecovered is writeLoop; after a panic it writes nothing more
+// and releases what is queued, and the in-flight slots, until the reader
+// closes the queue, so the reader never blocks on a dead writer.
+func (c *conn) writeLoopRecovered() {
+	defer func() {
+		if v := recover(); v != nil {
+			c.panicked("writer", v)
+			// The batch that panicked may keep slots forever: free slots
+			// as well as responses, so the reader can always go on.
+			for {
+				select {
+				case r, ok := <-c.out:
+					if !ok {
+						return
+					}
+					c.releaseResponse(r)
+				case <-c.slots:
+				}
+			}
+		}
+	}()
+	c.writeLoop()
 }
 
 // awaitRequest waits, idle, for the first byte of the next request (the
@@ -384,15 +419,21 @@ func (c *conn) send(r *response) {
 	if c.w.pending.Load() == 0 && c.br.Buffered() == 0 {
 		// Only the reader adds to pending, so zero means the writer is idle
 		// and has released c.w.
-		c.w.Lock()
-		c.inline[0] = r
-		c.writeBatch(c.inline[:])
-		c.inline[0] = nil
-		c.w.Unlock()
+		c.writeInline(r)
 		return
 	}
 	c.w.pending.Add(1)
 	c.out <- r
+}
+
+// writeInline writes r from the reader. The lock is released by defer,
+// so a panic while writing leaves c.w usable by the teardown.
+func (c *conn) writeInline(r *response) {
+	c.w.Lock()
+	defer c.w.Unlock()
+	c.inline[0] = r
+	c.writeBatch(c.inline[:])
+	c.inline[0] = nil
 }
 
 // reply queues a response whose whole body is m.
@@ -436,14 +477,21 @@ func (c *conn) writeLoop() {
 				break more
 			}
 		}
-		c.w.Lock()
-		c.writeBatch(batch)
-		c.w.Unlock()
+		c.writeLocked(batch)
 		// Only now may the reader write inline again: everything queued
-		// before its next response is on the socket.
+		// before its next response is on the socket. (After a panic in
+		// writeBatch pending stays above zero: the reader never writes
+		// inline again, and writeLoopRecovered releases what it queues.)
 		c.w.pending.Add(-int64(len(batch)))
 		clear(batch)
 	}
+}
+
+// writeLocked is writeBatch under c.w, released by defer.
+func (c *conn) writeLocked(batch []*response) {
+	c.w.Lock()
+	defer c.w.Unlock()
+	c.writeBatch(batch)
 }
 
 // writeBatch writes responses with one vectored write, then releases their
@@ -479,14 +527,19 @@ func (c *conn) writeBatch(batch []*response) {
 		}
 	}
 	for _, r := range batch {
-		for _, v := range r.views {
-			c.s.store.Release(v)
-		}
-		if r.lease != 0 {
-			c.s.store.ReleaseLease(r.lease)
-		}
-		c.s.bufs.release(r.charged)
-		r.reset()
+		c.releaseResponse(r)
 		<-c.slots
 	}
+}
+
+// releaseResponse releases r's views, lease and budget and pools it.
+func (c *conn) releaseResponse(r *response) {
+	for _, v := range r.views {
+		c.s.store.Release(v)
+	}
+	if r.lease != 0 {
+		c.s.store.ReleaseLease(r.lease)
+	}
+	c.s.bufs.release(r.charged)
+	r.reset()
 }

@@ -139,7 +139,7 @@ func runConnFuzz(t *testing.T, m connFuzzMode, serve func(*Server, net.Listener)
 		}
 		for _, e := range srv.Stats() {
 			switch e.Name {
-			case "request_buffer_bytes", "conns_open", "conns_unauthenticated", "fill_live", "fill_waiters":
+			case "conn_panics", "request_buffer_bytes", "conns_open", "conns_unauthenticated", "fill_live", "fill_waiters":
 				if e.Value != 0 {
 					t.Errorf("%s %d after the connection ended", e.Name, e.Value)
 				}

@@ -459,6 +459,7 @@ func (s *Server) connStats() []wire.StatEntry {
 		{Name: "conns_unauthenticated", Value: uint64(max(s.stats.connsUnauth.Load(), 0))},
 		{Name: "conns_rejected_unauth", Value: s.stats.unauthRejected.Load()},
 		{Name: "conns_hello_timeouts", Value: s.stats.helloTimeouts.Load()},
+		{Name: "conn_panics", Value: s.stats.connPanics.Load()},
 		{Name: "request_buffer_bytes", Value: uint64(max(s.bufs.inUse(), 0))},
 		{Name: "request_buffer_limit_bytes", Value: uint64(s.bufs.limit)},
 		{Name: "request_buffer_waits", Value: s.bufs.waits.Load()},

@@ -127,7 +127,7 @@ func newRESPConn(c *conn) *respConn {
 
 func (rc *respConn) serve() {
 	c := rc.c
-	err := rc.loop()
+	err := rc.loopRecovered()
 	rc.flush() // the last replies: a protocol error's, -WRONGPASS, QUIT's +OK
 
 	c.nc.Close()
@@ -135,6 +135,16 @@ func (rc *respConn) serve() {
 		c.s.log.Debug("RESP connection closed", "remote", c.nc.RemoteAddr(), "err", err)
 	}
 	c.s.forget(c)
+}
+
+// loopRecovered is loop, ending the connection on a panic (connpanic.go).
+func (rc *respConn) loopRecovered() (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = rc.c.panicked("resp", v)
+		}
+	}()
+	return rc.loop()
 }
 
 // loop reads and executes commands until EOF, QUIT, a protocol error (its
@@ -262,6 +272,9 @@ func printable(b []byte) string {
 
 // dispatch executes one command. A returned error closes the connection.
 func (rc *respConn) dispatch(cmd resp.Command) error {
+	if h := rc.c.s.cfg.Hooks.Handling; h != nil {
+		h(string(cmd.Args[0]))
+	}
 	var nb [32]byte
 	name := upper(&nb, cmd.Args[0])
 	args := cmd.Args[1:]
