@@ -72,8 +72,7 @@ type Reader struct {
 	buf []byte   // argument bytes; cap at most lim.MaxArgBytes
 	off []int    // argument bounds in buf
 	arg [][]byte // Command.Args backing array
-	// pending is the length of a deferred last argument not yet consumed,
-	// or -1.
+	// pending is what is left to read of a deferred last argument, or -1.
 	pending int64
 }
 
@@ -200,7 +199,36 @@ func (r *Reader) ReadPending(dst []byte) error {
 	return r.crlf()
 }
 
-// SkipPending discards the deferred last argument and its CRLF.
+// ReadPendingPart reads up to len(p) bytes of the deferred last argument,
+// never past its end: what the buffer holds, else from the raw stream.
+// After the argument's last byte it reads its CRLF, and the argument is
+// consumed. What is left of it can still be skipped with SkipPending. It
+// lets a caller hold the argument in memory it grows as bytes arrive.
+func (r *Reader) ReadPendingPart(p []byte) (int, error) {
+	if r.pending <= 0 {
+		return 0, fmt.Errorf("%w: ReadPendingPart with nothing pending", ErrProtocol)
+	}
+	p = p[:min(int64(len(p)), r.pending)]
+	var n int
+	var err error
+	if r.br.Buffered() > 0 || r.raw == nil {
+		n, err = r.br.Read(p)
+	} else {
+		n, err = r.raw.Read(p)
+	}
+	r.pending -= int64(n)
+	if r.pending == 0 {
+		r.pending = -1
+		return n, r.crlf()
+	}
+	if err != nil {
+		return n, unexpected(err)
+	}
+	return n, nil
+}
+
+// SkipPending discards the deferred last argument (what is left of it)
+// and its CRLF.
 func (r *Reader) SkipPending() error {
 	if r.pending < 0 {
 		return nil
