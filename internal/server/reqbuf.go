@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"io"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -397,7 +398,11 @@ func (c *conn) chargeTable(n uint32) error {
 // the growth first. On error it returns what it has read; a *wire.Error
 // means no budget (the stream is in sync once the unread rest is skipped),
 // any other error is the stream's.
-func (c *conn) readGrow(off, n int) ([]byte, error) {
+func (c *conn) readGrow(off, n int) ([]byte, error) { return c.readGrowFrom(off, n, c.br) }
+
+// readGrowFrom is readGrow reading from src (a RESP argument left on the
+// stream) instead of the connection's buffered reader.
+func (c *conn) readGrowFrom(off, n int, src io.Reader) ([]byte, error) {
 	want := off + n
 	b := c.body[:off]
 	defer func() { c.body = b }()
@@ -411,7 +416,7 @@ func (c *conn) readGrow(off, n int) ([]byte, error) {
 			copy(nb, b)
 			b = nb
 		}
-		m, err := c.br.Read(b[len(b):min(cap(b), want)])
+		m, err := src.Read(b[len(b):min(cap(b), want)])
 		b = b[:len(b)+m]
 		if err != nil {
 			return b, err
