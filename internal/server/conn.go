@@ -166,28 +166,27 @@ func (c *conn) readLoopRecovered() (err error) {
 	return c.readLoop()
 }
 
-// writeLoopRecovered is writeLoop; after a panic it writes nothing more
-// and releases what is queued, and the in-flight slots, until the reader
-// closes the queue, so the reader never blocks on a dead writer.
+// writeLoopRecovered is writeLoop. A panic in a write is recovered by
+// writeGuarded; one anywhere else in the loop is recovered here, and the
+// loop runs again on the failed connection, so it goes on releasing what
+// the reader queues (writeBatch writes nothing once c.w.failed is set)
+// until the reader closes the queue.
 func (c *conn) writeLoopRecovered() {
+	for !c.writeLoopGuarded() {
+	}
+}
+
+func (c *conn) writeLoopGuarded() (done bool) {
 	defer func() {
 		if v := recover(); v != nil {
+			c.w.Lock()
+			c.w.failed = true
+			c.w.Unlock()
 			c.panicked("writer", v)
-			// The batch that panicked may keep slots forever: free slots
-			// as well as responses, so the reader can always go on.
-			for {
-				select {
-				case r, ok := <-c.out:
-					if !ok {
-						return
-					}
-					c.releaseResponse(r)
-				case <-c.slots:
-				}
-			}
 		}
 	}()
 	c.writeLoop()
+	return true
 }
 
 // awaitRequest waits, idle, for the first byte of the next request (the
@@ -426,13 +425,10 @@ func (c *conn) send(r *response) {
 	c.out <- r
 }
 
-// writeInline writes r from the reader. The lock is released by defer,
-// so a panic while writing leaves c.w usable by the teardown.
+// writeInline writes r from the reader.
 func (c *conn) writeInline(r *response) {
-	c.w.Lock()
-	defer c.w.Unlock()
 	c.inline[0] = r
-	c.writeBatch(c.inline[:])
+	c.writeGuarded(c.inline[:], "reader")
 	c.inline[0] = nil
 }
 
@@ -477,26 +473,42 @@ func (c *conn) writeLoop() {
 				break more
 			}
 		}
-		c.writeLocked(batch)
+		c.writeGuarded(batch, "writer")
 		// Only now may the reader write inline again: everything queued
-		// before its next response is on the socket. (After a panic in
-		// writeBatch pending stays above zero: the reader never writes
-		// inline again, and writeLoopRecovered releases what it queues.)
+		// before its next response is on the socket.
 		c.w.pending.Add(-int64(len(batch)))
 		clear(batch)
 	}
 }
 
-// writeLocked is writeBatch under c.w, released by defer.
-func (c *conn) writeLocked(batch []*response) {
+// writeGuarded is writeBatch under c.w, from the goroutine named where. A
+// panic in it ends the connection (ADR 0022): counted and logged, the
+// socket closed, the connection marked failed (later batches are only
+// released), and the in-flight slots of the responses writeBatch had not
+// released given back, so the reader never waits for them. Those
+// responses' views and leases are not released: a panic inside a release
+// could recur, so they stay held (bounded by one batch).
+func (c *conn) writeGuarded(batch []*response, where string) {
 	c.w.Lock()
 	defer c.w.Unlock()
+	defer func() {
+		if v := recover(); v != nil {
+			c.w.failed = true
+			for _, r := range batch {
+				if r != nil {
+					<-c.slots
+				}
+			}
+			c.panicked(where, v)
+		}
+	}()
 	c.writeBatch(batch)
 }
 
 // writeBatch writes responses with one vectored write, then releases their
-// views, leases and in-flight slots. After a write error it only releases,
-// so the reader never blocks on a dead connection. Caller holds c.w.
+// views, leases and in-flight slots, setting each entry of batch to nil
+// once done. After a write error it only releases, so the reader never
+// blocks on a dead connection. Caller holds c.w.
 func (c *conn) writeBatch(batch []*response) {
 	if !c.w.failed {
 		bufs := c.w.store[:0]
@@ -526,9 +538,10 @@ func (c *conn) writeBatch(batch []*response) {
 			c.w.store = nil // a burst of large GETs: do not keep its vector
 		}
 	}
-	for _, r := range batch {
+	for i, r := range batch {
 		c.releaseResponse(r)
 		<-c.slots
+		batch[i] = nil // released: writeGuarded's recovery skips it
 	}
 }
 

@@ -18,13 +18,13 @@ import (
 )
 
 // TestConnPanicClosesOnlyThatConnection: a panic injected in the native
-// reader (a handler), the native writer or the RESP loop closes that
-// connection only: conn_panics is 1 in STAT and on /metrics, the log has
+// reader (a handler, or a response it writes itself), the native writer
+// or the RESP loop closes that connection only: conn_panics is 1 in STAT and on /metrics, the log has
 // the panic with its stack, another client is served, and nothing is left
 // running.
 func TestConnPanicClosesOnlyThatConnection(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	for _, where := range []string{"reader", "writer", "resp"} {
+	for where, goroutine := range map[string]string{"reader": "reader", "inline-write": "reader", "writer": "writer", "resp": "resp"} {
 		t.Run(where, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				var armed atomic.Bool
@@ -40,7 +40,7 @@ func TestConnPanicClosesOnlyThatConnection(t *testing.T) {
 					switch where {
 					case "reader", "resp":
 						c.Hooks.Handling = func(string) { boom() }
-					case "writer":
+					case "writer", "inline-write":
 						c.Hooks.BeforeWrite = boom
 					}
 				})
@@ -57,6 +57,12 @@ func TestConnPanicClosesOnlyThatConnection(t *testing.T) {
 				var victim net.Conn
 				switch where {
 				case "reader":
+					c := b.pipeHello(t, srcA, "acme")
+					armed.Store(true)
+					c.send(wire.OpPing, []byte("boom"))
+					victim = c.nc
+				case "inline-write":
+					// One request alone: the reader writes its response.
 					c := b.pipeHello(t, srcA, "acme")
 					armed.Store(true)
 					c.send(wire.OpPing, []byte("boom"))
@@ -88,7 +94,7 @@ func TestConnPanicClosesOnlyThatConnection(t *testing.T) {
 					t.Fatalf("/metrics has no gpucache_conn_panics_total 1:\n%s", grepLines(rec.Body.String(), "panic"))
 				}
 				out := log.String()
-				if !strings.Contains(out, "goroutine="+where) || !strings.Contains(out, "injected for the test") || !strings.Contains(out, "stack=") {
+				if !strings.Contains(out, "goroutine="+goroutine) || !strings.Contains(out, "injected for the test") || !strings.Contains(out, "stack=") {
 					t.Fatalf("log: %s", out)
 				}
 
