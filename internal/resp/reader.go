@@ -25,7 +25,7 @@ type Limits struct {
 	// Default 1024.
 	MaxArgs int
 	// MaxArg bounds one argument that the reader reads (every argument
-	// but a deferred last one). Default 4096.
+	// but a deferred last one, and always the command name). Default 4096.
 	MaxArg int
 	// MaxArgBytes bounds the bytes of all read arguments of one command
 	// together. Default 64 KiB.
@@ -53,7 +53,9 @@ func (l Limits) withDefaults() Limits {
 // Command is one decoded request. Args alias the reader's buffer and are
 // valid until the next ReadCommand.
 type Command struct {
-	// Args are the arguments read, the command name first.
+	// Args are the arguments read, the command name first. A command
+	// ReadCommand returns always has its name in Args: only an argument
+	// after the name may be deferred, so Args is never empty.
 	Args [][]byte
 	// Pending is the length of the last argument when it is still on the
 	// stream (longer than MaxArg), or -1. The caller must consume it with
@@ -70,8 +72,7 @@ type Reader struct {
 	buf []byte   // argument bytes; cap at most lim.MaxArgBytes
 	off []int    // argument bounds in buf
 	arg [][]byte // Command.Args backing array
-	// pending is the length of a deferred last argument not yet consumed,
-	// or -1.
+	// pending is what is left to read of a deferred last argument, or -1.
 	pending int64
 }
 
@@ -129,7 +130,9 @@ func (r *Reader) ReadCommand() (Command, error) {
 		if l < 0 {
 			return Command{}, fmt.Errorf("%w: invalid bulk length", ErrProtocol)
 		}
-		last := i == n-1
+		// The last argument may be left on the stream, unless it is the
+		// command name: a caller must always see the name.
+		last := i == n-1 && i > 0
 		if last && l > r.lim.MaxBulk {
 			return Command{}, fmt.Errorf("%w: bulk of %d bytes (max %d)", ErrTooLarge, l, r.lim.MaxBulk)
 		}
@@ -196,7 +199,36 @@ func (r *Reader) ReadPending(dst []byte) error {
 	return r.crlf()
 }
 
-// SkipPending discards the deferred last argument and its CRLF.
+// ReadPendingPart reads up to len(p) bytes of the deferred last argument,
+// never past its end: what the buffer holds, else from the raw stream.
+// After the argument's last byte it reads its CRLF, and the argument is
+// consumed. What is left of it can still be skipped with SkipPending. It
+// lets a caller hold the argument in memory it grows as bytes arrive.
+func (r *Reader) ReadPendingPart(p []byte) (int, error) {
+	if r.pending <= 0 {
+		return 0, fmt.Errorf("%w: ReadPendingPart with nothing pending", ErrProtocol)
+	}
+	p = p[:min(int64(len(p)), r.pending)]
+	var n int
+	var err error
+	if r.br.Buffered() > 0 || r.raw == nil {
+		n, err = r.br.Read(p)
+	} else {
+		n, err = r.raw.Read(p)
+	}
+	r.pending -= int64(n)
+	if r.pending == 0 {
+		r.pending = -1
+		return n, r.crlf()
+	}
+	if err != nil {
+		return n, unexpected(err)
+	}
+	return n, nil
+}
+
+// SkipPending discards the deferred last argument (what is left of it)
+// and its CRLF.
 func (r *Reader) SkipPending() error {
 	if r.pending < 0 {
 		return nil

@@ -41,6 +41,79 @@ func TestReadCommandDefersLargeLastArgument(t *testing.T) {
 	}
 }
 
+// TestCommandNameIsNeverDeferred: a command whose only argument (so its
+// last) is longer than MaxArg is refused, not returned with an empty Args
+// and its name left on the stream.
+func TestCommandNameIsNeverDeferred(t *testing.T) {
+	for _, in := range []string{"*1\r\n$17\r\n", "*1\r\n$17\r\n" + strings.Repeat("P", 17) + "\r\n"} {
+		r := newTestReader(in, Limits{MaxArg: 16, MaxBulk: 1000})
+		cmd, err := r.ReadCommand()
+		if !errors.Is(err, ErrTooLarge) {
+			t.Fatalf("%q: %q pending %d, %v; want ErrTooLarge", in, cmd.Args, cmd.Pending, err)
+		}
+	}
+	// The second argument may still be deferred.
+	r := newTestReader("*2\r\n$4\r\nPING\r\n$17\r\n", Limits{MaxArg: 16, MaxBulk: 1000})
+	if cmd, err := r.ReadCommand(); err != nil || len(cmd.Args) != 1 || cmd.Pending != 17 {
+		t.Fatalf("%q pending %d, %v", cmd.Args, cmd.Pending, err)
+	}
+}
+
+// TestReadPendingPart: the deferred argument read in parts, then the
+// next command; a part of a truncated argument is an unexpected EOF; what
+// is left after a part can be skipped.
+func TestReadPendingPart(t *testing.T) {
+	val := strings.Repeat("0123456789", 5)
+	in := "*2\r\n$4\r\nPING\r\n$50\r\n" + val + "\r\n*1\r\n$4\r\nPING\r\n"
+	for _, raw := range []bool{false, true} {
+		src := strings.NewReader(in)
+		br := bufio.NewReaderSize(src, 16)
+		var rr io.Reader
+		if raw {
+			rr = src
+		}
+		r := NewReader(br, rr, Limits{MaxArg: 16, MaxBulk: 1000})
+		if cmd, err := r.ReadCommand(); err != nil || cmd.Pending != 50 {
+			t.Fatal(cmd, err)
+		}
+		var got []byte
+		for len(got) < 50 {
+			p := make([]byte, 7)
+			n, err := r.ReadPendingPart(p)
+			if err != nil {
+				t.Fatalf("raw %v: after %d bytes: %v", raw, len(got), err)
+			}
+			got = append(got, p[:n]...)
+		}
+		if string(got) != val {
+			t.Fatalf("raw %v: %q", raw, got)
+		}
+		if _, err := r.ReadPendingPart(make([]byte, 1)); !errors.Is(err, ErrProtocol) {
+			t.Fatalf("a part after the end: %v", err)
+		}
+		if cmd, err := r.ReadCommand(); err != nil || string(cmd.Args[0]) != "PING" || len(cmd.Args) != 1 {
+			t.Fatalf("raw %v: the next command: %q %v", raw, cmd.Args, err)
+		}
+	}
+	r := newTestReader("*2\r\n$4\r\nPING\r\n$50\r\n0123456789"+strings.Repeat("x", 40)+"\r\n*1\r\n$4\r\nQUIT\r\n", Limits{MaxArg: 16, MaxBulk: 1000})
+	r.ReadCommand()
+	if n, err := r.ReadPendingPart(make([]byte, 10)); n != 10 || err != nil {
+		t.Fatal(n, err)
+	}
+	if err := r.SkipPending(); err != nil {
+		t.Fatal(err)
+	}
+	if cmd, err := r.ReadCommand(); err != nil || string(cmd.Args[0]) != "QUIT" {
+		t.Fatalf("after a part and a skip: %q %v", cmd.Args, err)
+	}
+	r = newTestReader("*2\r\n$4\r\nPING\r\n$50\r\n0123", Limits{MaxArg: 16, MaxBulk: 1000})
+	r.ReadCommand()
+	r.ReadPendingPart(make([]byte, 10))
+	if _, err := r.ReadPendingPart(make([]byte, 10)); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("truncated: %v", err)
+	}
+}
+
 func TestReadCommandSmallValueIsRead(t *testing.T) {
 	r := newTestReader("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$2\r\nab\r\n", Limits{MaxArg: 16, MaxBulk: 1000})
 	cmd, err := r.ReadCommand()
@@ -151,6 +224,7 @@ func FuzzReader(f *testing.F) {
 		"*1\r\n$4\r\nPING\r\n*0\r\n",
 		"*2\r\n$6\r\nEXISTS\r\n$-1\r\n",
 		"*1\r\n$99999999999999999\r\n",
+		"*1\r\n$9\r\n",
 		"PING\r\n",
 	} {
 		f.Add([]byte(s))
@@ -162,6 +236,9 @@ func FuzzReader(f *testing.F) {
 			cmd, err := r.ReadCommand()
 			if err != nil {
 				return
+			}
+			if len(cmd.Args) == 0 {
+				t.Fatalf("a command without a name (pending %d)", cmd.Pending)
 			}
 			if len(cmd.Args) > lim.MaxArgs || cap(r.buf) > lim.MaxArgBytes+2 {
 				t.Fatalf("limits exceeded: %d args, buffer %d", len(cmd.Args), cap(r.buf))

@@ -140,9 +140,9 @@ func (c *conn) serve() {
 	writerDone := make(chan struct{})
 	go func() {
 		defer close(writerDone)
-		c.writeLoop()
+		c.writeLoopRecovered()
 	}()
-	err := c.readLoop()
+	err := c.readLoopRecovered()
 	c.endRequest()
 	c.shrink()
 	c.leaveFills() // parked WAITs answer first, so the queue is still open
@@ -153,6 +153,40 @@ func (c *conn) serve() {
 		c.s.log.Debug("connection closed", "remote", c.nc.RemoteAddr(), "err", err)
 	}
 	c.s.forget(c)
+}
+
+// readLoopRecovered is readLoop, ending the connection on a panic
+// (connpanic.go); the teardown in serve then runs as after any close.
+func (c *conn) readLoopRecovered() (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = c.panicked("reader", v)
+		}
+	}()
+	return c.readLoop()
+}
+
+// writeLoopRecovered is writeLoop. A panic in a write is recovered by
+// writeGuarded; one anywhere else in the loop is recovered here, and the
+// loop runs again on the failed connection, so it goes on releasing what
+// the reader queues (writeBatch writes nothing once c.w.failed is set)
+// until the reader closes the queue.
+func (c *conn) writeLoopRecovered() {
+	for !c.writeLoopGuarded() {
+	}
+}
+
+func (c *conn) writeLoopGuarded() (done bool) {
+	defer func() {
+		if v := recover(); v != nil {
+			c.w.Lock()
+			c.w.failed = true
+			c.w.Unlock()
+			c.panicked("writer", v)
+		}
+	}()
+	c.writeLoop()
+	return true
 }
 
 // awaitRequest waits, idle, for the first byte of the next request (the
@@ -384,15 +418,18 @@ func (c *conn) send(r *response) {
 	if c.w.pending.Load() == 0 && c.br.Buffered() == 0 {
 		// Only the reader adds to pending, so zero means the writer is idle
 		// and has released c.w.
-		c.w.Lock()
-		c.inline[0] = r
-		c.writeBatch(c.inline[:])
-		c.inline[0] = nil
-		c.w.Unlock()
+		c.writeInline(r)
 		return
 	}
 	c.w.pending.Add(1)
 	c.out <- r
+}
+
+// writeInline writes r from the reader.
+func (c *conn) writeInline(r *response) {
+	c.inline[0] = r
+	c.writeGuarded(c.inline[:], "reader")
+	c.inline[0] = nil
 }
 
 // reply queues a response whose whole body is m.
@@ -436,9 +473,7 @@ func (c *conn) writeLoop() {
 				break more
 			}
 		}
-		c.w.Lock()
-		c.writeBatch(batch)
-		c.w.Unlock()
+		c.writeGuarded(batch, "writer")
 		// Only now may the reader write inline again: everything queued
 		// before its next response is on the socket.
 		c.w.pending.Add(-int64(len(batch)))
@@ -446,9 +481,34 @@ func (c *conn) writeLoop() {
 	}
 }
 
+// writeGuarded is writeBatch under c.w, from the goroutine named where. A
+// panic in it ends the connection (ADR 0022): counted and logged, the
+// socket closed, the connection marked failed (later batches are only
+// released), and the in-flight slots of the responses writeBatch had not
+// released given back, so the reader never waits for them. Those
+// responses' views and leases are not released: a panic inside a release
+// could recur, so they stay held (bounded by one batch).
+func (c *conn) writeGuarded(batch []*response, where string) {
+	c.w.Lock()
+	defer c.w.Unlock()
+	defer func() {
+		if v := recover(); v != nil {
+			c.w.failed = true
+			for _, r := range batch {
+				if r != nil {
+					<-c.slots
+				}
+			}
+			c.panicked(where, v)
+		}
+	}()
+	c.writeBatch(batch)
+}
+
 // writeBatch writes responses with one vectored write, then releases their
-// views, leases and in-flight slots. After a write error it only releases,
-// so the reader never blocks on a dead connection. Caller holds c.w.
+// views, leases and in-flight slots, setting each entry of batch to nil
+// once done. After a write error it only releases, so the reader never
+// blocks on a dead connection. Caller holds c.w.
 func (c *conn) writeBatch(batch []*response) {
 	if !c.w.failed {
 		bufs := c.w.store[:0]
@@ -478,15 +538,21 @@ func (c *conn) writeBatch(batch []*response) {
 			c.w.store = nil // a burst of large GETs: do not keep its vector
 		}
 	}
-	for _, r := range batch {
-		for _, v := range r.views {
-			c.s.store.Release(v)
-		}
-		if r.lease != 0 {
-			c.s.store.ReleaseLease(r.lease)
-		}
-		c.s.bufs.release(r.charged)
-		r.reset()
+	for i, r := range batch {
+		c.releaseResponse(r)
 		<-c.slots
+		batch[i] = nil // released: writeGuarded's recovery skips it
 	}
+}
+
+// releaseResponse releases r's views, lease and budget and pools it.
+func (c *conn) releaseResponse(r *response) {
+	for _, v := range r.views {
+		c.s.store.Release(v)
+	}
+	if r.lease != 0 {
+		c.s.store.ReleaseLease(r.lease)
+	}
+	c.s.bufs.release(r.charged)
+	r.reset()
 }

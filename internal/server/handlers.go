@@ -25,6 +25,9 @@ func controlBodyMax(l wire.Limits) uint32 {
 // in-flight slot is taken. It returns an error only when the stream broke.
 func (c *conn) handle(h wire.Header) error {
 	c.s.stats.requests[h.Op].Add(1)
+	if hk := c.s.cfg.Hooks.Handling; hk != nil {
+		hk(h.Op.String())
+	}
 	var stamp *antireplay.Stamp
 	if h.Flags&wire.FlagStamped != 0 {
 		// CheckRequest made sure the body holds the stamp.

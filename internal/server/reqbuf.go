@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"io"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -399,7 +400,11 @@ func (c *conn) chargeTable(n uint32) error {
 // the growth first. On error it returns what it has read; a *wire.Error
 // means no budget (the stream is in sync once the unread rest is skipped),
 // any other error is the stream's.
-func (c *conn) readGrow(off, n int) ([]byte, error) {
+func (c *conn) readGrow(off, n int) ([]byte, error) { return c.readGrowFrom(off, n, c.br) }
+
+// readGrowFrom is readGrow reading from src (a RESP argument left on the
+// stream) instead of the connection's buffered reader.
+func (c *conn) readGrowFrom(off, n int, src io.Reader) ([]byte, error) {
 	want := off + n
 	b := c.body[:off]
 	defer func() { c.body = b }()
@@ -413,7 +418,7 @@ func (c *conn) readGrow(off, n int) ([]byte, error) {
 			copy(nb, b)
 			b = nb
 		}
-		m, err := c.br.Read(b[len(b):min(cap(b), want)])
+		m, err := src.Read(b[len(b):min(cap(b), want)])
 		b = b[:len(b)+m]
 		if err != nil {
 			return b, err
@@ -461,6 +466,7 @@ func (s *Server) connStats() []wire.StatEntry {
 		{Name: "conns_unauthenticated", Value: uint64(max(s.stats.connsUnauth.Load(), 0))},
 		{Name: "conns_rejected_unauth", Value: s.stats.unauthRejected.Load()},
 		{Name: "conns_hello_timeouts", Value: s.stats.helloTimeouts.Load()},
+		{Name: "conn_panics", Value: s.stats.connPanics.Load()},
 		{Name: "request_buffer_bytes", Value: uint64(max(s.bufs.inUse(), 0))},
 		{Name: "request_buffer_limit_bytes", Value: uint64(s.bufs.limit)},
 		{Name: "request_buffer_waits", Value: s.bufs.waits.Load()},

@@ -127,7 +127,7 @@ func newRESPConn(c *conn) *respConn {
 
 func (rc *respConn) serve() {
 	c := rc.c
-	err := rc.loop()
+	err := rc.loopRecovered()
 	rc.flush() // the last replies: a protocol error's, -WRONGPASS, QUIT's +OK
 
 	c.nc.Close()
@@ -135,6 +135,16 @@ func (rc *respConn) serve() {
 		c.s.log.Debug("RESP connection closed", "remote", c.nc.RemoteAddr(), "err", err)
 	}
 	c.s.forget(c)
+}
+
+// loopRecovered is loop, ending the connection on a panic (connpanic.go).
+func (rc *respConn) loopRecovered() (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = rc.c.panicked("resp", v)
+		}
+	}()
+	return rc.loop()
 }
 
 // loop reads and executes commands until EOF, QUIT, a protocol error (its
@@ -162,6 +172,9 @@ func (rc *respConn) loop() error {
 		c.s.stats.resp.commands.Add(1)
 		if err := rc.dispatch(cmd); err != nil {
 			return err
+		}
+		if rc.quit {
+			break // QUIT closes at once: its argument, if any, is not awaited
 		}
 		// A command that left its last argument unread has failed before
 		// reading it: skip it to stay in sync.
@@ -199,20 +212,59 @@ func (rc *respConn) flush() error {
 // writeBulk writes the queued replies and a bulk reply of payload with one
 // vectored write: the payload goes straight from its memory (a slab view).
 func (rc *respConn) writeBulk(payload []byte) error {
-	rc.out = resp.AppendBulkHeader(rc.out, len(payload))
-	rc.bufs = append(rc.bufs[:0], rc.out, payload, crlf)
-	rc.c.nc.SetWriteDeadline(time.Now().Add(rc.c.s.cfg.WriteTimeout))
-	bufs := rc.bufs
-	_, err := bufs.WriteTo(rc.c.nc)
-	clear(rc.bufs[:3])
-	rc.out = rc.out[:0]
+	err := rc.writeVec(payload)
 	if err == nil {
 		rc.c.s.stats.bytesOut.Add(uint64(len(payload)))
 	}
 	return err
 }
 
+// writeVec writes the queued replies and a bulk reply of b with one
+// vectored write, b straight from its memory.
+func (rc *respConn) writeVec(b []byte) error {
+	rc.out = resp.AppendBulkHeader(rc.out, len(b))
+	rc.bufs = append(rc.bufs[:0], rc.out, b, crlf)
+	rc.c.nc.SetWriteDeadline(time.Now().Add(rc.c.s.cfg.WriteTimeout))
+	bufs := rc.bufs
+	_, err := bufs.WriteTo(rc.c.nc)
+	clear(rc.bufs[:3])
+	rc.out = rc.out[:0]
+	return err
+}
+
 var crlf = []byte("\r\n")
+
+// pingLong echoes a PING message longer than the reader's argument limit
+// (up to the last-argument bound, the hot tier's largest block), as
+// Redis does. The message is read whole before the reply is written (a
+// client that sends all of it before reading must not deadlock against
+// the echo), into the connection's request buffer, which grows as bytes
+// arrive and is charged to the request-buffer budget: the pre-session
+// bucket before AUTH, the tenant's share after. A message the budget
+// cannot hold answers -ERR and is skipped, so the connection stays in
+// sync; the buffer is given back once the reply is written.
+func (rc *respConn) pingLong(n int64) error {
+	c := rc.c
+	defer c.shrink()
+	msg, err := c.readGrowFrom(0, int(n), pendingPart{rc.r})
+	if err != nil {
+		if errors.As(err, new(*wire.Error)) {
+			if !c.hello {
+				rc.errorf("ERR PING message of %d bytes: more than connections without AUTH may hold now (the pre-session request buffers); AUTH first", n)
+			} else {
+				rc.errorf("ERR PING message of %d bytes: the request buffers (tenant_request_buffers, request_buffers) cannot hold it now; retry later", n)
+			}
+			return nil // the loop skips what is left of it
+		}
+		return err
+	}
+	return rc.writeVec(msg)
+}
+
+// pendingPart reads the command's deferred last argument.
+type pendingPart struct{ r *resp.Reader }
+
+func (p pendingPart) Read(b []byte) (int, error) { return p.r.ReadPendingPart(b) }
 
 func (rc *respConn) reply(b []byte) { rc.out = append(rc.out, b...) }
 
@@ -259,6 +311,9 @@ func printable(b []byte) string {
 
 // dispatch executes one command. A returned error closes the connection.
 func (rc *respConn) dispatch(cmd resp.Command) error {
+	if h := rc.c.s.cfg.Hooks.Handling; h != nil {
+		h(string(cmd.Args[0]))
+	}
 	var nb [32]byte
 	name := upper(&nb, cmd.Args[0])
 	args := cmd.Args[1:]
@@ -275,6 +330,8 @@ func (rc *respConn) dispatch(cmd resp.Command) error {
 			rc.reply(resp.Pong)
 		case nargs == 1 && cmd.Pending < 0:
 			rc.out = resp.AppendBulk(rc.out, args[0])
+		case nargs == 1:
+			return rc.pingLong(cmd.Pending)
 		default:
 			rc.errorf("ERR wrong number of arguments for 'ping' command")
 		}
@@ -305,7 +362,7 @@ func (rc *respConn) dispatch(cmd resp.Command) error {
 	case "CLIENT":
 		rc.reply(resp.OK)
 	case "CONFIG":
-		rc.config(args)
+		rc.config(args, cmd.Pending)
 	case "SET":
 		return rc.set(args, cmd.Pending)
 	case "GET":
@@ -334,10 +391,11 @@ func (rc *respConn) dispatch(cmd resp.Command) error {
 
 // config answers CONFIG GET for the two settings redis-benchmark reads at
 // start (save, appendonly), as a server without persistence would, and
-// an empty array for anything else; other CONFIG subcommands are refused.
-func (rc *respConn) config(args [][]byte) {
+// an empty array for anything else; other CONFIG subcommands, and a
+// parameter list other than one name, are refused.
+func (rc *respConn) config(args [][]byte, pending int64) {
 	var nb [32]byte
-	if len(args) != 2 || string(upper(&nb, args[0])) != "GET" {
+	if len(args) != 2 || pending >= 0 || string(upper(&nb, args[0])) != "GET" {
 		rc.errorf("ERR only CONFIG GET is supported")
 		return
 	}

@@ -71,8 +71,12 @@ func forwardCtx() (context.Context, context.CancelFunc) {
 // leaves the value unread; the loop skips it.
 func (rc *respConn) set(args [][]byte, pending int64) error {
 	c := rc.c
-	if len(args) != 2 && !(len(args) == 1 && pending >= 0) {
-		if len(args) > 2 {
+	nargs := len(args)
+	if pending >= 0 {
+		nargs++ // the value, or an option after it, still on the stream
+	}
+	if nargs != 2 {
+		if nargs > 2 {
 			rc.errorf("ERR SET options are not supported")
 		} else {
 			rc.errorf("ERR wrong number of arguments for 'set' command")

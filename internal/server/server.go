@@ -166,6 +166,10 @@ type Hooks struct {
 	// AcceptFailed is called each time accept fails and Serve backs off
 	// for backoff before trying again.
 	AcceptFailed func(err error, backoff time.Duration)
+	// Handling is called by a connection's goroutine before it executes
+	// a request, with the operation's name (a native opcode, or a RESP
+	// command as sent); a test may panic in it.
+	Handling func(op string)
 }
 
 // Defaults of the connection limits.
@@ -267,6 +271,8 @@ type Server struct {
 	log     *slog.Logger
 	stats   counters
 	bufs    *bufBudget // request buffers of every connection
+	// panicLogged is set once a connection panic's stack was logged.
+	panicLogged atomic.Bool
 
 	mu struct {
 		sync.Mutex
@@ -550,5 +556,6 @@ type counters struct {
 	connsUnauth     atomic.Int64  // open connections that have not completed HELLO
 	unauthRejected  atomic.Uint64 // connections closed on accept: their address had MaxUnauthPerAddr unauthenticated
 	helloTimeouts   atomic.Uint64 // connections closed by HelloTimeout
+	connPanics      atomic.Uint64 // connections ended by a panic in their goroutine (connpanic.go)
 	resp            respCounters  // the RESP endpoint's (resp.go)
 }

@@ -200,6 +200,24 @@ class RedisPyProtocol(unittest.TestCase):
         finally:
             r.close()
 
+    def test_ping_echoes_a_long_message(self):
+        # Longer than the server's 4096-byte argument limit: echoed whole,
+        # as Redis does. redis-py's ping() turns the reply into a bool, so
+        # the command goes over a pool connection.
+        r = redis.Redis.from_url(url(TENANT_A, SECRET_A))
+        try:
+            msg = bytes(range(256)) * 400
+            conn = r.connection_pool.get_connection("PING")
+            try:
+                conn.send_command("PING", msg)
+                self.assertTrue(conn.read_response() == msg, "PING did not echo a 100 KiB message")
+                conn.send_command("PING")
+                self.assertEqual(conn.read_response(), b"PONG")
+            finally:
+                r.connection_pool.release(conn)
+        finally:
+            r.close()
+
     def test_tenant_b_cannot_see_a(self):
         a = redis.Redis.from_url(url(TENANT_A, SECRET_A))
         b = redis.Redis.from_url(url(TENANT_B, SECRET_B))
