@@ -168,23 +168,16 @@ func nativeFrame(op wire.Opcode, flags wire.Flags, body []byte) []byte {
 // mode).
 func respLogin() []byte { return command([]byte("AUTH"), []byte("acme"), secretA) }
 
-func FuzzNativeConn(f *testing.F) {
-	f.Add([]byte{0})
-	f.Fuzz(func(t *testing.T, in []byte) {
-		if len(in) == 0 {
-			return
-		}
-		m := parseConnFuzzMode(in[0])
-		var stream []byte
-		if m.login {
-			stream = nativeLogin(m)
-		}
-		stream = append(stream, in[1:]...)
-		runConnFuzz(t, m, (*Server).Serve, stream)
-	})
-}
+func FuzzNativeConn(f *testing.F) { fuzzConn(f, nativeLogin, (*Server).Serve) }
 
 func FuzzRESPConn(f *testing.F) {
+	fuzzConn(f, func(connFuzzMode) []byte { return respLogin() }, (*Server).ServeRESP)
+}
+
+// fuzzConn drives one connection handler with the input's bytes: the first
+// byte picks the mode (and whether login's frames go first), the rest is
+// the stream.
+func fuzzConn(f *testing.F, login func(connFuzzMode) []byte, serve func(*Server, net.Listener) error) {
 	f.Add([]byte{0})
 	f.Fuzz(func(t *testing.T, in []byte) {
 		if len(in) == 0 {
@@ -193,10 +186,10 @@ func FuzzRESPConn(f *testing.F) {
 		m := parseConnFuzzMode(in[0])
 		var stream []byte
 		if m.login {
-			stream = respLogin()
+			stream = login(m)
 		}
 		stream = append(stream, in[1:]...)
-		runConnFuzz(t, m, (*Server).ServeRESP, stream)
+		runConnFuzz(t, m, serve, stream)
 	})
 }
 
