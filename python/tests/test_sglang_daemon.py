@@ -88,6 +88,20 @@ class Daemon:
             for _ in self.proc.stderr:
                 pass
 
+    def freeze(self):
+        """SIGSTOP the daemon and return once every thread of it has stopped.
+
+        kill(2) only queues the signal: until one of the daemon's threads
+        runs and starts the group stop, its other threads go on serving, and
+        on a loaded machine a request sent right after the kill is still
+        answered. waitpid(WUNTRACED) returns when the stop is complete (the
+        test process is the daemon's parent, so it is told)."""
+        self.proc.send_signal(signal.SIGSTOP)
+        _, status = os.waitpid(self.proc.pid, os.WUNTRACED)
+        if not os.WIFSTOPPED(status):  # it exited instead, and is reaped now
+            self.proc.returncode = os.waitstatus_to_exitcode(status)
+            raise RuntimeError("gpucached exited instead of stopping: status %#x" % status)
+
     def stop(self):
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGCONT)
@@ -227,7 +241,7 @@ class DaemonBackendTest(unittest.TestCase):
         # SIGSTOP: connections stay open, nothing answers; every call must
         # come back a miss at its deadline
         d, b = self._own_daemon()
-        d.proc.send_signal(signal.SIGSTOP)
+        d.freeze()
         self._all_miss(b)
         self.assertGreaterEqual(b.get_stats()["miss_reasons"].get("timeout", 0), 1)
 
