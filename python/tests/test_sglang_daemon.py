@@ -63,13 +63,16 @@ def _binary(tmp):
 
 
 class Daemon:
-    """One gpucached with tenants acme and bob on a free loopback port."""
+    """One gpucached with tenants acme and bob on a free loopback port. Its
+    config and cold tier live in a directory of its own under tmp: two
+    daemons of one test never share a cold_dir."""
 
     def __init__(self, binary, tmp):
         self.secrets = {"acme": secrets.token_hex(32), "bob": secrets.token_hex(32)}
-        cfg = os.path.join(tmp, "gpucached.yaml")
+        home = tempfile.mkdtemp(prefix="gpucached-", dir=tmp)
+        cfg = os.path.join(home, "gpucached.yaml")
         with open(cfg, "w") as f:
-            f.write(CONFIG.format(cold=os.path.join(tmp, "cold")))
+            f.write(CONFIG.format(cold=os.path.join(home, "cold")))
         env = dict(os.environ, GPUCACHE_PYSGLANG_ACME=self.secrets["acme"], GPUCACHE_PYSGLANG_BOB=self.secrets["bob"])
         self.proc = subprocess.Popen([binary, "--config", cfg], env=env, stderr=subprocess.PIPE, text=True)
         self.addr = None
