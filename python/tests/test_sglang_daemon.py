@@ -2,7 +2,8 @@
 real gpucache.Client, driven the way SGLang's HiCacheController drives it.
 
 Skips when gpucache.Client is not importable or no Go toolchain / binary is
-found. GPUCACHE_GPUCACHED=/path/to/gpucached skips the build.
+found. GPUCACHE_BIN=/path/to/gpucached (what scripts/test sets; the older
+GPUCACHE_GPUCACHED is read too) skips the build.
 
 Run: cd python && /usr/bin/python3 -m unittest tests.test_sglang_daemon -v
 """
@@ -50,7 +51,7 @@ tenants:
 
 
 def _binary(tmp):
-    b = os.environ.get("GPUCACHE_GPUCACHED")
+    b = os.environ.get("GPUCACHE_BIN") or os.environ.get("GPUCACHE_GPUCACHED")
     if b:
         return b
     go = shutil.which("go")
@@ -123,6 +124,7 @@ class DaemonBackendTest(unittest.TestCase):
             raise unittest.SkipTest("go build failed: %s" % e.stderr[-500:])
         if binary is None:
             raise unittest.SkipTest("no gpucached binary and no go toolchain")
+        cls.binary = binary
         cls.daemon = Daemon(binary, cls.tmp)
 
     @classmethod
@@ -216,7 +218,7 @@ class DaemonBackendTest(unittest.TestCase):
             self.assertEqual(o.batch_get_v1(self.keys, host_indices(o.mem_pool_host, 0, 6)), [False] * 6, what)
 
     def _own_daemon(self):
-        d = Daemon(os.environ.get("GPUCACHE_GPUCACHED") or os.path.join(self.tmp, "gpucached"), self.tmp)
+        d = Daemon(self.binary, self.tmp)
         self.addCleanup(d.stop)
         saved = self.daemon
         self.daemon = d
