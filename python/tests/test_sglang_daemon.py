@@ -32,9 +32,13 @@ if HAVE_CLIENT:
     from sglang_harness import Controller, MHAHostPool, StorageConfig, host_indices, page_keys  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(HERE))
-TIMEOUT = 1.0  # the client's per-request deadline in these tests
+# The client's deadline for the calls made to a frozen or stopped daemon:
+# each of them waits this long for an answer that never comes.
+TIMEOUT = 1.0
 # A hang detector, not a performance bound: a call after the daemon stopped
-# must come back; generous so a busy 2-core machine never trips it.
+# must come back; generous so a busy 2-core machine never trips it. It is
+# also the client's deadline for every call to a running daemon, so that a
+# slow answer on a loaded machine is never taken for a miss.
 HANG = 30.0
 
 CONFIG = """listen: 127.0.0.1:0
@@ -132,15 +136,17 @@ class DaemonBackendTest(unittest.TestCase):
         cls.daemon.stop()
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
-    def backend(self, pool, tenant="acme", extra=None, **cfg):
+    def backend(self, pool, tenant="acme", extra=None, client=None, **cfg):
+        """A backend on self.daemon: its own client (from extra_config), or
+        client when given (the caller then owns and closes it)."""
         sf = os.path.join(self.tmp, tenant + ".secret")
         with open(sf, "w") as f:
             f.write(self.daemon.secrets[tenant] + "\n")
         ex = {"backend_name": "gpucache", "module_path": "gpucache.sglang", "class_name": "GpucacheStorage",
               "interface_v1": 1, "tenant": tenant, "secret_file": sf, "addrs": [self.daemon.addr],
-              "timeout": TIMEOUT, "pool_size": 4, "model_revision": self.id()}
+              "timeout": HANG, "pool_size": 4, "model_revision": self.id()}
         ex.update(extra or {})
-        b = gs.GpucacheStorage(StorageConfig(extra_config=ex, **cfg), {})
+        b = gs.GpucacheStorage(StorageConfig(extra_config=ex, **cfg), {} if client is None else {"client": client})
         b.register_mem_pool_host(pool)
         self.addCleanup(b.close)
         return b
@@ -218,17 +224,24 @@ class DaemonBackendTest(unittest.TestCase):
             self.assertEqual(o.batch_get_v1(self.keys, host_indices(o.mem_pool_host, 0, 6)), [False] * 6, what)
 
     def _own_daemon(self):
+        """A daemon of this test's own, holding the six pages, and a backend
+        on it with a pooled connection open. The pages are written and read
+        back under the generous deadline; the backend's client then gets the
+        short one, for the calls the test makes once the daemon is gone."""
         d = Daemon(self.binary, self.tmp)
         self.addCleanup(d.stop)
+        client = gpucache.Client(addrs=[d.addr], tenant="acme", secret=d.secrets["acme"], timeout=HANG, pool_size=4)
+        self.addCleanup(client.close)
         saved = self.daemon
         self.daemon = d
         try:
-            b = self.backend(self.pool)
+            b = self.backend(self.pool, client=client)
         finally:
             self.daemon = saved
         ctl = Controller(b, self.pool)
         self.assertEqual(ctl.backup(self.keys, host_indices(self.pool, 0, 6)), 6)
         self.assertEqual(ctl.hit_query(self.keys), 6)
+        client.timeout = TIMEOUT
         return d, b
 
     def _all_miss(self, b):
