@@ -2,7 +2,8 @@
 real gpucache.Client, driven the way SGLang's HiCacheController drives it.
 
 Skips when gpucache.Client is not importable or no Go toolchain / binary is
-found. GPUCACHE_GPUCACHED=/path/to/gpucached skips the build.
+found. GPUCACHE_BIN=/path/to/gpucached (what scripts/test sets; the older
+GPUCACHE_GPUCACHED is read too) skips the build.
 
 Run: cd python && /usr/bin/python3 -m unittest tests.test_sglang_daemon -v
 """
@@ -31,9 +32,13 @@ if HAVE_CLIENT:
     from sglang_harness import Controller, MHAHostPool, StorageConfig, host_indices, page_keys  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(HERE))
-TIMEOUT = 1.0  # the client's per-request deadline in these tests
+# The client's deadline for the calls made to a frozen or stopped daemon:
+# each of them waits this long for an answer that never comes.
+TIMEOUT = 1.0
 # A hang detector, not a performance bound: a call after the daemon stopped
-# must come back; generous so a busy 2-core machine never trips it.
+# must come back; generous so a busy 2-core machine never trips it. It is
+# also the client's deadline for every call to a running daemon, so that a
+# slow answer on a loaded machine is never taken for a miss.
 HANG = 30.0
 
 CONFIG = """listen: 127.0.0.1:0
@@ -50,7 +55,7 @@ tenants:
 
 
 def _binary(tmp):
-    b = os.environ.get("GPUCACHE_GPUCACHED")
+    b = os.environ.get("GPUCACHE_BIN") or os.environ.get("GPUCACHE_GPUCACHED")
     if b:
         return b
     go = shutil.which("go")
@@ -63,13 +68,16 @@ def _binary(tmp):
 
 
 class Daemon:
-    """One gpucached with tenants acme and bob on a free loopback port."""
+    """One gpucached with tenants acme and bob on a free loopback port. Its
+    config and cold tier live in a directory of its own under tmp: two
+    daemons of one test never share a cold_dir."""
 
     def __init__(self, binary, tmp):
         self.secrets = {"acme": secrets.token_hex(32), "bob": secrets.token_hex(32)}
-        cfg = os.path.join(tmp, "gpucached.yaml")
+        home = tempfile.mkdtemp(prefix="gpucached-", dir=tmp)
+        cfg = os.path.join(home, "gpucached.yaml")
         with open(cfg, "w") as f:
-            f.write(CONFIG.format(cold=os.path.join(tmp, "cold")))
+            f.write(CONFIG.format(cold=os.path.join(home, "cold")))
         env = dict(os.environ, GPUCACHE_PYSGLANG_ACME=self.secrets["acme"], GPUCACHE_PYSGLANG_BOB=self.secrets["bob"])
         self.proc = subprocess.Popen([binary, "--config", cfg], env=env, stderr=subprocess.PIPE, text=True)
         self.addr = None
@@ -87,6 +95,20 @@ class Daemon:
         with self.proc.stderr:
             for _ in self.proc.stderr:
                 pass
+
+    def freeze(self):
+        """SIGSTOP the daemon and return once every thread of it has stopped.
+
+        kill(2) only queues the signal: until one of the daemon's threads
+        runs and starts the group stop, its other threads go on serving, and
+        on a loaded machine a request sent right after the kill is still
+        answered. waitpid(WUNTRACED) returns when the stop is complete (the
+        test process is the daemon's parent, so it is told)."""
+        self.proc.send_signal(signal.SIGSTOP)
+        _, status = os.waitpid(self.proc.pid, os.WUNTRACED)
+        if not os.WIFSTOPPED(status):  # it exited instead, and is reaped now
+            self.proc.returncode = os.waitstatus_to_exitcode(status)
+            raise RuntimeError("gpucached exited instead of stopping: status %#x" % status)
 
     def stop(self):
         if self.proc.poll() is None:
@@ -106,6 +128,7 @@ class DaemonBackendTest(unittest.TestCase):
             raise unittest.SkipTest("go build failed: %s" % e.stderr[-500:])
         if binary is None:
             raise unittest.SkipTest("no gpucached binary and no go toolchain")
+        cls.binary = binary
         cls.daemon = Daemon(binary, cls.tmp)
 
     @classmethod
@@ -113,15 +136,17 @@ class DaemonBackendTest(unittest.TestCase):
         cls.daemon.stop()
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
-    def backend(self, pool, tenant="acme", extra=None, **cfg):
+    def backend(self, pool, tenant="acme", extra=None, client=None, **cfg):
+        """A backend on self.daemon: its own client (from extra_config), or
+        client when given (the caller then owns and closes it)."""
         sf = os.path.join(self.tmp, tenant + ".secret")
         with open(sf, "w") as f:
             f.write(self.daemon.secrets[tenant] + "\n")
         ex = {"backend_name": "gpucache", "module_path": "gpucache.sglang", "class_name": "GpucacheStorage",
               "interface_v1": 1, "tenant": tenant, "secret_file": sf, "addrs": [self.daemon.addr],
-              "timeout": TIMEOUT, "pool_size": 4, "model_revision": self.id()}
+              "timeout": HANG, "pool_size": 4, "model_revision": self.id()}
         ex.update(extra or {})
-        b = gs.GpucacheStorage(StorageConfig(extra_config=ex, **cfg), {})
+        b = gs.GpucacheStorage(StorageConfig(extra_config=ex, **cfg), {} if client is None else {"client": client})
         b.register_mem_pool_host(pool)
         self.addCleanup(b.close)
         return b
@@ -199,17 +224,24 @@ class DaemonBackendTest(unittest.TestCase):
             self.assertEqual(o.batch_get_v1(self.keys, host_indices(o.mem_pool_host, 0, 6)), [False] * 6, what)
 
     def _own_daemon(self):
-        d = Daemon(os.environ.get("GPUCACHE_GPUCACHED") or os.path.join(self.tmp, "gpucached"), self.tmp)
+        """A daemon of this test's own, holding the six pages, and a backend
+        on it with a pooled connection open. The pages are written and read
+        back under the generous deadline; the backend's client then gets the
+        short one, for the calls the test makes once the daemon is gone."""
+        d = Daemon(self.binary, self.tmp)
         self.addCleanup(d.stop)
+        client = gpucache.Client(addrs=[d.addr], tenant="acme", secret=d.secrets["acme"], timeout=HANG, pool_size=4)
+        self.addCleanup(client.close)
         saved = self.daemon
         self.daemon = d
         try:
-            b = self.backend(self.pool)
+            b = self.backend(self.pool, client=client)
         finally:
             self.daemon = saved
         ctl = Controller(b, self.pool)
         self.assertEqual(ctl.backup(self.keys, host_indices(self.pool, 0, 6)), 6)
         self.assertEqual(ctl.hit_query(self.keys), 6)
+        client.timeout = TIMEOUT
         return d, b
 
     def _all_miss(self, b):
@@ -227,7 +259,7 @@ class DaemonBackendTest(unittest.TestCase):
         # SIGSTOP: connections stay open, nothing answers; every call must
         # come back a miss at its deadline
         d, b = self._own_daemon()
-        d.proc.send_signal(signal.SIGSTOP)
+        d.freeze()
         self._all_miss(b)
         self.assertGreaterEqual(b.get_stats()["miss_reasons"].get("timeout", 0), 1)
 
