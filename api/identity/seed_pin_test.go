@@ -2,7 +2,7 @@ package identity
 
 import "testing"
 
-// The identity principle (docs/adr/0025-design-principles-and-conventions.md)
+// The identity principle (docs/adr/0023-design-principles-and-conventions.md)
 // and the cold-cache seed contract (docs/CONTRACTS.md, "Where the contracts
 // come from": keys contain their content digests, manifest v3 binds each
 // range to the full canonical identity): keys and namespace digests are

@@ -41,7 +41,7 @@ type sentinel struct {
 const module = "github.com/gpucache/gpucache/"
 
 // TestSentinelPrefix: every package-level sentinel error carries the
-// "gpucache/<pkg>: " prefix (ADR 0025, convention 5), directly or through the
+// "gpucache/<pkg>: " prefix (ADR 0023, convention 5), directly or through the
 // sentinel of its own package it wraps.
 func TestSentinelPrefix(t *testing.T) {
 	all := sentinels(t, "../..")

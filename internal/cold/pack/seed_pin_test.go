@@ -22,7 +22,7 @@ import (
 //   - CPU transfer contract, row "Legacy manifests": valid legacy v1/v2
 //     headers yield Missing with zero payload-range reads;
 //   - cold-cache failure isolation: object and manifest keys contain their
-//     content digests (SHA-256, the identity principle of ADR 0025).
+//     content digests (SHA-256, the identity principle of ADR 0023).
 //
 // The other tests read ManifestVersion; these use the literals, so bumping
 // the version (a migration that means repopulating the cold tier, see

@@ -2,7 +2,7 @@ package seal
 
 import "testing"
 
-// The security principle of ADR 0025: an HMAC-SHA256 seal with a key id; a
+// The security principle of ADR 0023: an HMAC-SHA256 seal with a key id; a
 // plain hash is not a MAC (the BlueField and hardening seed contract in
 // docs/CONTRACTS.md had only a SHA-256 integrity seal). The MAC is the 32-byte HMAC-SHA256 output, and a secret is
 // at least that long. The manifest format (internal/cold/pack doc.go, seal
