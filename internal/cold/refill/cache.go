@@ -31,8 +31,17 @@ type ptrEntry struct {
 	expires time.Time
 }
 
-// maxPointers bounds the pointer cache.
+// maxPointers bounds the pointer cache: when it is full it is emptied.
+// Entries are dropped only when looked up after their TTL, so on a node
+// that refills many distinct blocks the cache fills to this bound.
 const maxPointers = 1 << 16
+
+// PointerCacheEntryBytes is the measured heap cost of one cached pointer
+// (about 480 bytes: its key string, the pointer with its manifest key
+// string, the map slot), with the map's growth slack
+// (TestPointerCacheBounded). The cache holds at most maxPointers ×
+// PointerCacheEntryBytes, its term in the memory bound (OPERATIONS.md).
+const PointerCacheEntryBytes = 512
 
 func newCaches(cfg Config) *caches {
 	if cfg.ManifestCache <= 0 && cfg.PointerTTL <= 0 {

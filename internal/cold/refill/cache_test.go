@@ -3,10 +3,12 @@ package refill
 import (
 	"bytes"
 	"context"
+	"runtime"
 	"testing"
 	"time"
 
 	"github.com/gpucache/gpucache/api/identity"
+	"github.com/gpucache/gpucache/internal/cold/pack"
 )
 
 // TestCachesSaveRequestsAndFailSafe: with the manifest cache and a pointer
@@ -127,4 +129,46 @@ func (c *caches) manifestBytes() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.bytes
+}
+
+// pointerFor returns the i-th pointer with its key, as a lookup builds them:
+// the key string, and a decoded pointer with its own manifest key string.
+func pointerFor(i int) (string, pack.Pointer) {
+	var ns identity.NamespaceDigest
+	var k identity.BlockKey
+	k[0], k[1], k[2] = byte(i), byte(i>>8), byte(i>>16)
+	var m pack.Digest
+	m[0], m[1], m[2] = byte(i), byte(i>>8), byte(i>>16)
+	return pack.PointerKey(ns, k), pack.Pointer{Namespace: ns, Block: k, ManifestKey: pack.ManifestKey(ns, m), Manifest: m, ManifestSize: 4096}
+}
+
+// The pointer cache holds at most maxPointers entries, however many
+// distinct blocks are refilled, and each costs at most PointerCacheEntryBytes
+// of heap: maxPointers × PointerCacheEntryBytes is its term in the memory
+// bound.
+func TestPointerCacheBounded(t *testing.T) {
+	c := newCaches(Config{PointerTTL: time.Hour, Now: newClock().Now})
+	for i := range maxPointers + 100 {
+		c.putPointer(pointerFor(i))
+		if len(c.pointers) > maxPointers {
+			t.Fatalf("after %d pointers the cache holds %d, bound %d", i+1, len(c.pointers), maxPointers)
+		}
+	}
+	for _, n := range []int{1 << 14, 1<<14 + 1<<13, maxPointers} {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		c := newCaches(Config{PointerTTL: time.Hour, Now: newClock().Now})
+		for i := range n {
+			c.putPointer(pointerFor(i))
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		per := float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / float64(n)
+		t.Logf("%d pointers: %.0f heap bytes each", n, per)
+		if per > PointerCacheEntryBytes {
+			t.Fatalf("%d pointers: %.0f heap bytes each, PointerCacheEntryBytes says %d", n, per, PointerCacheEntryBytes)
+		}
+		runtime.KeepAlive(c)
+	}
 }

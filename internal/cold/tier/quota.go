@@ -50,9 +50,20 @@ import (
 	"github.com/gpucache/gpucache/internal/cold/sink"
 )
 
-// MaxColdGroups bounds the packs the quota ledger tracks (about 200 bytes
-// of heap each). Packs past it are not counted (ColdUsage.Untracked).
+// MaxColdGroups bounds the packs the quota ledger tracks, at most
+// LedgerGroupBytes of heap each: MaxColdGroups × LedgerGroupBytes is the
+// ledger's term in the memory bound (OPERATIONS.md). Packs past it are not
+// counted (ColdUsage.Untracked). A pack stays tracked until this node's
+// own reclaim or eviction deletes it, so on a node that writes behind
+// steadily the ledger grows by one group per pack written (reclaim deletes
+// nothing younger than ReclaimGrace, 24 h by default) until it reaches
+// this bound.
 const MaxColdGroups = 1 << 18
+
+// LedgerGroupBytes is the measured heap cost of one tracked pack (about
+// 560 bytes: the group, its manifest and pack key strings, three map
+// entries), with the maps' growth slack (TestLedgerGroupBytes).
+const LedgerGroupBytes = 640
 
 // manifestPrefix is the prefix of every manifest key (pack doc, "Object keys").
 const manifestPrefix = "manifests/"
