@@ -59,38 +59,7 @@ func TestMemoryBoundUnderAttack(t *testing.T) {
 	}
 	raiseNOFILE(t, 2*attackConns+512)
 	bin := buildDaemon(t)
-	dir := t.TempDir()
-	secret := func(name string) []byte { return randomSecret(t, filepath.Join(dir, name+".secret")) }
-	writerSecret, readerSecret, opsSecret := secret("writer"), secret("reader"), secret("ops")
-	cfgPath := filepath.Join(dir, "gpucached.yaml")
-	os.WriteFile(cfgPath, fmt.Appendf(nil, `cold_store: off
-hot_capacity: %d
-hot_min_class: 16KiB
-hot_max_class: 1MiB
-hot_slab: 8MiB
-max_conns: %d
-max_in_flight: %d
-max_batch: 64
-read_timeout: 10m
-idle_timeout: 10m
-replay_max_nonces: %d
-replay_tenant_nonces: %[6]d
-audit_log: "off"
-tenants:
-  - name: writer
-    secrets: [{id: w, file: %[5]s/writer.secret}]
-    rights: ["*=rw"]
-  - name: reader
-    secrets: [{id: r, file: %[5]s/reader.secret}]
-    rights: ["*=r"]
-  - name: ops
-    secrets: [{id: o, file: %[5]s/ops.secret}]
-    rights: ["*=a"]
-`, attackHot, attackMaxConns, attackMaxInFlight, attackNonces, dir, attackNonces/3), 0o600)
-	// The budget goes through the environment, which a daemon without the
-	// setting ignores: the same test runs against one.
-	t.Setenv("GPUCACHE_REQUEST_BUFFERS", strconv.Itoa(attackReqBufs))
-	d := startDaemon(t, bin, "--config", cfgPath)
+	d, writerSecret, readerSecret, opsSecret := startAttackNode(t, bin, "reader", "*=r")
 	pid := d.cmd.Process.Pid
 	bound := memoryBound(attackHot, 16<<10, attackReqBufs, attackMaxConns, attackMaxInFlight, attackNonces)
 	_, port, _ := net.SplitHostPort(d.addr)
@@ -333,4 +302,46 @@ func raiseNOFILE(t *testing.T, n uint64) {
 	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &r); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// startAttackNode starts bin with the attack settings (a third of the
+// replay window per tenant, so that every attacker's stamp is remembered)
+// and three tenants: writer (rw), other with otherRights, and ops (admin).
+// It returns the node and the three tenants' secrets.
+func startAttackNode(t *testing.T, bin, other, otherRights string) (d *daemonProc, writer, otherSecret, ops []byte) {
+	t.Helper()
+	dir := t.TempDir()
+	secret := func(name string) []byte { return randomSecret(t, filepath.Join(dir, name+".secret")) }
+	writer, otherSecret, ops = secret("writer"), secret(other), secret("ops")
+	cfgPath := filepath.Join(dir, "gpucached.yaml")
+	if err := os.WriteFile(cfgPath, fmt.Appendf(nil, `cold_store: off
+hot_capacity: %d
+hot_min_class: 16KiB
+hot_max_class: 1MiB
+hot_slab: 8MiB
+max_conns: %d
+max_in_flight: %d
+max_batch: 64
+read_timeout: 10m
+idle_timeout: 10m
+replay_max_nonces: %d
+replay_tenant_nonces: %d
+audit_log: "off"
+tenants:
+  - name: writer
+    secrets: [{id: w, file: %[6]s/writer.secret}]
+    rights: ["*=rw"]
+  - name: %[7]s
+    secrets: [{id: x, file: %[6]s/%[7]s.secret}]
+    rights: ["%[8]s"]
+  - name: ops
+    secrets: [{id: o, file: %[6]s/ops.secret}]
+    rights: ["*=a"]
+`, attackHot, attackMaxConns, attackMaxInFlight, attackNonces, attackNonces/3, dir, other, otherRights), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The budget goes through the environment, which a daemon without the
+	// setting ignores: the same test runs against one.
+	t.Setenv("GPUCACHE_REQUEST_BUFFERS", strconv.Itoa(attackReqBufs))
+	return startDaemon(t, bin, "--config", cfgPath), writer, otherSecret, ops
 }

@@ -4,12 +4,8 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/binary"
-	"fmt"
 	"io"
 	"net"
-	"os"
-	"path/filepath"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -23,11 +19,6 @@ import (
 // slowBlockSize is the payload of every block of the slow PUTs: one
 // hot_min_class slot.
 const slowBlockSize = 16 << 10
-
-// slowTenantNonces is the replay window's memory for one tenant: room for
-// every attacker's stamp (the default, replay_max_nonces / 16, would
-// refuse most of them REPLAY before their tables are read).
-const slowTenantNonces = attackNonces / 3
 
 // slowConn is one connection of the slow-table attack: its PUT frame up
 // to the end of its table (the payloads that follow are zeros), and how
@@ -154,36 +145,7 @@ func TestMemoryBoundSlowTables(t *testing.T) {
 }
 
 func slowTables(t *testing.T, bin string, tokens int) {
-	dir := t.TempDir()
-	secret := func(name string) []byte { return randomSecret(t, filepath.Join(dir, name+".secret")) }
-	writerSecret, victimSecret, opsSecret := secret("writer"), secret("victim"), secret("ops")
-	cfgPath := filepath.Join(dir, "gpucached.yaml")
-	os.WriteFile(cfgPath, fmt.Appendf(nil, `cold_store: off
-hot_capacity: %d
-hot_min_class: 16KiB
-hot_max_class: 1MiB
-hot_slab: 8MiB
-max_conns: %d
-max_in_flight: %d
-max_batch: 64
-read_timeout: 10m
-idle_timeout: 10m
-replay_max_nonces: %d
-replay_tenant_nonces: %d
-audit_log: "off"
-tenants:
-  - name: writer
-    secrets: [{id: w, file: %[6]s/writer.secret}]
-    rights: ["*=rw"]
-  - name: victim
-    secrets: [{id: v, file: %[6]s/victim.secret}]
-    rights: ["*=rw"]
-  - name: ops
-    secrets: [{id: o, file: %[6]s/ops.secret}]
-    rights: ["*=a"]
-`, attackHot, attackMaxConns, attackMaxInFlight, attackNonces, slowTenantNonces, dir), 0o600)
-	t.Setenv("GPUCACHE_REQUEST_BUFFERS", strconv.Itoa(attackReqBufs))
-	d := startDaemon(t, bin, "--config", cfgPath)
+	d, writerSecret, victimSecret, opsSecret := startAttackNode(t, bin, "victim", "*=rw")
 	pid := d.cmd.Process.Pid
 	bound := memoryBound(attackHot, 16<<10, attackReqBufs, attackMaxConns, attackMaxInFlight, attackNonces)
 	_, port, _ := net.SplitHostPort(d.addr)
