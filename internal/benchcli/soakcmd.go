@@ -21,6 +21,8 @@ type soakFlags struct {
 	duration, opTimeout, slack     time.Duration
 	warmup, hold, recover          time.Duration
 	settle, sampleEvery, heapEvery time.Duration
+	driftAfter                     time.Duration
+	reclaimGrace, reclaimInterval  time.Duration
 	ops                            int64
 	workers, cycles                int
 	rate, scanShare                float64
@@ -58,6 +60,9 @@ func (f *soakFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.settle, "settle", d.Schedule.Settle, "load after each recovery, before the next fault")
 	fs.DurationVar(&f.sampleEvery, "sample-every", d.SampleEvery, "period of the RSS samples")
 	fs.DurationVar(&f.heapEvery, "heap-every", 0, "save every node's heap profile into <dir>/heap/ at this period (0: never)")
+	fs.DurationVar(&f.driftAfter, "drift-after", 0, "start the drift check at the first phase of cycle 2 or later that begins this long after the load started (0: cycle 2)")
+	fs.DurationVar(&f.reclaimGrace, "reclaim-grace", 0, "every node's cold_reclaim_grace (0: the node's default, 24h; else at least 10m)")
+	fs.DurationVar(&f.reclaimInterval, "reclaim-interval", 0, "every node's cold_reclaim_interval (0: the node's default, 1h)")
 	fs.StringVar(&f.gpucached, "gpucached", "", "the gpucached `binary` (default: gpucached beside this binary, then in PATH)")
 	fs.StringVar(&f.versitygw, "versitygw", "", "the versitygw `binary` (default: $GPUCACHE_VERSITYGW, .cache/bin/versitygw of the module, then PATH)")
 	fs.StringVar(&f.dir, "dir", "", "work `directory` for configs, logs, data and the report (default ./gpucache-soak-<time>)")
@@ -74,7 +79,8 @@ func (f *soakFlags) config() (soak.Config, error) {
 	cfg := soak.Config{Duration: f.duration, Ops: f.ops, Workers: f.workers, Rate: f.rate, OpTimeout: f.opTimeout,
 		OverrunSlack: f.slack, ChainBlocks: f.chainBlocks, HotChains: f.hotChains, ScanChains: f.scanChains, ScanShare: f.scanShare,
 		Schedule:    soak.Schedule{Warmup: f.warmup, Hold: f.hold, Recover: f.recover, Settle: f.settle, Cycles: f.cycles},
-		SampleEvery: f.sampleEvery, HeapEvery: f.heapEvery, Netns: f.netns, Tmpfs: f.tmpfs, Seed: f.seed}
+		SampleEvery: f.sampleEvery, HeapEvery: f.heapEvery, Netns: f.netns, Tmpfs: f.tmpfs, Seed: f.seed,
+		DriftAfter: f.driftAfter, ReclaimGrace: f.reclaimGrace, ReclaimInterval: f.reclaimInterval}
 	sizes := []struct {
 		name string
 		s    string

@@ -254,6 +254,18 @@ type Config struct {
 	// ColdRetentionInterval is how often retention runs when
 	// cold_retention is set: 1m..24h. Default 1h.
 	ColdRetentionInterval time.Duration `yaml:"cold_retention_interval"`
+	// ColdReclaimInterval is how often the node deletes the cold objects
+	// of its namespaces that nothing references any more (packs and
+	// manifests superseded by newer writes of the same blocks): 1m..24h.
+	// Default 1h.
+	ColdReclaimInterval time.Duration `yaml:"cold_reclaim_interval"`
+	// ColdReclaimGrace is the age an unreferenced cold object must reach
+	// before reclaim deletes it. It covers a publication in flight (a pack
+	// written before the manifest and pointers that name it), so it must
+	// exceed the longest one, retries included: at least 10m. It also
+	// sets how long the node's quota ledger keeps a record of each pack it
+	// wrote (about LedgerGroupBytes each; OPERATIONS.md). Default 24h.
+	ColdReclaimGrace time.Duration `yaml:"cold_reclaim_grace"`
 	// S3Endpoint, S3Region, S3Bucket, S3Prefix, S3AccessKey, S3SecretKey
 	// and S3PathStyle configure cold_store: s3. The keys default to the
 	// AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY environment variables.
@@ -370,6 +382,8 @@ func Default() Config {
 		S3PathStyle:       true,
 
 		ColdRetentionInterval: time.Hour,
+		ColdReclaimInterval:   time.Hour,
+		ColdReclaimGrace:      24 * time.Hour,
 
 		EtcdPrefix:     "/gpucache/",
 		MemberLeaseTTL: 10 * time.Second,
@@ -423,6 +437,8 @@ func (c *Config) fields() []field {
 		{"cold_index_rescan", "how often the cold presence index lists the store again (0: 1m clustered, else never; negative: never)", (*durVal)(&c.ColdIndexRescan)},
 		{"cold_retention", "delete cold blocks last written longer ago than this (0: keep forever)", (*durVal)(&c.ColdRetention)},
 		{"cold_retention_interval", "how often cold_retention is applied (1m..24h)", (*durVal)(&c.ColdRetentionInterval)},
+		{"cold_reclaim_interval", "how often unreferenced cold objects are deleted (1m..24h)", (*durVal)(&c.ColdReclaimInterval)},
+		{"cold_reclaim_grace", "age an unreferenced cold object reaches before it is deleted (at least 10m)", (*durVal)(&c.ColdReclaimGrace)},
 		{"s3_endpoint", "S3 endpoint URL, e.g. http://127.0.0.1:7070", (*strVal)(&c.S3Endpoint)},
 		{"s3_region", "S3 region", (*strVal)(&c.S3Region)},
 		{"s3_bucket", "S3 bucket", (*strVal)(&c.S3Bucket)},
@@ -641,6 +657,12 @@ func (c Config) validateCold() error {
 	}
 	if c.ColdRetentionInterval < time.Minute || c.ColdRetentionInterval > 24*time.Hour {
 		return invalidf("cold_retention_interval must be 1m..24h, got %s", c.ColdRetentionInterval)
+	}
+	if c.ColdReclaimInterval < time.Minute || c.ColdReclaimInterval > 24*time.Hour {
+		return invalidf("cold_reclaim_interval must be 1m..24h, got %s", c.ColdReclaimInterval)
+	}
+	if c.ColdReclaimGrace < 10*time.Minute {
+		return invalidf("cold_reclaim_grace must be at least 10m (it must outlast a publication in flight, retries included), got %s", c.ColdReclaimGrace)
 	}
 	if c.ColdIndexMax < 1 || c.ColdIndexMax > 1<<30 {
 		return invalidf("cold_index_max must be 1..1073741824, got %d", c.ColdIndexMax)

@@ -69,6 +69,9 @@ func TestInvalidConfigsNameTheField(t *testing.T) {
 		{[]string{"--read-timeout", "soon"}, "bad duration"},
 		{[]string{"--log-level", "loud"}, "log_level"},
 		{[]string{"--max-frame", "1MiB"}, "max_frame"},
+		{[]string{"--cold-reclaim-grace", "5m"}, "cold_reclaim_grace must be at least 10m"},
+		{[]string{"--cold-reclaim-interval", "30s"}, "cold_reclaim_interval must be 1m..24h"},
+		{[]string{"--cold-reclaim-interval", "48h"}, "cold_reclaim_interval must be 1m..24h"},
 		{[]string{"stray"}, "unexpected argument"},
 	}
 	for _, tc := range cases {

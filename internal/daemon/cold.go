@@ -46,7 +46,8 @@ type coldNode struct {
 // index, refill budget, seal keys with their integrity audit, encryption
 // and compression.
 func coldTierConfig(cfg config.Config, store cold.Store, log *slog.Logger, sec *secure, faults *degrade.Registry) (tier.Config, error) {
-	tcfg := tier.Config{Store: store, PendingBytes: int64(cfg.ColdPending), Logger: log, Faults: faults}
+	tcfg := tier.Config{Store: store, PendingBytes: int64(cfg.ColdPending), Logger: log, Faults: faults,
+		ReclaimInterval: cfg.ColdReclaimInterval, ReclaimGrace: cfg.ColdReclaimGrace}
 	indexConfig(&tcfg, cfg) // coldindex.go
 	// A refill may download one hot_max_class block (ADR 0015).
 	tcfg.Refill.Budget = max(refill.Default().Budget, int64(cfg.HotMaxClass))

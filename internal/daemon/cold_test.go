@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/gpucache/gpucache/client"
+	"github.com/gpucache/gpucache/internal/cold"
 	"github.com/gpucache/gpucache/internal/cold/s3store/s3test"
 	"github.com/gpucache/gpucache/internal/config"
 )
@@ -165,4 +167,22 @@ func readBack(t *testing.T, addr string, ns client.Namespace, keys []client.Bloc
 		}
 	}
 	return cl, hits
+}
+
+// The node's reclaim settings reach its cold tier: the grace decides how
+// long superseded packs (and the quota ledger's records of them) stay.
+func TestReclaimSettingsReachTheTier(t *testing.T) {
+	cfg := config.Default()
+	cfg.ColdReclaimGrace, cfg.ColdReclaimInterval = 15*time.Minute, 2*time.Minute
+	tcfg, err := coldTierConfig(cfg, cold.NewMem(), slog.New(slog.DiscardHandler), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tcfg.ReclaimGrace != 15*time.Minute || tcfg.ReclaimInterval != 2*time.Minute {
+		t.Fatalf("tier reclaim grace %v, interval %v; want 15m and 2m", tcfg.ReclaimGrace, tcfg.ReclaimInterval)
+	}
+	def := config.Default()
+	if def.ColdReclaimGrace != 24*time.Hour || def.ColdReclaimInterval != time.Hour {
+		t.Fatalf("defaults: grace %v, interval %v; want 24h and 1h", def.ColdReclaimGrace, def.ColdReclaimInterval)
+	}
 }

@@ -118,6 +118,19 @@ type Config struct {
 	HeapEvery time.Duration
 	// Thresholds bound growth within a phase.
 	Thresholds Thresholds
+	// DriftAfter, when positive, starts the drift check (each long-lived
+	// node from a baseline to the end of the run) at the first phase of
+	// cycle 2 or later that begins at least this long after the load
+	// started, so that bounded structures which fill slowly at a paced
+	// rate (the refill's manifest cache, the quota ledger up to the
+	// reclaim grace) are warm-up, not drift. Default 0: the first phase
+	// of cycle 2.
+	DriftAfter time.Duration
+	// ReclaimGrace and ReclaimInterval, when positive, set every node's
+	// cold_reclaim_grace and cold_reclaim_interval. Default 0: the
+	// node's defaults (24h and 1h), under which nothing a run writes is
+	// reclaimed within 24 hours.
+	ReclaimGrace, ReclaimInterval time.Duration
 
 	// Gpucached is the gpucached binary (required).
 	Gpucached string
@@ -315,6 +328,12 @@ func (c Config) validateSchedule() error {
 		return invalidf("schedule: warmup and settle must not be negative, hold and recover must be positive")
 	case c.Schedule.Hold > time.Hour || c.Schedule.Recover > time.Hour || c.Schedule.Settle > time.Hour || c.Schedule.Warmup > time.Hour:
 		return invalidf("schedule: warmup, hold, recover and settle are at most 1h each")
+	case c.DriftAfter < 0 || c.DriftAfter > MaxDuration:
+		return invalidf("drift-after %v not in 0..%v", c.DriftAfter, MaxDuration)
+	case c.ReclaimGrace != 0 && c.ReclaimGrace < 10*time.Minute:
+		return invalidf("reclaim grace %v: 0 (the node's default) or at least 10m", c.ReclaimGrace)
+	case c.ReclaimInterval != 0 && (c.ReclaimInterval < time.Minute || c.ReclaimInterval > 24*time.Hour):
+		return invalidf("reclaim interval %v: 0 (the node's default) or 1m..24h", c.ReclaimInterval)
 	}
 	return nil
 }

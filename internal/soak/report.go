@@ -117,14 +117,17 @@ type PhaseNode struct {
 	Grew            bool   `json:"grew"`
 }
 
-// Drift compares one node process from the start of the second cycle to
-// the end of the run: growth too slow for one phase to show adds up over
-// the cycles of a long run. The first cycle is left out: caches (refill
-// manifests, pointers) fill during it.
+// Drift compares one node process from the start of the baseline phase
+// (the first of the second cycle, or of a later one with
+// Config.DriftAfter) to the end of the run: growth too slow for one phase
+// to show adds up over the cycles of a long run. What comes before the
+// baseline is left out: caches (refill manifests, pointers) fill during it.
 type Drift struct {
 	Node           string `json:"node"`
 	PID            int    `json:"pid"`
 	From           string `json:"from_phase"`
+	FromCycle      int    `json:"from_cycle"`
+	FromMinute     int    `json:"from_minute"` // minutes after the load started
 	To             string `json:"to_phase"`
 	GoroutinesFrom int    `json:"goroutines_from"`
 	GoroutinesTo   int    `json:"goroutines_to"`
@@ -178,19 +181,23 @@ func (t Thresholds) limits(g int, rest int64) (int, int64) {
 }
 
 // drifts compares each node process that was already running at the start
-// of cycle 2 (its bounded caches warmed during cycle 1) from there to the
-// end of the last phase it lived through. A process started later (n1,
+// of the baseline phase (the first of cycle 2, or the first of cycle 2 or
+// later that starts at least DriftAfter past the load's start: its bounded
+// caches warmed before it) from there to the end of the last phase it
+// lived through. A process started later (n1,
 // restarted every cycle) would be measured from a cold start, which is
 // warm-up, not drift: its phases are still checked one by one.
-func drifts(phases []PhaseRecord, th Thresholds) []Drift {
+func drifts(phases []PhaseRecord, th Thresholds, loadStart time.Time, after time.Duration) []Drift {
 	type mark struct {
 		phase string
+		cycle int
+		at    time.Time
 		pn    PhaseNode
 	}
 	first, last := map[string]mark{}, map[string]mark{}
 	base := -1 // index of the first phase of cycle 2
 	for i, p := range phases {
-		if p.Cycle < 2 {
+		if p.Cycle < 2 || (base < 0 && after > 0 && p.Start.Before(loadStart.Add(after))) {
 			continue
 		}
 		if base < 0 {
@@ -205,16 +212,19 @@ func drifts(phases []PhaseRecord, th Thresholds) []Drift {
 				if i != base {
 					continue // started after the baseline
 				}
-				first[key] = mark{p.Fault, n}
+				first[key] = mark{p.Fault, p.Cycle, p.Start, n}
 			}
-			last[key] = mark{p.Fault, n}
+			last[key] = mark{p.Fault, p.Cycle, p.Start, n}
 		}
 	}
 	var out []Drift
 	for key, f := range first {
 		l := last[key]
-		d := Drift{Node: f.pn.Node, PID: f.pn.PIDStart, From: f.phase, To: l.phase,
+		d := Drift{Node: f.pn.Node, PID: f.pn.PIDStart, From: f.phase, FromCycle: f.cycle, To: l.phase,
 			GoroutinesFrom: f.pn.GoroutinesStart, GoroutinesTo: l.pn.GoroutinesEnd, RestFrom: f.pn.RestStart, RestTo: l.pn.RestEnd}
+		if !f.at.IsZero() && !loadStart.IsZero() {
+			d.FromMinute = int(f.at.Sub(loadStart) / time.Minute)
+		}
 		d.GoroutinesMax, d.RestMax = th.limits(d.GoroutinesFrom, d.RestFrom)
 		d.Grew = d.GoroutinesTo > d.GoroutinesMax || d.RestTo > d.RestMax
 		out = append(out, d)
@@ -398,11 +408,11 @@ func (s *soak) judgeFaults(r *Report) {
 			}
 		}
 	}
-	r.Drifts = drifts(r.Phases, s.cfg.Thresholds)
+	r.Drifts = drifts(r.Phases, s.cfg.Thresholds, s.start, s.cfg.DriftAfter)
 	for _, d := range r.Drifts {
 		if d.Grew {
-			fail("%s (pid %d) grew from phase %s of cycle 2 to phase %s at the end: goroutines %d -> %d (limit %d), RSS outside the hot tier %d -> %d MiB (limit %d MiB)",
-				d.Node, d.PID, d.From, d.To, d.GoroutinesFrom, d.GoroutinesTo, d.GoroutinesMax, d.RestFrom>>20, d.RestTo>>20, d.RestMax>>20)
+			fail("%s (pid %d) grew from phase %s of cycle %d (minute %d) to phase %s at the end: goroutines %d -> %d (limit %d), RSS outside the hot tier %d -> %d MiB (limit %d MiB)",
+				d.Node, d.PID, d.From, d.FromCycle, d.FromMinute, d.To, d.GoroutinesFrom, d.GoroutinesTo, d.GoroutinesMax, d.RestFrom>>20, d.RestTo>>20, d.RestMax>>20)
 		}
 	}
 }
@@ -420,8 +430,8 @@ func (r *Report) WriteText(w io.Writer) {
 	r.writePhases(w)
 	r.writeCounters(w)
 	for _, d := range r.Drifts {
-		fmt.Fprintf(w, "drift %s (pid %d), cycle 2 to the end: goroutines %d -> %d (limit %d), RSS outside the hot tier %d -> %d MiB (limit %d MiB)\n",
-			d.Node, d.PID, d.GoroutinesFrom, d.GoroutinesTo, d.GoroutinesMax, d.RestFrom>>20, d.RestTo>>20, d.RestMax>>20)
+		fmt.Fprintf(w, "drift %s (pid %d), phase %s of cycle %d (minute %d) to the end: goroutines %d -> %d (limit %d), RSS outside the hot tier %d -> %d MiB (limit %d MiB)\n",
+			d.Node, d.PID, d.From, d.FromCycle, d.FromMinute, d.GoroutinesFrom, d.GoroutinesTo, d.GoroutinesMax, d.RestFrom>>20, d.RestTo>>20, d.RestMax>>20)
 	}
 	for _, c := range r.Crashes {
 		fmt.Fprintln(w, "crash:", c)

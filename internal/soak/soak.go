@@ -242,6 +242,12 @@ func (s *soak) writeNodeConfigs(dir, secrets string) error {
 	common := fmt.Sprintf("hot_capacity: %d\nhot_min_class: %d\nhot_max_class: %d\nhot_slab: %d\n"+
 		"cold_flush_interval: 1s\ncold_pending: 8MiB\nlog_level: info\ndrain_timeout: 10s\nmax_conns: 512\n",
 		cfg.HotCapacity, minClass, maxClass, slab)
+	if cfg.ReclaimGrace > 0 {
+		common += fmt.Sprintf("cold_reclaim_grace: %s\n", cfg.ReclaimGrace)
+	}
+	if cfg.ReclaimInterval > 0 {
+		common += fmt.Sprintf("cold_reclaim_interval: %s\n", cfg.ReclaimInterval)
+	}
 	for i, name := range []string{"n1", "n2", "n3"} {
 		n, err := s.clusterNode(dir, i, name, common, tenantYAML, sealPath)
 		if err != nil {

@@ -288,9 +288,19 @@ func TestPhaseGrowth(t *testing.T) {
 			// b was restarted in cycle 2: from its cold start it "grows", which is warm-up, not drift.
 			{Node: "b", PIDStart: 7, PIDEnd: 7, Compared: true, GoroutinesStart: 10, GoroutinesEnd: 40, RestStart: 1 << 20, RestEnd: 90 << 20}}},
 	}
-	d := drifts(phases, th)
-	if len(d) != 1 || !d[0].Grew || d[0].From != "y" || d[0].To != "z" || d[0].RestFrom != 40<<20 || d[0].RestTo != 90<<20 {
+	d := drifts(phases, th, time.Time{}, 0)
+	if len(d) != 1 || !d[0].Grew || d[0].From != "y" || d[0].FromCycle != 2 || d[0].To != "z" || d[0].RestFrom != 40<<20 || d[0].RestTo != 90<<20 {
 		t.Fatalf("drifts %+v", d)
+	}
+	// With a drift-after of 30 minutes the baseline is the first phase of
+	// cycle 2 or later that starts 30 minutes into the load: the growth
+	// before it (the cycle-2 phase, at minute 20) is warm-up.
+	t0 := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	phases[0].Start, phases[1].Start, phases[2].Start = t0.Add(time.Minute), t0.Add(20*time.Minute), t0.Add(35*time.Minute)
+	d = drifts(phases, th, t0, 30*time.Minute)
+	if len(d) != 2 || d[0].Node != "a" || d[0].Grew || d[0].From != "z" || d[0].FromCycle != 3 || d[0].FromMinute != 35 || d[0].RestFrom != 60<<20 ||
+		d[1].Node != "b" || !d[1].Grew {
+		t.Fatalf("drifts after 30m %+v", d)
 	}
 }
 
