@@ -277,6 +277,56 @@ func (s ledgerStore) Delete(ctx context.Context, key string) error {
 	return err
 }
 
+// trackedOf returns the keys of namespace d's manifests and packs that the
+// ledger counts as stored (committed groups; packs whose manifest already
+// went).
+func (l *coldLedger) trackedOf(d identity.NamespaceDigest) map[string]struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[string]struct{}{}
+	for k, g := range l.groups {
+		if g.committed && g.ns == d {
+			out[k] = struct{}{}
+		}
+	}
+	for k, g := range l.byPack {
+		if g.ns == d {
+			out[k] = struct{}{}
+		}
+	}
+	return out
+}
+
+// forgetUnlisted subtracts tracked objects a complete listing did not
+// find: another node's reclaim on a shared bucket, or an operator, deleted
+// them. Without it their records would stay until the ledger's bound.
+func (l *coldLedger) forgetUnlisted(unseen map[string]struct{}) {
+	for k := range unseen {
+		if strings.HasPrefix(k, manifestPrefix) {
+			l.manifestGone(k)
+		} else {
+			l.packGone(k)
+		}
+	}
+}
+
+// listedStore is the ledger's store that also notes which of a set of keys
+// its listings found.
+type listedStore struct {
+	ledgerStore
+	mu     sync.Mutex
+	unseen map[string]struct{} // guarded by mu
+}
+
+func (s *listedStore) List(ctx context.Context, prefix string, fn func(cold.ObjectInfo) error) error {
+	return s.ledgerStore.List(ctx, prefix, func(oi cold.ObjectInfo) error {
+		s.mu.Lock()
+		delete(s.unseen, oi.Key)
+		s.mu.Unlock()
+		return fn(oi)
+	})
+}
+
 // SetColdQuotas replaces the per-tenant cold quotas (bytes of published
 // packs; a tenant absent from the map has none). Bytes already stored stay;
 // a tenant over a lowered quota evicts its own oldest packs at its next

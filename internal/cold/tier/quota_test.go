@@ -210,3 +210,47 @@ func TestReclaimDeletesAreSubtracted(t *testing.T) {
 		t.Fatalf("a holds %d bytes after its pack, manifest and pointer were deleted", u.Bytes)
 	}
 }
+
+// TestReclaimForgetsWhatAnotherNodeDeleted: packs and manifests deleted
+// behind the node's back (another node's reclaim of a shared bucket) leave
+// the ledger at the node's next reclaim pass, so its records do not pile up
+// until the ledger's bound; what is still stored stays counted.
+func TestReclaimForgetsWhatAnotherNodeDeleted(t *testing.T) {
+	st := cold.NewMem()
+	tr := newTier(t, st, func(c *Config) { c.PackBlocks = 1; c.ReclaimInterval = -1 })
+	quotaWrite(t, tr, "a", 0, 2)
+	quotaWrite(t, tr, "b", 100, 1)
+	before, bBytes := tr.ColdUsage().Groups, tr.TenantColdUsage("b").Bytes
+	if before != 3 || bBytes <= 0 {
+		t.Fatalf("tracked %d groups, b %d bytes; want 3 and some", before, bBytes)
+	}
+	d, _ := testfix.TinyNamespace("a").Digest()
+	pfx := pack.NamespacePrefixes(d)
+	var gone []string
+	for _, p := range pfx[:2] { // a's packs and manifests, not its pointers
+		if err := st.List(context.Background(), p, func(oi cold.ObjectInfo) error { gone = append(gone, oi.Key); return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, k := range gone {
+		if err := st.Delete(context.Background(), k); err != nil { // behind the ledger's back
+			t.Fatal(err)
+		}
+	}
+	if len(gone) != 4 || tr.ColdUsage().Groups != 3 {
+		t.Fatalf("deleted %d objects; ledger still tracks %d groups before the pass", len(gone), tr.ColdUsage().Groups)
+	}
+	tr.Reclaim(context.Background())
+	if u := tr.ColdUsage(); u.Groups != 1 {
+		t.Fatalf("after reclaim the ledger tracks %d groups, want 1 (b's)", u.Groups)
+	}
+	if a := tr.TenantColdUsage("a"); a.Bytes != 0 {
+		t.Fatalf("a still counts %d bytes after its packs and manifests went", a.Bytes)
+	}
+	if b := tr.TenantColdUsage("b"); b.Bytes != bBytes {
+		t.Fatalf("b counts %d bytes, want %d (nothing of b was deleted)", b.Bytes, bBytes)
+	}
+	if len(tr.ledger.byPack) != 1 {
+		t.Fatalf("%d packs still tracked, want 1", len(tr.ledger.byPack))
+	}
+}

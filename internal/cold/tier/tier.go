@@ -451,11 +451,17 @@ func (t *Tier) Reclaim(ctx context.Context) lifecycle.Report {
 	t.mu.Unlock()
 	var sum lifecycle.Report
 	for _, d := range nss {
-		rep, err := lifecycle.Reclaim(ctx, ledgerStore{Store: t.cfg.Store, l: t.ledger}, d, lifecycle.Options{Grace: t.cfg.ReclaimGrace})
+		// The pass lists the namespace's packs and manifests in full
+		// before it deletes anything; what the ledger tracks and that
+		// listing did not find was deleted elsewhere (another node's
+		// reclaim of a shared bucket) and leaves the ledger.
+		ls := &listedStore{ledgerStore: ledgerStore{Store: t.cfg.Store, l: t.ledger}, unseen: t.ledger.trackedOf(d)}
+		rep, err := lifecycle.Reclaim(ctx, ls, d, lifecycle.Options{Grace: t.cfg.ReclaimGrace})
 		if err != nil {
 			t.log.Warn("cold reclaim failed; nothing deleted for this namespace", "namespace", d.String(), "err", err)
 			continue
 		}
+		t.ledger.forgetUnlisted(ls.unseen)
 		sum.Scanned += rep.Scanned
 		sum.Deleted += rep.Deleted
 		sum.DeleteUnverified += rep.DeleteUnverified
