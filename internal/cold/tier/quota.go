@@ -21,7 +21,9 @@ package tier
 // Not counted: objects other nodes write to a shared bucket after this
 // node listed it, orphan packs a failed publication left (reclaim deletes
 // them), and a pointer a DELETE removed (the pack and manifest stay until
-// reclaim; the pointer's 256 bytes stay counted until then).
+// reclaim; the pointer's 256 bytes stay counted until then). Objects other
+// nodes delete stay counted until this node's next reclaim pass, whose
+// full listing of the namespace no longer finds them.
 //
 // Enforcing it. Before a pack of tenant T is queued, the tier checks T's
 // committed bytes plus its packs already queued plus this pack against T's
@@ -53,11 +55,12 @@ import (
 // MaxColdGroups bounds the packs the quota ledger tracks, at most
 // LedgerGroupBytes of heap each: MaxColdGroups × LedgerGroupBytes is the
 // ledger's term in the memory bound (OPERATIONS.md). Packs past it are not
-// counted (ColdUsage.Untracked). A pack stays tracked until this node's
-// own reclaim or eviction deletes it, so on a node that writes behind
-// steadily the ledger grows by one group per pack written (reclaim deletes
-// nothing younger than ReclaimGrace, 24 h by default) until it reaches
-// this bound.
+// counted (ColdUsage.Untracked). A pack stays tracked until it is deleted:
+// by this node's reclaim or eviction, or by another node, which this
+// node's next reclaim pass sees in its listing. Reclaim deletes nothing
+// younger than ReclaimGrace (24 h by default), so on a node that writes
+// behind steadily the ledger levels off at about the packs written in one
+// grace and one ReclaimInterval, plus those still referenced.
 const MaxColdGroups = 1 << 18
 
 // LedgerGroupBytes is the measured heap cost of one tracked pack (about
