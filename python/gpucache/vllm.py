@@ -18,7 +18,8 @@ builds it as ``cls(offloading_spec=..., primary_kv_view=..., tier_type=...,
 How the tier works
 - The CPU (primary) tier hands every secondary tier one ``memoryview`` over
   its KV region; block (chunk) ``i`` is the ``strides[0]`` bytes at offset
-  ``i * strides[0]``. A job names primary slots by ``block_ids`` and blocks by
+  ``i * strides[0]``. A job names primary slots by ``chunk_ids`` (``block_ids``
+  on trees before TransferJob) and blocks by
   ``keys`` (vLLM's OffloadKey: the block hash plus a 4-byte group index).
 - vLLM gives a secondary tier no token ids, only those hashes, so each block
   is stored as an opaque-key block named by its OffloadKey bytes
@@ -57,17 +58,57 @@ log = logging.getLogger("gpucache.vllm")
 
 # --- the vLLM interface, or a stand-in with the same shape -----------------
 
-try:  # pragma: no cover - exercised only where vllm is installed
-    from vllm.v1.kv_offload.tiering import base as _vbase  # type: ignore
+class UnsupportedVLLM(ImportError):
+    """The installed vLLM has no SecondaryTierManager interface this module
+    can serve: the message names what is missing and the vLLM version."""
 
+
+def _vllm_tiering() -> Any:
+    """vLLM's tiering module when vLLM is installed, else None.
+
+    With vLLM installed this module binds to its real classes, never to the
+    stand-ins below: a stand-in base class would be refused by vLLM's
+    SecondaryTierFactory (``issubclass(tier_cls, SecondaryTierManager)``).
+    An interface it cannot serve fails here, at import, with what is
+    missing, instead of silently at the factory.
+    """
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("vllm") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        return None
+    import vllm  # type: ignore  # noqa: F401
+
+    version = getattr(vllm, "__version__", "unknown")
+    try:
+        from vllm.v1.kv_offload.tiering import base as vb  # type: ignore
+    except ImportError as e:
+        raise UnsupportedVLLM(
+            "gpucache.vllm: vLLM %s is installed but vllm.v1.kv_offload.tiering.base does not "
+            "import (%s): this vLLM has no SecondaryTierManager interface; use the native "
+            "connector (gpucache.vllm_connector) or LMCache instead" % (version, e)) from e
+    missing = [n for n in ("SecondaryTierManager", "JobResult") if not hasattr(vb, n)]
+    if not (hasattr(vb, "TransferJob") or hasattr(vb, "JobMetadata")):
+        missing.append("TransferJob (or JobMetadata)")
+    if missing:
+        raise UnsupportedVLLM(
+            "gpucache.vllm: vLLM %s's vllm.v1.kv_offload.tiering.base lacks %s: an interface "
+            "this module does not support" % (version, ", ".join(missing)))
+    return vb
+
+
+_vbase = _vllm_tiering()
+HAVE_VLLM = _vbase is not None
+if _vbase is not None:  # pragma: no cover - exercised only where vllm is installed
     SecondaryTierManager = _vbase.SecondaryTierManager
-    JobMetadata = _vbase.JobMetadata
     JobResult = _vbase.JobResult
-    HAVE_VLLM = True
-except Exception:  # vllm absent (our machines), or a tree without tiering
-    _vbase = None
-    HAVE_VLLM = False
-
+    # A job names the primary slots it reads or fills: chunk_ids on
+    # TransferJob (vLLM 0.32 and later), block_ids on the older JobMetadata.
+    JobMetadata = getattr(_vbase, "TransferJob", None) or _vbase.JobMetadata
+else:
     @dataclasses.dataclass
     class JobMetadata:  # type: ignore[no-redef]
         """Stand-in for vllm.v1.kv_offload.tiering.base.JobMetadata."""
@@ -157,8 +198,11 @@ def _job_result(job_id: int, success: bool, ok_keys: Sequence[bytes] = (),
     kw: Dict[str, Any] = {"job_id": job_id, "success": success}
     if not success and ok_keys and "successful_keys" in _RESULT_FIELDS:
         kw["successful_keys"] = tuple(ok_keys)
-    if nbytes is not None and "transfer_size" in _RESULT_FIELDS:
-        kw["transfer_size"] = nbytes
+    if nbytes is not None:
+        for name in ("transfer_bytes", "transfer_size"):
+            if name in _RESULT_FIELDS:
+                kw[name] = nbytes
+                break
     return JobResult(**kw)
 
 
@@ -580,7 +624,10 @@ class GpucacheTier(SecondaryTierManager):
         self._submit(self._loads, self._load, job_metadata)
 
     def _pairs(self, job: Any) -> List[Any]:
-        keys, ids = list(job.keys), list(job.block_ids)
+        slots = getattr(job, "chunk_ids", None)
+        if slots is None:
+            slots = job.block_ids
+        keys, ids = list(job.keys), [int(b) for b in slots]
         if len(keys) != len(ids):
             raise ValueError("gpucache/vllm: %d keys for %d block ids" % (len(keys), len(ids)))
         return [(self._name(k), self._slot(b)) for k, b in zip(keys, ids)]
