@@ -148,6 +148,66 @@ class ConnectorTest(unittest.TestCase):
         self.assertEqual(stats.get("tokens_loaded", 0), 0)
         self.assertEqual(b["tokens"], base["tokens"])
 
+    def test_vllm_serve_with_curl(self):
+        # The OpenAI server (vllm serve) with the connector, asked with curl:
+        # the second server loads what the first saved, and answers the same.
+        ca, _ = self.connector()
+        a = self.serve_and_ask(ca)
+        cb, sb = self.connector()
+        b = self.serve_and_ask(cb)
+        stats = read_stats(sb)
+        print("\nvllm serve B: %s" % stats, file=sys.stderr)
+        self.assertGreaterEqual(stats.get("tokens_loaded", 0), 0.9 * PROMPT_TOKENS)
+        self.assertEqual(len(a), 16)
+        self.assertEqual(b, a)
+
+    def serve_and_ask(self, connector):
+        """Start vllm serve with the connector, POST one completion with curl,
+        stop the server; returns the completion's token ids."""
+        import socket
+        import threading
+        with socket.socket() as sk:
+            sk.bind(("127.0.0.1", 0))
+            port = sk.getsockname()[1]
+        ktc = json.dumps({"kv_connector": "GpucacheConnector", "kv_connector_module_path": "gpucache.vllm_connector",
+                          "kv_role": "kv_both", "kv_connector_extra_config": connector})
+        vllm_bin = os.path.join(os.path.dirname(sys.executable), "vllm")
+        env = dict(os.environ, PYTHONPATH=PYROOT, HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1")
+        proc = subprocess.Popen([vllm_bin, "serve", self.model, "--host", "127.0.0.1", "--port", str(port),
+                                 "--enforce-eager", "--max-model-len", "4096", "--block-size", str(BLOCK),
+                                 "--dtype", "bfloat16", "--seed", "0", "--kv-cache-memory-bytes", str(64 << 20),
+                                 "--kv-transfer-config", ktc],
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        ready, lines = threading.Event(), []
+
+        def pump():
+            for line in proc.stdout:
+                lines.append(line)
+                if "Application startup complete" in line:
+                    ready.set()
+            ready.set()  # exited: the check below says so
+        t = threading.Thread(target=pump, daemon=True)
+        t.start()
+        try:
+            ready.wait(1800)
+            self.assertIsNone(proc.poll(), "vllm serve exited:\n" + "".join(lines[-60:]))
+            body = json.dumps({"model": self.model, "prompt": self.prompt, "max_tokens": 16, "temperature": 0,
+                               "return_token_ids": True})
+            out = subprocess.run(["curl", "-sS", "--fail", "--max-time", "600", "-H", "Content-Type: application/json",
+                                  "-d", body, "http://127.0.0.1:%d/v1/completions" % port],
+                                 capture_output=True, text=True, timeout=900)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            choice = json.loads(out.stdout)["choices"][0]
+            return choice.get("token_ids") or choice["text"]
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            t.join(10)
+
     def test_daemon_down_is_recompute(self):
         from gpucached import Daemon
         d = Daemon.start()
