@@ -194,7 +194,8 @@ class GpucacheConnector(KVConnectorBase_V1):
         # Scheduler side.
         self._reqs: Dict[str, _Req] = {}
         # Worker side.
-        self._layers: List[Tuple[str, Any]] = []
+        self._layers: List[Any] = []  # per layer: its KV cache as bytes, one row per block (numpy, no copy)
+        self._staging: List[bytearray] = []  # batch_blocks buffers a load reads into, reused
         self._block_bytes = 0
         self._load_errors: set = set()
 
@@ -344,16 +345,17 @@ class GpucacheConnector(KVConnectorBase_V1):
         for name, t in kv_caches.items():
             if not t.is_contiguous():
                 raise ValueError("gpucache: KV cache of layer %s is not contiguous" % name)
-            b = t[0].numel() * t.element_size()
-            layers.append((name, t))
-            per_block += b
+            rows = t.view(torch.uint8).reshape(t.shape[0], -1).numpy()
+            layers.append(rows)
+            per_block += rows.shape[1]
         self._layers = layers
         self._block_bytes = per_block
+        self._staging = [bytearray(per_block) for _ in range(self._batch)]
         log.info("gpucache: %d layers, %d bytes per block of %d tokens", len(layers), per_block, self._bs)
 
     def _block_views(self, b: int) -> List[memoryview]:
         """The bytes of block b in every layer, in layer order (no copy)."""
-        return [memoryview(t[b].view(torch.uint8).reshape(-1).numpy()) for _, t in self._layers]
+        return [memoryview(rows[b]) for rows in self._layers]
 
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
         meta = self._get_connector_metadata()
@@ -372,7 +374,7 @@ class GpucacheConnector(KVConnectorBase_V1):
         loaded = 0
         for i in range(0, len(keys), self._batch):
             ks, ids = keys[i:i + self._batch], tr.block_ids[i:i + self._batch]
-            bufs = [bytearray(self._block_bytes) for _ in ks]
+            bufs = self._staging[:len(ks)]
             res = self._client.get_into(ns, ks, bufs, lease_id=lease)
             for j, (r, buf) in enumerate(zip(res, bufs)):
                 if not r.hit or r.length != self._block_bytes:
