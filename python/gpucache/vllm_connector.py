@@ -36,7 +36,9 @@ Extra config keys: addrs, tenant, secret | secret_file, trust_domain,
 timeout (s, default 2), pool_size, cluster, ca_file/cert_file/key_file,
 model_revision, tokenizer_revision, lease_ttl (s, default 30), batch_blocks
 (default 16), stats_file (a JSON file of this process's counters, rewritten
-as they change: tests and operators read it).
+as they change: tests and operators read it; ``load_ns`` and ``save_ns``
+are the wall time spent in loads and saves, so bytes_loaded / load_ns is
+the load rate).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ import json
 import logging
 import os
 import threading
+import time
 from typing import Any, Dict, List, Optional, Tuple
 
 try:
@@ -368,6 +371,13 @@ class GpucacheConnector(KVConnectorBase_V1):
                 self._count(load_errors=1, blocks_load_failed=len(tr.block_ids))
 
     def _load(self, tr: Transfer) -> None:
+        t0 = time.perf_counter_ns()
+        try:
+            self._load_blocks(tr)
+        finally:
+            self._count(load_ns=time.perf_counter_ns() - t0)
+
+    def _load_blocks(self, tr: Transfer) -> None:
         ns = self._namespace(tr.adapter)
         keys = gid.chain(ns, tr.tokens)[tr.first:tr.first + len(tr.block_ids)]
         lease = tr.lease_id if self._rank == 0 else 0
@@ -408,6 +418,13 @@ class GpucacheConnector(KVConnectorBase_V1):
                 self._count(save_errors=1)
 
     def _store(self, tr: Transfer) -> None:
+        t0 = time.perf_counter_ns()
+        try:
+            self._store_blocks(tr)
+        finally:
+            self._count(save_ns=time.perf_counter_ns() - t0)
+
+    def _store_blocks(self, tr: Transfer) -> None:
         ns = self._namespace(tr.adapter)
         idents = gid.identities(ns, tr.tokens)[tr.first:tr.first + len(tr.block_ids)]
         stored = exists = failed = 0
