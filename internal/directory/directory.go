@@ -216,6 +216,39 @@ func (d *Directory) Finish(t Token) error {
 	})
 }
 
+// Publish records that the block of a flight was stored by other means
+// than its leader's Finish: a plain PUT of the same block by the same
+// tenant (an engine whose scheduler leads the fill while its worker
+// process writes the bytes, or any writer that got there first). The
+// block is in the hot tier, so a live fill of the flight is done: every
+// waiter gets Finished and reads it, and the fill is removed; the
+// leader's later Finish or Fail gets ErrNotLeader. A fill of an older
+// epoch is fenced instead. It reports whether a live fill ended.
+func (d *Directory) Publish(tenant string, ns identity.NamespaceDigest, key identity.BlockKey) bool {
+	if d.closed.Load() {
+		return false
+	}
+	fk := flightKey{tenant: tenant, ns: ns, key: key}
+	s := d.stripeFor(&fk)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := s.fills[fk]
+	if f == nil || d.closed.Load() {
+		return false
+	}
+	if f.epoch < Epoch(d.epoch.Load()) {
+		d.fence(f)
+		return false
+	}
+	for w := f.head; w != nil; w = f.head {
+		d.endWaiter(w, Notice{Kind: Finished})
+	}
+	d.remove(f)
+	d.stats.finished.Add(1)
+	d.stats.published.Add(1)
+	return true
+}
+
 // Fail records that the leader gives up its turn. The next waiter in FIFO
 // order gets Promoted with a token for turn Turn+1; the others keep waiting.
 // With no waiter the fill is removed; when the fill has had MaxTurns

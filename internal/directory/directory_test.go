@@ -569,3 +569,61 @@ func TestNewConfig(t *testing.T) {
 		}
 	}
 }
+
+// Publish ends a live fill whose block a plain PUT stored: every waiter is
+// told Finished, the leader's token no longer finishes anything, and only
+// the flight of the same tenant, namespace and key is touched.
+func TestPublishFinishesTheFlight(t *testing.T) {
+	d := newDir(t, Config{})
+	ta := lead(t, d, req("a", "k", 1))
+	w1, w2 := join(t, d, req("a", "k", 2)), join(t, d, req("a", "k", 3))
+	tb := lead(t, d, req("b", "k", 4))
+	wb := join(t, d, req("b", "k", 5))
+	other := lead(t, d, req("a", "other", 6))
+
+	if d.Publish("a", nsDigest("ns1"), blockKey("k")) {
+		t.Fatal("Publish of another namespace ended a fill")
+	}
+	if !d.Publish("a", nsDigest("ns0"), blockKey("k")) {
+		t.Fatal("Publish did not end the live fill")
+	}
+	wantNotice(t, w1, Finished)
+	wantNotice(t, w2, Finished)
+	wantNoNotice(t, wb)
+	wantErr(t, d.Finish(ta), ErrNotLeader)
+	wantErr(t, d.Fail(ta), ErrNotLeader)
+	wantErr(t, d.Check(tb), nil)
+	wantErr(t, d.Check(other), nil)
+	if d.Publish("a", nsDigest("ns0"), blockKey("k")) {
+		t.Fatal("a second Publish found a fill")
+	}
+	if res := d.Acquire(req("a", "k", 7), func() bool { return true }); res.Outcome != Hit {
+		t.Fatalf("Acquire after Publish: %v, want Hit", res.Outcome)
+	}
+	st := d.Stats()
+	if st.Published != 1 || st.Finished != 1 || st.Fills != 2 || st.Waiters != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	wantCredits(t, d, map[string]int{"b": 1})
+	if st.TenantFills["a"] != 1 || st.TenantFills["b"] != 1 {
+		t.Fatalf("fills per tenant %v", st.TenantFills)
+	}
+}
+
+// A fill of an older epoch is fenced by Publish, as by any other call that
+// finds it stale, and its waiters learn Fenced, not Finished.
+func TestPublishFencesStaleFill(t *testing.T) {
+	d := newDir(t, Config{})
+	lead(t, d, req("a", "k", 1))
+	w := join(t, d, req("a", "k", 2))
+	d.epoch.Store(uint64(d.Epoch()) + 1) // advanced, not swept yet
+	if d.Publish("a", nsDigest("ns0"), blockKey("k")) {
+		t.Fatal("Publish finished a stale fill")
+	}
+	wantNotice(t, w, Fenced)
+	wantCredits(t, d, nil)
+	d.Close()
+	if d.Publish("a", nsDigest("ns0"), blockKey("k")) {
+		t.Fatal("Publish after Close found a fill")
+	}
+}

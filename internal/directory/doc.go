@@ -17,7 +17,7 @@
 //
 //	none    ── Acquire, miss ──────────────────────▶ live(1); the caller leads
 //	live(t) ── Acquire, same tenant ───────────────▶ live(t); waiter appended (FIFO), 1 credit
-//	live(t) ── Finish ─────────────────────────────▶ removed; every waiter: Finished
+//	live(t) ── Finish, Publish ────────────────────▶ removed; every waiter: Finished
 //	live(t) ── epoch advanced ─────────────────────▶ removed; every waiter: Fenced
 //	live(t) ── Fail, Expire, LeaveOwner(leader),
 //	           Cancel of an unread Promoted ───────▶ live(t+1); head waiter: Promoted (if a

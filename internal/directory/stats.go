@@ -31,7 +31,8 @@ type Stats struct {
 	// DeniedTenantFills counts Acquires denied because the tenant had
 	// TenantFills fills live.
 	DeniedTenantFills uint64
-	Finished          uint64 // fills finished
+	Finished          uint64 // fills finished (by the leader, or published)
+	Published         uint64 // ... of which by a plain PUT of the block (Publish)
 	Failed            uint64 // fills ended without a block (turns spent or no waiter left)
 	Fenced            uint64 // fills fenced by an epoch change
 	Promotions        uint64 // turns handed to a waiter
@@ -46,7 +47,7 @@ type counters struct {
 	denied, deniedCredits, deniedFills   atomic.Uint64
 	deniedTenantFills                    atomic.Uint64
 	finished, failed, fenced, promotions atomic.Uint64
-	expired, withdrawn                   atomic.Uint64
+	expired, withdrawn, published        atomic.Uint64
 }
 
 // Stats returns a snapshot of the directory's counters and gauges.
@@ -63,6 +64,7 @@ func (d *Directory) Stats() Stats {
 		DeniedCredits: c.deniedCredits.Load(),
 		DeniedFills:   c.deniedFills.Load(),
 		Finished:      c.finished.Load(),
+		Published:     c.published.Load(),
 		Failed:        c.failed.Load(),
 		Fenced:        c.fenced.Load(),
 		Promotions:    c.promotions.Load(),

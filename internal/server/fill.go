@@ -32,6 +32,11 @@ type fillState struct {
 	// PROMOTED); FILL_COMMIT and FILL_ABORT accept no other token, so a
 	// session cannot end another session's (or tenant's) turn by guessing.
 	leads map[wire.FillToken]struct{} // guarded by mu
+	// prune is the size of leads at which the next new lead first drops
+	// the turns that ended without this session (a PUT published the
+	// block, the deadline passed, an epoch fenced them): so leads stays
+	// within twice the session's live turns, and at least minPrune.
+	prune int // guarded by mu
 	done  chan struct{}               // closed when the reader stops
 	wg    sync.WaitGroup              // parked WAITs
 }
@@ -65,6 +70,7 @@ func (c *conn) handleAcquire(h wire.Header, body []byte) error {
 			e.Outcome, e.Token = wire.AcquireLead, wireToken(res.Token)
 			c.fills.mu.Lock()
 			c.fills.leads[e.Token] = struct{}{}
+			c.pruneLeadsLocked()
 			c.fills.mu.Unlock()
 			select { // a new deadline: let expireLoop look again
 			case c.s.expireKick <- struct{}{}:
@@ -103,6 +109,23 @@ func (c *conn) ownedCheck(t wire.FillToken) error {
 		c.dropLead(t)
 	}
 	return err
+}
+
+// minPrune is the smallest size of a session's leads that is pruned.
+const minPrune = 1024
+
+// pruneLeadsLocked drops the session's turns that are no longer live once
+// leads reaches its prune size. Requires c.fills.mu.
+func (c *conn) pruneLeadsLocked() {
+	if len(c.fills.leads) < max(c.fills.prune, minPrune) {
+		return
+	}
+	for t := range c.fills.leads {
+		if c.s.dir.Check(c.dirToken(t)) != nil {
+			delete(c.fills.leads, t)
+		}
+	}
+	c.fills.prune = 2 * len(c.fills.leads)
 }
 
 func (c *conn) dropLead(t wire.FillToken) {

@@ -116,6 +116,102 @@ func TestFillTokensBelongToTheirSession(t *testing.T) {
 	}
 }
 
+// TestFillPublishedByPut: a plain PUT of the block a fill computes, from
+// another session of the tenant, ends the fill: the waiter is told
+// FINISHED and reads the PUT's bytes, and the leader's late commit or abort
+// is NOT_LEADER. This is how an engine whose scheduler leads a fill (it has
+// no KV bytes) lets its worker process publish them.
+func TestFillPublishedByPut(t *testing.T) {
+	ts := startServer(t, nil)
+	blob := mustCanonical(t, testNamespace("acme"))
+	id := testID(12)
+	key := mustKey(t, id)
+	sched, worker, other := helloConn(t, ts.addr, "acme"), helloConn(t, ts.addr, "acme"), helloConn(t, ts.addr, "acme")
+	la := sched.acquire(blob, key)[0]
+	jo := other.acquire(blob, key)[0]
+	if la.Outcome != wire.AcquireLead || jo.Outcome != wire.AcquireJoined {
+		t.Fatalf("acquire: %+v / %+v", la, jo)
+	}
+	payload := testfix.Payload(20<<10, 5)
+	if st := worker.put(blob, id, payload); st != wire.StatusStored {
+		t.Fatalf("put: %s", st)
+	}
+	if n := other.wait(blob, 5*time.Second, jo.Token.Fill)[0]; n.Kind != wire.NoticeFinished {
+		t.Fatalf("notice %+v, want FINISHED", n)
+	}
+	resp, got, _ := other.get(blob, 0, key)
+	if resp.Blocks[0].Status != wire.StatusHit {
+		t.Fatal("block not readable after FINISHED")
+	}
+	equalBytes(t, got, payload)
+	if st := sched.commit(blob, la.Token, id, []byte("late")); st != wire.StatusNotLeader {
+		t.Fatalf("leader's commit after the PUT: %s, want NOT_LEADER", st)
+	}
+	ab := wire.FillAbortRequest{Namespace: blob, Tokens: []wire.FillToken{la.Token}}
+	_, body := sched.roundTrip(wire.OpFillAbort, ab.AppendTo(nil))
+	var sr wire.StatusResponse
+	if err := sr.Decode(body, 1); err != nil || sr.Statuses[0] != wire.StatusNotLeader {
+		t.Fatalf("leader's abort after the PUT: %v %v", sr, err)
+	}
+	if ds := ts.srv.dir.Stats(); ds.Published != 1 || ds.Fills != 0 || ds.Waiters != 0 {
+		t.Fatalf("directory %+v", ds)
+	}
+	// A PUT of a block already there (EXISTS) ends a fill of it too.
+	id2 := testID(13)
+	key2 := mustKey(t, id2)
+	if st := worker.put(blob, id2, payload); st != wire.StatusStored {
+		t.Fatalf("put: %s", st)
+	}
+	nsd, err := testNamespace("acme").Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts.srv.dir.Acquire(directory.Request{Key: key2, Namespace: nsd, Tenant: "acme", Owner: 1 << 60}, nil)
+	if ds := ts.srv.dir.Stats(); ds.Fills != 1 {
+		t.Fatalf("fills %d, want the forced one", ds.Fills)
+	}
+	if st := worker.put(blob, id2, payload); st != wire.StatusExists {
+		t.Fatalf("second put: %s", st)
+	}
+	if ds := ts.srv.dir.Stats(); ds.Published != 2 || ds.Fills != 0 {
+		t.Fatalf("directory %+v", ds)
+	}
+}
+
+// TestFillLeadsArePruned: the turns a session was given and that ended
+// without it (published by a PUT here) do not pile up in its session: past
+// minPrune the next lead drops them.
+func TestFillLeadsArePruned(t *testing.T) {
+	ts := startServer(t, nil)
+	blob := mustCanonical(t, testNamespace("acme"))
+	sched, worker := helloConn(t, ts.addr, "acme"), helloConn(t, ts.addr, "acme")
+	var last *conn
+	for i := 0; i < minPrune+10; i++ {
+		id := testID(uint32(1000 + i))
+		if e := sched.acquire(blob, mustKey(t, id))[0]; e.Outcome != wire.AcquireLead {
+			t.Fatalf("acquire %d: %s", i, e.Outcome)
+		}
+		if st := worker.put(blob, id, []byte("kv")); st != wire.StatusStored {
+			t.Fatalf("put %d: %s", i, st)
+		}
+	}
+	ts.srv.mu.Lock()
+	for c := range ts.srv.mu.conns {
+		c.fills.mu.Lock()
+		if n := len(c.fills.leads); n > 0 {
+			last = c
+			if n > minPrune {
+				t.Errorf("a session holds %d ended turns, want at most %d", n, minPrune)
+			}
+		}
+		c.fills.mu.Unlock()
+	}
+	ts.srv.mu.Unlock()
+	if last == nil {
+		t.Fatal("no session holds leads: the test did not take any")
+	}
+}
+
 // TestFillAbortPromotesWaiter: FILL_ABORT hands the turn to the next
 // waiter, who learns it from WAIT as PROMOTED with a token it can commit.
 func TestFillAbortPromotesWaiter(t *testing.T) {

@@ -298,6 +298,12 @@ func (c *conn) handlePut(h wire.Header) error {
 	}
 	resp, err := c.putEach(len(req.Blocks), func(i int) (wire.Status, uint32, error) {
 		st, err := c.putOne(ns, &req.Blocks[i])
+		if err == nil && (st == wire.StatusStored || st == wire.StatusExists) {
+			// The block is in the hot tier: a fill of it (led by another
+			// session of the tenant, say an engine's scheduler while its
+			// worker writes the bytes) is done, and its waiters read it.
+			c.s.dir.Publish(c.tenant, ns, req.Blocks[i].Key)
+		}
 		return st, req.Blocks[i].Len, err
 	})
 	if err != nil {

@@ -124,6 +124,7 @@ func (s *Server) Stats() []wire.StatEntry {
 		wire.StatEntry{Name: "fill_denied", Value: ds.Denied},
 		wire.StatEntry{Name: "fill_denied_tenant", Value: ds.DeniedTenantFills},
 		wire.StatEntry{Name: "fill_finished", Value: ds.Finished},
+		wire.StatEntry{Name: "fill_published", Value: ds.Published},
 		wire.StatEntry{Name: "fill_failed", Value: ds.Failed},
 		wire.StatEntry{Name: "fill_fenced", Value: ds.Fenced},
 		wire.StatEntry{Name: "fill_promotions", Value: ds.Promotions},
