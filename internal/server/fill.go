@@ -36,9 +36,9 @@ type fillState struct {
 	// the turns that ended without this session (a PUT published the
 	// block, the deadline passed, an epoch fenced them): so leads stays
 	// within twice the session's live turns, and at least minPrune.
-	prune int // guarded by mu
-	done  chan struct{}               // closed when the reader stops
-	wg    sync.WaitGroup              // parked WAITs
+	prune int            // guarded by mu
+	done  chan struct{}  // closed when the reader stops
+	wg    sync.WaitGroup // parked WAITs
 }
 
 func (c *conn) handleAcquire(h wire.Header, body []byte) error {
