@@ -788,6 +788,11 @@ class Client:
             except ProtocolError:
                 pass
 
+    def fill_session(self) -> "FillSession":
+        """A FillSession of this client: fills led and joined across calls,
+        on connections of its own."""
+        return FillSession(self)
+
     def _put_on(self, conn, blob, keys, items, idxs):
         sizes = [_len_of(p) + 92 + 4 * len(ident.tokens) for ident, p in items]
         for part in self._chunks(list(range(len(items))), conn, sizes, 12 + 4096):
@@ -810,3 +815,152 @@ class Client:
 
 def _len_of(p) -> int:
     return sum(len(v) for v in _payload_views(p))
+
+
+class FillHandle:
+    """One key's part in a fill, as a FillSession's acquire answered it.
+    outcome: "hit", "lead", "joined" or "denied"; on wait: "finished",
+    "failed" (also fenced, or the session's connection lost) or "promoted"
+    (this session now leads, and must compute the block or abort)."""
+
+    __slots__ = ("addr", "token", "outcome", "gen")
+
+    def __init__(self, addr: str, token, outcome: str, gen: int):
+        self.addr, self.token, self.outcome, self.gen = addr, token, outcome, gen
+
+    def __repr__(self):
+        return "FillHandle(%s %s fill=%d)" % (self.addr, self.outcome, self.token.fill if self.token else 0)
+
+
+class FillSession:
+    """Single-flight fills held across calls, for a caller that decides in
+    one place and computes in another: an engine's scheduler leads or joins
+    the fills of the blocks it is about to compute, its worker processes
+    write the bytes with a plain PUT (which ends the fill for every waiter,
+    PROTOCOL.md), and the scheduler waits, later, for fills other engines
+    lead. Fills belong to the connection that acquired them, so a session
+    keeps one connection per node for itself; losing it ends its fills
+    (the server passes its turns on and withdraws its waits), which this
+    session reports as "failed". Not for concurrent use. Every call is
+    bounded by the client's timeout (wait: by its own timeout too); no call
+    raises on a fault: acquire answers "denied", wait "failed".
+    """
+
+    def __init__(self, client: Client):
+        self._c = client
+        self._conns: Dict[str, object] = {}
+        self._gen: Dict[str, int] = {}
+
+    def _conn(self, addr: str, deadline: float):
+        c = self._conns.get(addr)
+        if c is None:
+            c = Conn.dial(addr, deadline, self._c.tenant, self._c._secret, self._c._ssl, self._c._hostname,
+                          self._c.max_frame)
+            self._conns[addr] = c
+            self._gen[addr] = self._gen.get(addr, 0) + 1
+        c.deadline = deadline
+        return c
+
+    def _drop(self, addr: str) -> None:
+        c = self._conns.pop(addr, None)
+        if c is not None:
+            c.close()
+
+    def _live(self, h: FillHandle) -> bool:
+        return h.addr in self._conns and self._gen.get(h.addr) == h.gen
+
+    def acquire(self, ns: Namespace, keys: Sequence[bytes]) -> List[FillHandle]:
+        """One handle per key: "hit" (cached now), "lead" (compute it: a PUT
+        of it ends the fill), "joined" (another session leads: wait) or
+        "denied" (no coordination: compute it)."""
+        keys = [bytes(k) for k in keys]
+        out: List[Optional[FillHandle]] = [None] * len(keys)
+        if not keys:
+            return []
+        deadline = self._c._deadline()
+        blob = ns.canonical()
+        try:
+            groups, _ = self._c._route(keys, list(range(len(keys))), deadline)
+        except Exception:
+            groups = []
+        names = {wire.Outcome.HIT: "hit", wire.Outcome.LEAD: "lead", wire.Outcome.JOINED: "joined"}
+        for addr, idxs in groups:
+            try:
+                conn = self._conn(addr, deadline)
+                for chunk in Client._chunks(idxs, conn, None, 8 + 4096, 32):
+                    acq = wire.decode_acquire_response(
+                        conn.call(wire.Op.ACQUIRE, [wire.acquire_request(blob, [keys[i] for i in chunk])],
+                                  stamped=conn.stamp_required, max_body=4 + 21 * len(chunk)), len(chunk))
+                    for i, (outcome, tok) in zip(chunk, acq):
+                        out[i] = FillHandle(addr, tok, names.get(outcome, "denied"), self._gen[addr])
+            except Exception:
+                self._drop(addr)
+        return [h if h is not None else FillHandle("", None, "denied", 0) for h in out]
+
+    def wait(self, ns: Namespace, handles: Sequence[FillHandle], timeout: float) -> None:
+        """Wait up to timeout seconds (0: only look) for the fills of the
+        "joined" handles; each one that ends changes its outcome to
+        "finished", "failed" or "promoted" (a promoted handle is a lead).
+        Handles still "joined" afterwards are pending."""
+        blob = ns.canonical()
+        end = time.monotonic() + max(timeout, 0.0)
+        by_addr: Dict[str, List[FillHandle]] = {}
+        for h in handles:
+            if h.outcome != "joined":
+                continue
+            if not self._live(h):
+                h.outcome = "failed"
+                continue
+            by_addr.setdefault(h.addr, []).append(h)
+        for addr, hs in by_addr.items():
+            wait_ms = int(min(max(end - time.monotonic(), 0.0), 30.0) * 1000)
+            try:
+                conn = self._conn(addr, time.monotonic() + wait_ms / 1000.0 + self._c.timeout)
+                fills = sorted({h.token.fill for h in hs})
+                for part in Client._chunks(fills, conn, None, 12 + 4096, 8):
+                    notices = wire.decode_wait_response(
+                        conn.call(wire.Op.WAIT, [wire.wait_request(blob, wait_ms, part)],
+                                  max_body=4 + 21 * len(part)), len(part))
+                    wait_ms = 0
+                    got = dict(zip(part, notices))
+                    for h in hs:
+                        kind, tok = got.get(h.token.fill, (wire.Notice.PENDING, None))
+                        if kind == wire.Notice.FINISHED:
+                            h.outcome = "finished"
+                        elif kind == wire.Notice.PROMOTED:
+                            h.outcome, h.token = "promoted", tok
+                        elif kind != wire.Notice.PENDING:
+                            h.outcome = "failed"
+            except Exception:
+                self._drop(addr)
+                for h in hs:
+                    if h.outcome == "joined":
+                        h.outcome = "failed"
+
+    def abort(self, ns: Namespace, handles: Sequence[FillHandle]) -> None:
+        """Give up the turns of the "lead" and "promoted" handles: a turn a
+        PUT already ended answers NOT_LEADER and changes nothing; a live one
+        passes to its next waiter now instead of at the fill deadline."""
+        blob = ns.canonical()
+        by_addr: Dict[str, List[FillHandle]] = {}
+        for h in handles:
+            if h.outcome in ("lead", "promoted") and self._live(h):
+                by_addr.setdefault(h.addr, []).append(h)
+        deadline = self._c._deadline()
+        for addr, hs in by_addr.items():
+            try:
+                conn = self._conn(addr, deadline)
+                toks = [h.token for h in hs]
+                for part in Client._chunks(list(range(len(toks))), conn, None, 8 + 4096, 20):
+                    conn.call(wire.Op.FILL_ABORT, [wire.fill_abort_request(blob, [toks[i] for i in part])],
+                              stamped=conn.stamp_required, max_body=4 + len(part))
+            except Exception:
+                self._drop(addr)
+        for h in handles:
+            if h.outcome in ("lead", "promoted"):
+                h.outcome = "aborted"
+
+    def close(self) -> None:
+        """Close the session's connections: the server ends its fills."""
+        for addr in list(self._conns):
+            self._drop(addr)

@@ -219,6 +219,64 @@ class RoundTrip(unittest.TestCase):
         a.close()
         b.close()
 
+    def test_fill_session_put_publishes(self):
+        # A scheduler-like session leads, another engine's session joins, a
+        # third connection (the worker) PUTs the block: the joiner is told
+        # finished and reads the PUT's bytes; the leader's abort afterwards
+        # changes nothing.
+        ns = ns_for(model="session")
+        ids = identities(ns, list(range(16)))
+        keys = [i.key() for i in ids]
+        a, b = self.c.fill_session(), self.c.fill_session()
+        try:
+            led = a.acquire(ns, keys)
+            self.assertEqual([h.outcome for h in led], ["lead"] * 4)
+            joined = b.acquire(ns, keys)
+            self.assertEqual([h.outcome for h in joined], ["joined"] * 4)
+            b.wait(ns, joined, 0)
+            self.assertEqual([h.outcome for h in joined], ["joined"] * 4)  # pending
+            self.assertEqual(self.c.put(ns, [(ids[0], b"w0"), (ids[1], b"w1")]), [Status.STORED] * 2)
+            b.wait(ns, joined[:2], 5.0)
+            self.assertEqual([h.outcome for h in joined[:2]], ["finished"] * 2)
+            self.assertEqual([bytes(x) for x in self.c.get(ns, keys[:2])], [b"w0", b"w1"])
+            # The leader gives up blocks 2 and 3 without writing them: the
+            # joiner is promoted and leads them now.
+            a.abort(ns, led)
+            self.assertEqual([h.outcome for h in led], ["aborted"] * 4)
+            b.wait(ns, joined[2:], 5.0)
+            self.assertEqual([h.outcome for h in joined[2:]], ["promoted"] * 2)
+            self.assertEqual(a.acquire(ns, keys[2:3])[0].outcome, "joined")
+            self.assertEqual(self.c.put(ns, [(ids[2], b"w2"), (ids[3], b"w3")]), [Status.STORED] * 2)
+            self.assertEqual([h.outcome for h in a.acquire(ns, keys)], ["hit"] * 4)
+        finally:
+            a.close()
+            b.close()
+
+    def test_fill_session_faults_are_misses(self):
+        # A session whose connection is lost reports its joins failed and
+        # its new acquires denied, without raising; a daemon that is gone
+        # answers denied.
+        ns = ns_for(model="session-faults")
+        keys = [i.key() for i in identities(ns, list(range(8)))]
+        a, b = self.c.fill_session(), self.c.fill_session()
+        try:
+            a.acquire(ns, keys)
+            joined = b.acquire(ns, keys)
+            b.close()  # the server withdraws b's waits
+            b.wait(ns, joined, 1.0)
+            self.assertEqual([h.outcome for h in joined], ["failed"] * 2)
+            a.close()  # a's turns end with its connection
+            self.assertEqual([h.outcome for h in b.acquire(ns, keys)], ["lead"] * 2)
+        finally:
+            a.close()
+            b.close()
+        gone = Client(["127.0.0.1:1"], tenant="acme", timeout=0.5).fill_session()
+        handles = gone.acquire(ns, keys)
+        self.assertEqual([h.outcome for h in handles], ["denied"] * 2)
+        gone.wait(ns, handles, 0.1)
+        gone.abort(ns, handles)
+        gone.close()
+
     def test_get_or_fill_slower_than_the_deadline_still_commits(self):
         # The request deadline bounds I/O, not the caller's computation: a
         # fill that outlasts it (simulated: 3 x timeout) is still committed.
