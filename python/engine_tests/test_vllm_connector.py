@@ -45,6 +45,9 @@ def main():
                                     "kv_connector_module_path": "gpucache.vllm_connector",
                                     "kv_role": "kv_both", "kv_connector_extra_config": args["connector"]}
     llm = LLM(**kw)
+    if args.get("go_fifo"):  # a barrier: the test says when to start
+        with open(args["go_fifo"]) as f:
+            f.readline()
     prompt = {"prompt_token_ids": args["prompt"]}
     if args.get("salt"):
         prompt["cache_salt"] = args["salt"]
@@ -59,15 +62,56 @@ if __name__ == "__main__":
 """ % BLOCK
 
 
-def run_engine(model, prompt, connector=None, salt=None):
-    args = {"model": model, "prompt": prompt, "connector": connector, "salt": salt}
+def start_engine(model, prompt, connector=None, salt=None, go_fifo=None):
+    args = {"model": model, "prompt": prompt, "connector": connector, "salt": salt, "go_fifo": go_fifo}
     env = dict(os.environ, PYTHONPATH=PYROOT, HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1")
-    p = subprocess.run([sys.executable, "-c", RUN, json.dumps(args)], env=env, capture_output=True, text=True,
-                       timeout=1800)
-    for line in p.stdout.splitlines():
+    return subprocess.Popen([sys.executable, "-c", RUN, json.dumps(args)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def engine_result(p):
+    out, err = p.communicate(timeout=1800)
+    for line in out.splitlines():
         if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT "):]), p.stderr
-    raise AssertionError("vLLM engine run failed (rc %d):\n%s" % (p.returncode, p.stderr[-6000:]))
+            return json.loads(line[len("RESULT "):]), err
+    raise AssertionError("vLLM engine run failed (rc %d):\n%s" % (p.returncode, err[-6000:]))
+
+
+def run_engine(model, prompt, connector=None, salt=None):
+    return engine_result(start_engine(model, prompt, connector, salt))
+
+
+def fifo(path, proc, line=None):
+    """Read one line from (line None) or write line to the FIFO at path,
+    whose other end is proc's. If proc exits first, a watcher opens the
+    other end so this never blocks forever: a read then returns ""."""
+    import threading
+    done = threading.Event()
+
+    def watch():
+        while not done.is_set():
+            try:
+                proc.wait(timeout=1)
+            except subprocess.TimeoutExpired:
+                continue
+            if done.is_set():
+                return
+            try:
+                fd = os.open(path, (os.O_WRONLY if line is None else os.O_RDONLY) | os.O_NONBLOCK)
+                os.close(fd)
+            except OSError:
+                pass
+            return
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    try:
+        if line is None:
+            with open(path) as f:
+                return f.readline()
+        with open(path, "w") as f:
+            f.write(line + "\n")
+    finally:
+        done.set()
 
 
 def read_stats(path):
@@ -212,6 +256,70 @@ class ConnectorTest(unittest.TestCase):
                 proc.wait()
             t.join(10)
             proc.stdout.close()
+
+    def test_two_engines_at_once_compute_the_prompt_once(self):
+        # Engines A and B get the same new prompt at once. A's scheduler
+        # leads the fills of its blocks; B's, asking while A computes, joins
+        # them and waits (vLLM is told "not yet") instead of computing;
+        # A's worker PUTs publish the blocks; B loads them. FIFO hooks fix
+        # the order (A leads, then B joins, then A saves) without sleeps.
+        rng = random.Random(11)
+        prompt = [rng.randrange(0, 256) for _ in range(PROMPT_TOKENS)]
+        fd = os.path.join(self.tmp.name, "fifos-%d" % self.runs)
+        os.mkdir(fd)
+        names = ("a_acquired", "a_save_gate", "b_go", "b_acquired")
+        for n in names:
+            os.mkfifo(os.path.join(fd, n))
+        f = {n: os.path.join(fd, n) for n in names}
+        ca, sa = self.connector()
+        ca["test_hooks"] = {"acquired_fifo": f["a_acquired"], "save_gate_fifo": f["a_save_gate"]}
+        cb, sb = self.connector()
+        cb["test_hooks"] = {"acquired_fifo": f["b_acquired"]}
+        before = self.fill_stats()
+        pa = start_engine(self.model, prompt, connector=ca)
+        pb = start_engine(self.model, prompt, connector=cb, go_fifo=f["b_go"])
+        try:
+            ev_a = fifo(f["a_acquired"], pa)
+            self.assertTrue(ev_a, "engine A exited before it acquired: %s" % (pa.poll(),))
+            fifo(f["b_go"], pb, "go")
+            ev_b = fifo(f["b_acquired"], pb)
+            self.assertTrue(ev_b, "engine B exited before it acquired")
+            fifo(f["a_save_gate"], pa, "save")
+            a, _ = engine_result(pa)
+            b, _ = engine_result(pb)
+        finally:
+            for p in (pa, pb):
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        stats_a, stats_b = read_stats(sa), read_stats(sb)
+        after = self.fill_stats()
+        full = (PROMPT_TOKENS - 1) // BLOCK
+        print("\nA acquired %s: %s\nB acquired %s: %s\nvLLM B: %s\ndaemon fills: %s" % (
+            ev_a.strip(), stats_a, ev_b.strip(), stats_b, b["metrics"],
+            {k: after[k] - before.get(k, 0) for k in after}), file=sys.stderr)
+        self.assertEqual(json.loads(ev_a), {"led": full, "joined": 0, "waiting": False})
+        self.assertEqual(json.loads(ev_b), {"led": 0, "joined": full, "waiting": True})
+        # Computed once: A saved every block of the prompt (the last one
+        # once decoding completed it), B saved none and loaded them.
+        self.assertEqual(stats_a.get("blocks_saved", 0), PROMPT_TOKENS // BLOCK)
+        self.assertEqual(stats_b.get("blocks_saved", 0), 0)
+        self.assertEqual(stats_b.get("fills_finished", 0), full)
+        self.assertEqual(stats_b.get("tokens_loaded", 0), full * BLOCK)
+        self.assertEqual(b["metrics"].get("vllm:external_prefix_cache_hits", 0), full * BLOCK)
+        self.assertEqual(a["metrics"].get("vllm:external_prefix_cache_hits", 0), 0)
+        self.assertEqual(after["fill_published"] - before.get("fill_published", 0), full)
+        self.assertEqual(after["fill_joins"] - before.get("fill_joins", 0), full)
+        self.assertEqual(b["tokens"], a["tokens"])
+
+    def fill_stats(self):
+        from gpucache import Client
+        c = Client([self.daemon.addr], tenant="default", timeout=5.0)
+        try:
+            st = c.stat()
+        finally:
+            c.close()
+        return {k: v for k, v in st.items() if k.startswith("fill_")}
 
     def test_daemon_down_is_recompute(self):
         from gpucached import Daemon

@@ -12,8 +12,19 @@ stays stdlib-only.
 What it does
 - Scheduler: ``get_num_new_matched_tokens`` hashes the prompt's full blocks
   (all but the last token) into gpucache block keys and asks gpucached, in
-  one LOOKUP with a lease, how many leading blocks it holds. Those are
-  loaded; the rest is computed as usual.
+  one LOOKUP with a lease per rank's namespace, how many leading blocks
+  every rank holds. Those are loaded; the rest is computed as usual.
+- Single flight (``single_flight``, default on): for the blocks it is about
+  to compute, the scheduler leads their fills in gpucached (ACQUIRE, on a
+  connection of its own); its workers' PUTs publish them (ADR 0024). If
+  another engine already leads the first missing block, the scheduler
+  answers ``None`` ("not yet": vLLM asks again next step, each ask waiting
+  at most ``fill_poll`` seconds, 0.02 by default) until that fill ends, then
+  looks up again and loads what the other engine computed; a fill that
+  fails, or is still running after ``fill_wait`` seconds (30), is computed
+  here instead. So two engines that miss on the same prompt at once
+  compute it once. Turns this engine still leads when a request finishes
+  are given up then (they were published, or pass to the next waiter).
 - Worker: ``start_load_kv`` reads the promised blocks (GET, straight into a
   staging buffer) and copies each layer's part into the paged KV cache
   before the forward pass; ``wait_for_save`` writes each prompt block that
@@ -21,6 +32,12 @@ What it does
   layer's K and V of that block). A block that cannot be loaded after it
   was promised is reported by ``get_block_ids_with_load_errors`` and vLLM
   recomputes it.
+- Tensor and pipeline parallelism: each worker rank stores and loads its
+  own shard under its own rank's namespace; the scheduler looks up (and
+  fills) every rank's, so a prompt is a hit only where every rank has it.
+- Counters: ``get_kv_connector_stats`` hands vLLM the workers' load and
+  save counters (vLLM sums them over workers and logs them); ``stats_file``
+  has every process's, the scheduler's included.
 - Identity: the namespace binds the tenant, the model and a fingerprint of
   its files (or ``model_revision``), the tokenizer, dtype and KV dtype,
   block size, layer count, KV heads, head size, the device's KV layout, the
@@ -35,10 +52,12 @@ What it does
 Extra config keys: addrs, tenant, secret | secret_file, trust_domain,
 timeout (s, default 2), pool_size, cluster, ca_file/cert_file/key_file,
 model_revision, tokenizer_revision, lease_ttl (s, default 30), batch_blocks
-(default 16), stats_file (a JSON file of this process's counters, rewritten
+(default 16), single_flight (default true), fill_poll (s, default 0.02),
+fill_wait (s, default 30), stats_file (a JSON file of this process's counters, rewritten
 as they change: tests and operators read it; ``load_ns`` and ``save_ns``
 are the wall time spent in loads and saves, so bytes_loaded / load_ns is
-the load rate).
+the load rate). test_hooks is for the engine tests only (FIFOs that let
+a test order two engines' steps); never set it in production.
 """
 
 from __future__ import annotations
@@ -60,6 +79,7 @@ try:
         KVConnectorMetadata,
         KVConnectorRole,
     )
+    from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats  # type: ignore
 except ImportError as e:  # pragma: no cover - only inside a vLLM environment
     raise ImportError("gpucache.vllm_connector runs inside vLLM (with torch): %s" % e) from e
 
@@ -122,6 +142,10 @@ def _model_revisions(vllm_config: Any, extra: Dict[str, Any]) -> Tuple[str, str]
     return rev, tok
 
 
+def _truthy(v: Any) -> bool:
+    return str(v).strip().lower() not in ("0", "false", "no", "off", "")
+
+
 def _adapter_of(lora: Any, salt: Optional[str]) -> str:
     """The namespace's adapter field for a request: its LoRA adapter (name,
     id and path) and its cache salt (hashed; the salt itself stays out of the
@@ -144,7 +168,31 @@ class Transfer:
     adapter: str            # _adapter_of the request
     first: int              # index of the first block in the chain
     block_ids: List[int]    # vLLM block ids, one per block
-    lease_id: int = 0       # the scheduler's LOOKUP lease (rank 0's namespace)
+    leases: List[int] = dataclasses.field(default_factory=list)  # the scheduler's LOOKUP lease, per rank
+
+
+@dataclasses.dataclass
+class GpucacheConnectorStats(KVConnectorStats):
+    """The workers' counters over an interval: sums (blocks, tokens and
+    bytes loaded and saved, the time spent, failures)."""
+
+    def reset(self) -> None:
+        self.data = {}
+
+    def aggregate(self, other: Any) -> "GpucacheConnectorStats":
+        for k, v in (getattr(other, "data", None) or {}).items():
+            self.data[k] = self.data.get(k, 0) + v
+        return self
+
+    def reduce(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = dict(self.data)
+        ns = out.get("load_ns", 0)
+        if ns:
+            out["load_MBps"] = round(out.get("bytes_loaded", 0) / ns * 1e3, 1)
+        return out
+
+    def is_empty(self) -> bool:
+        return not any(self.data.values())
 
 
 @dataclasses.dataclass
@@ -160,8 +208,13 @@ class _Req:
     tokens: List[int]
     adapter: str
     local: int = 0          # block-aligned tokens vLLM had computed when it asked
-    hits: int = 0           # leading blocks gpucache holds
-    lease: int = 0
+    hits: int = 0           # leading blocks gpucache holds (in every rank's namespace)
+    leases: List[int] = dataclasses.field(default_factory=list)  # per rank
+    keys: List[List[bytes]] = dataclasses.field(default_factory=list)  # per rank: the full blocks' keys
+    leads: List[Tuple[int, Any]] = dataclasses.field(default_factory=list)  # (rank, FillHandle) this engine leads
+    joined: List[Tuple[int, Any]] = dataclasses.field(default_factory=list)  # (rank, FillHandle) waited for
+    wait_since: float = 0.0  # when the wait for other engines' fills began (0: not waiting)
+    answered: bool = False  # the hit count was given to vLLM (and counted)
     load: Optional[Tuple[int, int]] = None   # (first block, count) promised, not yet in metadata
     block_ids: List[int] = dataclasses.field(default_factory=list)
     saved: int = 0          # blocks [0, saved) are in gpucache or queued to be saved
@@ -186,12 +239,25 @@ class GpucacheConnector(KVConnectorBase_V1):
         device = str(_get(vllm_config, "device_config", "device_type", default="") or "cpu")
         self._tier = dict(self._extra, model_revision=rev, tokenizer_revision=tok, block_tokens=self._bs,
                           layout_format="%s/%s" % (LAYOUT_FORMAT, device), rank=self._rank)
-        self._ns_cache: Dict[str, Any] = {}
         self._base_ns = bind_namespace(vllm_config, self._tier)
+        pc = _get(vllm_config, "parallel_config")
+        self._world = max(int(_get(pc, "tensor_parallel_size", default=1) or 1), 1) * \
+            max(int(_get(pc, "pipeline_parallel_size", default=1) or 1), 1)
+        # The scheduler looks up (and fills) every rank's shard; a worker its own.
+        self._rank_ns = [self._base_ns] if role == KVConnectorRole.WORKER else \
+            [bind_namespace(vllm_config, dict(self._tier, rank=r)) for r in range(self._world)]
+        self._ns_cache_r: Dict[Tuple[int, str], Any] = {}
         self._lease_ttl = float(self._extra.get("lease_ttl", 30.0))
         self._batch = max(int(self._extra.get("batch_blocks", 16)), 1)
         self._client = self._extra.get("client") or _client_from_config(self._tier)
         self._stats_file = self._extra.get("stats_file")
+        self._single_flight = _truthy(self._extra.get("single_flight", True))
+        self._fill_poll = float(self._extra.get("fill_poll", 0.02))
+        self._fill_wait = float(self._extra.get("fill_wait", 30.0))
+        self._hooks: Dict[str, str] = dict(self._extra.get("test_hooks") or {})
+        self._fills = None  # the scheduler's FillSession, made on first use
+        self._orphans: List[Tuple[Any, Any]] = []  # (namespace, FillHandle) joined but no longer waited for
+        self._reported: Dict[str, int] = {}  # worker counters already handed to get_kv_connector_stats
         self._mu = threading.Lock()
         self._counts: Dict[str, int] = {}
         # Scheduler side.
@@ -215,14 +281,16 @@ class GpucacheConnector(KVConnectorBase_V1):
         except Exception:  # not initialised (single process): rank 0
             return 0
 
-    def _namespace(self, adapter: str) -> Any:
-        ns = self._ns_cache.get(adapter)
+    def _namespace(self, adapter: str, rank: int = 0) -> Any:
+        """The namespace of a request's blocks: the worker's own rank, or,
+        on the scheduler, rank `rank` of the engine."""
+        ns = self._ns_cache_r.get((rank, adapter))
         if ns is None:
-            ns = dataclasses.replace(self._base_ns, adapter=adapter)
+            ns = dataclasses.replace(self._rank_ns[rank], adapter=adapter)
             ns.validate()
-            if len(self._ns_cache) > 4096:
-                self._ns_cache.clear()
-            self._ns_cache[adapter] = ns
+            if len(self._ns_cache_r) > 4096:
+                self._ns_cache_r.clear()
+            self._ns_cache_r[(rank, adapter)] = ns
         return ns
 
     @staticmethod
@@ -258,9 +326,14 @@ class GpucacheConnector(KVConnectorBase_V1):
         except Exception as e:  # never into vLLM: a miss
             log.warning("gpucache: lookup failed, computing instead: %s", e)
             self._count(lookup_errors=1)
+            st = self._reqs.get(request.request_id)
+            if st is not None:
+                st.hits, st.leases, st.wait_since = 0, [], 0.0
             return 0, False
 
-    def _matched(self, request: Any, local: int) -> int:
+    def _matched(self, request: Any, local: int) -> Optional[int]:
+        """Tokens vLLM may load, or None while another engine computes the
+        prompt's next blocks (vLLM asks again next step)."""
         rid = request.request_id
         toks = list(_get(request, "prompt_token_ids", default=None) or [])
         if not toks or _get(request, "prompt_embeds") is not None:
@@ -268,17 +341,142 @@ class GpucacheConnector(KVConnectorBase_V1):
         full = (len(toks) - 1) // self._bs  # the last token is always computed
         st = self._reqs.get(rid)
         if st is None or st.tokens != toks:
+            if st is not None:
+                self._release(st)
             st = _Req(tokens=toks, adapter=self._request_adapter(request))
             self._reqs[rid] = st
             if full > 0:
-                ns = self._namespace(st.adapter)
-                keys = gid.chain(ns, toks[:full * self._bs])
-                st.hits, st.lease = self._client.lookup(ns, keys, lease_ttl=self._lease_ttl)
-                self._count(lookups=1, tokens_looked_up=full * self._bs, tokens_hit=st.hits * self._bs)
+                st.keys = [gid.chain(self._namespace(st.adapter, r), toks[:full * self._bs])
+                           for r in range(self._world)]
+                self._lookup(st)
+                self._count(tokens_looked_up=full * self._bs)
+                if self._single_flight and st.hits < full:
+                    self._acquire(st, full)
+        if st.wait_since and not self._waited(st):
+            return None
+        if not st.answered:
+            st.answered = True
+            self._count(tokens_hit=st.hits * self._bs)
         st.local = local
         st.saved = st.hits
-        ext = st.hits * self._bs - local
-        return max(ext, 0)
+        return max(st.hits * self._bs - local, 0)
+
+    def _lookup(self, st: _Req) -> None:
+        """st.hits: the leading blocks every rank's namespace holds, each
+        rank's run leased (one LOOKUP per rank)."""
+        hits, leases = len(st.keys[0]), []
+        for r, keys in enumerate(st.keys):
+            h, lease = self._client.lookup(self._namespace(st.adapter, r), keys[:hits], lease_ttl=self._lease_ttl)
+            leases.append(lease)
+            hits = min(hits, h)
+        st.hits, st.leases = hits, leases
+        self._count(lookups=1)
+
+    def _session(self) -> Any:
+        if self._fills is None:
+            self._fills = self._client.fill_session()
+        return self._fills
+
+    def _acquire(self, st: _Req, full: int) -> None:
+        """Lead or join the fills of blocks [hits, full) of every rank
+        (ADR 0024): blocks this engine leads are published by its workers'
+        PUTs; if another engine already computes the first missing block,
+        wait for it (_waited) instead of computing it too."""
+        sess = self._session()
+        per_rank = [sess.acquire(self._namespace(st.adapter, r), st.keys[r][st.hits:full])
+                    for r in range(self._world)]
+        led = joined = 0
+        for r, handles in enumerate(per_rank):
+            for h in handles:
+                if h.outcome == "lead":
+                    st.leads.append((r, h))
+                    led += r == 0
+                elif h.outcome == "joined":
+                    st.joined.append((r, h))
+                    joined += r == 0
+        self._count(fills_led=led, fills_joined=joined)
+        first = [handles[0].outcome for handles in per_rank if handles]
+        if "joined" in first:
+            st.wait_since = time.monotonic()
+        elif first and all(o == "hit" for o in first):
+            self._lookup(st)  # stored since the LOOKUP: look again rather than compute
+        if not st.wait_since:
+            self._orphan(st)
+        self._hook("acquired_fifo", {"led": led, "joined": joined, "waiting": bool(st.wait_since)})
+
+    def _waited(self, st: _Req) -> bool:
+        """Whether the fills st waits for have ended (then st.hits is looked
+        up again); waits at most fill_poll now, fill_wait in all."""
+        sess = self._session()
+        pending = [(r, h) for r, h in st.joined if h.outcome == "joined"]
+        for r in range(self._world):
+            hs = [h for rr, h in pending if rr == r]
+            if hs:
+                sess.wait(self._namespace(st.adapter, r), hs, self._fill_poll if r == 0 else 0.0)
+        still = [(r, h) for r, h in st.joined if h.outcome == "joined"]
+        if still and time.monotonic() - st.wait_since < self._fill_wait:
+            self._count(fill_polls=1)
+            return False
+        for r, h in st.joined:
+            if h.outcome == "promoted":
+                st.leads.append((r, h))
+        done = sum(1 for r, h in st.joined if r == 0 and h.outcome == "finished")
+        self._count(fills_finished=done, fills_promoted=sum(1 for r, h in st.joined if r == 0 and h.outcome == "promoted"),
+                    fills_failed=sum(1 for r, h in st.joined if r == 0 and h.outcome == "failed"),
+                    fills_given_up=sum(1 for r, h in still if r == 0),
+                    fill_wait_ns=int((time.monotonic() - st.wait_since) * 1e9))
+        st.wait_since = 0.0
+        self._orphan(st)
+        self._lookup(st)
+        return True
+
+    def _orphan(self, st: _Req) -> None:
+        """Joined fills no longer waited for: their notices are read later
+        (the server keeps a session's joins until then)."""
+        for r, h in st.joined:
+            if h.outcome == "joined":
+                self._orphans.append((self._namespace(st.adapter, r), h))
+        st.joined = []
+        if len(self._orphans) > 65536 and self._fills is not None:  # a bound: start a new session
+            self._fills.close()
+            self._fills, self._orphans = None, []
+
+    def _drain_orphans(self) -> None:
+        if not self._orphans or self._fills is None:
+            return
+        by_ns: Dict[int, Tuple[Any, List[Any]]] = {}
+        for ns, h in self._orphans:
+            by_ns.setdefault(id(ns), (ns, []))[1].append(h)
+        for ns, hs in by_ns.values():
+            self._fills.wait(ns, hs, 0.0)
+        self._orphans = [(ns, h) for ns, h in self._orphans if h.outcome == "joined"]
+
+    def _release(self, st: _Req) -> None:
+        """End the request's part in fills: turns still led pass on now (a
+        turn its workers' PUT published answers NOT_LEADER: nothing
+        changes), joins no longer waited for are read later."""
+        if st.leads and self._fills is not None:
+            for r in range(self._world):
+                hs = [h for rr, h in st.leads if rr == r]
+                if hs:
+                    self._fills.abort(self._namespace(st.adapter, r), hs)
+        st.leads = []
+        self._orphan(st)
+
+    def _hook(self, name: str, event: Dict[str, Any]) -> None:
+        """Test hooks (test_hooks in the extra config; never set in
+        production): write one JSON line to a FIFO the test reads, or read
+        one line from it (blocking until the test writes) to hold a step."""
+        path = self._hooks.get(name)
+        if not path:
+            return
+        if name.endswith("gate_fifo"):
+            with open(path) as f:
+                f.readline()
+            self._hooks.pop(name, None)
+        else:
+            with open(path, "w") as f:
+                f.write(json.dumps(event) + "\n")
 
     def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> None:
         st = self._reqs.get(request.request_id)
@@ -301,6 +499,7 @@ class GpucacheConnector(KVConnectorBase_V1):
         return meta
 
     def _build(self, so: Any, meta: GpucacheConnectorMetadata) -> None:
+        self._drain_orphans()
         sched = dict(so.num_scheduled_tokens)
         for nr in so.scheduled_new_reqs:
             st = self._reqs.get(nr.req_id)
@@ -312,7 +511,7 @@ class GpucacheConnector(KVConnectorBase_V1):
                 ids = st.block_ids[first:first + n]
                 if len(ids) == n and n > 0:
                     meta.loads.append(Transfer(nr.req_id, st.tokens[:(first + n) * self._bs], st.adapter, first, ids,
-                                               st.lease))
+                                               list(st.leases)))
                 st.load = None
             self._save(nr.req_id, st, nr.num_computed_tokens + sched.get(nr.req_id, 0), meta)
         cr = so.scheduled_cached_reqs
@@ -338,7 +537,12 @@ class GpucacheConnector(KVConnectorBase_V1):
             st.saved = upto
 
     def request_finished(self, request: Any, block_ids: Any) -> Tuple[bool, Optional[Dict[str, Any]]]:
-        self._reqs.pop(request.request_id, None)
+        st = self._reqs.pop(request.request_id, None)
+        if st is not None:
+            try:
+                self._release(st)
+            except Exception as e:  # the fill deadline ends the turns instead
+                log.warning("gpucache: releasing fills failed: %s", e)
         return False, None
 
     # -- worker side --
@@ -380,7 +584,7 @@ class GpucacheConnector(KVConnectorBase_V1):
     def _load_blocks(self, tr: Transfer) -> None:
         ns = self._namespace(tr.adapter)
         keys = gid.chain(ns, tr.tokens)[tr.first:tr.first + len(tr.block_ids)]
-        lease = tr.lease_id if self._rank == 0 else 0
+        lease = tr.leases[self._rank] if self._rank < len(tr.leases) else 0
         loaded = 0
         for i in range(0, len(keys), self._batch):
             ks, ids = keys[i:i + self._batch], tr.block_ids[i:i + self._batch]
@@ -410,6 +614,8 @@ class GpucacheConnector(KVConnectorBase_V1):
 
     def wait_for_save(self) -> None:
         meta = self._get_connector_metadata()
+        if getattr(meta, "saves", None):
+            self._hook("save_gate_fifo", {})
         for tr in getattr(meta, "saves", ()):
             try:
                 self._store(tr)
@@ -445,7 +651,35 @@ class GpucacheConnector(KVConnectorBase_V1):
         errs, self._load_errors = self._load_errors, set()
         return errs
 
+    # -- counters through vLLM --
+
+    _WORKER_STATS = ("blocks_loaded", "tokens_loaded", "bytes_loaded", "load_ns", "blocks_load_failed",
+                     "load_errors", "blocks_saved", "tokens_saved", "bytes_saved", "save_ns", "blocks_existed",
+                     "blocks_save_failed", "save_errors")
+
+    def get_kv_connector_stats(self) -> Any:
+        """The worker's load and save counters since the last call, as
+        vLLM's KVConnectorStats (vLLM sums them over workers and logs them
+        with its other stats); None when nothing changed."""
+        with self._mu:
+            now = {k: self._counts.get(k, 0) for k in self._WORKER_STATS}
+        delta = {k: v - self._reported.get(k, 0) for k, v in now.items()}
+        if not any(delta.values()):
+            return None
+        self._reported = now
+        return GpucacheConnectorStats(data=delta)
+
+    @classmethod
+    def build_kv_connector_stats(cls, data: Optional[Dict[str, Any]] = None) -> Any:
+        return GpucacheConnectorStats(data=dict(data or {}))
+
     def shutdown(self) -> None:
+        if self._fills is not None:
+            try:
+                self._fills.close()
+            except Exception:
+                pass
+            self._fills = None
         c = self._client
         if c is not None and not self._extra.get("client"):
             try:
@@ -454,4 +688,4 @@ class GpucacheConnector(KVConnectorBase_V1):
                 pass
 
 
-__all__ = ["GpucacheConnector", "GpucacheConnectorMetadata", "Transfer", "files_fingerprint", "SUPPORTED_VLLM"]
+__all__ = ["GpucacheConnector", "GpucacheConnectorMetadata", "GpucacheConnectorStats", "Transfer", "files_fingerprint", "SUPPORTED_VLLM"]
