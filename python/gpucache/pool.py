@@ -304,7 +304,14 @@ def _connect(host: str, port: int, deadline: float, addr: str):
             s.close()
             err = e
     if err is not None:
-        raise err
+        try:
+            raise err
+        finally:
+            # Break the cycle err -> traceback -> this frame -> err: it would
+            # keep every frame of the failed call alive until the cycle
+            # collector runs, and with them the caller's buffers (an engine's
+            # KV memory, whose mmap cannot be closed while they are exported).
+            err = None
     raise Timeout("gpucache/client: deadline passed before dialling %s" % addr)
 
 
