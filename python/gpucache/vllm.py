@@ -192,6 +192,48 @@ _RESULT_FIELDS = frozenset(f.name for f in dataclasses.fields(JobResult)) \
     if dataclasses.is_dataclass(JobResult) else frozenset({"job_id", "success"})
 
 
+def _check_shape() -> None:
+    """Refuse, at import, job and result types this module cannot fill.
+
+    The tier reads a job's ``job_id``, ``keys`` and slots (``chunk_ids`` or
+    ``block_ids``), and builds results from ``job_id`` and ``success`` plus
+    whichever optional fields the tree has; a required result field it does
+    not know would fail at the first finished job, far from the cause.
+    """
+    problems = []
+    if dataclasses.is_dataclass(JobMetadata):
+        names = {f.name for f in dataclasses.fields(JobMetadata)}
+        for need in ("job_id", "keys"):
+            if need not in names:
+                problems.append("%s.%s" % (JobMetadata.__name__, need))
+        if not names & {"chunk_ids", "block_ids"}:
+            problems.append("%s.chunk_ids (or block_ids)" % JobMetadata.__name__)
+    if dataclasses.is_dataclass(JobResult):
+        fields = dataclasses.fields(JobResult)
+        names = {f.name for f in fields}
+        for need in ("job_id", "success"):
+            if need not in names:
+                problems.append("JobResult.%s" % need)
+        for f in fields:
+            if f.name not in ("job_id", "success") and f.init and \
+                    f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                problems.append("a default for JobResult.%s" % f.name)
+    if problems:
+        raise UnsupportedVLLM(
+            "gpucache.vllm: vLLM %s's tiering job types lack %s: an interface this module "
+            "does not support" % (_vllm_version(), ", ".join(problems)))
+
+
+def _vllm_version() -> str:
+    import sys
+
+    return str(getattr(sys.modules.get("vllm"), "__version__", "unknown"))
+
+
+if HAVE_VLLM:  # pragma: no cover - exercised only where vllm is installed
+    _check_shape()
+
+
 def _job_result(job_id: int, success: bool, ok_keys: Sequence[bytes] = (),
                 nbytes: Optional[int] = None) -> Any:
     """Build a JobResult, filling the optional fields this tree has."""
@@ -298,13 +340,22 @@ def bind_namespace(spec: Any, tier: Dict[str, Any]) -> Any:
     kv_dtype = str(_first(tier.get("kv_cache_dtype"), _get(cfg, "model", "kv_cache_dtype"),
                           _get(cc, "cache_dtype"), default="auto"))
     quant = "none" if kv_dtype in ("auto", "", dtype) else kv_dtype
-    gpu_block = _first(_get(cfg, "cache", "tokens_per_block"), _get(cc, "block_size"))
-    per_chunk = _first(_get(spec, "blocks_per_chunk"), _get(spec, "block_size_factor"), default=1)
+    # vLLM 0.32's OffloadingConfig: groups of layers, each with its tokens
+    # per block; blocks_per_chunk of them make one offloaded chunk.
+    groups = list(_get(cfg, "groups", default=()) or ())
+    group_block = max((int(_get(g, "tokens_per_block", default=0)) for g in groups), default=0)
+    group_layers = sum(len(_get(g, "layer_names", default=()) or ()) for g in groups)
+    gpu_block = _first(_get(cfg, "cache", "tokens_per_block"), group_block or None,
+                       _get(cc, "block_size"))
+    per_chunk = _first(_get(spec, "blocks_per_chunk"), _get(cfg, "cache", "blocks_per_chunk"),
+                       _get(spec, "block_size_factor"), default=1)
     block_tokens = int(_first(tier.get("block_tokens"), _get(spec, "offloaded_block_size"),
+                              group_block * int(per_chunk) if group_block else None,
                               _get(cfg, "cache", "tokens_per_hash"),
                               int(gpu_block) * int(per_chunk) if gpu_block else None,
                               default=16))
-    layers = int(_first(tier.get("layer_count"), _get(hf, "num_hidden_layers"), default=1))
+    layers = int(_first(tier.get("layer_count"), _get(hf, "num_hidden_layers"),
+                        group_layers or None, default=1))
     heads = _get(hf, "num_attention_heads")
     kv_heads = int(_first(tier.get("kv_heads"), _get(hf, "num_key_value_heads"), heads, default=1))
     head_dim = _first(tier.get("head_dim"), _get(hf, "head_dim"))
@@ -393,6 +444,11 @@ class GpucacheTier(SecondaryTierManager):
             spec = kwargs.pop("vllm_config", None)
         view = kwargs.pop("primary_kv_view", None)
         tier_type = kwargs.pop("tier_type", type(self).__name__)
+        # vLLM 0.32 and later build the tier's back-pressure detector from
+        # the tier config's "backpressure" and hand it over here; the base
+        # class keeps it, and the manager reads it (tier.bp_detector) to drop
+        # cascades while the tier is slow.
+        detector = kwargs.pop("backpressure_detector", None)
         pos = list(args)
         if spec is None and pos:
             spec = pos.pop(0)
@@ -402,7 +458,7 @@ class GpucacheTier(SecondaryTierManager):
             tier_type = pos.pop(0)
         if view is None:
             raise ValueError("gpucache/vllm: primary_kv_view is required")
-        self._init_base(spec, view, tier_type)
+        self._init_base(spec, view, tier_type, detector)
         self.tier_type = tier_type
         tier = dict(kwargs)
         if not tier.get("tenant"):
@@ -453,7 +509,7 @@ class GpucacheTier(SecondaryTierManager):
             max_workers=max(int(tier.get("store_threads", 2)), 1),
             thread_name_prefix="gpucache-vllm-store")
 
-    def _init_base(self, spec: Any, view: Any, tier_type: str) -> None:
+    def _init_base(self, spec: Any, view: Any, tier_type: str, detector: Any = None) -> None:
         """Call the base constructor with the parameter names it declares."""
         params = inspect.signature(SecondaryTierManager.__init__).parameters
         kw: Dict[str, Any] = {}
@@ -466,6 +522,11 @@ class GpucacheTier(SecondaryTierManager):
                 kw[name] = view
             elif name == "tier_type":
                 kw[name] = tier_type
+            elif name == "backpressure_detector":
+                kw[name] = detector
+        if detector is not None and "backpressure_detector" not in kw:
+            log.warning("gpucache/vllm: this vLLM's SecondaryTierManager takes no "
+                        "backpressure_detector; the tier's backpressure config is ignored")
         SecondaryTierManager.__init__(self, **kw)
 
     # -- names and slots --
@@ -740,6 +801,13 @@ class GpucacheTier(SecondaryTierManager):
                 self._client.close()
             except Exception:
                 log.debug("gpucache/vllm: close failed", exc_info=True)
+        # vLLM's primary tier closes the mmap behind the view after its
+        # secondary tiers shut down; a view still held here would keep the
+        # mapping exported ("cannot close exported pointers exist").
+        try:
+            self._flat.release()
+        except (BufferError, ValueError):
+            log.debug("gpucache/vllm: primary view still in use at shutdown", exc_info=True)
 
 
 __all__ = ["GpucacheTier", "JobMetadata", "JobResult", "LookupResult", "ReqContext",
