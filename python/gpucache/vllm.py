@@ -810,6 +810,17 @@ class GpucacheTier(SecondaryTierManager):
             log.debug("gpucache/vllm: primary view still in use at shutdown", exc_info=True)
 
 
+if HAVE_VLLM:  # pragma: no cover - exercised only where vllm is installed
+    # A base class that grew an abstract method this tier does not define
+    # would make vLLM's factory fail with a TypeError at engine start; say
+    # what is missing at import instead.
+    _missing = sorted(getattr(GpucacheTier, "__abstractmethods__", ()))
+    if _missing:
+        raise UnsupportedVLLM(
+            "gpucache.vllm: vLLM %s's SecondaryTierManager declares abstract methods this "
+            "tier does not define: %s" % (_vllm_version(), ", ".join(_missing)))
+
+
 __all__ = ["GpucacheTier", "JobMetadata", "JobResult", "LookupResult", "ReqContext",
            "RequestOffloadingContext", "bind_namespace", "make_namespace",
            "opaque_key_of", "HAVE_VLLM"]
