@@ -278,6 +278,7 @@ class TierThroughVLLMTest(unittest.TestCase):
         self.assertIsInstance(stored, JobResult)
         self.assertTrue(stored.success)
         self.assertEqual(stored.transfer_bytes, N * self.block)
+        self.assertGreaterEqual(stored.transfer_time, 0.0)  # set: vLLM's tiering write time
 
         self.assertEqual(self.lookups(self.tier, keys, "roundtrip"), [LookupResult.HIT] * N)
 

@@ -52,6 +52,7 @@ import inspect
 import logging
 import queue
 import threading
+import time
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 log = logging.getLogger("gpucache.vllm")
@@ -235,11 +236,14 @@ if HAVE_VLLM:  # pragma: no cover - exercised only where vllm is installed
 
 
 def _job_result(job_id: int, success: bool, ok_keys: Sequence[bytes] = (),
-                nbytes: Optional[int] = None) -> Any:
-    """Build a JobResult, filling the optional fields this tree has."""
+                nbytes: Optional[int] = None, seconds: Optional[float] = None) -> Any:
+    """Build a JobResult, filling the optional fields this tree has
+    (transfer_time feeds vLLM's kv_offload_tiering read and write time)."""
     kw: Dict[str, Any] = {"job_id": job_id, "success": success}
     if not success and ok_keys and "successful_keys" in _RESULT_FIELDS:
         kw["successful_keys"] = tuple(ok_keys)
+    if seconds is not None and "transfer_time" in _RESULT_FIELDS:
+        kw["transfer_time"] = seconds
     if nbytes is not None:
         for name in ("transfer_bytes", "transfer_size"):
             if name in _RESULT_FIELDS:
@@ -694,6 +698,7 @@ class GpucacheTier(SecondaryTierManager):
         return [(self._name(k), self._slot(b)) for k, b in zip(keys, ids)]
 
     def _store(self, job: Any) -> Any:
+        start = time.monotonic()
         pairs = self._pairs(job)
         ok = True
         for i in range(0, len(pairs), self._batch):
@@ -704,9 +709,11 @@ class GpucacheTier(SecondaryTierManager):
         with self._mu:
             self._counts["stores_ok" if ok else "stores_failed"] += 1
             self._counts["bytes_stored"] += len(pairs) * self._block_bytes if ok else 0
-        return _job_result(job.job_id, ok, nbytes=len(pairs) * self._block_bytes)
+        return _job_result(job.job_id, ok, nbytes=len(pairs) * self._block_bytes,
+                           seconds=time.monotonic() - start)
 
     def _load(self, job: Any) -> Any:
+        start = time.monotonic()
         pairs = self._pairs(job)
         names = [n for n, _ in pairs]
         good = 0
@@ -729,7 +736,7 @@ class GpucacheTier(SecondaryTierManager):
             self._counts["loads_ok" if ok else "loads_failed"] += 1
             self._counts["bytes_loaded"] += good * self._block_bytes
         return _job_result(job.job_id, ok, ok_keys=list(job.keys)[:good],
-                           nbytes=good * self._block_bytes)
+                           nbytes=good * self._block_bytes, seconds=time.monotonic() - start)
 
     def get_finished_jobs(self) -> Iterable[Any]:
         """Every job finished since the last call; never blocks."""

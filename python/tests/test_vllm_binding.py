@@ -371,6 +371,7 @@ class NewestShapeTest(unittest.TestCase):
         self.assertIsInstance(r, tb.JobResult)
         self.assertEqual((r.job_id, r.success, r.transfer_bytes), (1, True, 3 * self.BLOCK))
         self.assertIsNone(r.deferred_release)
+        self.assertGreaterEqual(r.transfer_time, 0.0)  # set: vLLM's tiering write time
 
         ctx = kb.ReqContext("l")
         tier.on_new_request(ctx)
