@@ -11,11 +11,11 @@ NewestShapeTest reproduces the tiering interface of the newest vLLM release,
 0.34.0, read from its wheel on PyPI (vllm-0.34.0-cp38-abi3-manylinux_2_28_x86_64,
 files dated 2026-11-16: vllm/v1/kv_offload/tiering/base.py and factory.py,
 vllm/v1/kv_offload/base.py), written here from reading it. Against the 0.32
-the engine tests run, 0.33 and 0.34 add to SecondaryTierManager a
+the engine tests run, 0.33 adds to SecondaryTierManager a
 tolerates_off_thread_polling class flag and config_info_keys/config_info
-(defaults provided), add JobResult.deferred_release (an Event for a failed
-promotion whose I/O may still write; None when it has ended), and drop touch
-from the base class. Upstream main itself could not be read whole here (its
+(defaults provided); 0.34 adds JobResult.deferred_release (an Event for a
+failed promotion whose I/O may still write; None when it has ended) and
+drops touch from the base class. Upstream main itself could not be read whole here (its
 snapshot is over the fetch limit, and the searchable index's stored versions
 of base.py carry no dates and are older than 0.34: none has
 deferred_release).
