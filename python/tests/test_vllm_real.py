@@ -88,7 +88,7 @@ class RealDaemonTest(unittest.TestCase):
         for s, data in enumerate(want):
             self.row(view, s)[:] = data
         keys = [key(s + 1) for s in range(4)]
-        t.submit_store(gv.JobMetadata(1, keys, [0, 1, 2, 3], False, gv.ReqContext()))
+        t.submit_store(gv.JobMetadata(1, keys, [0, 1, 2, 3], False, gv.ReqContext(req_id="")))
         t.drain_jobs()
         self.assertEqual({r.job_id: r.success for r in t.get_finished_jobs()}, {1: True})
         view.cast("B")[:] = bytes(SLOTS * BLOCK)
@@ -110,7 +110,7 @@ class RealDaemonTest(unittest.TestCase):
     def test_daemon_stopped_mid_run(self):
         t, view = self.tier()
         self.row(view, 0)[:] = os.urandom(BLOCK)
-        t.submit_store(gv.JobMetadata(1, [key(1)], [0], False, gv.ReqContext()))
+        t.submit_store(gv.JobMetadata(1, [key(1)], [0], False, gv.ReqContext(req_id="")))
         t.drain_jobs()
         self.stop()
         req = gv.ReqContext(req_id="r")

@@ -98,8 +98,8 @@ class TierTest(unittest.TestCase):
             fill(view, s, s + 1)
         before = [bytes(row(view, s)) for s in range(4)]
         keys = [key(s + 1) for s in range(4)]
-        tier.submit_store(gv.JobMetadata(job_id=1, keys=keys, block_ids=[0, 1, 2, 3],
-                                         is_promotion=False, req_context=gv.ReqContext()))
+        tier.submit_store(gv.JobMetadata(1, keys, [0, 1, 2, 3], False,  # block_ids or chunk_ids
+                                         gv.ReqContext(req_id="")))
         tier.drain_jobs()
         self.assertEqual(self.finished(tier), {1: True})
         self.assertEqual(self.finished(tier), {})  # each result is reported once
@@ -112,8 +112,7 @@ class TierTest(unittest.TestCase):
         self.assertEqual(then, [gv._answer(True)] * 4 + [gv._answer(False)])
 
         slots = [7, 6, 5, 4]
-        tier.submit_load(gv.JobMetadata(job_id=2, keys=keys, block_ids=slots,
-                                        is_promotion=True, req_context=req))
+        tier.submit_load(gv.JobMetadata(2, keys, slots, True, req))
         tier.drain_jobs()
         self.assertEqual(self.finished(tier), {2: True})
         for i, s in enumerate(slots):
@@ -130,13 +129,13 @@ class TierTest(unittest.TestCase):
         tier, client, view = self.make()
         fill(view, 0, 1)
         fill(view, 2, 3)
-        tier.submit_store(gv.JobMetadata(1, [key(1), key(3)], [0, 2], False, gv.ReqContext()))
+        tier.submit_store(gv.JobMetadata(1, [key(1), key(3)], [0, 2], False, gv.ReqContext(req_id="")))
         tier.drain_jobs()
         want0 = bytes(row(view, 0))
         _, then = self.settle(tier, [key(1), key(2), key(3)], gv.ReqContext(req_id="r"))
         self.assertEqual(then, [gv._answer(True), gv._answer(False), gv._answer(True)])
         tier.submit_load(gv.JobMetadata(2, [key(1), key(2), key(3)], [5, 6, 7], True,
-                                        gv.ReqContext()))
+                                        gv.ReqContext(req_id="")))
         tier.drain_jobs()
         res = list(tier.get_finished_jobs())
         self.assertEqual({r.job_id: r.success for r in res}, {1: True, 2: False})
@@ -165,7 +164,7 @@ class TierTest(unittest.TestCase):
         client.gate.clear()
         for j in range(6):
             fill(view, j, j)
-            tier.submit_store(gv.JobMetadata(j, [key(j + 1)], [j], False, gv.ReqContext()))
+            tier.submit_store(gv.JobMetadata(j, [key(j + 1)], [j], False, gv.ReqContext(req_id="")))
         drained = threading.Event()
 
         def drain():
@@ -183,7 +182,7 @@ class TierTest(unittest.TestCase):
         shared = {}
         tier, _, view = self.make(client=FakeClient(shared))
         fill(view, 0, 9)
-        tier.submit_store(gv.JobMetadata(1, [key(1)], [0], False, gv.ReqContext()))
+        tier.submit_store(gv.JobMetadata(1, [key(1)], [0], False, gv.ReqContext(req_id="")))
         tier.drain_jobs()
         others = [
             dict(spec=new_spec(model="acme/other-llm")),
@@ -199,7 +198,7 @@ class TierTest(unittest.TestCase):
             other, _, oview = self.make(client=FakeClient(shared), **cfg)
             _, then = self.settle(other, [key(1)], gv.ReqContext(req_id="x"))
             self.assertEqual(then, [gv._answer(False)], cfg)
-            other.submit_load(gv.JobMetadata(2, [key(1)], [3], True, gv.ReqContext()))
+            other.submit_load(gv.JobMetadata(2, [key(1)], [3], True, gv.ReqContext(req_id="")))
             other.drain_jobs()
             self.assertEqual(self.finished(other), {2: False}, cfg)
             self.assertEqual(bytes(row(oview, 3)), bytes(BLOCK_BYTES))
@@ -208,8 +207,8 @@ class TierTest(unittest.TestCase):
         tier, client, view = self.make()
         client.down = True
         fill(view, 0, 1)
-        tier.submit_store(gv.JobMetadata(1, [key(1)], [0], False, gv.ReqContext()))
-        tier.submit_load(gv.JobMetadata(2, [key(1)], [1], True, gv.ReqContext()))
+        tier.submit_store(gv.JobMetadata(1, [key(1)], [0], False, gv.ReqContext(req_id="")))
+        tier.submit_load(gv.JobMetadata(2, [key(1)], [1], True, gv.ReqContext(req_id="")))
         _, then = self.settle(tier, [key(1)], gv.ReqContext(req_id="r"))
         self.assertEqual(then, [gv._answer(False)])
         self.assertEqual(self.finished(tier), {1: False, 2: False})
@@ -231,12 +230,12 @@ class TierTest(unittest.TestCase):
 
     def test_bad_jobs_fail_without_raising(self):
         tier, client, view = self.make()
-        tier.submit_store(gv.JobMetadata(1, [key(1)], [NUM_BLOCKS], False, gv.ReqContext()))
-        tier.submit_load(gv.JobMetadata(2, [key(1), key(2)], [0], True, gv.ReqContext()))
-        tier.submit_store(gv.JobMetadata(3, [b""], [0], False, gv.ReqContext()))
+        tier.submit_store(gv.JobMetadata(1, [key(1)], [NUM_BLOCKS], False, gv.ReqContext(req_id="")))
+        tier.submit_load(gv.JobMetadata(2, [key(1), key(2)], [0], True, gv.ReqContext(req_id="")))
+        tier.submit_store(gv.JobMetadata(3, [b""], [0], False, gv.ReqContext(req_id="")))
         tier.drain_jobs()
         self.assertEqual(self.finished(tier), {1: False, 2: False, 3: False})
-        self.assertEqual(tier.lookup(b"", gv.ReqContext()), gv._answer(False))
+        self.assertEqual(tier.lookup(b"", gv.ReqContext(req_id="")), gv._answer(False))
 
     def test_shutdown_stops_threads_and_later_jobs_fail(self):
         client = FakeClient()
@@ -247,7 +246,7 @@ class TierTest(unittest.TestCase):
         tier.shutdown()  # idempotent
         names = [t.name for t in threading.enumerate()]
         self.assertFalse([n for n in names if n.startswith("gpucache-vllm")], names)
-        tier.submit_store(gv.JobMetadata(1, [key(1)], [0], False, gv.ReqContext()))
+        tier.submit_store(gv.JobMetadata(1, [key(1)], [0], False, gv.ReqContext(req_id="")))
         self.assertEqual(self.finished(tier), {1: False})
         self.assertFalse(client.closed)  # a client passed in belongs to the caller
 
