@@ -574,12 +574,16 @@ class GpucacheConnector(KVConnectorBase_V1):
                 self._load_errors.update(tr.block_ids)
                 self._count(load_errors=1, blocks_load_failed=len(tr.block_ids))
 
-    def _load(self, tr: Transfer) -> None:
+    def _timed(self, counter: str, fn: Any, tr: Transfer) -> None:
+        """fn(tr), its wall time added to counter."""
         t0 = time.perf_counter_ns()
         try:
-            self._load_blocks(tr)
+            fn(tr)
         finally:
-            self._count(load_ns=time.perf_counter_ns() - t0)
+            self._count(**{counter: time.perf_counter_ns() - t0})
+
+    def _load(self, tr: Transfer) -> None:
+        self._timed("load_ns", self._load_blocks, tr)
 
     def _load_blocks(self, tr: Transfer) -> None:
         ns = self._namespace(tr.adapter)
@@ -624,11 +628,7 @@ class GpucacheConnector(KVConnectorBase_V1):
                 self._count(save_errors=1)
 
     def _store(self, tr: Transfer) -> None:
-        t0 = time.perf_counter_ns()
-        try:
-            self._store_blocks(tr)
-        finally:
-            self._count(save_ns=time.perf_counter_ns() - t0)
+        self._timed("save_ns", self._store_blocks, tr)
 
     def _store_blocks(self, tr: Transfer) -> None:
         ns = self._namespace(tr.adapter)
