@@ -73,7 +73,7 @@ def engine_result(p):
     out, err = p.communicate(timeout=1800)
     for line in out.splitlines():
         if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT "):]), err
+            return json.loads(line[len("RESULT "):]), err + out  # vLLM logs to both
     raise AssertionError("vLLM engine run failed (rc %d):\n%s" % (p.returncode, err[-6000:]))
 
 
@@ -311,6 +311,44 @@ class ConnectorTest(unittest.TestCase):
         self.assertEqual(after["fill_published"] - before.get("fill_published", 0), full)
         self.assertEqual(after["fill_joins"] - before.get("fill_joins", 0), full)
         self.assertEqual(b["tokens"], a["tokens"])
+
+    def test_daemon_lost_after_the_promise_is_recompute(self):
+        # B's scheduler is promised the prompt's blocks; gpucached is killed
+        # before B's worker reads them (a FIFO hook holds the load): the
+        # loads fail, vLLM recomputes those blocks (the connector sets
+        # kv_load_failure_policy to recompute; vLLM's default would fail
+        # the request) and B answers A's tokens.
+        from gpucached import Daemon
+        d = Daemon.start()
+        try:
+            ca, _ = self.connector(d.addr)
+            a, _ = run_engine(self.model, self.prompt, connector=ca)
+            looked, gate = (os.path.join(self.tmp.name, "%s-%d" % (n, self.runs)) for n in ("looked-up", "load-gate"))
+            os.mkfifo(looked)
+            os.mkfifo(gate)
+            cb, sb = self.connector(d.addr)
+            cb["test_hooks"] = {"looked_up_fifo": looked, "load_gate_fifo": gate}
+            pb = start_engine(self.model, self.prompt, connector=cb)
+            try:
+                ev = fifo(looked, pb)
+                self.assertTrue(ev, "engine B exited before its lookup")
+                d.kill()
+                fifo(gate, pb, "load")
+                b, err = engine_result(pb)
+            finally:
+                if pb.poll() is None:
+                    pb.kill()
+                    pb.wait()
+        finally:
+            d.stop()
+        stats = read_stats(sb)
+        full = (PROMPT_TOKENS - 1) // BLOCK
+        print("\nB after a lost daemon: %s\nvLLM B: %s" % (stats, b["metrics"]), file=sys.stderr)
+        self.assertEqual(stats.get("tokens_hit", 0), full * BLOCK)  # promised
+        self.assertEqual(stats.get("blocks_load_failed", 0), full)
+        self.assertEqual(stats.get("tokens_loaded", 0), 0)
+        self.assertEqual(b["tokens"], a["tokens"])
+        self.assertIn("Recovered from KV load failure", err)
 
     def fill_stats(self):
         from gpucache import Client

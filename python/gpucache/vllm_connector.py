@@ -46,14 +46,18 @@ What it does
   difference is another namespace, so a clean miss, never another
   request's bytes.
 - Faults: every failure (daemon down, slow, refusing, a short or missing
-  block) is a miss: vLLM recomputes. No call raises into vLLM, and every
-  call to gpucached is bounded by the client's timeout.
+  block) is a miss: vLLM recomputes (the scheduler side sets vLLM's
+  ``kv_load_failure_policy`` to ``recompute``, see load_failure_policy).
+  No call raises into vLLM, and every call to gpucached is bounded by the
+  client's timeout.
 
 Extra config keys: addrs, tenant, secret | secret_file, trust_domain,
 timeout (s, default 2), pool_size, cluster, ca_file/cert_file/key_file,
 model_revision, tokenizer_revision, lease_ttl (s, default 30), batch_blocks
 (default 16), single_flight (default true), fill_poll (s, default 0.02),
-fill_wait (s, default 30), stats_file (a JSON file of this process's counters, rewritten
+fill_wait (s, default 30), load_failure_policy (recompute, the default,
+or fail: what vLLM does with a block promised and then not loaded),
+stats_file (a JSON file of this process's counters, rewritten
 as they change: tests and operators read it; ``load_ns`` and ``save_ns``
 are the wall time spent in loads and saves, so bytes_loaded / load_ns is
 the load rate). test_hooks is for the engine tests only (FIFOs that let
@@ -235,6 +239,8 @@ class GpucacheConnector(KVConnectorBase_V1):
         self._rank = 0
         if role == KVConnectorRole.WORKER:
             self._rank = self._global_rank(vllm_config)
+        else:
+            self._set_failure_policy(ktc)
         rev, tok = _model_revisions(vllm_config, self._extra)
         device = str(_get(vllm_config, "device_config", "device_type", default="") or "cpu")
         self._tier = dict(self._extra, model_revision=rev, tokenizer_revision=tok, block_tokens=self._bs,
@@ -267,6 +273,20 @@ class GpucacheConnector(KVConnectorBase_V1):
         self._staging: List[bytearray] = []  # batch_blocks buffers a load reads into, reused
         self._block_bytes = 0
         self._load_errors: set = set()
+
+    def _set_failure_policy(self, ktc: Any) -> None:
+        """vLLM 0.32 fails a request whose promised blocks cannot be loaded
+        (kv_load_failure_policy "fail", its default); this connector's
+        contract is that a fault is a recompute. vLLM's scheduler reads the
+        policy right after it creates this connector, so set it here:
+        load_failure_policy in the extra config, "recompute" by default."""
+        policy = str(self._extra.get("load_failure_policy", "recompute"))
+        if policy not in ("recompute", "fail"):
+            raise ValueError("gpucache: load_failure_policy %r: one of recompute, fail" % policy)
+        try:
+            ktc.kv_load_failure_policy = policy
+        except Exception as e:  # a vLLM without the setting: nothing to change
+            log.warning("gpucache: cannot set kv_load_failure_policy=%s: %s", policy, e)
 
     # -- identity --
 
@@ -350,6 +370,7 @@ class GpucacheConnector(KVConnectorBase_V1):
                            for r in range(self._world)]
                 self._lookup(st)
                 self._count(tokens_looked_up=full * self._bs)
+                self._hook("looked_up_fifo", {"hits": st.hits})
                 if self._single_flight and st.hits < full:
                     self._acquire(st, full)
         if st.wait_since and not self._waited(st):
@@ -566,6 +587,8 @@ class GpucacheConnector(KVConnectorBase_V1):
 
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
         meta = self._get_connector_metadata()
+        if getattr(meta, "loads", None):
+            self._hook("load_gate_fifo", {})
         for tr in getattr(meta, "loads", ()):
             try:
                 self._load(tr)
