@@ -265,14 +265,14 @@ def report(a: argparse.Namespace) -> int:
     with open(a.out_csv, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["mode", "length", "rep", "warmup", "ttft_s", "ttft_source", "generate_wall_s", "tokens_hit",
-                    "tokens_loaded", "bytes_loaded", "load_ns", "tokens_saved", "bytes_saved", "save_ns"])
+                    "tokens_loaded", "bytes_loaded", "load_ns", "tokens_saved", "bytes_saved", "save_ns", "loadavg_1min"])
         for mode in MODES:
             for r in runs[mode]["rows"]:
                 c = r["counters"]
                 w.writerow([mode, r["length"], r["rep"], int(r["warmup"]), "%.4f" % r["ttft_s"], r["ttft_source"],
                             "%.4f" % r["generate_wall_s"], c.get("tokens_hit", 0), c.get("tokens_loaded", 0),
                             c.get("bytes_loaded", 0), c.get("load_ns", 0), c.get("tokens_saved", 0),
-                            c.get("bytes_saved", 0), c.get("save_ns", 0)])
+                            c.get("bytes_saved", 0), c.get("save_ns", 0), r.get("loadavg", "unknown").split()[0]])
 
     def reps(mode: str, length: int) -> List[Dict[str, Any]]:
         return [r for r in runs[mode]["rows"] if r["length"] == length and not r["warmup"]]
@@ -283,12 +283,20 @@ def report(a: argparse.Namespace) -> int:
     def by_rep(mode: str, length: int) -> Dict[int, float]:
         return {r["rep"]: r["ttft_s"] for r in reps(mode, length)}
 
+    def cmed(mode: str, length: int, key: str) -> float:
+        return statistics.median(r["counters"].get(key, 0) for r in reps(mode, length))
+
     n = len(reps("reuse", lengths[0]))
     lines = [
         "| prompt tokens | recompute TTFT (s) | reuse from gpucache TTFT (s) | recompute / reuse (of medians) | "
-        "paired ratio, median (min-max) | first serve, miss + save (s) | tokens loaded per request | "
-        "MiB loaded per request | load rate (MB/s) | load time (ms) | 1-min load average |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "paired ratio, median (min-max) | tokens loaded per request | MiB loaded per request | load time (ms) | "
+        "load rate (MB/s) | 1-min load average |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    costs = [
+        "| prompt tokens | miss + save TTFT (s) | MiB saved per request | save time (ms) | save rate (MB/s) | "
+        "reuse: load + save time (ms) | reuse: share of its TTFT in the connector |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
     ]
     summary = []
     for length in lengths:
@@ -297,28 +305,41 @@ def report(a: argparse.Namespace) -> int:
         pairs = [a_[i] / b_[i] for i in sorted(a_) if i in b_ and b_[i] > 0]
         rr = reps("reuse", length)
         loaded = sorted({r["counters"].get("tokens_loaded", 0) for r in rr})
-        mib = statistics.median(r["counters"].get("bytes_loaded", 0) for r in rr) / (1 << 20)
+        mib = cmed("reuse", length, "bytes_loaded") / (1 << 20)
         rates = [r["counters"].get("bytes_loaded", 0) / r["counters"]["load_ns"] * 1e3
                  for r in rr if r["counters"].get("load_ns")]
         rate = statistics.median(rates) if rates else float("nan")
-        load_ms = statistics.median(r["counters"].get("load_ns", 0) for r in rr) / 1e6
+        load_ms = cmed("reuse", length, "load_ns") / 1e6
         loads = [float(r["loadavg"].split()[0]) for m in ("recompute", "reuse") for r in reps(m, length)
                  if r.get("loadavg", "unknown") != "unknown"]
-        lines.append("| %s | %.3f | %.3f | %.2f× | %.2f× (%.2f-%.2f) | %.3f | %s of %s | %.2f | %.0f | %.1f | %s |" % (
-            format(length, ","), rc, ru, rc / ru, statistics.median(pairs), min(pairs), max(pairs), sv,
-            "/".join(format(x, ",") for x in loaded), format(length, ","), mib, rate, load_ms,
+        lines.append("| %s | %.3f | %.3f | %.2f× | %.2f× (%.2f-%.2f) | %s of %s | %.2f | %.1f | %.0f | %s |" % (
+            format(length, ","), rc, ru, rc / ru, statistics.median(pairs), min(pairs), max(pairs),
+            "/".join(format(x, ",") for x in loaded), format(length, ","), mib, load_ms, rate,
             "%.1f-%.1f" % (min(loads), max(loads)) if loads else "unknown"))
+        srows = reps("save", length)
+        saved_mib = cmed("save", length, "bytes_saved") / (1 << 20)
+        save_ms = cmed("save", length, "save_ns") / 1e6
+        srates = [r["counters"].get("bytes_saved", 0) / r["counters"]["save_ns"] * 1e3
+                  for r in srows if r["counters"].get("save_ns")]
+        conn = [(r["counters"].get("load_ns", 0) + r["counters"].get("save_ns", 0)) / 1e9 for r in rr]
+        share = statistics.median(c / r["ttft_s"] for c, r in zip(conn, rr))
+        costs.append("| %s | %.3f | %.2f | %.1f | %.0f | %.1f | %.0f%% |" % (
+            format(length, ","), sv, saved_mib, save_ms, statistics.median(srates) if srates else float("nan"),
+            statistics.median(conn) * 1e3, 100 * share))
         summary.append({"length": length, "recompute_s": rc, "save_s": sv, "reuse_s": ru, "ratio": rc / ru,
                         "paired_ratios": pairs, "tokens_loaded": loaded, "mib_loaded": mib, "load_mb_s": rate,
-                        "load_ms": load_ms, "loadavg_1min": loads})
+                        "load_ms": load_ms, "save_ms": save_ms, "loadavg_1min": loads})
     src = sorted({r["ttft_source"] for m in MODES for r in runs[m]["rows"]})
     head = ["Medians of %d repetitions per length and mode, after one warm-up request per length and engine; "
             "TTFT from %s. Recompute and reuse ran in two engines alive together, their requests alternating "
-            "(paired ratio: recompute / reuse of the same repetition); miss + save ran before, alone." % (
+            "(paired ratio: recompute / reuse of the same repetition)." % (
                 n, " and ".join("vLLM's first_token_latency" if s == "vllm" else "the wall time of generate"
                                 for s in src)),
             "Engine starts (s): " + ", ".join("%s %.0f" % (m, runs[m]["engine_start_s"]) for m in MODES) + ".",
             ""]
+    lines += ["", "The connector's own time per request (its counters; medians). The save engine ran before the "
+              "other two, alone, under another load: its TTFT is not comparable with the recompute column.", ""]
+    lines += costs
     text = "\n".join(head + lines) + "\n"
     same = sum(1 for m in ("save", "reuse") for r in runs[m]["rows"]) - len(notes)
     text += "\nFirst tokens equal to recompute's: %d of %d requests of save and reuse.\n" % (
