@@ -39,7 +39,8 @@
 #
 # Needs go and the engines environment (scripts/engines-env). Nothing is
 # downloaded: the model is written locally. An engine start takes about a
-# minute on a quiet 2-vCPU VM; the full run about 20 minutes there.
+# minute on a quiet 2-vCPU VM; the full run took 10 to 17 minutes on the shared
+# 2-vCPU VM (docs/benchmarks/2026-12-05.md).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
