@@ -16,13 +16,9 @@ import os
 import random
 import subprocess
 import sys
-import tempfile
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-PYROOT = os.path.dirname(HERE)
-sys.path.insert(0, PYROOT)
-sys.path.insert(0, os.path.join(PYROOT, "tests"))
+from engine_tests.common import PYROOT, read_stats, setup_model, teardown_model
 
 try:
     import vllm  # noqa: F401
@@ -114,36 +110,16 @@ def fifo(path, proc, line=None):
         done.set()
 
 
-def read_stats(path):
-    """Sum the counters of every process of one engine run (scheduler, workers)."""
-    total = {}
-    d, base = os.path.dirname(path), os.path.basename(path)
-    for name in os.listdir(d):
-        if name.startswith(base + ".") and not name.endswith(".tmp"):
-            with open(os.path.join(d, name)) as f:
-                for k, v in json.load(f).items():
-                    total[k] = total.get(k, 0) + v
-    return total
-
-
 @unittest.skipUnless(HAVE_VLLM, "vLLM is not installed: run with scripts/engines-env's python")
 class ConnectorTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        from gpucache.demo import tiny_model
-        from gpucached import Daemon
-        cls.tmp = tempfile.TemporaryDirectory()
-        cls.model = os.path.join(cls.tmp.name, "tiny")
-        tiny_model.write(cls.model, "ci", seed=0)
-        rng = random.Random(7)
-        cls.prompt = [rng.randrange(0, 256) for _ in range(PROMPT_TOKENS)]
-        cls.daemon = Daemon.start()
+        setup_model(cls, PROMPT_TOKENS, daemon=True)
         cls.runs = 0
 
     @classmethod
     def tearDownClass(cls):
-        cls.daemon.stop()
-        cls.tmp.cleanup()
+        teardown_model(cls)
 
     def connector(self, addr=None):
         type(self).runs += 1

@@ -23,16 +23,11 @@ and ``.worker<rank>``; they are read per rank.
 
 import json
 import os
-import random
 import subprocess
 import sys
-import tempfile
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-PYROOT = os.path.dirname(HERE)
-sys.path.insert(0, PYROOT)
-sys.path.insert(0, os.path.join(PYROOT, "tests"))
+from engine_tests.common import PYROOT, setup_model, stats_by_process, teardown_model
 
 try:
     import vllm  # noqa: F401
@@ -96,38 +91,18 @@ def run_engine(model, prompt, tp, connector=None):
     raise AssertionError("vLLM engine run (TP=%d) failed (rc %d):\n%s" % (tp, p.returncode, (p.stdout + p.stderr)[-6000:]))
 
 
-def read_stats(path):
-    """The counters of each process of one engine run, by process
-    ("scheduler0", "worker0", "worker1", ...)."""
-    out = {}
-    d, base = os.path.dirname(path), os.path.basename(path)
-    for name in os.listdir(d):
-        if name.startswith(base + ".") and not name.endswith(".tmp"):
-            with open(os.path.join(d, name)) as f:
-                out[name[len(base) + 1:]] = json.load(f)
-    return out
-
-
 @unittest.skipUnless(HAVE_VLLM, "vLLM is not installed: run with scripts/engines-env's python")
 class TensorParallelTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        from gpucache.demo import tiny_model
-        from gpucached import Daemon
-        cls.tmp = tempfile.TemporaryDirectory()
-        cls.model = os.path.join(cls.tmp.name, "tiny")
-        tiny_model.write(cls.model, "ci", seed=0)
-        rng = random.Random(7)
-        cls.prompt = [rng.randrange(0, 256) for _ in range(PROMPT_TOKENS)]
-        cls.daemon = Daemon.start()
+        setup_model(cls, PROMPT_TOKENS, daemon=True)
         try:
             cls.base = run_engine(cls.model, cls.prompt, 2)
             cls.a, cls.stats_a = cls.engine("a", 2)
             cls.b, cls.stats_b = cls.engine("b", 2)
             cls.c, cls.stats_c = cls.engine("c", 1)
         except BaseException:
-            cls.daemon.stop()
-            cls.tmp.cleanup()
+            teardown_model(cls)
             raise
         for name, r, st in (("A (TP=2)", cls.a, cls.stats_a), ("B (TP=2)", cls.b, cls.stats_b),
                             ("C (TP=1)", cls.c, cls.stats_c)):
@@ -138,14 +113,13 @@ class TensorParallelTest(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        cls.daemon.stop()
-        cls.tmp.cleanup()
+        teardown_model(cls)
 
     @classmethod
     def engine(cls, name, tp):
         stats = os.path.join(cls.tmp.name, "stats-" + name)
         connector = {"addrs": cls.daemon.addr, "tenant": "default", "timeout": 2.0, "stats_file": stats}
-        return run_engine(cls.model, cls.prompt, tp, connector), read_stats(stats)
+        return run_engine(cls.model, cls.prompt, tp, connector), stats_by_process(stats)
 
     def test_each_rank_saves_its_own_shard(self):
         self.assertEqual(sorted(self.stats_a), ["scheduler0", "worker0", "worker1"])
