@@ -97,6 +97,13 @@ log "gpucached at 127.0.0.1:$PORT"
 
 # The engines run with the environment of the engine tests.
 export PYTHONPATH=$ROOT/python HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1
+# Every engine gets the same cores. Left to itself (VLLM_CPU_OMP_THREADS_BIND
+# auto), vLLM 0.32 chooses per process at start: in one run the recompute
+# engine got core 0 only (core 1 reserved) while save and reuse got cores 0
+# and 1, which made recompute's prefill twice as slow and the ratio twice too
+# large. The engines never compute at the same time (requests alternate).
+export VLLM_CPU_OMP_THREADS_BIND="${VLLM_CPU_OMP_THREADS_BIND:-0-$(($(nproc) - 1))}"
+printf 'omp_threads_bind\t%s\n' "$VLLM_CPU_OMP_THREADS_BIND" >>"$RAW/machine.txt"
 printf 'loadavg_before_engines\t%s\n' "$(cut -d' ' -f1-3 /proc/loadavg)" >>"$RAW/machine.txt"
 uptime >"$RAW/uptime-start.txt"
 fg_run "$PY" -m gpucache.bench_engine run --model "$TMP/model" --addr "127.0.0.1:$PORT" --lengths "$LENGTHS" \
