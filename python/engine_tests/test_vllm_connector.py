@@ -150,8 +150,10 @@ class ConnectorTest(unittest.TestCase):
         cb, sb = self.connector()
         b, _ = run_engine(self.model, self.prompt, connector=cb, salt="tenant-y")
         stats = read_stats(sb)
+        print("\nanother salt: %s\nvLLM: %s" % (stats, b["metrics"]), file=sys.stderr)
         self.assertEqual(stats.get("tokens_hit", 0), 0)
         self.assertEqual(stats.get("tokens_loaded", 0), 0)
+        self.assertEqual(b["metrics"].get("vllm:external_prefix_cache_hits", 0), 0)
 
     def test_another_model_at_the_same_path_loads_nothing(self):
         from gpucache.demo import tiny_model
@@ -164,8 +166,10 @@ class ConnectorTest(unittest.TestCase):
         cb, sb = self.connector()
         b, _ = run_engine(path, self.prompt, connector=cb)
         stats = read_stats(sb)
+        print("\nother weights at the same path: %s\nvLLM: %s" % (stats, b["metrics"]), file=sys.stderr)
         self.assertEqual(stats.get("tokens_hit", 0), 0)
         self.assertEqual(stats.get("tokens_loaded", 0), 0)
+        self.assertEqual(b["metrics"].get("vllm:external_prefix_cache_hits", 0), 0)
         self.assertEqual(b["tokens"], base["tokens"])
 
     def test_vllm_serve_with_curl(self):
@@ -338,14 +342,19 @@ class ConnectorTest(unittest.TestCase):
     def test_daemon_down_is_recompute(self):
         from gpucached import Daemon
         d = Daemon.start()
-        ca, _ = self.connector(d.addr)
-        a, _ = run_engine(self.model, self.prompt, connector=ca)
-        d.kill()
-        cb, sb = self.connector(d.addr)
-        b, err = run_engine(self.model, self.prompt, connector=cb)
+        try:
+            ca, _ = self.connector(d.addr)
+            a, _ = run_engine(self.model, self.prompt, connector=ca)
+            d.kill()
+            cb, sb = self.connector(d.addr)
+            b, err = run_engine(self.model, self.prompt, connector=cb)
+        finally:
+            d.stop()
         stats = read_stats(sb)
+        print("\ndaemon down: %s\nvLLM: %s" % (stats, b["metrics"]), file=sys.stderr)
         self.assertEqual(b["tokens"], a["tokens"])
         self.assertEqual(stats.get("tokens_loaded", 0), 0)
+        self.assertEqual(b["metrics"].get("vllm:external_prefix_cache_hits", 0), 0)
         self.assertNotIn("Traceback", err)
 
 
