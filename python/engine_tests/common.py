@@ -13,6 +13,15 @@ for _p in (PYROOT, os.path.join(PYROOT, "tests")):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
+try:
+    import vllm  # noqa: F401
+    HAVE_VLLM = True
+except ImportError:  # the engine tests skip: run them with scripts/engines-env's python
+    HAVE_VLLM = False
+
+PROMPT_TOKENS = 2048
+BLOCK = 32  # vLLM's CPU attention takes block sizes that are multiples of 32
+
 
 def setup_model(cls, prompt_tokens=0, prompt_seed=7, daemon=False):
     """On a test class: cls.tmp (a temporary directory), cls.model (the

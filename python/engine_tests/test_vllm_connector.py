@@ -18,16 +18,8 @@ import subprocess
 import sys
 import unittest
 
-from engine_tests.common import PYROOT, read_stats, setup_model, teardown_model
+from engine_tests.common import BLOCK, HAVE_VLLM, PROMPT_TOKENS, PYROOT, read_stats, setup_model, teardown_model
 
-try:
-    import vllm  # noqa: F401
-    HAVE_VLLM = True
-except ImportError:
-    HAVE_VLLM = False
-
-PROMPT_TOKENS = 2048
-BLOCK = 32  # vLLM's CPU attention takes block sizes that are multiples of 32
 
 RUN = r"""
 import json, sys

@@ -27,16 +27,8 @@ import subprocess
 import sys
 import unittest
 
-from engine_tests.common import PYROOT, setup_model, stats_by_process, teardown_model
+from engine_tests.common import BLOCK, HAVE_VLLM, PROMPT_TOKENS, PYROOT, setup_model, stats_by_process, teardown_model
 
-try:
-    import vllm  # noqa: F401
-    HAVE_VLLM = True
-except ImportError:
-    HAVE_VLLM = False
-
-PROMPT_TOKENS = 2048
-BLOCK = 32  # vLLM's CPU attention takes block sizes that are multiples of 32
 FULL_BLOCKS = (PROMPT_TOKENS - 1) // BLOCK  # the blocks the scheduler looks up: all but the last token's
 # One block of one rank: 2 layers x (K, V) x 1 KV head (2 heads / TP 2) x 32 tokens x 32 dims x 2 bytes.
 RANK_BLOCK_BYTES = 2 * 2 * 1 * BLOCK * 32 * 2
