@@ -46,23 +46,13 @@ Run: cd python && GPUCACHE_BIN=/path/to/gpucached HF_HUB_OFFLINE=1 \\
 import gc
 import os
 import random
-import sys
-import tempfile
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-PYROOT = os.path.dirname(HERE)
-sys.path.insert(0, PYROOT)
-sys.path.insert(0, os.path.join(PYROOT, "tests"))
+from engine_tests.common import HAVE_VLLM, setup_model, teardown_model
+
+from gpucached import Daemon  # noqa: E402  (engine_tests.common puts python/tests on the path)
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-try:
-    import vllm  # noqa: F401
-    HAVE_VLLM = True
-except ImportError:
-    HAVE_VLLM = False
-
-from gpucached import Daemon  # noqa: E402
 
 BLOCK_TOKENS = 32
 CHUNKS = 16          # primary slots
@@ -194,12 +184,7 @@ def seeded(seed, n, size):
 class TierThroughVLLMTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        from gpucache.demo import tiny_model
-
-        cls.tmp = tempfile.TemporaryDirectory()
-        cls.model = os.path.join(cls.tmp.name, "tiny")
-        tiny_model.write(cls.model, "ci", seed=0)
-        cls.daemon = Daemon.start()
+        setup_model(cls, daemon=True)
         cls.tier_cfg = tier_config(cls.daemon.addr)
         cls.vc, cls.kvc = engine_config(cls.model, [dict(cls.tier_cfg)])
         cls.spec, cls.manager = offloading_manager(cls.vc, cls.kvc)
@@ -215,8 +200,7 @@ class TierThroughVLLMTest(unittest.TestCase):
             cls.rows.close()
             cls.manager.shutdown()
         finally:
-            cls.daemon.stop()
-            cls.tmp.cleanup()
+            teardown_model(cls)
 
     # -- helpers --
 
@@ -367,6 +351,10 @@ class TierThroughVLLMTest(unittest.TestCase):
 
 @unittest.skipUnless(HAVE_VLLM, "vLLM is not installed: run with scripts/engines-env's python")
 class TwoManagersTest(unittest.TestCase):
+    def setUp(self):
+        setup_model(self, daemon=True)
+        self.addCleanup(teardown_model, self)
+
     """Two scheduler-side TieringOffloadingManagers, each with its own
     primary region and GpucacheTier, as two engines have: A stores blocks
     (GPU -> primary is the test's copy, primary -> gpucache is vLLM's
@@ -374,15 +362,9 @@ class TwoManagersTest(unittest.TestCase):
     primary region, and prepare_load names the slots that hold A's bytes."""
 
     def test_cascade_in_one_engine_promotion_in_another(self):
-        from gpucache.demo import tiny_model
         from vllm.v1.kv_offload.base import LookupResult, ReqContext, ScheduleEndContext
 
-        tmp = tempfile.TemporaryDirectory()
-        self.addCleanup(tmp.cleanup)
-        model = os.path.join(tmp.name, "tiny")
-        tiny_model.write(model, "ci", seed=0)
-        d = Daemon.start()
-        self.addCleanup(d.stop)
+        model, d = self.model, self.daemon
 
         end = ScheduleEndContext(new_req_ids=(), preempted_req_ids=())
         vc_a, kvc_a = engine_config(model, [tier_config(d.addr)])
@@ -447,14 +429,7 @@ class TwoManagersTest(unittest.TestCase):
         # view and closes the mmap behind it: nothing of the tier may still
         # export that memory, even after a job failed on a refused
         # connection (whose traceback once held the job's buffers).
-        from gpucache.demo import tiny_model
-
-        tmp = tempfile.TemporaryDirectory()
-        self.addCleanup(tmp.cleanup)
-        model = os.path.join(tmp.name, "tiny")
-        tiny_model.write(model, "ci", seed=0)
-        d = Daemon.start()
-        self.addCleanup(d.stop)
+        model, d = self.model, self.daemon
         vc, kvc = engine_config(model, [tier_config(d.addr)])
         _, m = offloading_manager(vc, kvc)
         tier = m.secondary_tiers[0]
