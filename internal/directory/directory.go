@@ -207,13 +207,17 @@ func (d *Directory) Acquire(req Request, present func() bool) Result {
 // the waiters get Fenced); a token that is not the live leader's gets
 // ErrNotLeader.
 func (d *Directory) Finish(t Token) error {
-	return d.withLeader(t, func(f *fill) {
-		for w := f.head; w != nil; w = f.head {
-			d.endWaiter(w, Notice{Kind: Finished})
-		}
-		d.remove(f)
-		d.stats.finished.Add(1)
-	})
+	return d.withLeader(t, d.finish)
+}
+
+// finish ends a fill whose block is stored: every waiter gets Finished and
+// the fill is removed. Requires the fill's stripe lock.
+func (d *Directory) finish(f *fill) {
+	for w := f.head; w != nil; w = f.head {
+		d.endWaiter(w, Notice{Kind: Finished})
+	}
+	d.remove(f)
+	d.stats.finished.Add(1)
 }
 
 // Publish records that the block of a flight was stored by other means
@@ -240,11 +244,7 @@ func (d *Directory) Publish(tenant string, ns identity.NamespaceDigest, key iden
 		d.fence(f)
 		return false
 	}
-	for w := f.head; w != nil; w = f.head {
-		d.endWaiter(w, Notice{Kind: Finished})
-	}
-	d.remove(f)
-	d.stats.finished.Add(1)
+	d.finish(f)
 	d.stats.published.Add(1)
 	return true
 }
