@@ -66,6 +66,7 @@ a test order two engines' steps); never set it in production.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import hashlib
 import json
@@ -144,6 +145,14 @@ def _model_revisions(vllm_config: Any, extra: Dict[str, Any]) -> Tuple[str, str]
                                            "vocab.json", "merges.txt", "special_tokens_map.json"))
     tok = str(tok or _get(mc, "tokenizer_revision", default="") or rev)
     return rev, tok
+
+
+def _by_rank(pairs: Any) -> Dict[int, List[Any]]:
+    """(rank, handle) pairs grouped by rank."""
+    out: Dict[int, List[Any]] = {}
+    for r, h in pairs:
+        out.setdefault(r, []).append(h)
+    return out
 
 
 def _truthy(v: Any) -> bool:
@@ -429,23 +438,15 @@ class GpucacheConnector(KVConnectorBase_V1):
         """Whether the fills st waits for have ended (then st.hits is looked
         up again); waits at most fill_poll now, fill_wait in all."""
         sess = self._session()
-        pending = [(r, h) for r, h in st.joined if h.outcome == "joined"]
-        for r in range(self._world):
-            hs = [h for rr, h in pending if rr == r]
-            if hs:
-                sess.wait(self._namespace(st.adapter, r), hs, self._fill_poll if r == 0 else 0.0)
-        still = [(r, h) for r, h in st.joined if h.outcome == "joined"]
-        if still and time.monotonic() - st.wait_since < self._fill_wait:
+        for r, hs in _by_rank(h for h in st.joined if h[1].outcome == "joined").items():
+            sess.wait(self._namespace(st.adapter, r), hs, self._fill_poll if r == 0 else 0.0)
+        ends = collections.Counter(h.outcome for r, h in st.joined if r == 0)
+        if ends["joined"] and time.monotonic() - st.wait_since < self._fill_wait:
             self._count(fill_polls=1)
             return False
-        for r, h in st.joined:
-            if h.outcome == "promoted":
-                st.leads.append((r, h))
-        done = sum(1 for r, h in st.joined if r == 0 and h.outcome == "finished")
-        self._count(fills_finished=done, fills_promoted=sum(1 for r, h in st.joined if r == 0 and h.outcome == "promoted"),
-                    fills_failed=sum(1 for r, h in st.joined if r == 0 and h.outcome == "failed"),
-                    fills_given_up=sum(1 for r, h in still if r == 0),
-                    fill_wait_ns=int((time.monotonic() - st.wait_since) * 1e9))
+        st.leads.extend((r, h) for r, h in st.joined if h.outcome == "promoted")
+        self._count(fills_finished=ends["finished"], fills_promoted=ends["promoted"], fills_failed=ends["failed"],
+                    fills_given_up=ends["joined"], fill_wait_ns=int((time.monotonic() - st.wait_since) * 1e9))
         st.wait_since = 0.0
         self._orphan(st)
         self._lookup(st)
@@ -476,11 +477,9 @@ class GpucacheConnector(KVConnectorBase_V1):
         """End the request's part in fills: turns still led pass on now (a
         turn its workers' PUT published answers NOT_LEADER: nothing
         changes), joins no longer waited for are read later."""
-        if st.leads and self._fills is not None:
-            for r in range(self._world):
-                hs = [h for rr, h in st.leads if rr == r]
-                if hs:
-                    self._fills.abort(self._namespace(st.adapter, r), hs)
+        if self._fills is not None:
+            for r, hs in _by_rank(st.leads).items():
+                self._fills.abort(self._namespace(st.adapter, r), hs)
         st.leads = []
         self._orphan(st)
 
