@@ -13,9 +13,17 @@
 #   reuse      GpucacheConnector, a fresh process: every prompt's full blocks
 #              loaded from gpucached (the run fails unless each request loads
 #              every full block but the one holding its last token)
-# save runs first, alone; then recompute and reuse are alive together and
-# their requests alternate (ABBA, PAUSE seconds of idle before each), so each
-# repetition's pair ran under the same machine load.
+#   lmc-resp, lmc-plugin (LMCACHE=1)  LMCache in multiprocess mode
+#              (vLLM's LMCacheMPConnector, one `lmcache server` per engine)
+#              with gpucached as its L2: through LMCache's own RESP client to
+#              gpucached's RESP endpoint, or through gpucache.lmcache over the
+#              native protocol. Each has a save engine (own LMCache server)
+#              and a reuse engine whose LMCache server is fresh (empty L1),
+#              so every hit comes from gpucached.
+# The save engines run first, each alone; then recompute, reuse and the
+# LMCache reuse engines are alive together and their requests take turns
+# (the first engine rotates per repetition, PAUSE seconds of idle before
+# each), so each repetition's requests ran under the same machine load.
 # TTFT is vLLM's RequestOutput.metrics.first_token_latency. The report gives
 # medians per length and mode, recompute / reuse, and the load rate from the
 # connector's counters (bytes_loaded / load_ns). See python/gpucache/bench_engine.py.
@@ -28,6 +36,8 @@
 #   REPS            measured prompts per length and mode; default 5
 #   LENGTHS         prompt lengths in tokens, comma-separated; default 512,2048,8192
 #   SEED            seed of the prompts; default 0 (the model's seed is MODEL_SEED, default 0)
+#   LMCACHE         1: also LMCache's two paths (below); default 1 when the
+#                   engines environment has lmcache, else 0
 #   PAUSE           seconds of idle before each request; default 2 (vLLM's
 #                   worker busy-polls for 1 s after its last message)
 #   ENGINES_PYTHON_BIN  the engines environment's python; default `scripts/engines-env python`
@@ -65,6 +75,11 @@ RAW=$OUT/engine-ttft-$STAMP
 command -v go >/dev/null 2>&1 || die "go is not on PATH"
 PY=${ENGINES_PYTHON_BIN:-$(scripts/engines-env python)} || die "no engines environment: run scripts/engines-env"
 "$PY" -c 'import vllm' 2>/dev/null || die "$PY cannot import vllm"
+if [[ -z ${LMCACHE:-} ]]; then
+	LMCACHE=0
+	"$PY" -c 'import lmcache' 2>/dev/null && LMCACHE=1
+fi
+[[ $LMCACHE == 0 || $LMCACHE == 1 ]] || die "LMCACHE must be 0 or 1, got '$LMCACHE'"
 
 # shellcheck source=bench/lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -89,7 +104,23 @@ PYTHONPATH=$ROOT/python "$PY" -m gpucache.demo.tiny_model "$TMP/model" --size be
 log "model: $(cat "$RAW/model.json")"
 
 free_port PORT
-"$TMP/gpucached" --listen "127.0.0.1:$PORT" --admin-listen off --cold-store off --hot-capacity 2GiB \
+LMC_ARGS=()
+if [[ $LMCACHE == 1 ]]; then
+	# LMCache's RESP client stores under the open-mode RESP profile: the
+	# bench model's identity (its chunks are 256 tokens of 8 KiB).
+	free_port RPORT
+	"$PY" - "$TMP/model" "$RPORT" >"$TMP/gpucached.yaml" <<'PYEOF'
+import json, sys
+m, port = sys.argv[1], sys.argv[2]
+c = json.load(open(m + "/config.json"))
+print("resp_listen: 127.0.0.1:%s" % port)
+print("resp_profile: {model: %s, config_revision: main, tokenizer_revision: main, dtype: bfloat16, "
+      "layer_count: %d, kv_heads: %d, head_dim: %d, block_tokens: 256, key_format: lmcache, variable_length: true}"
+      % (m, c["num_hidden_layers"], c["num_key_value_heads"], c["head_dim"]))
+PYEOF
+	LMC_ARGS=(--config "$TMP/gpucached.yaml")
+fi
+"$TMP/gpucached" "${LMC_ARGS[@]}" --listen "127.0.0.1:$PORT" --admin-listen off --cold-store off --hot-capacity 3GiB \
 	2>"$RAW/logs/gpucached.log" &
 PIDS+=("$!")
 wait_port "$PORT" "${PIDS[-1]}" 30 || die "gpucached did not start: $(tail -5 "$RAW/logs/gpucached.log")"
@@ -106,8 +137,10 @@ export VLLM_CPU_OMP_THREADS_BIND="${VLLM_CPU_OMP_THREADS_BIND:-0-$(($(nproc) - 1
 printf 'omp_threads_bind\t%s\n' "$VLLM_CPU_OMP_THREADS_BIND" >>"$RAW/machine.txt"
 printf 'loadavg_before_engines\t%s\n' "$(cut -d' ' -f1-3 /proc/loadavg)" >>"$RAW/machine.txt"
 uptime >"$RAW/uptime-start.txt"
+LMC_RUN=()
+[[ $LMCACHE == 1 ]] && LMC_RUN=(--lmcache-resp "127.0.0.1:$RPORT")
 fg_run "$PY" -m gpucache.bench_engine run --model "$TMP/model" --addr "127.0.0.1:$PORT" --lengths "$LENGTHS" \
-	--reps "$REPS" --seed "$SEED" --pause "$PAUSE" --dir "$RAW" > >(tee "$RAW/logs/run.out") ||
+	--reps "$REPS" --seed "$SEED" --pause "$PAUSE" --dir "$RAW" "${LMC_RUN[@]}" > >(tee "$RAW/logs/run.out") ||
 	die "an engine failed: see $RAW/logs/"
 printf 'loadavg_at_end\t%s\n' "$(cut -d' ' -f1-3 /proc/loadavg)" >>"$RAW/machine.txt"
 uptime >"$RAW/uptime-end.txt"

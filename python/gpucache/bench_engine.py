@@ -54,6 +54,10 @@ from typing import Any, Dict, List, Tuple
 
 BLOCK = 32  # vLLM's CPU attention takes block sizes that are multiples of 32
 MODES = ("recompute", "save", "reuse")
+# LMCache (multiprocess mode, one LMCache server per engine) with gpucache as
+# its L2, through LMCache's own RESP client or through gpucache.lmcache.
+LMC_MODES = ("lmc-resp-save", "lmc-resp", "lmc-plugin-save", "lmc-plugin")
+LMC_CHUNK = 256
 
 
 def prompt_ids(seed: int, length: int, index: int) -> List[int]:
@@ -91,7 +95,11 @@ def serve(a: argparse.Namespace) -> int:
                               max_model_len=max_len, max_num_batched_tokens=max_len, max_num_seqs=1,
                               enable_prefix_caching=False, kv_cache_memory_bytes=a.kv_cache_bytes,
                               disable_log_stats=False)
-    if a.mode != "recompute":
+    if a.mode.startswith("lmc-"):
+        kw["kv_transfer_config"] = {"kv_connector": "LMCacheMPConnector", "kv_role": "kv_both",
+                                    "kv_connector_extra_config": {"lmcache.mp.host": "tcp://127.0.0.1",
+                                                                  "lmcache.mp.port": a.lmcache_port}}
+    elif a.mode != "recompute":
         extra = {"addrs": a.addr, "tenant": "default", "timeout": a.timeout, "stats_file": a.stats}
         kw["kv_transfer_config"] = {"kv_connector": "GpucacheConnector",
                                     "kv_connector_module_path": "gpucache.vllm_connector",
@@ -103,7 +111,7 @@ def serve(a: argparse.Namespace) -> int:
     for line in sys.stdin:
         req = json.loads(line)
         length, i = int(req["length"]), int(req["index"])
-        connector = a.mode != "recompute"
+        connector = a.mode in ("save", "reuse")
         before = read_stats(a.stats) if connector else {}
         t = time.perf_counter()
         out = llm.generate([{"prompt_token_ids": prompt_ids(a.seed, length, i)}], sp, use_tqdm=False)
@@ -115,6 +123,7 @@ def serve(a: argparse.Namespace) -> int:
         row = {"mode": a.mode, "length": length, "rep": i, "warmup": i == 0,
                "ttft_s": ftl if ftl > 0 else wall, "ttft_source": "vllm" if ftl > 0 else "wall",
                "generate_wall_s": wall, "first_token": list(out[0].outputs[0].token_ids)[:1],
+               "cached_tokens": int(getattr(out[0], "num_cached_tokens", 0) or 0),
                "loadavg": _loadavg(), "counters": {k: v for k, v in sorted(delta.items()) if v}}
         print("ROW " + json.dumps(row), flush=True)
     return 0
@@ -123,12 +132,14 @@ def serve(a: argparse.Namespace) -> int:
 class _Engine:
     """An engine process in `serve` mode, driven over its stdin and stdout."""
 
-    def __init__(self, a: argparse.Namespace, mode: str) -> None:
+    def __init__(self, a: argparse.Namespace, mode: str, lmcache_port: int = 0) -> None:
         self.mode = mode
         args = [sys.executable, "-m", "gpucache.bench_engine", "serve", "--mode", mode, "--model", a.model,
                 "--lengths", a.lengths, "--seed", str(a.seed), "--kv-cache-bytes", str(a.kv_cache_bytes),
                 "--timeout", str(a.timeout)]
-        if mode != "recompute":
+        if mode.startswith("lmc-"):
+            args += ["--lmcache-port", str(lmcache_port)]
+        elif mode != "recompute":
             args += ["--addr", a.addr, "--stats", os.path.join(a.dir, "stats-%s" % mode)]
         self.log = open(os.path.join(a.dir, "logs", "%s.log" % mode), "w")
         self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
@@ -177,34 +188,68 @@ def _say(msg: str) -> None:
     print("[engine-ttft %s] %s" % (time.strftime("%H:%M:%S", time.gmtime()), msg), flush=True)
 
 
+def _lmcache_adapters(a: argparse.Namespace) -> Dict[str, Dict[str, Any]]:
+    """The L2 adapter of each LMCache path: LMCache's RESP client to
+    gpucached's RESP endpoint, and gpucache.lmcache's native adapter."""
+    host, port = a.lmcache_resp.rsplit(":", 1)
+    return {"resp": {"type": "resp", "host": host, "port": int(port)},
+            "plugin": {"type": "plugin", "module_path": "gpucache.lmcache", "class_name": "GpucacheL2Adapter",
+                       "adapter_params": {"addrs": a.addr, "tenant": "default", "dtype": "bfloat16",
+                                          "chunk_tokens": LMC_CHUNK, "timeout": a.timeout}}}
+
+
+def _mp_server(adapter: Dict[str, Any]):
+    """A fresh LMCache multiprocess server (engine_tests/lmcache_server.py)."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    from engine_tests.lmcache_server import MPServer  # type: ignore
+    return MPServer.start(adapter, chunk_size=LMC_CHUNK, l1_gb=1.0)
+
+
 def run(a: argparse.Namespace) -> int:
-    """The three engines: save first (every prompt a miss, saved), then
-    recompute and reuse alive together, their requests alternating."""
+    """The engines: the saving ones first, each alone (gpucache's connector,
+    then LMCache through each adapter, each LMCache engine with its own
+    LMCache server); then recompute, reuse and the LMCache reuse engines
+    (each with a fresh LMCache server: an empty L1, so every hit comes from
+    gpucache) alive together, their requests taking turns."""
     os.makedirs(os.path.join(a.dir, "logs"), exist_ok=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so that finally stops the engines
     lengths = [int(x) for x in a.lengths.split(",")]
     engines: List[_Engine] = []
+    servers: List[Any] = []
+    adapters = _lmcache_adapters(a) if a.lmcache_resp else {}
     try:
-        save = _Engine(a, "save")
-        engines.append(save)
+        saves = [("save", 0)]
+        for name, adapter in adapters.items():
+            servers.append(_mp_server(adapter))
+            saves.append(("lmc-%s-save" % name, servers[-1].port))
+        for mode, port in saves:
+            save = _Engine(a, mode, port)
+            engines.append(save)
+            for length in lengths:
+                for i in range(a.reps + 1):
+                    save.ask(length, i)
+            save.close(a.dir)
+            engines.remove(save)
+        measured = [_Engine(a, "recompute")]
+        engines.extend(measured)
+        measured.append(_Engine(a, "reuse"))
+        engines.append(measured[-1])
+        for name, adapter in adapters.items():
+            servers.append(_mp_server(adapter))
+            measured.append(_Engine(a, "lmc-%s" % name, servers[-1].port))
+            engines.append(measured[-1])
         for length in lengths:
             for i in range(a.reps + 1):
-                save.ask(length, i)
-        save.close(a.dir)
-        engines.remove(save)
-        rec = _Engine(a, "recompute")
-        engines.append(rec)
-        reu = _Engine(a, "reuse")
-        engines.append(reu)
-        for length in lengths:
-            for i in range(a.reps + 1):
-                # ABBA: which engine goes first alternates; the pause lets the
-                # other engine's worker stop busy-polling (vLLM polls 1 s
-                # after its last message before it sleeps).
-                for e in ((rec, reu) if i % 2 == 0 else (reu, rec)):
+                # Which engine goes first rotates with the repetition; the
+                # pause lets the others' workers stop busy-polling (vLLM
+                # polls 1 s after its last message before it sleeps).
+                k = i % len(measured)
+                for e in measured[k:] + measured[:k]:
                     time.sleep(a.pause)
                     e.ask(length, i)
-        for e in (rec, reu):
+        for e in measured:
             e.close(a.dir)
         engines.clear()
     finally:
@@ -212,6 +257,8 @@ def run(a: argparse.Namespace) -> int:
             if e.proc.poll() is None:
                 e.proc.kill()
                 e.proc.wait()
+        for srv in servers:
+            srv.stop()
     return 0
 
 
@@ -252,14 +299,52 @@ def _check(runs: Dict[str, Any]) -> Tuple[List[str], List[str]]:
                     bad.append("%s: hit %d tokens, want %d" % (where, c.get("tokens_hit", 0), full * BLOCK))
                 if not c.get("load_ns", 0):
                     bad.append("%s: no load time counted" % where)
+    for mode in LMC_MODES:
+        for r in runs.get(mode, {}).get("rows", []):
+            where = "%s len %d rep %d" % (mode, r["length"], r["rep"])
+            if r["first_token"] != first.get((r["length"], r["rep"])):
+                notes.append("%s: first token %s, recompute's %s" % (where, r["first_token"],
+                                                                   first.get((r["length"], r["rep"]))))
+            got = r.get("cached_tokens", 0)
+            if mode.endswith("-save") and got:
+                bad.append("%s: %d tokens cached in an empty gpucached" % (where, got))
+            if not mode.endswith("-save") and got < r["length"] - LMC_CHUNK:
+                bad.append("%s: %d tokens loaded from LMCache, want >= %d (every full chunk)" % (
+                    where, got, r["length"] - LMC_CHUNK))
     return bad, notes
+
+
+def _lmcache_table(runs: Dict[str, Any], lengths: List[int]) -> List[str]:
+    """TTFT of the four ways for engine B to get its prompt's KV, one run."""
+    def med(mode: str, length: int) -> float:
+        return statistics.median(r["ttft_s"] for r in runs[mode]["rows"] if r["length"] == length and not r["warmup"])
+
+    def cached(mode: str, length: int) -> str:
+        got = sorted({r.get("cached_tokens", 0) for r in runs[mode]["rows"] if r["length"] == length and not r["warmup"]})
+        return "/".join(format(x, ",") for x in got)
+    out = ["", "Engine B's four ways to its prompt's KV, in the same run, the same prompts, the engines alive "
+           "together and their requests taking turns: TTFT medians (s), and recompute / path.", "",
+           "| prompt tokens | recompute | gpucache native connector | LMCache over RESP (gpucached's RESP) | "
+           "LMCache through gpucache.lmcache (native) | native: x | RESP: x | plugin: x | "
+           "tokens from cache (native / RESP / plugin) |",
+           "|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for length in lengths:
+        rc, nv, rs, pl = (med(m, length) for m in ("recompute", "reuse", "lmc-resp", "lmc-plugin"))
+        nat = sorted({r["counters"].get("tokens_loaded", 0) for r in runs["reuse"]["rows"]
+                      if r["length"] == length and not r["warmup"]})
+        out.append("| %s | %.3f | %.3f | %.3f | %.3f | %.2f× | %.2f× | %.2f× | %s / %s / %s |" % (
+            format(length, ","), rc, nv, rs, pl, rc / nv, rc / rs, rc / pl,
+            "/".join(format(x, ",") for x in nat), cached("lmc-resp", length), cached("lmc-plugin", length)))
+    return out
 
 
 def report(a: argparse.Namespace) -> int:
     runs = {}
-    for mode in MODES:
-        with open(os.path.join(a.dir, "%s.json" % mode)) as f:
-            runs[mode] = json.load(f)
+    for mode in MODES + LMC_MODES:
+        path = os.path.join(a.dir, "%s.json" % mode)
+        if mode in MODES or os.path.exists(path):
+            with open(path) as f:
+                runs[mode] = json.load(f)
     bad, notes = _check(runs)
     lengths = sorted({r["length"] for r in runs["recompute"]["rows"]})
     with open(a.out_csv, "w", newline="") as f:
@@ -335,14 +420,19 @@ def report(a: argparse.Namespace) -> int:
             "(paired ratio: recompute / reuse of the same repetition)." % (
                 n, " and ".join("vLLM's first_token_latency" if s == "vllm" else "the wall time of generate"
                                 for s in src)),
-            "Engine starts (s): " + ", ".join("%s %.0f" % (m, runs[m]["engine_start_s"]) for m in MODES) + ".",
+            "Engine starts (s): " + ", ".join("%s %.0f" % (m, runs[m]["engine_start_s"]) for m in runs) + ".",
             ""]
     lines += ["", "The connector's own time per request (its counters; medians). The save engine ran before the "
               "other two, alone, under another load: its TTFT is not comparable with the recompute column.", ""]
     lines += costs
+    if all(m in runs for m in LMC_MODES):
+        lines += _lmcache_table(runs, lengths)
+        summary.append({"lmcache": {m: {str(n): statistics.median(
+            r["ttft_s"] for r in runs[m]["rows"] if r["length"] == n and not r["warmup"]) for n in lengths}
+            for m in ("recompute", "reuse", "lmc-resp", "lmc-plugin")}})
     text = "\n".join(head + lines) + "\n"
-    same = sum(1 for m in ("save", "reuse") for r in runs[m]["rows"]) - len(notes)
-    text += "\nFirst tokens equal to recompute's: %d of %d requests of save and reuse.\n" % (
+    same = sum(1 for m in runs if m != "recompute" for r in runs[m]["rows"]) - len(notes)
+    text += "\nFirst tokens equal to recompute's: %d of %d requests of the other engines.\n" % (
         same, same + len(notes))
     for x in notes:
         text += "- " + x + "\n"
@@ -376,9 +466,11 @@ def main(argv: Any = None) -> int:
     r.add_argument("--reps", type=int, default=5)
     r.add_argument("--pause", type=float, default=2.0, help="seconds of idle before each request")
     r.add_argument("--dir", required=True)
+    r.add_argument("--lmcache-resp", default="", help="gpucached's RESP address: also run the LMCache paths")
     e = sub.add_parser("serve", help="one engine, driven by run over stdin and stdout")
     engine_args(e)
-    e.add_argument("--mode", choices=MODES, required=True)
+    e.add_argument("--mode", choices=MODES + LMC_MODES, required=True)
+    e.add_argument("--lmcache-port", type=int, default=0)
     e.add_argument("--stats", default="")
     p = sub.add_parser("report", help="check the three runs and write the tables")
     p.add_argument("--dir", required=True)
@@ -388,7 +480,7 @@ def main(argv: Any = None) -> int:
     if a.cmd == "run" and not a.addr:
         ap.error("run needs --addr (gpucached)")
     if a.cmd == "serve":
-        if a.mode != "recompute" and not (a.addr and a.stats):
+        if a.mode in ("save", "reuse") and not (a.addr and a.stats):
             ap.error("--mode %s needs --addr and --stats" % a.mode)
         return serve(a)
     if a.cmd == "run":

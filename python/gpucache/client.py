@@ -813,6 +813,31 @@ class Client:
             wire.decode_status_response(body, len(entries))
 
 
+def client_from_config(cfg: Dict) -> "Client":
+    """A Client from an adapter's configuration dictionary: addrs (a list or
+    "h:p,h:p"; default 127.0.0.1:9400), tenant, secret or secret_file, tls
+    (ca_file, cert_file, key_file), timeout (2.0 s), pool_size (8), cluster."""
+    addrs = cfg.get("addrs") or cfg.get("addresses") or "127.0.0.1:9400"
+    if isinstance(addrs, str):
+        addrs = [a.strip() for a in addrs.split(",") if a.strip()]
+    secret = cfg.get("secret")
+    if secret is None and cfg.get("secret_file"):
+        with open(cfg["secret_file"], "rb") as f:
+            secret = f.read(4096).strip()
+    if isinstance(secret, str):
+        secret = secret.encode()
+    ctx = None
+    if cfg.get("ca_file") or cfg.get("cert_file") or cfg.get("tls"):
+        import ssl
+
+        ctx = ssl.create_default_context(cafile=cfg.get("ca_file"))
+        if cfg.get("cert_file"):
+            ctx.load_cert_chain(cfg["cert_file"], cfg.get("key_file"))
+    return Client(addrs=list(addrs), tenant=cfg["tenant"], secret=secret or b"", ssl_context=ctx,
+                  timeout=float(cfg.get("timeout", 2.0)), pool_size=int(cfg.get("pool_size", 8)),
+                  cluster=bool(cfg.get("cluster", False)))
+
+
 def _len_of(p) -> int:
     return sum(len(v) for v in _payload_views(p))
 

@@ -399,28 +399,9 @@ def bind_namespace(spec: Any, tier: Dict[str, Any]) -> Any:
 
 
 def _client_from_config(tier: Dict[str, Any]) -> Any:
-    from gpucache import Client  # pycore
+    from gpucache.client import client_from_config
 
-    addrs = tier.get("addrs") or tier.get("addresses") or "127.0.0.1:9400"
-    if isinstance(addrs, str):
-        addrs = [a.strip() for a in addrs.split(",") if a.strip()]
-    secret = tier.get("secret")
-    if secret is None and tier.get("secret_file"):
-        with open(tier["secret_file"], "rb") as f:
-            secret = f.read().strip()
-    if isinstance(secret, str):
-        secret = secret.encode()
-    ctx = None
-    if tier.get("ca_file") or tier.get("cert_file") or tier.get("tls"):
-        import ssl
-
-        ctx = ssl.create_default_context(cafile=tier.get("ca_file"))
-        if tier.get("cert_file"):
-            ctx.load_cert_chain(tier["cert_file"], tier.get("key_file"))
-    return Client(addrs=list(addrs), tenant=tier["tenant"], secret=secret or b"",
-                  ssl_context=ctx, timeout=float(tier.get("timeout", 2.0)),
-                  pool_size=int(tier.get("pool_size", 8)),
-                  cluster=bool(tier.get("cluster", False)))
+    return client_from_config(tier)
 
 
 # --- the tier ----------------------------------------------------------------

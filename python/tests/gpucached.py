@@ -18,6 +18,7 @@ import threading
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 _SERVING = re.compile(r'msg="gpucached serving" data=(\S+)')
+_RESP = re.compile(r'msg="RESP2 endpoint listening" resp_listen=(\S+)')
 _build_lock = threading.Lock()
 _built = None
 
@@ -43,6 +44,7 @@ class Daemon:
         self.addr = addr
         self.workdir = workdir
         self.log_path = log_path
+        self.resp_addr = None  # the RESP listener's address, when resp_listen is on
 
     @classmethod
     def start(cls, extra_args=(), config=None, timeout=60.0):
@@ -59,7 +61,7 @@ class Daemon:
         log_path = os.path.join(workdir, "gpucached.log")
         proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=workdir)
         found = threading.Event()
-        addr = []
+        addr, resp = [], []
         log = open(log_path, "wb")
 
         def pump():  # read stderr to the end so the daemon never blocks on a full pipe
@@ -67,6 +69,9 @@ class Daemon:
                 log.write(line)
                 log.flush()
                 if not found.is_set():
+                    r = _RESP.search(line.decode("utf-8", "replace"))
+                    if r:
+                        resp.append(r.group(1))
                     m = _SERVING.search(line.decode("utf-8", "replace"))
                     if m:
                         addr.append(m.group(1))
@@ -80,7 +85,9 @@ class Daemon:
             proc.wait()
             with open(log_path, "rb") as f:
                 raise RuntimeError("gpucached did not start:\n" + f.read().decode("utf-8", "replace")[-4000:])
-        return cls(proc, addr[0], workdir, log_path, t)
+        d = cls(proc, addr[0], workdir, log_path, t)
+        d.resp_addr = resp[0] if resp else None
+        return d
 
     def stop(self, grace=10.0):
         if self.proc.poll() is None:
