@@ -346,7 +346,7 @@ class GpucacheStorage(_Base):
         self._extra = extra
         self._interface = "v1" if int(extra.get("interface_v1", 0) or 0) else "flat"
         self._mla = bool(_cfg_get(storage_config, "is_mla_model", False))
-        writer = getattr(storage_config, "is_storage_writer", None)  # SGLang >= 0.5.2x
+        writer = getattr(storage_config, "is_storage_writer", None)  # a property in SGLang 0.5.23
         if not isinstance(writer, bool):
             writer = not self._mla or int(_cfg_get(storage_config, "tp_rank", 0)) == 0
         self._writer = writer
