@@ -25,7 +25,10 @@ name is the page key, under a namespace that binds everything else:
   flag and the interface (v1 zero copy or flat pages) into Layout.format.
 
 An MLA (rank-replicated) model binds tp rank 0 of size 1 whatever the rank,
-so every TP rank reads the pages rank 0 wrote; only tp rank 0 writes.
+so every TP rank reads the pages rank 0 wrote; only the config's storage
+writer (``is_storage_writer``: tp rank 0, or with decode context parallelism
+the first rank of each DCP shard) writes, and the DCP rank and size go into
+Layout.format when DCP is on.
 
 With ``interface_v1`` a page whose host buffers are not contiguous (MHA
 page_first: K and V) is stored as one block per buffer, named
@@ -35,6 +38,11 @@ consecutive pages gives the leading page count in one round trip.
 Every failure on a read path is a miss; no exception reaches SGLang from
 get/batch_get/exists/batch_exists/batch_get_v1, and write paths return False.
 Configuration errors at construction raise ValueError("gpucache/sglang: ...").
+
+get_stats() answers SGLang's StorageMetrics (pages and GB/s of each read
+and write since the last call, kept only when the config's
+enable_storage_metrics is on, which SGLang sets from --enable-metrics);
+counters() answers the backend's own running counters and miss reasons.
 """
 
 from __future__ import annotations
@@ -100,7 +108,29 @@ except Exception:  # sglang absent (or broken): a stand-in with the same methods
             return None
 
 
+@dataclasses.dataclass
+class _StorageMetrics:
+    """Stand-in for sglang's StorageMetrics (the same four lists) where
+    sglang.srt.observability.metrics_collector does not import."""
+
+    prefetch_pgs: list = dataclasses.field(default_factory=list)
+    backup_pgs: list = dataclasses.field(default_factory=list)
+    prefetch_bandwidth: list = dataclasses.field(default_factory=list)
+    backup_bandwidth: list = dataclasses.field(default_factory=list)
+
+
+def _storage_metrics():
+    """A new StorageMetrics: SGLang's own class when it imports (its
+    collector asserts the type), else the stand-in."""
+    try:
+        from sglang.srt.observability.metrics_collector import StorageMetrics
+    except Exception:
+        return _StorageMetrics()
+    return StorageMetrics()
+
+
 _PREFIX = "gpucache/sglang: "
+_MAX_METRICS = 4096  # per-operation samples kept between two get_stats() calls
 _MAX_NAME = 1024  # identity.MaxOpaqueLen
 _OK_PUT = ("STORED", "EXISTS")
 
@@ -212,7 +242,9 @@ def bind_namespace(storage_config, extra: dict, pool, interface: str):
     dp_rank = int(_cfg_get(storage_config, "dp_rank", 0))
     dp_size = int(_cfg_get(storage_config, "dp_size", 1))
     split = bool(_cfg_get(storage_config, "should_split_heads", False))
-    if mla:  # rank-replicated KV: every TP rank holds rank 0's bytes
+    dcp_rank = int(_cfg_get(storage_config, "dcp_rank", 0))
+    dcp_size = int(_cfg_get(storage_config, "dcp_size", 1))
+    if mla:  # rank-replicated KV: every TP rank of a DCP shard holds its bytes
         tp_rank, tp_size = 0, 1
 
     page_size = int(getattr(pool, "page_size", 0) or 0)
@@ -235,9 +267,10 @@ def bind_namespace(storage_config, extra: dict, pool, interface: str):
     head_dim = max(head_dim, 1)
     layer_start = int(getattr(pool, "start_layer", 0) or 0)
 
-    fmt = "sglang-hicache/{}/{}/{}/cp{}of{}/dp{}of{}/{}x{}B{}".format(
+    fmt = "sglang-hicache/{}/{}/{}/cp{}of{}/dp{}of{}/{}x{}B{}{}".format(
         layout_name, "mla" if mla else "mha", interface, cp_rank, cp_size,
-        dp_rank, dp_size, len(sizes), bytes_per_page, "/split" if split else "")
+        dp_rank, dp_size, len(sizes), bytes_per_page, "/split" if split else "",
+        "/dcp{}of{}".format(dcp_rank, dcp_size) if dcp_size > 1 else "")
     layout = _gc.Layout(
         format=fmt, tp_rank=tp_rank, tp_size=tp_size, pp_rank=pp_rank, pp_size=pp_size,
         layer_start=layer_start, layer_count=layer_num, kv_heads=heads, head_dim=head_dim,
@@ -313,7 +346,12 @@ class GpucacheStorage(_Base):
         self._extra = extra
         self._interface = "v1" if int(extra.get("interface_v1", 0) or 0) else "flat"
         self._mla = bool(_cfg_get(storage_config, "is_mla_model", False))
-        self._writer = not self._mla or int(_cfg_get(storage_config, "tp_rank", 0)) == 0
+        writer = getattr(storage_config, "is_storage_writer", None)  # a property in SGLang 0.5.23
+        if not isinstance(writer, bool):
+            writer = not self._mla or int(_cfg_get(storage_config, "tp_rank", 0)) == 0
+        self._writer = writer
+        self._metrics_on = bool(_cfg_get(storage_config, "enable_storage_metrics", False))
+        self._metrics = _storage_metrics()  # guarded by _lock, drained by get_stats()
         self._lease_ttl = float(extra.get("lease_ttl", 0.0))
         if not extra.get("tenant"):
             raise ValueError(_PREFIX + "extra_config needs \"tenant\"")
@@ -366,6 +404,18 @@ class GpucacheStorage(_Base):
         with self._lock:
             for k, v in inc.items():
                 self._stats[k] = self._stats.get(k, 0) + v
+
+    def _sample(self, kind, pages, nbytes, t0):
+        """One operation's pages and GB/s for SGLang's storage metrics."""
+        if not self._metrics_on or pages <= 0:
+            return
+        secs = max(time.perf_counter() - t0, 1e-9)
+        with self._lock:
+            pgs = getattr(self._metrics, kind + "_pgs")
+            bw = getattr(self._metrics, kind + "_bandwidth")
+            if len(pgs) < _MAX_METRICS:
+                pgs.append(pages)
+                bw.append(nbytes / secs / 1e9)
 
     def _fail(self, what, err):
         now = time.monotonic()
@@ -430,6 +480,7 @@ class GpucacheStorage(_Base):
         res = [False] * len(keys)
         if not keys or not self._ready(keys):
             return res
+        t0 = time.perf_counter()
         try:
             pages = self._page_views(keys, host_indices)
             flat = [item for page in pages for item in page]
@@ -451,6 +502,7 @@ class GpucacheStorage(_Base):
             return [False] * len(keys)
         hit = sum(res)
         self._count(get_pages_hit=hit, get_pages_miss=len(keys) - hit, bytes_read=nbytes)
+        self._sample("prefetch", hit, nbytes, t0)
         return res
 
     def batch_set_v1(self, keys, host_indices, extra_info=None):
@@ -462,6 +514,7 @@ class GpucacheStorage(_Base):
             return [True] * len(keys)
         if not self._ready(keys):
             return [False] * len(keys)
+        t0 = time.perf_counter()
         try:
             pages = self._page_views(keys, host_indices)
             entries = [(nm, view) for page in pages for nm, view in page]
@@ -478,6 +531,7 @@ class GpucacheStorage(_Base):
             res, nbytes = [False] * len(keys), 0
         good = sum(res)
         self._count(set_pages_ok=good, set_pages_failed=len(keys) - good, bytes_written=nbytes)
+        self._sample("backup", good, nbytes, t0)
         return res
 
     # ---- flat-page interface ---------------------------------------------
@@ -488,6 +542,7 @@ class GpucacheStorage(_Base):
         out = [None] * len(keys)
         if not keys or not self._ready(keys):
             return out
+        t0, nbytes = time.perf_counter(), 0
         try:
             bkeys = self._keys([self._names(k)[0] for k in keys])
             if target_locations is not None:
@@ -498,6 +553,7 @@ class GpucacheStorage(_Base):
                 for r, i in zip(results, idx):
                     if getattr(r, "hit", False) and int(getattr(r, "length", -1)) == len(views[i][0]):
                         out[i] = targets[i]
+                        nbytes += len(views[i][0])
                     else:
                         self._reason(getattr(r, "reason", "malformed"))
             else:
@@ -505,11 +561,13 @@ class GpucacheStorage(_Base):
                 for i, d in enumerate(datas[: len(keys)]):
                     if d is not None:
                         out[i] = _to_tensor(d)
+                        nbytes += len(d)
         except Exception as e:
             self._fail("batch_get", e)
             return [None] * len(keys)
         hit = sum(1 for o in out if o is not None)
-        self._count(get_pages_hit=hit, get_pages_miss=len(keys) - hit)
+        self._count(get_pages_hit=hit, get_pages_miss=len(keys) - hit, bytes_read=nbytes)
+        self._sample("prefetch", hit, nbytes, t0)
         return out
 
     def get(self, key, target_location=None, target_sizes=None):
@@ -523,6 +581,7 @@ class GpucacheStorage(_Base):
             return True
         if values is None or not self._ready(keys):
             return False
+        t0, nbytes = time.perf_counter(), 0
         try:
             values = list(values)
             views = [_as_bytes_view(v)[0] for v in values]
@@ -530,10 +589,12 @@ class GpucacheStorage(_Base):
                 return False
             st = self._client.put_opaque(self._ns, [(self._names(k)[0], v) for k, v in zip(keys, views)])
             ok = [i < len(st) and _status_ok(st[i]) for i in range(len(keys))]
+            nbytes = sum(len(views[i]) for i in range(len(keys)) if ok[i])
         except Exception as e:
             self._fail("batch_set", e)
             ok = [False] * len(keys)
-        self._count(set_pages_ok=sum(ok), set_pages_failed=len(ok) - sum(ok))
+        self._count(set_pages_ok=sum(ok), set_pages_failed=len(ok) - sum(ok), bytes_written=nbytes)
+        self._sample("backup", sum(ok), nbytes, t0)
         return all(ok)
 
     def set(self, key, value=None, target_location=None, target_sizes=None) -> bool:
@@ -542,14 +603,26 @@ class GpucacheStorage(_Base):
     # ---- lifecycle -------------------------------------------------------
 
     def clear(self) -> None:
-        """Forgets local counters. Stored pages stay: they are shared and
-        reclaimed by gpucache's own eviction."""
+        """Forgets local counters and metrics. Stored pages stay: they are
+        shared and reclaimed by gpucache's own eviction."""
+        fresh = _storage_metrics()
         with self._lock:
             for k in self._stats:
                 self._stats[k] = 0
             self._reasons.clear()
+            self._metrics = fresh
 
     def get_stats(self):
+        """SGLang's StorageMetrics since the last call (empty lists unless
+        storage_config.enable_storage_metrics); what SGLang's metrics
+        collector reads with --enable-metrics."""
+        fresh = _storage_metrics()
+        with self._lock:
+            out, self._metrics = self._metrics, fresh
+        return out
+
+    def counters(self):
+        """The backend's running counters and its miss reasons, as a dict."""
         with self._lock:
             s = dict(self._stats)
             s["miss_reasons"] = dict(self._reasons)

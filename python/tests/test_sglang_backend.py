@@ -1,6 +1,10 @@
 """gpucache.sglang driven the way SGLang's HiCacheController drives it,
 against the in-memory FakeClient (tests/fakeclient.py).
 
+Where sglang imports, the storage config, host pools and page keys are
+SGLang's own (sglang_harness.REAL_SGLANG); elsewhere the harness's stand-ins.
+The controller is a stand-in either way (sglang_harness.Controller says why).
+
 Run: cd python && /usr/bin/python3 -m unittest discover -s tests -p 'test_sglang_*.py' -v
 """
 
@@ -16,8 +20,6 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import torch  # noqa: E402
-
 import fakeclient  # noqa: E402
 
 fakeclient.install()
@@ -25,7 +27,8 @@ logging.getLogger("gpucache.sglang").setLevel(logging.ERROR)  # the failure test
 
 from gpucache import sglang as gs  # noqa: E402
 from sglang_harness import (  # noqa: E402
-    Controller, MHAHostPool, MLAHostPool, OldStorageConfig, StorageConfig, host_indices, page_keys)
+    REAL_SGLANG, Controller, MHAHostPool, MLAHostPool, OldStorageConfig, StorageConfig, host_indices, page_keys,
+    torch)
 
 EXTRA = {"backend_name": "gpucache", "module_path": "gpucache.sglang", "class_name": "GpucacheStorage",
          "interface_v1": 1, "tenant": "acme", "trust_domain": "prod", "model_revision": "r1"}
@@ -43,6 +46,7 @@ def make(client, pool=None, extra=None, **cfg):
 TOKENS = list(range(1000, 1000 + 16 * 4))
 
 
+@unittest.skipIf(torch is None, "torch is not installed (scripts/test installs Debian's python3-torch)")
 class BackendTest(unittest.TestCase):
     def setUp(self):
         self.client = fakeclient.FakeClient()
@@ -108,7 +112,7 @@ class BackendTest(unittest.TestCase):
         for i in range(6):
             self.assertEqual(self.pool.page_bytes(8 + i), want[i], "page %d" % i)
         self.assertEqual(self.pool.page_bytes(0), b"\x00" * len(want[0]))
-        st = b.get_stats()
+        st = b.counters()
         self.assertEqual(st["get_pages_hit"], 6)
         self.assertEqual(st["set_pages_ok"], 6)
 
@@ -188,7 +192,7 @@ class BackendTest(unittest.TestCase):
             "tp size": make(self.client, MHAHostPool(), tp_size=2),
             "pp rank": make(self.client, MHAHostPool(), pp_rank=1, pp_size=2),
             "cp rank": make(self.client, MHAHostPool(), attn_cp_rank=1, attn_cp_size=2),
-            "dp rank": make(self.client, MHAHostPool(), dp_rank=1, dp_size=2),
+            "dp rank": make(self.client, MHAHostPool(), dp_rank=1),
             "dtype": make(self.client, MHAHostPool(dtype=torch.bfloat16)),
             "page size": make(self.client, MHAHostPool(page_size=8)),
             "heads": make(self.client, MHAHostPool(head_num=4)),
@@ -219,6 +223,21 @@ class BackendTest(unittest.TestCase):
         mha = make(self.client, MHAHostPool(dtype=torch.bfloat16))
         self.assertEqual(mha.batch_exists(self.keys), 0)
 
+    def test_mla_dcp_shards_do_not_mix(self):
+        # decode context parallelism: each DCP rank holds its own slice of an
+        # MLA page and is the writer of that shard (is_storage_writer)
+        cfg = dict(is_mla_model=True, tp_size=2, dcp_size=2, logical_page_size=8)
+        pool0 = MLAHostPool()
+        pool0.fill_random(5)
+        s0 = make(self.client, pool0, tp_rank=0, dcp_rank=0, **cfg)
+        s1 = make(self.client, MLAHostPool(), tp_rank=1, dcp_rank=1, **cfg)
+        self.assertEqual(s1.batch_set_v1(self.keys[:1], host_indices(s1.mem_pool_host, 0, 1)), [True])
+        self.assertEqual(s0.batch_set_v1(self.keys, host_indices(pool0, 0, 6)), [True] * 6)
+        self.assertEqual(s0.batch_exists(self.keys), 6)
+        self.assertEqual(s1.batch_exists(self.keys), 1, "shard 1 holds only what rank 1 wrote")
+        no_dcp = make(self.client, MLAHostPool(), is_mla_model=True, tp_rank=0, tp_size=2)
+        self.assertEqual(no_dcp.batch_exists(self.keys), 0)
+
     def test_daemon_down_mid_run_misses_no_exception(self):
         b, ctl = self.backed_up()
         self.client.down = True
@@ -230,7 +249,7 @@ class BackendTest(unittest.TestCase):
         self.assertFalse(b.exists(self.keys[0]))
         self.assertIsNone(b.get(self.keys[0]))
         # 6 pages x 2 buffers (K, V) through batch_get_v1, 6 flat pages through batch_get
-        self.assertEqual(b.get_stats()["miss_reasons"].get("refused"), 18)
+        self.assertEqual(b.counters()["miss_reasons"].get("refused"), 18)
         self.client.down = False
         self.assertEqual(ctl.hit_query(self.keys), 6)
 
@@ -248,7 +267,7 @@ class BackendTest(unittest.TestCase):
         self.assertEqual(b.batch_set_v1(self.keys, host_indices(self.pool, 0, 6)), [False] * 6)
         self.assertEqual(b.batch_get(self.keys), [None] * 6)
         self.assertFalse(b.batch_set(self.keys, [self.pool.get_data_page(0)] * 6))
-        self.assertGreaterEqual(b.get_stats()["errors"], 6)
+        self.assertGreaterEqual(b.counters()["errors"], 6)
 
     def test_wrong_length_reply_is_a_miss(self):
         b, _ = self.backed_up()
@@ -299,10 +318,30 @@ class BackendTest(unittest.TestCase):
 
     def test_clear_and_stats(self):
         b, ctl = self.backed_up()
-        self.assertEqual(b.get_stats()["set_pages_ok"], 6)
+        self.assertEqual(b.counters()["set_pages_ok"], 6)
         b.clear()
-        self.assertEqual(b.get_stats()["set_pages_ok"], 0)
+        self.assertEqual(b.counters()["set_pages_ok"], 0)
         self.assertEqual(ctl.hit_query(self.keys), 6, "clear keeps the shared pages")
+
+    def test_storage_metrics_for_sglang(self):
+        # SGLang's metrics collector (--enable-metrics) reads get_stats() as
+        # a StorageMetrics: pages and GB/s per operation since the last call
+        b = make(self.client, self.pool, enable_storage_metrics=True)
+        ctl = Controller(b, self.pool)
+        self.assertEqual(ctl.backup(self.keys, host_indices(self.pool, 0, 6)), 6)
+        self.assertEqual(ctl.fetch(self.keys[:4], host_indices(self.pool, 8, 4)), 4)
+        m = b.get_stats()
+        self.assertEqual((m.backup_pgs, m.prefetch_pgs), ([6], [4]))
+        self.assertEqual(len(m.backup_bandwidth), 1)
+        self.assertGreater(m.prefetch_bandwidth[0], 0)
+        m2 = b.get_stats()
+        self.assertEqual((m2.backup_pgs, m2.prefetch_pgs, m2.prefetch_bandwidth), ([], [], []))
+        off = make(self.client, self.pool)  # metrics off: nothing kept
+        Controller(off, self.pool).fetch(self.keys, host_indices(self.pool, 8, 6))
+        self.assertEqual(off.get_stats().prefetch_pgs, [])
+        if REAL_SGLANG:
+            from sglang.srt.observability.metrics_collector import StorageMetrics
+            self.assertIsInstance(m, StorageMetrics)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
 """gpucache.sglang against a real gpucached built from this tree, through the
 real gpucache.Client, driven the way SGLang's HiCacheController drives it.
+Where sglang imports, the storage config, host pools and page keys are
+SGLang's own (sglang_harness.REAL_SGLANG); elsewhere the harness's stand-ins.
 
 Skips when gpucache.Client is not importable or no Go toolchain / binary is
 found. GPUCACHE_BIN=/path/to/gpucached (what scripts/test sets; the older
@@ -26,8 +28,10 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 import gpucache  # noqa: E402
 
+from sglang_harness import torch  # noqa: E402
+
 HAVE_CLIENT = hasattr(gpucache, "Client")
-if HAVE_CLIENT:
+if HAVE_CLIENT and torch is not None:
     from gpucache import sglang as gs  # noqa: E402
     from sglang_harness import Controller, MHAHostPool, StorageConfig, host_indices, page_keys  # noqa: E402
 
@@ -118,6 +122,7 @@ class Daemon:
 
 
 @unittest.skipUnless(HAVE_CLIENT, "gpucache.Client not available yet")
+@unittest.skipIf(torch is None, "torch is not installed (scripts/test installs Debian's python3-torch)")
 class DaemonBackendTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -207,8 +212,6 @@ class DaemonBackendTest(unittest.TestCase):
             self.assertEqual(self.pool.page_bytes(8 + i), self.pool.page_bytes(i))
 
     def test_other_model_rank_dtype_tenant_zero_hits(self):
-        import torch
-
         b = self.backend(self.pool)
         self.assertEqual(b.batch_set_v1(self.keys, host_indices(self.pool, 0, 6)), [True] * 6)
         geom = dict(pages=16, page_size=16, layer_num=2, head_num=2, head_dim=64)
@@ -261,7 +264,7 @@ class DaemonBackendTest(unittest.TestCase):
         d, b = self._own_daemon()
         d.freeze()
         self._all_miss(b)
-        self.assertGreaterEqual(b.get_stats()["miss_reasons"].get("timeout", 0), 1)
+        self.assertGreaterEqual(b.counters()["miss_reasons"].get("timeout", 0), 1)
 
     def test_daemon_stopped_mid_run(self):
         d, b = self._own_daemon()

@@ -1,0 +1,202 @@
+"""gpucache.sglang.GpucacheStorage built by SGLang's own classes, against a
+real gpucached.
+
+SGLang 0.5.23's StorageBackendFactory builds the backend from the name
+"dynamic" and the extra config keys backend_name, module_path, class_name
+and interface_v1, with SGLang's HiCacheStorageConfig, exactly as
+HiCacheController.attach_storage_backend does for
+--hicache-storage-backend dynamic --hicache-storage-backend-extra-config;
+then register_mem_pool_host gives it SGLang's MHATokenToKVPoolHost
+(page_first, pin_memory off) built over SGLang's MHATokenToKVPool on device
+"cpu". Page keys are SGLang's get_hash_str. The backend is driven through
+batch_set_v1 / batch_exists / batch_get_v1 (HiCacheController's zero-copy
+calls) and the flat batch_set / batch_get, and the bytes are read back
+through the pool's own get_page_buffer_meta and get_data_page.
+
+What SGLang cannot do on a CPU here, and so is not driven: the device pool
+to host pool copies (the host pool's backup_from_device_all_layer and
+load_to_device_per_layer), which need sgl_kernel's transfer kernels
+(page_first with --hicache-io-backend kernel: "NameError: name
+'transfer_kv_all_layer_lf_pf' is not defined"). The test writes the host
+pool's pages itself, where on a GPU that copy would.
+"""
+
+import os
+import sys
+import time
+import unittest
+
+from engine_tests.common import PYROOT  # noqa: F401  (puts python/ and python/tests on sys.path)
+
+try:
+    import torch
+    from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, HiCacheStorageConfig
+    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
+    from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost
+    from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory
+    from sglang.srt.mem_cache.utils import get_hash_str
+    HAVE_SGLANG = True
+except ImportError:  # run with scripts/engines-env's python
+    HAVE_SGLANG = False
+
+PAGE = 16
+LAYERS, HEADS, DIM = 2, 2, 32  # the ci model's KV geometry
+# A bound on a call to a stopped daemon, not a performance figure: the
+# client's deadline is 2 s; a hang would be the 30 s of the running daemon.
+HANG = 30.0
+
+
+def host_pool(pages=32, dtype=None):
+    """SGLang's MHATokenToKVPoolHost over SGLang's MHATokenToKVPool, both on
+    device "cpu", page_first, pin_memory off."""
+    dev = MHATokenToKVPool(size=4 * PAGE, page_size=PAGE, dtype=dtype or torch.bfloat16, head_num=HEADS,
+                           head_dim=DIM, layer_num=LAYERS, device="cpu", enable_memory_saver=False)
+    pool = MHATokenToKVPoolHost(dev.get_device_pool_infos()[0].buffer_info, 1.0, 0, PAGE, "page_first",
+                                pin_memory=False, device="cpu", device_capacity_tokens=dev.size,
+                                start_layer=dev.start_layer, end_layer=dev.end_layer,
+                                host_token_capacity=pages * PAGE)
+    pool.test_device_pool = dev
+    return pool
+
+
+def slots(first_page, n_pages):
+    return torch.arange(first_page * PAGE, (first_page + n_pages) * PAGE, dtype=torch.int64)
+
+
+def page_bytes(pool, first_slot):
+    return pool.get_data_page(first_slot).contiguous().view(torch.uint8).numpy().tobytes()
+
+
+@unittest.skipUnless(HAVE_SGLANG, "SGLang is not installed: run with scripts/engines-env's python")
+class FactoryTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        from gpucached import Daemon
+        cls.daemon = Daemon.start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.stop()
+
+    def setUp(self):
+        self.pool = host_pool()
+        g = torch.Generator().manual_seed(11)
+        self.pool.kv_buffer.copy_(torch.randn(self.pool.kv_buffer.shape, generator=g).to(self.pool.dtype))
+        self.keys = get_hash_str([(7 * i) % 256 for i in range(8 * PAGE)], None, page_size=PAGE)[:6]
+
+    def config(self, model="acme/tiny-ci", tp_rank=0, tp_size=1, metrics=False, **extra):
+        ex = {"backend_name": "gpucache", "module_path": "gpucache.sglang", "class_name": "GpucacheStorage",
+              "interface_v1": 1, "addrs": [self.daemon.addr], "tenant": "default", "timeout": HANG,
+              "model_revision": self.id()}
+        ex.update(extra)
+        return HiCacheStorageConfig(tp_rank=tp_rank, tp_size=tp_size, pp_rank=0, pp_size=1, attn_cp_rank=0,
+                                    attn_cp_size=1, is_mla_model=False, enable_storage_metrics=metrics,
+                                    is_page_first_layout=True, model_name=model, extra_config=ex)
+
+    def backend(self, pool=None, **cfg):
+        """What HiCacheController.attach_storage_backend does: the factory,
+        then register_mem_pool_host."""
+        pool = pool if pool is not None else self.pool
+        b = StorageBackendFactory.create_backend("dynamic", self.config(**cfg), pool)
+        b.register_mem_pool_host(pool)
+        self.addCleanup(b.close)
+        return b
+
+    def test_factory_builds_gpucache_storage(self):
+        from gpucache.sglang import GpucacheStorage
+        b = self.backend()
+        self.assertIs(type(b), GpucacheStorage)
+        self.assertTrue(issubclass(GpucacheStorage, HiCacheStorage))
+        ns = b.namespace
+        self.assertEqual((ns.tenant, ns.model_id, ns.dtype), ("default", "acme/tiny-ci", "bfloat16"))
+        lay = ns.layout
+        self.assertEqual((lay.block_tokens, lay.layer_count, lay.kv_heads, lay.head_dim), (PAGE, LAYERS, HEADS, DIM))
+        # page_first MHA: K and V of a page are one buffer each, all layers
+        self.assertIn("page_first/mha/v1/cp0of1/dp0of1/2x%dB" % (2 * PAGE * LAYERS * HEADS * DIM * 2), lay.format)
+
+    def test_v1_round_trip_through_the_pool(self):
+        b = self.backend()
+        want = [page_bytes(self.pool, i * PAGE) for i in range(6)]
+        self.assertEqual(b.batch_exists(self.keys), 0)
+        self.assertEqual(b.batch_set_v1(self.keys, slots(0, 6)), [True] * 6)
+        self.pool.kv_buffer.zero_()
+        self.assertEqual(b.batch_exists(self.keys), 6)
+        self.assertEqual(b.batch_get_v1(self.keys, slots(20, 6)), [True] * 6)
+        for i in range(6):
+            self.assertEqual(page_bytes(self.pool, (20 + i) * PAGE), want[i], "page %d" % i)
+        self.assertEqual(page_bytes(self.pool, 0), bytes(len(want[0])), "only slots 20-25 were written")
+        c = b.counters()
+        self.assertEqual((c["set_pages_ok"], c["get_pages_hit"], c["errors"]), (6, 6, 0))
+        self.assertEqual(c["bytes_read"], sum(len(w) for w in want))
+
+    def test_gap_stops_the_count(self):
+        b = self.backend()
+        self.assertEqual(b.batch_set_v1(self.keys[:2], slots(0, 2)), [True, True])
+        self.assertEqual(b.batch_set_v1(self.keys[3:], slots(3, 3)), [True] * 3)
+        self.assertEqual(b.batch_exists(self.keys), 2)
+        self.assertEqual(b.batch_get_v1(self.keys, slots(20, 6)), [True, True, False, True, True, True])
+
+    def test_flat_pages_through_the_pool(self):
+        b = self.backend(interface_v1=0)
+        want = [page_bytes(self.pool, i * PAGE) for i in range(6)]
+        self.assertTrue(b.batch_set(self.keys, [self.pool.get_data_page(i * PAGE) for i in range(6)]))
+        self.pool.kv_buffer.zero_()
+        self.assertEqual(b.batch_exists(self.keys), 6)
+        got = b.batch_get(self.keys, [self.pool.get_dummy_flat_data_page() for _ in self.keys])
+        for i, page in enumerate(got):
+            self.pool.set_from_flat_data_page((20 + i) * PAGE, page)
+            self.assertEqual(page_bytes(self.pool, (20 + i) * PAGE), want[i], "page %d" % i)
+        self.assertEqual(self.backend().batch_exists(self.keys), 0, "v1 and flat pages do not mix")
+
+    def test_another_model_rank_or_dtype_misses(self):
+        b = self.backend()
+        self.assertEqual(b.batch_set_v1(self.keys, slots(0, 6)), [True] * 6)
+        self.assertEqual(self.backend().batch_exists(self.keys), 6)
+        others = {
+            "model": self.backend(model="acme/other"),
+            "tp rank": self.backend(tp_rank=1, tp_size=2),
+            "revision": self.backend(model_revision="other"),
+            "dtype": self.backend(pool=host_pool(dtype=torch.float16)),
+        }
+        for what, o in others.items():
+            self.assertEqual(o.batch_exists(self.keys), 0, what)
+            self.assertEqual(o.batch_get_v1(self.keys, slots(20, 6)), [False] * 6, what)
+
+    def test_storage_metrics_are_sglangs(self):
+        from sglang.srt.observability.metrics_collector import StorageMetrics
+        b = self.backend(metrics=True)
+        b.batch_set_v1(self.keys, slots(0, 6))
+        b.batch_get_v1(self.keys, slots(20, 6))
+        m = b.get_stats()
+        self.assertIsInstance(m, StorageMetrics)
+        self.assertEqual((m.backup_pgs, m.prefetch_pgs), ([6], [6]))
+
+    def test_stopped_daemon_misses_without_exception(self):
+        from gpucached import Daemon
+        d = Daemon.start()
+        saved = self.daemon
+        type(self).daemon = d
+        try:
+            b = self.backend(timeout=2.0)
+        finally:
+            type(self).daemon = saved
+        self.assertEqual(b.batch_set_v1(self.keys, slots(0, 6)), [True] * 6)
+        self.assertEqual(b.batch_exists(self.keys), 6)
+        d.stop()
+        for name, call, miss in (
+            ("batch_exists", lambda: b.batch_exists(self.keys), 0),
+            ("exists", lambda: b.exists(self.keys[0]), False),
+            ("batch_get_v1", lambda: b.batch_get_v1(self.keys, slots(20, 6)), [False] * 6),
+            ("batch_set_v1", lambda: b.batch_set_v1(self.keys, slots(0, 6)), [False] * 6),
+        ):
+            t0 = time.monotonic()
+            self.assertEqual(call(), miss, name)
+            self.assertLess(time.monotonic() - t0, HANG, name + " hung")
+        c = b.counters()
+        print("\nstopped daemon: %s" % c, file=sys.stderr)
+        self.assertEqual(c["miss_reasons"].get("refused"), 6 * 2, "K and V of 6 pages refused")
+        self.assertEqual(c["set_pages_failed"], 6)
+
+
+if __name__ == "__main__":
+    unittest.main()
