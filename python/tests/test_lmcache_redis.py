@@ -20,6 +20,13 @@ Run by cmd/gpucached/resp_clients_test.go, which starts gpucached and passes:
     GPUCACHE_RESP_CHUNK       the profile's chunk bytes
 
 Standard library and redis-py only (Debian python3-redis, /usr/bin/python3).
+
+A stand-in for LMCache itself, which this interpreter does not have: the
+layout is replayed with redis-py. LMCache's own classes run against
+gpucached in the engines environment, which CI always builds:
+engine_tests/test_lmcache_inprocess.py (its RemoteBackend and redis://
+connector) and engine_tests/test_lmcache.py (vLLM with its multiprocess
+server and C++ RESP client, and the gpucache.lmcache plugin).
 """
 
 import asyncio

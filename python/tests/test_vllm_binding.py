@@ -5,7 +5,10 @@ SecondaryTierFactory refuses a subclass of anything else), adapt to the job
 type that vLLM has (TransferJob with chunk_ids, or the older JobMetadata
 with block_ids), and refuse at import an interface it cannot serve. These
 tests load the module beside a minimal module tree that has only the names
-in question; the real vLLM is exercised by the engine tests.
+in question: stand-ins of vLLM's module tree, kept because they reproduce
+interfaces (older trees, vLLM 0.34.0) that the installed vLLM 0.32 does
+not have and that cannot run on this CPU (docs/ENGINES.md, "Versions
+probed"); the real vLLM 0.32 classes are exercised by the engine tests.
 
 NewestShapeTest reproduces the tiering interface of the newest vLLM release,
 0.34.0, read from its wheel on PyPI (vllm-0.34.0-cp38-abi3-manylinux_2_28_x86_64,

@@ -6,6 +6,13 @@ bytes, get_finished_jobs, drain_jobs, shutdown. Against an in-memory client
 gpucached.
 
 Run: cd python && /usr/bin/python3 -m unittest discover -s tests -p 'test_vllm_*.py' -v
+
+Stand-ins: the offloading spec (a SimpleNamespace of vLLM's newer config
+shape) and the in-memory client, so the tier's job logic runs without vLLM
+or a daemon. vLLM's real classes (EngineArgs, OffloadingSpecFactory,
+TieringOffloadingManager, TransferJob, OffloadKey) drive the same tier in
+engine_tests/test_vllm_tier_real.py, which runs wherever the engines
+environment exists (CI always builds it).
 """
 
 import importlib
