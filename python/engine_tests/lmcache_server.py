@@ -13,6 +13,7 @@ LMCache uses for CPU workers) and a DRAM L1 (256 MiB by default). Readiness is i
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -24,6 +25,8 @@ import urllib.request
 from engine_tests.common import PYROOT
 
 READY = "LMCache cache server is running"
+# LMCache's prefetch controller logs each request's hits at DEBUG level.
+PREFETCH = re.compile(r"Prefetch request \d+ completed: (\d+) hit cells \((\d+) from L1, (\d+) from L2\)")
 
 
 def free_port():
@@ -57,7 +60,7 @@ class MPServer:
                 "--chunk-size", str(chunk_size), "--disable-observability",
                 "--supported-transfer-mode", "engine_driven", "--l2-adapter", json.dumps(l2_adapter)]
         env = dict(os.environ, PYTHONPATH=PYROOT, LMCACHE_TRACK_USAGE="false", LMCACHE_DISABLE_BANNER="1",
-                   HF_HUB_OFFLINE="1")
+                   HF_HUB_OFFLINE="1", LMCACHE_LOG_LEVEL="DEBUG")
         log_path = os.path.join(workdir, "lmcache.log")
         proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=workdir)
         ready = threading.Event()
@@ -86,6 +89,16 @@ class MPServer:
     def l2_status(self):
         """The status of the server's one L2 adapter."""
         return self.status()["storage_manager"]["l2_adapters"][0]
+
+    def prefetch_hits(self):
+        """LMCache's own count of chunk hits, summed over its prefetch
+        requests: {"hits", "l1", "l2"} (from its DEBUG log)."""
+        out = {"hits": 0, "l1": 0, "l2": 0}
+        for m in PREFETCH.finditer(self.log()):
+            out["hits"] += int(m.group(1))
+            out["l1"] += int(m.group(2))
+            out["l2"] += int(m.group(3))
+        return out
 
     def log(self):
         with open(self.log_path, "rb") as f:

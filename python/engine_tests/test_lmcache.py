@@ -116,17 +116,24 @@ class LMCacheTest(unittest.TestCase):
         return tenant_stat(self.daemon, self.secret_file)
 
     def two_engines(self, servers):
+        """A on servers[0], then B on servers[1]; gpucached's STAT for the
+        tenant before, between and after; and LMCache's own count of B's
+        chunk hits from L1 and L2 (its prefetch controller)."""
         before = self.stat()
         a, _ = self.engine(servers[0])
         mid = self.stat()
+        h0 = servers[1].prefetch_hits()
         b, _ = self.engine(servers[1])
         after = self.stat()
+        h1 = servers[1].prefetch_hits()
+        b["lmcache_hits"] = {k: h1[k] - h0[k] for k in h1}
         return a, b, before, mid, after
 
     def test_resp_second_engine_loads_from_gpucache(self):
         a, b, before, mid, after = self.two_engines(self.resp)
-        print("\nRESP: vLLM B %s\ngpucached team-a after A %s\nafter B %s\nLMCache B L2 %s"
-              % (b["metrics"], mid, after, self.resp[1].l2_status()), file=sys.stderr)
+        print("\nRESP: vLLM B %s\nLMCache B's chunk hits %s\ngpucached team-a after A %s\nafter B %s"
+              % (b["metrics"], b["lmcache_hits"], mid, after), file=sys.stderr)
+        self.assertGreaterEqual(b["lmcache_hits"]["l2"], CHUNKS)
         self.assertEqual(a["tokens"], self.base["tokens"])
         self.assertEqual(b["tokens"], a["tokens"])
         self.assertEqual(a["metrics"].get("vllm:external_prefix_cache_hits", 0), 0)
@@ -141,8 +148,9 @@ class LMCacheTest(unittest.TestCase):
         a, b, before, mid, after = self.two_engines(self.plugin)
         c1 = [s.l2_status()["counters"] for s in self.plugin]
         ca, cb = ({k: c1[i][k] - c0[i][k] for k in c1[i]} for i in (0, 1))
-        print("\nplugin: vLLM B %s\nLMCache A's adapter %s\nLMCache B's adapter %s\ngpucached team-a after B %s"
-              % (b["metrics"], ca, cb, after), file=sys.stderr)
+        print("\nplugin: vLLM B %s\nLMCache B's chunk hits %s\nLMCache A's adapter %s\nLMCache B's adapter %s\n"
+              "gpucached team-a after B %s" % (b["metrics"], b["lmcache_hits"], ca, cb, after), file=sys.stderr)
+        self.assertGreaterEqual(b["lmcache_hits"]["l2"], CHUNKS)
         self.assertEqual(a["tokens"], self.base["tokens"])
         self.assertEqual(b["tokens"], a["tokens"])
         self.assertGreaterEqual(b["metrics"].get("vllm:external_prefix_cache_hits", 0), 0.9 * PROMPT_TOKENS)
