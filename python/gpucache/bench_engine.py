@@ -422,8 +422,8 @@ def report(a: argparse.Namespace) -> int:
                                 for s in src)),
             "Engine starts (s): " + ", ".join("%s %.0f" % (m, runs[m]["engine_start_s"]) for m in runs) + ".",
             ""]
-    lines += ["", "The connector's own time per request (its counters; medians). The save engine ran before the "
-              "other two, alone, under another load: its TTFT is not comparable with the recompute column.", ""]
+    lines += ["", "The connector's own time per request (its counters; medians). The save engines ran before the "
+              "others, each alone, under another load: their TTFT is not comparable with the recompute column.", ""]
     lines += costs
     if all(m in runs for m in LMC_MODES):
         lines += _lmcache_table(runs, lengths)
