@@ -49,7 +49,11 @@ so the lookup bitmap is a prefix: LMCache only loads a prefix.
 Counters (``report_status()``, which LMCache's server reports, and
 ``counters()``): lookups, keys_looked_up, keys_hit, loads, keys_loaded,
 bytes_loaded, load_misses, stores, keys_stored, keys_existed, bytes_stored,
-store_failures, errors.
+store_failures, errors, tasks_refused.
+
+Bounds: at most ``max_queued_tasks`` (256) tasks wait for the adapter's
+thread; one more is answered at once as a failed store or a miss
+(``tasks_refused``). Leases held: at most 2^20; namespaces cached: 4,096.
 
 This module imports LMCache only when LMCache is importable; without it the
 class is defined on a stand-in base so the package stays importable.
@@ -88,7 +92,7 @@ except Exception:  # noqa: BLE001 - any import failure means: no LMCache here
 
 LAYOUT_FORMAT = "lmcache-mp/v1"
 _COUNTERS = ("lookups", "keys_looked_up", "keys_hit", "loads", "keys_loaded", "bytes_loaded", "load_misses",
-             "stores", "keys_stored", "keys_existed", "bytes_stored", "store_failures", "errors")
+             "stores", "keys_stored", "keys_existed", "bytes_stored", "store_failures", "errors", "tasks_refused")
 
 
 def salt_domain(cache_salt: str) -> str:
@@ -164,7 +168,8 @@ class GpucacheL2Adapter(_Base):
     adapter_params: addrs (str "h:p,h:p" or list), tenant, secret or
     secret_file, timeout (2.0 s), pool_size, cluster, model_revision,
     tokenizer_revision, dtype, quantization, chunk_tokens (256),
-    lease_ttl (30 s), max_capacity_gb (0: gpucache evicts on its own)."""
+    lease_ttl (30 s), max_capacity_gb (0: gpucache evicts on its own),
+    max_queued_tasks (256)."""
 
     def __init__(self, params: Optional[Dict[str, Any]] = None, l1_memory_desc: Any = None,
                  client: Any = None) -> None:
@@ -176,6 +181,7 @@ class GpucacheL2Adapter(_Base):
         self._client = client if client is not None else client_from_config(params)
         self._lease_ttl = float(params.get("lease_ttl", 30.0))
         self._tokens = int(params.get("chunk_tokens", 256))
+        self._max_queued = max(1, int(params.get("max_queued_tasks", 256)))
         self._ns_cache: Dict[tuple, tuple] = {}
         self._lock = threading.Lock()
         self._counts = dict.fromkeys(_COUNTERS, 0)
@@ -234,6 +240,10 @@ class GpucacheL2Adapter(_Base):
         with self._lock:
             self._next_id += 1
             tid = self._next_id
+        if self._q.qsize() >= self._max_queued:  # bounded: a task over it fails now
+            self._count(tasks_refused=1)
+            self._finish(kind, tid, len(keys), [], 0, False)
+            return tid
         self._q.put((kind, tid, list(keys), extra))
         return tid
 

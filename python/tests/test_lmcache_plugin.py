@@ -14,6 +14,7 @@ import dataclasses
 import os
 import select
 import sys
+import threading
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -139,6 +140,33 @@ class AdapterTest(unittest.TestCase):
         self.assertFalse(ok)
         self.assertEqual(n, 0)
         self.assertEqual(a.counters()["store_failures"], 1)
+
+    def test_queued_tasks_are_bounded(self):
+        entered, release = threading.Event(), threading.Event()
+
+        class BlockingClient:  # stand-in: holds the adapter's thread in its first lookup
+            def lookup(self, ns, keys, lease_ttl=0.0):
+                entered.set()
+                release.wait(30)
+                return 0, 0
+
+            def close(self):
+                pass
+        a = gl.GpucacheL2Adapter({"tenant": "default", "max_queued_tasks": 2}, client=BlockingClient())
+        self.addCleanup(a.close)
+        self.addCleanup(release.set)
+        first = a.submit_lookup_and_lock_task(keys(1), {})
+        self.assertTrue(entered.wait(30))
+        queued = [a.submit_lookup_and_lock_task(keys(1), {}) for _ in range(2)]
+        refused = a.submit_lookup_and_lock_task(keys(1), {})
+        wait(a.get_lookup_and_lock_event_fd())
+        self.assertEqual(hits_of(a.query_lookup_and_lock_result(refused), 1), [])
+        self.assertEqual(a.counters()["tasks_refused"], 1)
+        self.assertIsNone(a.query_lookup_and_lock_result(first))
+        release.set()
+        self.assertTrue(a.drain())
+        for tid in [first] + queued:
+            self.assertEqual(hits_of(a.query_lookup_and_lock_result(tid), 1), [])
 
     def test_status_and_config_errors(self):
         a = self.adapter()
