@@ -105,13 +105,8 @@ class MPServer:
             return f.read().decode("utf-8", "replace")
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        from gpucached import stop_process
+        stop_process(self.proc, 30)
         self.pump.join(10)
         self.proc.stdout.close()
         shutil.rmtree(self.workdir, ignore_errors=True)

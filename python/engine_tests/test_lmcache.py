@@ -63,6 +63,19 @@ tenants:
 """ % {"m": model, "c": CHUNK}
 
 
+def start_team_a(cls):
+    """On a test class: the ci model and prompt (setup_model), cls.secret_file
+    and cls.daemon, a real gpucached with RESP and the tenant team-a whose
+    RESP profile is that model. Undo with cls.daemon.stop() and teardown_model."""
+    from gpucached import Daemon
+    setup_model(cls, PROMPT_TOKENS)
+    os.environ["GPUCACHE_LMCACHE_TEST_SECRET"] = SECRET
+    cls.secret_file = os.path.join(cls.tmp.name, "secret")
+    with open(cls.secret_file, "w") as f:
+        f.write(SECRET)
+    cls.daemon = Daemon.start(config=daemon_config(cls.model))
+
+
 def tenant_stat(daemon, secret_file):
     from gpucache.client import client_from_config
     c = client_from_config({"addrs": daemon.addr, "tenant": "team-a", "secret_file": secret_file})
@@ -77,14 +90,8 @@ class LMCacheTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         from engine_tests.lmcache_server import MPServer
-        from gpucached import Daemon
-        setup_model(cls, PROMPT_TOKENS)
-        os.environ["GPUCACHE_LMCACHE_TEST_SECRET"] = SECRET
-        cls.secret_file = os.path.join(cls.tmp.name, "secret")
-        with open(cls.secret_file, "w") as f:
-            f.write(SECRET)
         cls.servers = []
-        cls.daemon = Daemon.start(config=daemon_config(cls.model))
+        start_team_a(cls)
         host, port = cls.daemon.resp_addr.rsplit(":", 1)
         resp = {"type": "resp", "host": host, "port": int(port), "username": "team-a", "password": SECRET}
         plugin = {"type": "plugin", "module_path": "gpucache.lmcache", "class_name": "GpucacheL2Adapter",

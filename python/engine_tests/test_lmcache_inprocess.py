@@ -18,12 +18,11 @@ make the same keys and share chunks through plain RESP with one tenant.
 """
 
 import dataclasses
-import os
 import sys
 import unittest
 
-from engine_tests.common import HAVE_VLLM, PROMPT_TOKENS, setup_model, teardown_model
-from engine_tests.test_lmcache import HAVE_LMCACHE, SECRET, daemon_config, tenant_stat
+from engine_tests.common import HAVE_VLLM, PROMPT_TOKENS, teardown_model
+from engine_tests.test_lmcache import HAVE_LMCACHE, SECRET, start_team_a, tenant_stat
 
 CHUNK = 256
 
@@ -36,19 +35,13 @@ class InProcessRemoteTest(unittest.TestCase):
         import threading
 
         import torch
-        from gpucached import Daemon
         from lmcache.v1.config import LMCacheEngineConfig
         from lmcache.v1.metadata import LMCacheMetadata
         from lmcache.v1.storage_backend.local_cpu_backend import LocalCPUBackend
         from lmcache.v1.storage_backend.remote_backend import RemoteBackend
         from lmcache.v1.token_database import ChunkedTokenDatabase
 
-        setup_model(cls, PROMPT_TOKENS)
-        os.environ["GPUCACHE_LMCACHE_TEST_SECRET"] = SECRET
-        cls.secret_file = os.path.join(cls.tmp.name, "secret")
-        with open(cls.secret_file, "w") as f:
-            f.write(SECRET)
-        cls.daemon = Daemon.start(config=daemon_config(cls.model))
+        start_team_a(cls)
         cls.loop = asyncio.new_event_loop()
         threading.Thread(target=cls.loop.run_forever, daemon=True).start()
         cfg = LMCacheEngineConfig.from_defaults(

@@ -37,6 +37,17 @@ def binary() -> str:
         return _built
 
 
+def stop_process(proc, grace=10.0):
+    """SIGTERM, then SIGKILL if proc has not exited after grace seconds."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 class Daemon:
     def __init__(self, proc, addr, workdir, log_path, pump=None):
         self.pump = pump
@@ -90,13 +101,7 @@ class Daemon:
         return d
 
     def stop(self, grace=10.0):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(grace)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, grace)
         self._reap()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
