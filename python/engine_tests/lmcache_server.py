@@ -8,7 +8,8 @@ environment) for a test, with one L2 adapter, and read its status.
 
 The server runs on the CPU with the engine-driven transfer mode (the mode
 LMCache uses for CPU workers) and a DRAM L1 (256 MiB by default). Readiness is its
-"LMCache cache server is running" line, read from its output: no sleeps.
+"Application startup complete" line (its HTTP server, which starts
+after the ZMQ server), read from its output: no sleeps.
 """
 
 import json
@@ -24,7 +25,7 @@ import urllib.request
 
 from engine_tests.common import PYROOT
 
-READY = "LMCache cache server is running"
+READY = "Application startup complete"  # uvicorn's line: the HTTP status API is up, after the ZMQ server
 # LMCache's prefetch controller logs each request's hits at DEBUG level.
 PREFETCH = re.compile(r"Prefetch request \d+ completed: (\d+) hit cells \((\d+) from L1, (\d+) from L2\)")
 
