@@ -114,6 +114,7 @@ import json, sys
 m, port = sys.argv[1], sys.argv[2]
 c = json.load(open(m + "/config.json"))
 print("resp_listen: 127.0.0.1:%s" % port)
+print("idle_timeout: 24h")  # LMCache's C++ client never reconnects (docs/ENGINES.md)
 print("resp_profile: {model: %s, config_revision: main, tokenizer_revision: main, dtype: bfloat16, "
       "layer_count: %d, kv_heads: %d, head_dim: %d, block_tokens: 256, key_format: lmcache, variable_length: true}"
       % (m, c["num_hidden_layers"], c["num_key_value_heads"], c["head_dim"]))

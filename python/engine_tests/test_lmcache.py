@@ -27,6 +27,8 @@ RESP does not share them either.
 
 import os
 import sys
+import threading
+import time
 import unittest
 
 from engine_tests.common import HAVE_VLLM, PROMPT_TOKENS, run_engine, setup_model, teardown_model
@@ -43,8 +45,12 @@ CHUNKS = PROMPT_TOKENS // CHUNK  # 8 chunks of 256 tokens x 512 B = 128 KiB each
 
 
 def daemon_config(model):
+    # idle_timeout: LMCache's C++ RESP client opens its connections when its
+    # server starts and never reconnects; one gpucached closes after the
+    # default 5 min of silence loses every later SET sent on it.
     return """
 resp_listen: 127.0.0.1:0
+idle_timeout: 24h
 tenants:
   - name: team-a
     secrets: [{id: team-a-1, env: GPUCACHE_LMCACHE_TEST_SECRET}]
@@ -122,13 +128,29 @@ class LMCacheTest(unittest.TestCase):
     def stat(self):
         return tenant_stat(self.daemon, self.secret_file)
 
+    def stored(self, since, nbytes, timeout=120.0):
+        """Wait until gpucached has taken nbytes more for the tenant than the
+        STAT since shows, and return the STAT. LMCache's server writes its L1
+        to L2 in the background after the engine is done, and has no call
+        that waits for it: the condition is polled on gpucached's STAT (each
+        poll waits 50 ms), bounded by timeout."""
+        end = time.monotonic() + timeout
+        while True:
+            st = self.stat()
+            if st["tenant_bytes_in"] - since["tenant_bytes_in"] >= nbytes:
+                return st
+            if time.monotonic() > end:
+                self.fail("gpucached took %d of %d bytes in %.0f s" % (
+                    st["tenant_bytes_in"] - since["tenant_bytes_in"], nbytes, timeout))
+            threading.Event().wait(0.05)
+
     def two_engines(self, servers):
         """A on servers[0], then B on servers[1]; gpucached's STAT for the
         tenant before, between and after; and LMCache's own count of B's
         chunk hits from L1 and L2 (its prefetch controller)."""
         before = self.stat()
         a, _ = self.engine(servers[0])
-        mid = self.stat()
+        mid = self.stored(before, CHUNKS * CHUNK * 512)
         h0 = servers[1].prefetch_hits()
         b, _ = self.engine(servers[1])
         after = self.stat()
@@ -171,10 +193,11 @@ class LMCacheTest(unittest.TestCase):
     def salts(self, servers, name):
         """alice on server 0 stores; bob on server 1 must load nothing;
         alice on server 1 (its L1 holds only bob's chunks) loads from gpucache."""
+        before = self.stat()
         first, _ = self.engine(servers[0], salt="alice-" + name)
-        mid = self.stat()
+        mid = self.stored(before, CHUNKS * CHUNK * 512)
         bob, _ = self.engine(servers[1], salt="bob-" + name)
-        after_bob = self.stat()
+        after_bob = self.stored(mid, CHUNKS * CHUNK * 512)
         alice, _ = self.engine(servers[1], salt="alice-" + name)
         print("\n%s salts: bob %s, alice again %s" % (name, bob["metrics"], alice["metrics"]), file=sys.stderr)
         self.assertEqual(bob["metrics"].get("vllm:external_prefix_cache_hits", 0), 0)
