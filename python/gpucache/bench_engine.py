@@ -277,13 +277,16 @@ def _check(runs: Dict[str, Any]) -> Tuple[List[str], List[str]]:
     first = {}
     for r in runs["recompute"]["rows"]:
         first[(r["length"], r["rep"])] = r["first_token"]
+    for mode in runs:
+        for r in runs[mode]["rows"] if mode != "recompute" else ():
+            want = first.get((r["length"], r["rep"]))
+            if r["first_token"] != want:
+                notes.append("%s len %d rep %d: first token %s, recompute's %s" % (
+                    mode, r["length"], r["rep"], r["first_token"], want))
     for mode in ("save", "reuse"):
         for r in runs[mode]["rows"]:
             c, full = r["counters"], (r["length"] - 1) // BLOCK
             where = "%s len %d rep %d" % (mode, r["length"], r["rep"])
-            if r["first_token"] != first.get((r["length"], r["rep"])):
-                notes.append("%s: first token %s, recompute's %s" % (where, r["first_token"],
-                                                                   first.get((r["length"], r["rep"]))))
             if c.get("blocks_load_failed", 0) or c.get("lookup_errors", 0) or c.get("load_errors", 0):
                 bad.append("%s: failures %s" % (where, c))
             if mode == "save":
@@ -302,9 +305,6 @@ def _check(runs: Dict[str, Any]) -> Tuple[List[str], List[str]]:
     for mode in LMC_MODES:
         for r in runs.get(mode, {}).get("rows", []):
             where = "%s len %d rep %d" % (mode, r["length"], r["rep"])
-            if r["first_token"] != first.get((r["length"], r["rep"])):
-                notes.append("%s: first token %s, recompute's %s" % (where, r["first_token"],
-                                                                   first.get((r["length"], r["rep"]))))
             got = r.get("cached_tokens", 0)
             if mode.endswith("-save") and got:
                 bad.append("%s: %d tokens cached in an empty gpucached" % (where, got))

@@ -65,7 +65,6 @@ import hashlib
 import os
 import queue
 import threading
-import time
 from typing import Any, Dict, List, Optional, Sequence
 
 from gpucache.client import client_from_config
@@ -342,22 +341,23 @@ class GpucacheL2Adapter(_Base):
         self._finish("load", tid, len(keys), hits, nbytes, True)
 
     def _do_store(self, tid: int, keys, objects) -> None:
-        stored, existed, nbytes, ok = [], 0, 0, True
+        stored, sizes, existed, ok = [], [], 0, True
         for ns, d, idxs in self._groups(keys):
             items = [(chunk_name(keys[i]), _bytes_of(objects[i])) for i in idxs]
             statuses = self._client.put_opaque(ns, items)
             for i, (_, v), st in zip(idxs, items, statuses):
                 if st == Status.STORED:
                     stored.append(i)
-                    nbytes += len(v)
+                    sizes.append(len(v))
                 elif st == Status.EXISTS:
                     existed += 1
                 else:
                     ok = False
+        nbytes = sum(sizes)
         self._count(stores=1, keys_stored=len(stored), keys_existed=existed, bytes_stored=nbytes,
                     store_failures=0 if ok else 1)
         if stored:
-            self._notify_keys_stored([keys[i] for i in stored], [len(_bytes_of(objects[i])) for i in stored])
+            self._notify_keys_stored([keys[i] for i in stored], sizes)
         self._finish("store", tid, len(keys), [], nbytes, ok)
 
     # ---- status and shutdown ----
@@ -384,7 +384,6 @@ class GpucacheL2Adapter(_Base):
 
     def drain(self, timeout: float = 30.0) -> bool:
         """Wait until every submitted task has finished (tests and shutdown)."""
-        end = time.monotonic() + timeout
         done = threading.Event()
         self._q.put(("noop", 0, [], done))
-        return done.wait(max(0.0, end - time.monotonic()))
+        return done.wait(timeout)
