@@ -1,4 +1,4 @@
-// Package wire specifies the gpucache wire protocol, versions 1, 2 and 3, and
+// Package wire specifies the gpucache wire protocol, versions 1 to 5, and
 // implements its codec. This comment is the normative specification;
 // docs/PROTOCOL.md mirrors it. Where the two differ, this comment wins and
 // the difference is a bug.
@@ -7,8 +7,10 @@
 // 0008): the MEMBERS operation, the WRONG_EPOCH code and the ownership rules
 // of "Cluster mode (version 2)" below. Version 3 adds one operation,
 // PUT_OPAQUE, which stores opaque-key blocks (a RESP key under a tenant's
-// profile namespace). Everything else is the same in every
-// version.
+// profile namespace). Version 4 adds the READ_ONLY block status. Version 5
+// adds registered regions on Unix-domain connections (REGISTER,
+// UNREGISTER, GET_INTO, PUT_FROM, the FAULT status and the REGION code;
+// ADR 0026). Everything else is the same in every version.
 //
 // # Conventions
 //
@@ -36,7 +38,8 @@
 //
 // # Connection and frames
 //
-// A client opens a byte stream (TCP, optionally TLS) to a server. The client
+// A client opens a byte stream to a server: TCP, optionally TLS, or a
+// Unix-domain stream socket (see "Registered regions (version 5)"). The client
 // sends request frames. The server sends response frames, one for each
 // request. The server never sends a frame that is not a response. Each frame
 // is a fixed 24-byte header followed by BodyLen bytes of body:
@@ -57,7 +60,7 @@
 // peer can therefore find where the next frame starts.
 //
 // The header's version byte is the frame format, FrameVersion = 1, not the
-// protocol version. Protocol versions 1 to 4 share it: every frame,
+// protocol version. Protocol versions 1 to 5 share it: every frame,
 // request or response, carries 1 there in every version. A request whose header
 // carries another value is answered with UNSUPPORTED_VERSION. Its body is
 // read and discarded, and the connection stays usable.
@@ -66,9 +69,10 @@
 // The HELLO request and response bodies are the same in every version and
 // frozen, so every server can read them. The client sends the range of
 // versions it speaks, min_version..max_version. A server speaks every
-// version from 1 up to its maximum (VersionMax = 4; the reference server
-// can be pinned lower, --protocol-max 1, 2 or 3, during a rolling upgrade;
-// version 4 only adds the READ_ONLY block status). It
+// version from 1 up to its maximum (VersionMax = 5; the reference server
+// can be pinned lower, --protocol-max 1 to 4, during a rolling upgrade;
+// version 4 only adds the READ_ONLY block status, version 5 only the
+// region operations). It
 // negotiates
 //
 //	v = min(max_version, server maximum)
@@ -80,12 +84,14 @@
 // The session's version decides:
 //   - which operations exist. An opcode introduced after the session's
 //     version (Opcode.Since: MEMBERS in a version-1 session, PUT_OPAQUE
-//     in a version-1 or version-2 session) is answered
+//     in a version-1 or version-2 session, the region operations before
+//     version 5) is answered
 //     UNKNOWN_OPCODE. Its body is skipped, and the connection stays usable;
 //   - which codes and statuses the server sends. It never sends a
 //     version-2 code (WRONG_EPOCH) to a version-1 session, nor the
-//     version-4 status READ_ONLY to a session before version 4;
-//   - whether requests are checked for ownership: only in versions 2 to 4
+//     version-4 status READ_ONLY to a session before version 4, nor the
+//     version-5 status FAULT or code REGION before version 5;
+//   - whether requests are checked for ownership: only in versions 2 to 5
 //     (see "Cluster mode (version 2)").
 //
 // # Flags
@@ -95,7 +101,7 @@
 //	bit 2   STAMPED   request only: the body starts with a 24-byte replay stamp
 //	bits 3-15         reserved, zero
 //
-// Versions 1 to 4 define one request flag, STAMPED (ADR 0006). A stamped request's
+// Versions 1 to 5 define one request flag, STAMPED (ADR 0006). A stamped request's
 // body is a 24-byte stamp followed by the operation's own body; the body
 // length counts both. The stamp is
 //
@@ -119,7 +125,7 @@
 // MALFORMED, and the body is skipped.
 //
 // A server with authentication requires the stamp on the mutating operations
-// (PUT, DELETE, ACQUIRE, FILL_COMMIT, FILL_ABORT, PUT_OPAQUE; Opcode.Mutating) and says so
+// (PUT, DELETE, ACQUIRE, FILL_COMMIT, FILL_ABORT, PUT_OPAQUE, PUT_FROM; Opcode.Mutating) and says so
 // in the HELLO session flags. It answers REPLAY to a missing stamp; a
 // timestamp older than its clock minus the replay window (replay_window,
 // default 5 minutes) or newer than its clock plus replay_max_future (default
@@ -159,7 +165,7 @@
 //
 // A server runs in one of two modes:
 //
-//   - Open mode (no tenants configured; loopback only). The tenant in HELLO
+//   - Open mode (no tenants configured; loopback and Unix sockets only). The tenant in HELLO
 //     becomes the session tenant; an empty tenant is MALFORMED in a HELLO
 //     without an auth section and default in one with it. Every operation is
 //     allowed.
@@ -210,6 +216,10 @@
 //	11     WAIT         1        long-poll for notices on fills this session joined
 //	12     MEMBERS      2        the node's view of the cluster: epoch and members
 //	13     PUT_OPAQUE   3        write opaque-key blocks (a name in place of tokens)
+//	14     REGISTER     5        map a client's shared memory (descriptor passed with the frame)
+//	15     UNREGISTER   5        unmap a registered region
+//	16     GET_INTO     5        read blocks into a registered region: one copy, no payload bytes
+//	17     PUT_FROM     5        write blocks from a registered region
 //
 // Any other opcode is answered with UNKNOWN_OPCODE. Its body is skipped. So
 // is an opcode of a later version than the session's (see Versioning).
@@ -227,7 +237,7 @@
 //
 // Response, HelloResponse:
 //
-//	u8   version          negotiated version (1, 2 or 3): the session's version
+//	u8   version          negotiated version (1 to 5): the session's version
 //	str  server           free-form server name, for logs
 //	u32  max_frame        Limits.MaxFrame
 //	u32  max_batch        Limits.MaxBatch
@@ -543,4 +553,94 @@
 // Rolling upgrade: a client that negotiated version 1 or 2 does not send
 // PUT_OPAQUE (the reference client answers ErrUnsupported); a server
 // pinned below 3 answers it UNKNOWN_OPCODE and skips the body.
+//
+// # Registered regions (version 5)
+//
+// A client on the same host as the server may connect over a Unix-domain
+// stream socket (the server's unix_listen). The protocol there is the one
+// above, with the same HELLO and rights. A server may also map a tenant to
+// the connecting process's user id, read from the kernel (SO_PEERCRED),
+// never from the client: a HELLO without a credential from a listed uid
+// opens a session for that uid's tenant. On such a connection, and only
+// there, the region operations move payload bytes through memory both
+// processes map instead of through the socket. On TCP they are answered
+// REGION.
+//
+// REGISTER (14). Request, RegisterRequest:
+//
+//	u32  region           the client's id for it on this connection; > 0
+//	u64  length           bytes mapped from offset 0 of the descriptor; > 0
+//
+// The descriptor travels as SCM_RIGHTS ancillary data on the sendmsg that
+// carries the REGISTER frame's first byte, one descriptor per REGISTER.
+// The server takes the oldest descriptor it received on the connection and
+// has not yet claimed; it closes descriptors that no REGISTER claims, and
+// holds at most MaxRegions unclaimed. The descriptor must be a regular file
+// on tmpfs (a memfd, or a file under /dev/shm) at least length bytes long,
+// and a memfd must carry the F_SEAL_SHRINK seal. Response,
+// RegisterResponse:
+//
+//	u8   mode             0 SEALED (the file cannot shrink: plain copies),
+//	                      1 GUARDED (a /dev/shm file that cannot be sealed:
+//	                      every copy is fault-guarded)
+//
+// REGION is the answer when no descriptor came, the descriptor is not such
+// memory, the id is already registered on the connection, the connection
+// holds MaxRegions (64) regions, or the tenant's registered bytes
+// (tenant_region_bytes) or the server's (region_bytes) would pass their
+// bound. A region belongs to the connection: no other connection can name
+// it, and the server unmaps it when the connection closes. REGISTER needs a
+// session and no right; it is not mutating.
+//
+// UNREGISTER (15). Request, UnregisterRequest: u32 region. The response
+// body is empty. The server unmaps the region after the requests before it
+// have finished with it. An id not registered is REGION.
+//
+// GET_INTO (16). Request, GetIntoRequest:
+//
+//	blob namespace
+//	u64  lease_id         as in GET
+//	u32  region
+//	u32  count            <= max_batch
+//	count × {             44 bytes
+//	  key  key
+//	  u64  offset         where the block's bytes go in the region
+//	  u32  capacity       bytes available there
+//	}
+//
+// Before it reads any block the server checks, without overflow, that every
+// [offset, offset + capacity) lies in the region and that no two overlap;
+// otherwise the request is MALFORMED. An unknown region is REGION. The
+// namespace, rights, ownership and control-mode rules are those of GET.
+// Response, GetIntoResponse, with no payload after it:
+//
+//	u32  count            = the request's key count
+//	count × {
+//	  u8  status          HIT: the block's bytes are at offset;
+//	                      MISS; TOO_LARGE: the block is longer than capacity
+//	                      (nothing written); FAULT: the region faulted
+//	  u32 length          HIT: bytes written; TOO_LARGE: the block's length;
+//	                      else 0
+//	}
+//
+// The server copies each hit once, from its slab into the region, before it
+// answers. A FAULT means the client truncated a GUARDED file under the
+// server: that entry and every later one are FAULT, the server drops the
+// region, and later requests naming it are REGION.
+//
+// PUT_FROM (17). Request, PutFromRequest:
+//
+//	u32  region
+//	u32  count            = the table's entry count
+//	count × u64 offset    where entry i's length bytes start in the region
+//	     table            a PUT table: namespace and entries, as in PUT
+//
+// No payload follows. Every [offset, offset + length) must lie in the
+// region (entries may overlap: they are only read); otherwise MALFORMED.
+// The server copies each block once, from the region into a reserved slab
+// slot, and computes any checksum or seal from its own copy, so bytes the
+// client changes during the copy can never make a stored checksum lie.
+// Statuses, rights, the stamp (it is mutating) and every other rule are
+// PUT's, plus FAULT: the region faulted during the copy, nothing of that
+// entry or later ones is stored, and the region is dropped.
 package wire

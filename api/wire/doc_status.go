@@ -23,9 +23,11 @@
 //	                 block's identity, or the identity is invalid; discarded
 //	12    READ_ONLY  PUT, PUT_OPAQUE  version 4: the node's control plane is
 //	                 unreachable (read-only or unknown mode); discarded
+//	13    FAULT      GET_INTO, PUT_FROM  version 5: the region faulted during
+//	                 the copy; nothing delivered or stored; the region is dropped
 //
 // In versions 1, 2 and 3, a status greater than 11 is MALFORMED; in version
-// 4, one greater than 12. A GET answer carries only HIT and MISS. A server
+// 4, one greater than 12; in version 5, one greater than 13. A GET answer carries only HIT and MISS. A server
 // never sends READ_ONLY to a session before version 4: it answers NO_SPACE
 // there, as it always did in those modes.
 //
@@ -88,6 +90,9 @@
 //	                                      node's under its current epoch (the trailing u64);
 //	                                      not executed; refresh the view and retry once (see
 //	                                      "Cluster mode (version 2)")
+//	20   REGION               stays       version 5: no descriptor with REGISTER, not shareable
+//	                                      memory, region bounds reached, or the region is not
+//	                                      registered on this connection (see "Registered regions")
 //
 // BAD_MAGIC and FRAME_TOO_LARGE are fatal (Code.Fatal). The stream cannot be
 // resynchronised safely after them:
@@ -110,7 +115,7 @@
 //  3. reserved bytes are zero: MALFORMED;
 //  4. version byte is FrameVersion (1): UNSUPPORTED_VERSION;
 //  5. flags: MALFORMED;
-//  6. opcode is defined (1..13): UNKNOWN_OPCODE.
+//  6. opcode is defined (1..17): UNKNOWN_OPCODE.
 //
 // After the header, a request other than HELLO or PING before a successful
 // HELLO is HELLO_REQUIRED, and an opcode of a later version than the

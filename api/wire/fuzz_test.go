@@ -221,11 +221,11 @@ func FuzzStatusResponse(f *testing.F) {
 	fuzzBody(f, "StatusResponse", func(t *testing.T, b []byte) ([]byte, error) {
 		var m wire.StatusResponse
 		err := m.Decode(b, maxBatch)
-		// A session of version 3 accepts exactly the answers of version 4
-		// without READ_ONLY, and decodes them the same.
+		// A session of version 3 accepts exactly the answers of version 5
+		// without READ_ONLY and FAULT, and decodes them the same.
 		var old wire.StatusResponse
 		oerr := old.DecodeVersion(b, maxBatch, wire.Version3)
-		readOnly := err == nil && slices.Contains(m.Statuses, wire.StatusReadOnly)
+		readOnly := err == nil && (slices.Contains(m.Statuses, wire.StatusReadOnly) || slices.Contains(m.Statuses, wire.StatusFault))
 		switch {
 		case oerr == nil && (err != nil || !slices.Equal(old.Statuses, m.Statuses)):
 			t.Fatalf("version 3 decoded %v (%v), version 4 %v (%v)", old.Statuses, oerr, m.Statuses, err)
@@ -337,6 +337,65 @@ func FuzzWaitResponse(f *testing.F) {
 	fuzzBody(f, "WaitResponse", func(t *testing.T, b []byte) ([]byte, error) {
 		var m wire.WaitResponse
 		err := m.Decode(b, maxBatch)
+		return m.AppendTo(nil), err
+	})
+}
+
+// FuzzRegionControl fuzzes the three fixed-size decoders of version 5:
+// REGISTER's request and answer, and UNREGISTER's request.
+func FuzzRegionControl(f *testing.F) {
+	f.Add((&wire.RegisterRequest{Region: 1, Length: 1 << 20}).AppendTo(nil))
+	f.Add((&wire.RegisterResponse{Mode: wire.RegionSealed}).AppendTo(nil))
+	f.Add((&wire.UnregisterRequest{Region: 7}).AppendTo(nil))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var reg wire.RegisterRequest
+		var resp wire.RegisterResponse
+		var unreg wire.UnregisterRequest
+		for _, c := range []struct {
+			err error
+			out func() []byte
+		}{
+			{reg.Decode(b), func() []byte { return reg.AppendTo(nil) }},
+			{resp.Decode(b), func() []byte { return resp.AppendTo(nil) }},
+			{unreg.Decode(b), func() []byte { return unreg.AppendTo(nil) }},
+		} {
+			if c.err != nil {
+				checkDecodeErr(t, c.err, bodyCodes)
+				continue
+			}
+			if out := c.out(); !bytes.Equal(out, b) {
+				t.Fatalf("not canonical:\n in  %x\n out %x", b, out)
+			}
+		}
+	})
+}
+
+func FuzzGetIntoRequest(f *testing.F) {
+	fuzzBody(f, "GetIntoRequest", func(t *testing.T, b []byte) ([]byte, error) {
+		m := wire.GetIntoRequest{Keys: dirtyKeys()}
+		err := m.Decode(b, maxBatch)
+		if err == nil && len(m.Keys) != len(m.Slots) {
+			t.Fatalf("%d keys, %d slots", len(m.Keys), len(m.Slots))
+		}
+		return m.AppendTo(nil), err
+	})
+}
+
+func FuzzGetIntoResponse(f *testing.F) {
+	fuzzBody(f, "GetIntoResponse", func(t *testing.T, b []byte) ([]byte, error) {
+		var m wire.GetIntoResponse
+		err := m.Decode(b, maxBatch)
+		return m.AppendTo(nil), err
+	})
+}
+
+func FuzzPutFromRequest(f *testing.F) {
+	fuzzBody(f, "PutFromRequest", func(t *testing.T, b []byte) ([]byte, error) {
+		var m wire.PutFromRequest
+		err := m.Decode(b, maxBatch)
+		if err == nil && len(m.Offsets) != len(m.Put.Blocks) {
+			t.Fatalf("%d offsets, %d entries", len(m.Offsets), len(m.Put.Blocks))
+		}
 		return m.AppendTo(nil), err
 	})
 }

@@ -43,17 +43,24 @@ const (
 	// unknown mode); payload discarded, nothing stored. A session of an
 	// older version gets StatusNoSpace instead.
 	StatusReadOnly Status = 12
-	statusMax             = StatusReadOnly
+	// StatusFault (version 5), GET_INTO and PUT_FROM: the region faulted
+	// during the copy (the client truncated its file); nothing stored, or
+	// no bytes delivered. The server drops the region.
+	StatusFault Status = 13
+	statusMax          = StatusFault
 )
 
-var statusNames = [...]string{"HIT", "MISS", "STORED", "EXISTS", "TOO_LARGE", "NO_SPACE", "DELETED", "BUSY", "FENCED", "NOT_LEADER", "ABORTED", "KEY_MISMATCH", "READ_ONLY"}
+var statusNames = [...]string{"HIT", "MISS", "STORED", "EXISTS", "TOO_LARGE", "NO_SPACE", "DELETED", "BUSY", "FENCED", "NOT_LEADER", "ABORTED", "KEY_MISMATCH", "READ_ONLY", "FAULT"}
 
 // Since is the protocol version that introduced s: a server never sends s
 // to a session of an older version, and a decoder of such a session
 // refuses it (StatusResponse.DecodeVersion).
 func (s Status) Since() uint8 {
-	if s == StatusReadOnly {
+	switch s {
+	case StatusReadOnly:
 		return Version4
+	case StatusFault:
+		return Version5
 	}
 	return Version1
 }

@@ -98,6 +98,12 @@ func sampleMessages(t testing.TB) []roundTripCase {
 	decWaitReq := func(b []byte) (message, error) { m := new(wire.WaitRequest); return m, m.Decode(b, maxBatch) }
 	decWaitResp := func(b []byte) (message, error) { m := new(wire.WaitResponse); return m, m.Decode(b, maxBatch) }
 	decMembers := func(b []byte) (message, error) { m := new(wire.MembersResponse); return m, m.Decode(b) }
+	decRegister := func(b []byte) (message, error) { m := new(wire.RegisterRequest); return m, m.Decode(b) }
+	decRegisterResp := func(b []byte) (message, error) { m := new(wire.RegisterResponse); return m, m.Decode(b) }
+	decUnregister := func(b []byte) (message, error) { m := new(wire.UnregisterRequest); return m, m.Decode(b) }
+	decGetInto := func(b []byte) (message, error) { m := new(wire.GetIntoRequest); return m, m.Decode(b, maxBatch) }
+	decGetIntoResp := func(b []byte) (message, error) { m := new(wire.GetIntoResponse); return m, m.Decode(b, maxBatch) }
+	decPutFrom := func(b []byte) (message, error) { m := new(wire.PutFromRequest); return m, m.Decode(b, maxBatch) }
 	tok := wire.FillToken{Fill: 77, Epoch: 3, Turn: 2}
 	return []roundTripCase{
 		{"AcquireRequest", &wire.AcquireRequest{Namespace: ns, Keys: keys}, decAcqReq},
@@ -128,7 +134,7 @@ func sampleMessages(t testing.TB) []roundTripCase {
 		}}, decPutReq},
 		{"StatusResponse", &wire.StatusResponse{Statuses: []wire.Status{wire.StatusStored, wire.StatusExists,
 			wire.StatusTooLarge, wire.StatusNoSpace, wire.StatusDeleted, wire.StatusBusy, wire.StatusMiss, wire.StatusHit,
-			wire.StatusFenced, wire.StatusNotLeader, wire.StatusAborted, wire.StatusKeyMismatch, wire.StatusReadOnly}}, decStatus},
+			wire.StatusFenced, wire.StatusNotLeader, wire.StatusAborted, wire.StatusKeyMismatch, wire.StatusReadOnly, wire.StatusFault}}, decStatus},
 		{"DeleteRequest", &wire.DeleteRequest{Namespace: ns, Keys: keys}, decDelete},
 		{"StatResponse", &wire.StatResponse{Entries: []wire.StatEntry{{Name: "hits", Value: 1}, {Name: "bytes_cached", Value: math.MaxUint64}}}, decStat},
 		{"Error", &wire.Error{Code: wire.CodeTenantMismatch, Message: "tenant mismatch"}, decError},
@@ -137,6 +143,17 @@ func sampleMessages(t testing.TB) []roundTripCase {
 		{"MembersResponse", &wire.MembersResponse{Epoch: 7, Members: []wire.MemberInfo{
 			{ID: "node-a", Addr: "10.0.0.1:7070", FaultDomain: "rack1", ProtoVersion: 2, CapacityBytes: 64 << 30},
 			{ID: "node-b", Addr: "10.0.0.2:7070", FaultDomain: "rack2", ProtoVersion: 1, CapacityBytes: 32 << 30, Flags: wire.MemberDraining}}}, decMembers},
+		{"RegisterRequest", &wire.RegisterRequest{Region: 1, Length: 64 << 20}, decRegister},
+		{"RegisterResponse", &wire.RegisterResponse{Mode: wire.RegionGuarded}, decRegisterResp},
+		{"UnregisterRequest", &wire.UnregisterRequest{Region: 1}, decUnregister},
+		{"GetIntoRequest", &wire.GetIntoRequest{Namespace: ns, LeaseID: 0xdeadbeef01, Region: 1, Keys: keys,
+			Slots: []wire.Slot{{Offset: 0, Len: 4096}, {Offset: 4096, Len: 4096}, {Offset: 1 << 40, Len: 1}}}, decGetInto},
+		{"GetIntoResponse", &wire.GetIntoResponse{Blocks: []wire.BlockMeta{{Status: wire.StatusHit, Len: 4096},
+			{Status: wire.StatusMiss}, {Status: wire.StatusTooLarge, Len: 8192}, {Status: wire.StatusFault}}}, decGetIntoResp},
+		{"PutFromRequest", &wire.PutFromRequest{Region: 2, Offsets: []uint64{0, 300}, Put: wire.PutRequest{Namespace: ns, Blocks: []wire.PutBlock{
+			{Key: keys[0], ValidLength: 16, Len: 300, TokenIDs: sampleTokens(16, 1)},
+			{Key: keys[1], Parent: keys[0], ValidLength: 7, Len: 120, Position: 16, TokenIDs: sampleTokens(9, 2)},
+		}}}, decPutFrom},
 	}
 }
 
@@ -360,7 +377,7 @@ func TestGetResponseStatuses(t *testing.T) {
 }
 
 func TestStatusResponseRejectsUnknownStatus(t *testing.T) {
-	b := (&wire.StatusResponse{Statuses: []wire.Status{wire.StatusStored, wire.StatusReadOnly + 1}}).AppendTo(nil)
+	b := (&wire.StatusResponse{Statuses: []wire.Status{wire.StatusStored, wire.StatusFault + 1}}).AppendTo(nil)
 	wantCode(t, new(wire.StatusResponse).Decode(b, maxBatch), wire.CodeMalformed)
 }
 
@@ -368,7 +385,7 @@ func TestStatusResponseRejectsUnknownStatus(t *testing.T) {
 // version-4 session and is malformed in older ones, whose servers never
 // send it; the other statuses decode in every version.
 func TestStatusResponseReadOnlyByVersion(t *testing.T) {
-	if wire.StatusReadOnly.Since() != wire.Version4 || wire.StatusNoSpace.Since() != wire.Version1 || wire.VersionMax != wire.Version4 {
+	if wire.StatusReadOnly.Since() != wire.Version4 || wire.StatusNoSpace.Since() != wire.Version1 || wire.StatusFault.Since() != wire.Version5 {
 		t.Fatalf("Since: READ_ONLY %d, NO_SPACE %d; VersionMax %d", wire.StatusReadOnly.Since(), wire.StatusNoSpace.Since(), wire.VersionMax)
 	}
 	ro := (&wire.StatusResponse{Statuses: []wire.Status{wire.StatusStored, wire.StatusReadOnly}}).AppendTo(nil)

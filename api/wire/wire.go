@@ -28,10 +28,14 @@ const (
 	// "retry elsewhere or later" from "this node is full". Sessions
 	// of versions 1..3 keep getting NO_SPACE.
 	Version4 uint8 = 4
+	// Version5 adds registered regions on Unix-domain connections:
+	// REGISTER, UNREGISTER, GET_INTO and PUT_FROM, the FAULT block status
+	// and the REGION error code (ADR 0026).
+	Version5 uint8 = 5
 	// VersionMax is the highest protocol version this package speaks.
-	VersionMax = Version4
+	VersionMax = Version5
 	// FrameVersion is the header's version byte: the frame layout, which
-	// every protocol version (1 to 4) shares.
+	// every protocol version (1 to 5) shares.
 	FrameVersion uint8 = 1
 	// HeaderSize is the fixed size of a frame header in every version.
 	HeaderSize = 24
@@ -84,8 +88,14 @@ const (
 	// OpPutOpaque (version 3) stores opaque-key blocks: the server
 	// verifies each key as identity.OpaqueKey(namespace digest, name).
 	OpPutOpaque Opcode = 13
+	// Registered regions (version 5, region.go): only on a Unix-domain
+	// connection.
+	OpRegister   Opcode = 14
+	OpUnregister Opcode = 15
+	OpGetInto    Opcode = 16
+	OpPutFrom    Opcode = 17
 	// OpMax is the highest opcode this package defines.
-	OpMax = OpPutOpaque
+	OpMax = OpPutFrom
 )
 
 func (o Opcode) String() string {
@@ -116,6 +126,14 @@ func (o Opcode) String() string {
 		return "MEMBERS"
 	case OpPutOpaque:
 		return "PUT_OPAQUE"
+	case OpRegister:
+		return "REGISTER"
+	case OpUnregister:
+		return "UNREGISTER"
+	case OpGetInto:
+		return "GET_INTO"
+	case OpPutFrom:
+		return "PUT_FROM"
 	}
 	return fmt.Sprintf("OP(%d)", uint8(o))
 }
@@ -130,16 +148,18 @@ func (o Opcode) Since() uint8 {
 		return Version2
 	case OpPutOpaque:
 		return Version3
+	case OpRegister, OpUnregister, OpGetInto, OpPutFrom:
+		return Version5
 	}
 	return Version1
 }
 
 // Mutating reports whether o changes server state: PUT, DELETE, ACQUIRE,
-// FILL_COMMIT, FILL_ABORT and PUT_OPAQUE. A server with authentication requires these
+// FILL_COMMIT, FILL_ABORT, PUT_OPAQUE and PUT_FROM. A server with authentication requires these
 // to carry a replay stamp (FlagStamped).
 func (o Opcode) Mutating() bool {
 	switch o {
-	case OpPut, OpDelete, OpAcquire, OpFillCommit, OpFillAbort, OpPutOpaque:
+	case OpPut, OpDelete, OpAcquire, OpFillCommit, OpFillAbort, OpPutOpaque, OpPutFrom:
 		return true
 	}
 	return false
@@ -298,7 +318,13 @@ const (
 	// node under its current epoch, carried in Error.Epoch. Refresh the
 	// view (MEMBERS) and retry once on the owner.
 	CodeWrongEpoch Code = 19
-	codeMax             = CodeWrongEpoch
+	// CodeRegion (version 5): a region request failed as a whole: no
+	// descriptor came with REGISTER, the descriptor is not shareable memory
+	// (or a memfd without F_SEAL_SHRINK), the region bounds are reached, or
+	// the region is not registered on this connection (never, unregistered,
+	// or dropped after a fault). Register again or use GET and PUT.
+	CodeRegion Code = 20
+	codeMax         = CodeRegion
 )
 
 var codeNames = map[Code]string{
@@ -309,7 +335,7 @@ var codeNames = map[Code]string{
 	CodeHelloRequired: "HELLO_REQUIRED", CodePayloadTooLarge: "PAYLOAD_TOO_LARGE",
 	CodeShuttingDown: "SHUTTING_DOWN", CodeInternal: "INTERNAL", CodeTimeout: "TIMEOUT",
 	CodeUnauthenticated: "UNAUTHENTICATED", CodeDenied: "DENIED", CodeRateLimited: "RATE_LIMITED",
-	CodeReplay: "REPLAY", CodeWrongEpoch: "WRONG_EPOCH",
+	CodeReplay: "REPLAY", CodeWrongEpoch: "WRONG_EPOCH", CodeRegion: "REGION",
 }
 
 // CodeMax is the highest code this version defines.

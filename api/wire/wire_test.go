@@ -222,8 +222,9 @@ func TestCodes(t *testing.T) {
 		wire.CodeInternal: "INTERNAL", wire.CodeTimeout: "TIMEOUT",
 		wire.CodeUnauthenticated: "UNAUTHENTICATED", wire.CodeDenied: "DENIED",
 		wire.CodeRateLimited: "RATE_LIMITED", wire.CodeReplay: "REPLAY", wire.CodeWrongEpoch: "WRONG_EPOCH",
+		wire.CodeRegion: "REGION",
 	}
-	for c := wire.Code(0); c <= 20; c++ {
+	for c := wire.Code(0); c <= 21; c++ {
 		want, known := names[c]
 		if !known {
 			want = fmt.Sprintf("CODE(%d)", c)
@@ -238,8 +239,8 @@ func TestCodes(t *testing.T) {
 	if len(names) != int(wire.CodeMax)+1 {
 		t.Errorf("table covers %d codes", len(names))
 	}
-	for op := wire.Opcode(0); op < 15; op++ {
-		if known := op >= 1 && op <= 13; op.Known() != known {
+	for op := wire.Opcode(0); op < 19; op++ {
+		if known := op >= 1 && op <= 17; op.Known() != known {
 			t.Errorf("%s.Known() = %v", op, op.Known())
 		}
 	}
@@ -247,8 +248,8 @@ func TestCodes(t *testing.T) {
 		t.Errorf("Opcode strings: %s %s", wire.OpPing, wire.Opcode(99))
 	}
 	if wire.StatusBusy.String() != "BUSY" || wire.StatusAborted.String() != "ABORTED" ||
-		wire.StatusKeyMismatch.String() != "KEY_MISMATCH" || wire.StatusReadOnly.String() != "READ_ONLY" || wire.Status(13).String() != "STATUS(13)" {
-		t.Errorf("Status strings: %s %s %s %s", wire.StatusBusy, wire.StatusKeyMismatch, wire.StatusReadOnly, wire.Status(13))
+		wire.StatusKeyMismatch.String() != "KEY_MISMATCH" || wire.StatusReadOnly.String() != "READ_ONLY" || wire.StatusFault.String() != "FAULT" || wire.Status(14).String() != "STATUS(14)" {
+		t.Errorf("Status strings: %s %s %s %s %s", wire.StatusBusy, wire.StatusKeyMismatch, wire.StatusReadOnly, wire.StatusFault, wire.Status(14))
 	}
 }
 
@@ -323,7 +324,7 @@ func TestHelloAuthSection(t *testing.T) {
 }
 
 func TestMutatingOps(t *testing.T) {
-	want := map[wire.Opcode]bool{wire.OpPut: true, wire.OpDelete: true, wire.OpAcquire: true, wire.OpFillCommit: true, wire.OpFillAbort: true, wire.OpPutOpaque: true}
+	want := map[wire.Opcode]bool{wire.OpPut: true, wire.OpDelete: true, wire.OpAcquire: true, wire.OpFillCommit: true, wire.OpFillAbort: true, wire.OpPutOpaque: true, wire.OpPutFrom: true}
 	for op := wire.Opcode(0); op <= wire.OpMax+1; op++ {
 		if op.Mutating() != want[op] {
 			t.Errorf("%s.Mutating() = %v", op, op.Mutating())
