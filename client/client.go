@@ -30,6 +30,8 @@ type Client struct {
 		sync.Mutex
 		m map[LeaseID]leaseRoute // guarded by leases
 	}
+	// regions are the registered regions (region.go).
+	regions regionSet
 }
 
 type leaseRoute struct {

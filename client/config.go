@@ -25,7 +25,12 @@ const (
 // default, applied by Dial.
 type Config struct {
 	// Addr is the server's host:port. Default DefaultAddr (127.0.0.1:9400).
+	// With Network "unix" it is the path of the server's unix_listen socket.
 	Addr string
+	// Network is "tcp" (the default) or "unix". On "unix" the client can
+	// use registered regions (NewRegion, RegisterRegion): a GetInto into,
+	// or a Put from, a region's memory moves no payload over the socket.
+	Network string
 	// Tenant is the session tenant; every namespace used on this client
 	// must carry the same tenant. Without credentials (Secret, TLS) it is
 	// sent in HELLO and defaults to "default". With credentials the server
@@ -114,6 +119,10 @@ func (c *Config) applyDefaults() {
 // applying defaults.
 func (c Config) Validate() error {
 	switch {
+	case c.Network != "" && c.Network != "tcp" && c.Network != "unix":
+		return fmt.Errorf("%w: Network %q is not tcp or unix", ErrInvalid, c.Network)
+	case c.Network == "unix" && c.TLS != nil:
+		return fmt.Errorf("%w: TLS is not used on a Unix socket", ErrInvalid)
 	case c.Conns < 1 || c.Conns > 1024:
 		return fmt.Errorf("%w: Conns %d not in 1..1024", ErrInvalid, c.Conns)
 	case c.DialTimeout < 0:

@@ -85,6 +85,13 @@ type conn struct {
 	tbuf []byte // GET table scratch
 
 	readerDone chan struct{}
+
+	// regs are the regions registered on this connection (region.go); the
+	// mutex is held across a REGISTER exchange.
+	regs struct {
+		sync.Mutex
+		m map[uint32]bool
+	}
 }
 
 // dial connects, exchanges HELLO and starts the reader.
@@ -92,7 +99,11 @@ func dial(parent context.Context, cfg *Config) (*conn, error) {
 	ctx, cancel := context.WithTimeout(parent, cfg.DialTimeout)
 	defer cancel()
 	var d net.Dialer
-	dialFn := func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
+	network := "tcp"
+	if cfg.Network == "unix" {
+		network = "unix"
+	}
+	dialFn := func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, network, addr) }
 	if cfg.hooks != nil && cfg.hooks.dial != nil {
 		dialFn = cfg.hooks.dial
 	}
@@ -278,6 +289,7 @@ type frame struct {
 	enc        func(b []byte) []byte
 	payload    [][]byte
 	payloadLen int
+	oob        []byte // REGISTER: the SCM_RIGHTS message sent with the frame's bytes
 }
 
 // start takes an in-flight slot, registers cl and writes its frame. When
@@ -327,7 +339,9 @@ func (c *conn) start(ctx context.Context, cl *call, f *frame) (inFlight bool, er
 	deadline, _ := ctx.Deadline()
 	c.nc.SetWriteDeadline(deadline)
 	var n int64
-	if len(f.payload) == 0 {
+	if f.oob != nil {
+		n, err = c.writeWithRights(b, f.oob)
+	} else if len(f.payload) == 0 {
 		var m int
 		m, err = c.nc.Write(b)
 		n = int64(m)
@@ -354,6 +368,22 @@ func (c *conn) start(ctx context.Context, cl *call, f *frame) (inFlight bool, er
 	// Part of the frame went out: the stream is out of sync.
 	c.fail(fmt.Errorf("%w: write: %w", ErrUnavailable, err))
 	return true, nil
+}
+
+// writeWithRights writes b with the control message oob on its first
+// byte (a descriptor for REGISTER), then whatever the first write left.
+func (c *conn) writeWithRights(b, oob []byte) (int64, error) {
+	uc, ok := c.nc.(*net.UnixConn)
+	if !ok {
+		return 0, fmt.Errorf("%w: descriptors travel only on Unix sockets", ErrInvalid)
+	}
+	n, _, err := uc.WriteMsgUnix(b, oob, nil)
+	if err == nil && n < len(b) {
+		var m int
+		m, err = uc.Write(b[n:])
+		n += m
+	}
+	return int64(n), err
 }
 
 func unavailable(err error) error {

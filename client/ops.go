@@ -75,6 +75,13 @@ func (c *Client) get(ctx context.Context, ns Namespace, keys []BlockKey, dst [][
 	}
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
+	if dst != nil {
+		// Buffers inside a registered region: the server copies into them.
+		offs := make([]uint64, len(dst))
+		if reg := c.regionOf(dst, true, offs); reg != nil && c.getIntoRegion(ctx, blob, keys, dst, res, o.lease, reg, offs) {
+			return
+		}
+	}
 	lim := c.Limits()
 	var reqs []*request
 	for off := 0; off < len(keys); {
@@ -159,6 +166,18 @@ func (c *Client) put(ctx context.Context, ns Namespace, blocks []PutBlock, errs 
 	}
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
+	if errs == nil && c.cfg.Network == "unix" {
+		// Payloads inside a registered region: the server copies from them.
+		data, offs := make([][]byte, len(blocks)), make([]uint64, len(blocks))
+		for i := range blocks {
+			data[i] = blocks[i].Data
+		}
+		if reg := c.regionOf(data, false, offs); reg != nil {
+			if ok, err := c.putFromRegion(ctx, blob, blocks, statuses, reg, offs); ok {
+				return statuses, err
+			}
+		}
+	}
 	lim := c.Limits()
 	head := 4 + len(blob) + 4 // table: namespace blob, block count
 

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/security/secretfile"
 )
 
@@ -103,8 +104,8 @@ func (c Config) Member(listen string) (id, addr, domain string, err error) {
 }
 
 func (c Config) validateCluster() error {
-	if c.ProtocolMax < 1 || c.ProtocolMax > 4 {
-		return invalidf("protocol_max %d is not 1, 2, 3 or 4", c.ProtocolMax)
+	if c.ProtocolMax < 1 || c.ProtocolMax > int(wire.VersionMax) {
+		return invalidf("protocol_max %d is not in 1..%d", c.ProtocolMax, wire.VersionMax)
 	}
 	if !c.Clustered() {
 		return nil

@@ -43,7 +43,7 @@ func TestClusterFlags(t *testing.T) {
 
 func TestClusterValidation(t *testing.T) {
 	for flagv, want := range map[string]string{
-		"--protocol-max=5":           "protocol_max",
+		"--protocol-max=6":           "protocol_max",
 		"--etcd-endpoints=etcd:2379": "needs a scheme",
 		"--member-lease-ttl=1s":      "member_lease_ttl",
 		"--control-grace=0s":         "control_grace",
@@ -52,7 +52,7 @@ func TestClusterValidation(t *testing.T) {
 		"--advertise-addr=nohost":    "advertise_addr",
 	} {
 		args := []string{flagv}
-		if !strings.HasPrefix(flagv, "--etcd-endpoints") && flagv != "--protocol-max=5" {
+		if !strings.HasPrefix(flagv, "--etcd-endpoints") && flagv != "--protocol-max=6" {
 			args = append(args, "--etcd-endpoints=http://127.0.0.1:2379")
 		}
 		_, err := Load(args, env(nil), io.Discard)

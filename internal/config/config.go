@@ -14,6 +14,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/policy"
 )
 
@@ -37,6 +38,18 @@ type Config struct {
 	// resp profile (resp_profile in open mode); see docs/PROTOCOL.md, "RESP2
 	// endpoint". Default "off".
 	RESPListen string `yaml:"resp_listen"`
+	// UnixListen serves the native protocol on a Unix-domain socket at this
+	// path, for engines on the same host; on it they may register shared
+	// memory so a GET or PUT is one copy (unix.go, ADR 0026). Default "off".
+	UnixListen string `yaml:"unix_listen"`
+	// UnixListenMode is the socket file's mode, octal. Default "0660".
+	UnixListenMode string `yaml:"unix_listen_mode"`
+	// RegionBytes bounds the registered shared memory mapped at once, all
+	// connections together. Default 256GiB.
+	RegionBytes ByteSize `yaml:"region_bytes"`
+	// TenantRegionBytes bounds one tenant's registered shared memory.
+	// Default 64GiB.
+	TenantRegionBytes ByteSize `yaml:"tenant_region_bytes"`
 	// RESPProfile is the RESP profile in open mode (YAML only; resp.go).
 	RESPProfile *RESPProfileConfig `yaml:"resp_profile"`
 
@@ -301,7 +314,8 @@ type Config struct {
 	// ControlProbe is how often etcd's reachability is checked. Default 1s.
 	ControlProbe time.Duration `yaml:"control_probe"`
 	// ProtocolMax is the highest wire protocol version negotiated; the
-	// previous one (3) pins it during a rolling upgrade. Default 4.
+	// previous one (4) pins it during a rolling upgrade. Default 5
+	// (wire.VersionMax).
 	ProtocolMax int `yaml:"protocol_max"`
 	// etcd client security: TLS (etcd_ca, plus etcd_cert/etcd_key for
 	// mTLS) and etcd's own user authentication.
@@ -330,27 +344,32 @@ type Config struct {
 // Default returns the embedded single-node default.
 func Default() Config {
 	return Config{
-		Listen:       "127.0.0.1:9400",
-		AdminListen:  "127.0.0.1:9401",
-		RESPListen:   "off",
-		HotCapacity:  1 << 30,
-		HotMinClass:  16 << 10,
-		HotMaxClass:  64 << 20,
-		HotSlab:      64 << 20,
-		HotPrefault:  "populate",
-		HotPolicy:    BuiltinHotPolicy,
-		LeaseTTL:     5 * time.Second,
-		MaxLeaseTTL:  30 * time.Second,
-		MaxConns:     4096,
-		MaxInFlight:  64,
-		MaxBatch:     1024,
-		MaxFrame:     65 << 20,
-		ReadTimeout:  30 * time.Second,
-		WriteTimeout: 30 * time.Second,
-		IdleTimeout:  5 * time.Minute,
-		DrainTimeout: 15 * time.Second,
-		LogLevel:     "info",
-		LogFormat:    "text",
+		Listen:      "127.0.0.1:9400",
+		AdminListen: "127.0.0.1:9401",
+		RESPListen:  "off",
+		UnixListen:  "off",
+
+		UnixListenMode:    "0660",
+		RegionBytes:       256 << 30,
+		TenantRegionBytes: 64 << 30,
+		HotCapacity:       1 << 30,
+		HotMinClass:       16 << 10,
+		HotMaxClass:       64 << 20,
+		HotSlab:           64 << 20,
+		HotPrefault:       "populate",
+		HotPolicy:         BuiltinHotPolicy,
+		LeaseTTL:          5 * time.Second,
+		MaxLeaseTTL:       30 * time.Second,
+		MaxConns:          4096,
+		MaxInFlight:       64,
+		MaxBatch:          1024,
+		MaxFrame:          65 << 20,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       5 * time.Minute,
+		DrainTimeout:      15 * time.Second,
+		LogLevel:          "info",
+		LogFormat:         "text",
 
 		HelloTimeout:     5 * time.Second,
 		MaxUnauthPerAddr: 64,
@@ -389,7 +408,7 @@ func Default() Config {
 		MemberLeaseTTL: 10 * time.Second,
 		ControlGrace:   10 * time.Second,
 		ControlProbe:   time.Second,
-		ProtocolMax:    4,
+		ProtocolMax:    int(wire.VersionMax),
 
 		ColdEncryptionGrace:      24 * time.Hour,
 		ColdCompression:          ColdCompressionOff,
@@ -464,7 +483,7 @@ func (c *Config) fields() []field {
 		{"admin_tls_client_ca", `CA bundle (PEM) for optional client certificates on the admin listener ("": tls_client_ca, "none": ask for none)`, (*strVal)(&c.AdminTLSClientCA)},
 		{"seal_grace", "how long a replaced seal key still verifies", (*durVal)(&c.SealGrace)},
 		{"seal_hot_reads", "seal blocks in DRAM too and verify them on every read (needs seal_keys)", (*boolVal)(&c.SealHotReads)},
-	}, append(append(append(append(c.clusterFields(), c.connFields()...), c.respFields()...), c.ablationFields()...), c.coldCryptFields()...)...)
+	}, slices.Concat(c.clusterFields(), c.connFields(), c.respFields(), c.unixFields(), c.ablationFields(), c.coldCryptFields())...)
 }
 
 // EnvName returns the environment variable for a YAML key.
@@ -548,6 +567,7 @@ func (c Config) Validate() error {
 		c.validateLimits,
 		c.validateTenantShares,
 		c.validateRESP,
+		c.validateUnix,
 		c.validateCold,
 		c.validateLog,
 	} {

@@ -23,6 +23,10 @@ type TenantConfig struct {
 	// CertNames authenticate under mTLS: a client certificate whose subject
 	// CN, DNS or URI SAN is one of these is this tenant.
 	CertNames []string `yaml:"cert_names"`
+	// UnixUIDs authenticate over unix_listen: a process whose user id (as
+	// the kernel reports it, SO_PEERCRED) is listed here is this tenant,
+	// without a secret. Each uid belongs to one tenant.
+	UnixUIDs []uint32 `yaml:"unix_uids"`
 	// Rights are "model=rights" entries, rights a combination of r (read:
 	// GET, LOOKUP, WAIT), w (write: PUT, fills) and a (admin: server-wide
 	// STAT, admin endpoints); model "*" means every model. Default ["*=rw"].

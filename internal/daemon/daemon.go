@@ -31,6 +31,7 @@ type Addrs struct {
 	Data  string
 	Admin string // "" when the admin listener is off
 	RESP  string // "" when resp_listen is off (resp.go)
+	Unix  string // the socket path; "" when unix_listen is off (unix.go)
 }
 
 // NewLogger builds the structured logger the config asks for.
@@ -92,6 +93,8 @@ func serverConfig(cfg config.Config, dir *directory.Directory, store *hot.Store,
 		RequestBuffers:   int64(cfg.RequestBuffers),
 
 		TenantRequestBuffers: cfg.TenantRequestBufferCap(),
+		RegionBytes:          int64(cfg.RegionBytes),
+		TenantRegionBytes:    int64(cfg.TenantRegionBytes),
 
 		MaxVersion:   uint8(cfg.ProtocolMax),
 		RESPProfiles: respProfiles(cfg),

@@ -57,6 +57,7 @@ type Node struct {
 	hs        *http.Server // nil when admin_listen is off
 	hup       chan os.Signal
 	respWait  func() // waits for the RESP listener's goroutine after srv.Shutdown
+	unixWait  func() // waits for the Unix listener's goroutine after srv.Shutdown
 
 	drainReq chan string // POST /admin/drain's actor
 	serveErr chan error  // the data listener's Serve result
@@ -111,6 +112,7 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (*Node, error) 
 		n.listenAdmin,
 		n.watchSIGHUP,
 		n.listenRESP,
+		n.listenUnix,
 		n.serve,
 	}
 	for _, phase := range phases {
@@ -511,6 +513,16 @@ func (n *Node) listenRESP(context.Context) error {
 	return nil
 }
 
+// listenUnix opens unix_listen when configured (unix.go).
+func (n *Node) listenUnix(context.Context) error {
+	wait, err := startUnix(n.cfg, n.srv, &n.addrs, n.log)
+	if err != nil {
+		return err
+	}
+	n.unixWait = wait
+	return nil
+}
+
 // serve starts serving the data listener, turns readiness on and logs
 // what the node runs with.
 func (n *Node) serve(context.Context) error {
@@ -584,6 +596,9 @@ func (n *Node) drain() {
 		n.log.Warn("drain deadline passed; connections closed", "err", err)
 	}
 	n.respWait()
+	if n.unixWait != nil {
+		n.unixWait()
+	}
 	if n.hs != nil {
 		n.hs.Shutdown(dctx)
 	}

@@ -159,7 +159,7 @@ func buildPolicy(cfg config.Config, getenv func(string) (string, bool), reuse *r
 	}
 	tenants := make([]auth.Tenant, 0, len(cfg.Tenants))
 	for _, t := range cfg.Tenants {
-		at := auth.Tenant{Name: t.Name, CertNames: t.CertNames}
+		at := auth.Tenant{Name: t.Name, CertNames: t.CertNames, UnixUIDs: t.UnixUIDs}
 		for _, sc := range t.Secrets {
 			b, exp, err := sc.Read(getenv)
 			if err != nil {

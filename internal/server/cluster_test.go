@@ -164,11 +164,12 @@ func TestVersionNegotiation(t *testing.T) {
 		min, max uint8
 		want     uint8
 	}{
-		{"new client, new server", ts.addr, 1, wire.VersionMax, wire.Version4},
+		{"new client, new server", ts.addr, 1, wire.VersionMax, wire.Version5},
+		{"v4 client, new server", ts.addr, 1, 4, wire.Version4},
 		{"v3 client, new server", ts.addr, 1, 3, wire.Version3},
 		{"v1 client, new server", ts.addr, 1, 1, wire.Version1},
 		{"v2-only client, new server", ts.addr, 2, 2, wire.Version2},
-		{"client ahead of the server", ts.addr, 1, wire.VersionMax + 3, wire.Version4},
+		{"client ahead of the server", ts.addr, 1, wire.VersionMax + 3, wire.Version5},
 		{"new client, pinned server", pinned.addr, 1, wire.VersionMax, wire.Version1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -103,6 +103,16 @@ type conn struct {
 	statuses  []wire.Status
 	discard   int64 // bytes skipped, for stats
 
+	// Unix-socket connections (unix.go, region.go): the peer's kernel
+	// credentials (nil on TCP) and the regions it registered, by id;
+	// reader-owned, unmapped by serve after the reader stops.
+	peer        *unixPeer
+	regions     map[uint32]*region
+	getIntoReq  wire.GetIntoRequest
+	getIntoResp []wire.BlockMeta
+	putFromReq  wire.PutFromRequest
+	slotOrder   []int32
+
 	state struct {
 		sync.Mutex
 		idle     bool // reader is waiting for a header
@@ -143,6 +153,7 @@ func (c *conn) serve() {
 		c.writeLoopRecovered()
 	}()
 	err := c.readLoopRecovered()
+	c.unmapRegions()
 	c.endRequest()
 	c.shrink()
 	c.leaveFills() // parked WAITs answer first, so the queue is still open
@@ -257,6 +268,7 @@ func (c *conn) readLoop() error {
 				c.sendError(h, err)
 				return err
 			}
+			c.dropRegisterFD(h)
 			if err := c.skip(int64(h.BodyLen)); err != nil {
 				c.release()
 				c.timedOut(err)

@@ -17,6 +17,14 @@ import (
 // controlBodyMax bounds the body of every request but PUT.
 func (c *conn) controlBodyMax() uint32 { return controlBodyMax(c.s.cfg.Limits) }
 
+// bodyMax bounds the body of op, one of the requests read whole.
+func (c *conn) bodyMax(op wire.Opcode) uint32 {
+	if op == wire.OpGetInto {
+		return c.getIntoBodyMax()
+	}
+	return c.controlBodyMax()
+}
+
 func controlBodyMax(l wire.Limits) uint32 {
 	return 4 + wire.MaxNamespaceLen + 8 + 4 + l.MaxBatch*wire.KeySize + 64
 }
@@ -65,13 +73,16 @@ func (c *conn) handle(h wire.Header) error {
 		return c.handleFillCommit(h)
 	case wire.OpPutOpaque:
 		return c.handlePutOpaque(h)
+	case wire.OpPutFrom:
+		return c.handlePutFrom(h)
 	}
-	if h.BodyLen > c.controlBodyMax() {
+	if bodyMax := c.bodyMax(h.Op); h.BodyLen > bodyMax {
+		c.dropRegisterFD(h)
 		if err := c.skip(int64(h.BodyLen)); err != nil {
 			c.release()
 			return err
 		}
-		c.sendError(h, wire.Errorf(wire.CodeMalformed, "%s body of %d bytes exceeds %d", h.Op, h.BodyLen, c.controlBodyMax()))
+		c.sendError(h, wire.Errorf(wire.CodeMalformed, "%s body of %d bytes exceeds %d", h.Op, h.BodyLen, bodyMax))
 		return nil
 	}
 	body, err := c.readBody(h.BodyLen)
@@ -108,6 +119,12 @@ func (c *conn) handle(h wire.Header) error {
 		err = c.handleWait(h, body)
 	case wire.OpMembers:
 		err = c.handleMembers(h, body)
+	case wire.OpRegister:
+		err = c.handleRegister(h, body)
+	case wire.OpUnregister:
+		err = c.handleUnregister(h, body)
+	case wire.OpGetInto:
+		err = c.handleGetInto(h, body)
 	}
 	if err != nil {
 		c.sendError(h, err)
@@ -231,16 +248,7 @@ func (c *conn) handleGet(h wire.Header, body []byte) error {
 			r.meta = append(r.meta, byte(wire.StatusMiss), 0, 0, 0, 0)
 			continue
 		}
-		v, ok := c.s.store.Acquire(ns, req.Keys[i])
-		if !ok && c.s.cfg.ColdRefill != nil {
-			v, ok = c.refillMiss(ns, req.Keys[i])
-		}
-		if ok && c.s.sealer != nil {
-			if id, err := c.s.sealer.verify(c.s.store, v, ns, req.Keys[i]); err != nil {
-				c.sealFailed(v, ns, req.Keys[i], id, err)
-				ok = false
-			}
-		}
+		v, ok := c.acquireVerified(ns, req.Keys[i])
 		if ok && payload+uint64(len(v.Bytes)) > budget {
 			c.s.store.Release(v)
 			ok = false
@@ -389,32 +397,45 @@ func (c *conn) reserveAndRead(ns identity.NamespaceDigest, key, parent identity.
 		h(c.tenant, err)
 	}
 	if err != nil {
-		// Also hot.ErrNotAdmitted (the policy refused it) and
-		// hot.ErrTenantQuota (the tenant holds its share of the tier in
-		// leases and PUTs in flight): the block is not stored, nothing
-		// else changes, and the client recomputes or retries later.
-		// Chunks are immutable: on ErrExists the stored bytes stay.
-		st := wire.StatusNoSpace
-		switch {
-		case errors.Is(err, hot.ErrExists):
-			st = wire.StatusExists
-		case errors.Is(err, hot.ErrTooLarge):
-			st = wire.StatusTooLarge
-		}
-		return hot.Reservation{}, st, c.skip(int64(n))
+		return hot.Reservation{}, reserveStatus(err), c.skip(int64(n))
 	}
 	if err := c.readInto(res.Buf); err != nil {
 		c.s.store.Abort(res)
 		return hot.Reservation{}, 0, err
 	}
+	if st := c.sealReserved(res, ns, key); st != wire.StatusStored {
+		return hot.Reservation{}, st, nil
+	}
+	return res, wire.StatusStored, nil
+}
+
+// reserveStatus is the answer for a block whose reservation failed with
+// err: EXISTS, TOO_LARGE, or NO_SPACE. NO_SPACE covers hot.ErrNotAdmitted
+// (the policy refused it) and hot.ErrTenantQuota (the tenant holds its
+// share of the tier in leases and PUTs in flight) too: the block is not
+// stored, nothing else changes, and the client recomputes or retries
+// later. Chunks are immutable: on EXISTS the stored bytes stay.
+func reserveStatus(err error) wire.Status {
+	switch {
+	case errors.Is(err, hot.ErrExists):
+		return wire.StatusExists
+	case errors.Is(err, hot.ErrTooLarge):
+		return wire.StatusTooLarge
+	}
+	return wire.StatusNoSpace
+}
+
+// sealReserved seals a filled reservation from its own slab bytes when the
+// hot tier is sealed. Anything but StatusStored means it was aborted.
+func (c *conn) sealReserved(res hot.Reservation, ns identity.NamespaceDigest, key identity.BlockKey) wire.Status {
 	if c.s.sealer != nil {
 		if err := c.s.sealer.tag(c.s.store, res, ns, key); err != nil {
 			c.s.store.Abort(res)
 			c.s.log.Error("cannot seal a block; not stored", "err", err)
-			return hot.Reservation{}, wire.StatusNoSpace, nil
+			return wire.StatusNoSpace
 		}
 	}
-	return res, wire.StatusStored, nil
+	return wire.StatusStored
 }
 
 // blockMeta is what the hot tier's policy learns about a verified block of
@@ -442,6 +463,7 @@ func (c *conn) putTableMax() uint32 {
 // their budget is given back first: skipping lasts as long as the client
 // takes to send the rest (a slow one, up to the read timeout).
 func (c *conn) skipThenError(h wire.Header, n int64, err error) error {
+	c.dropRegisterFD(h)
 	c.shrink()
 	if serr := c.skip(n); serr != nil {
 		c.release()

@@ -31,7 +31,7 @@ func TestReadOnlyPutOpaque(t *testing.T) {
 	}
 	key := opaqueKeyOf(t, ns, name)
 	v3, r3 := helloV(t, ts.addr, "acme", 1, wire.Version3)
-	v4, r4 := helloV(t, ts.addr, "acme", 1, wire.VersionMax)
+	v4, r4 := helloV(t, ts.addr, "acme", 1, wire.Version4)
 	if r3.Version != wire.Version3 || r4.Version != wire.Version4 {
 		t.Fatalf("negotiated %d and %d, want 3 and 4", r3.Version, r4.Version)
 	}

@@ -102,6 +102,9 @@ func (c *conn) helloSession(req *wire.HelloRequest) (auth.Session, error) {
 		}
 	case c.peerNames() != nil:
 		s, err = p.Auth.Cert(c.peerNames())
+	case c.peer != nil && p.Auth.HasUnixPeer(c.peer.uid):
+		// A Unix-socket peer's uid comes from the kernel (SO_PEERCRED).
+		s, err = p.Auth.UnixPeer(c.peer.uid)
 	default:
 		err = fmt.Errorf("%w: %w: send a bearer secret in HELLO or connect with a client certificate", auth.ErrUnauthenticated, auth.ErrNoCredential)
 	}
@@ -272,7 +275,7 @@ func (c *conn) authorize(op wire.Opcode, model string, need acl.Right) error {
 // operation whose answer reveals whether a block exists needs read.
 func need(op wire.Opcode) acl.Right {
 	switch op {
-	case wire.OpPut, wire.OpFillCommit, wire.OpFillAbort, wire.OpPutOpaque:
+	case wire.OpPut, wire.OpFillCommit, wire.OpFillAbort, wire.OpPutOpaque, wire.OpPutFrom:
 		return acl.Write
 	case wire.OpDelete, wire.OpAcquire:
 		return acl.Read | acl.Write

@@ -116,6 +116,12 @@ type Config struct {
 	// (etcd reachable or not) limits what is served. Nil is a single node:
 	// it owns every key. See cluster.go.
 	Cluster *Cluster
+	// RegionBytes bounds the registered regions mapped at once, every
+	// connection together (region.go). Default 256 GiB.
+	RegionBytes int64
+	// TenantRegionBytes bounds one tenant's registered regions. Default 64
+	// GiB, at most RegionBytes.
+	TenantRegionBytes int64
 	// MaxVersion is the highest protocol version the server negotiates
 	// (it speaks every version from 1 up to it). Zero means
 	// wire.VersionMax; more than wire.VersionMax is ErrConfig. 1 pins the previous protocol (a rolling
@@ -170,6 +176,9 @@ type Hooks struct {
 	// a request, with the operation's name (a native opcode, or a RESP
 	// command as sent); a test may panic in it.
 	Handling func(op string)
+	// RegionCopy is called before each copy to or from a registered
+	// region (region.go); a test may truncate the region in it.
+	RegionCopy func()
 }
 
 // Defaults of the connection limits.
@@ -179,6 +188,8 @@ const (
 	defaultRequestBuffers   = 128 << 20
 	defaultBufferWait       = time.Second
 	defaultBufferShares     = 2 // as config.OpenModeShares
+	defaultRegionBytes      = 256 << 30
+	defaultTenantRegion     = 64 << 30
 )
 
 func (c Config) withDefaults() (Config, error) {
@@ -251,6 +262,15 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: RequestBuffers %d cannot hold the largest request table (%d bytes with max_batch %d)",
 			ErrConfig, c.RequestBuffers, need, c.Limits.MaxBatch)
 	}
+	if c.RegionBytes == 0 {
+		c.RegionBytes = defaultRegionBytes
+	}
+	if c.TenantRegionBytes == 0 {
+		c.TenantRegionBytes = min(defaultTenantRegion, c.RegionBytes)
+	}
+	if c.RegionBytes < 0 || c.TenantRegionBytes < 0 || c.TenantRegionBytes > c.RegionBytes {
+		return c, fmt.Errorf("%w: region bytes %d, tenant region bytes %d", ErrConfig, c.RegionBytes, c.TenantRegionBytes)
+	}
 	if c.TenantRequestBuffers == 0 {
 		c.TenantRequestBuffers = FairRequestBufferShare(c.RequestBuffers, c.Limits, defaultBufferShares)
 	}
@@ -284,8 +304,9 @@ type Server struct {
 		// MaxUnauthPerAddr gets no more.
 		unauth map[string]int
 	}
-	leases leaseRegistry
-	wg     sync.WaitGroup // one per connection
+	leases  leaseRegistry
+	regions regionBudget   // registered regions (region.go)
+	wg      sync.WaitGroup // one per connection
 	done   chan struct{}  // closed when Shutdown begins
 
 	dir        *directory.Directory
@@ -401,6 +422,10 @@ func (s *Server) serve(ln net.Listener, run func(*conn)) error {
 // or too many unauthenticated connections from its address) and returns nil.
 func (s *Server) accept(nc net.Conn) *conn {
 	addr := sourceAddr(nc.RemoteAddr())
+	if fc, ok := nc.(*fdConn); ok {
+		// Unix peers have no address: they count by user id.
+		addr = fmt.Sprintf("unix:uid=%d", fc.peer.uid)
+	}
 	s.mu.Lock()
 	full := len(s.mu.conns) >= s.cfg.MaxConns
 	unauthFull := s.mu.unauth[addr] >= s.cfg.MaxUnauthPerAddr
@@ -557,5 +582,11 @@ type counters struct {
 	unauthRejected  atomic.Uint64 // connections closed on accept: their address had MaxUnauthPerAddr unauthenticated
 	helloTimeouts   atomic.Uint64 // connections closed by HelloTimeout
 	connPanics      atomic.Uint64 // connections ended by a panic in their goroutine (connpanic.go)
+	// Registered regions (region.go).
+	regionsRegistered atomic.Uint64 // REGISTERs that mapped a region
+	regionRefused     atomic.Uint64 // REGISTERs refused: not shareable memory, unsealed memfd, over a bound
+	regionFaults      atomic.Uint64 // copies that faulted; each dropped its region
+	regionBytesIn     atomic.Uint64 // PUT_FROM bytes stored
+	regionBytesOut    atomic.Uint64 // GET_INTO bytes delivered
 	resp            respCounters  // the RESP endpoint's (resp.go)
 }

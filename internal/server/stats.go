@@ -113,6 +113,7 @@ func (s *Server) Stats() []wire.StatEntry {
 		{Name: "hot_quota_evictions", Value: st.QuotaEvictions},
 		{Name: "hot_leases_refused", Value: st.LeasesRefused},
 	}
+	e = append(e, s.regionStats()...)
 	ds := s.dir.Stats()
 	e = append(e,
 		wire.StatEntry{Name: "fill_epoch", Value: uint64(ds.Epoch)},

@@ -30,6 +30,7 @@ const (
 	MethodNone   Method = "none" // open mode (loopback only)
 	MethodBearer Method = "bearer"
 	MethodMTLS   Method = "mtls"
+	MethodUnix   Method = "unix_uid" // a Unix-socket peer's kernel-reported uid
 )
 
 // Credential is one bearer secret of a tenant.
@@ -50,6 +51,11 @@ type Tenant struct {
 	// CertNames are client-certificate names (subject CN, DNS or URI SAN)
 	// that authenticate as this tenant under mTLS.
 	CertNames []string
+	// UnixUIDs are the user ids whose processes, connecting over the
+	// Unix-domain listener, authenticate as this tenant without a secret:
+	// the kernel reports the peer's uid (SO_PEERCRED), the client cannot
+	// choose it.
+	UnixUIDs []uint32
 }
 
 // Session is what authentication established.
@@ -71,6 +77,7 @@ type secretEntry struct {
 type Table struct {
 	secrets map[[sha256.Size]byte]secretEntry
 	certs   map[string]string // certificate name -> tenant
+	uids    map[uint32]string // Unix peer uid -> tenant
 }
 
 // NewTable validates tenants and builds a Table. Tenant names must be
@@ -78,7 +85,7 @@ type Table struct {
 // (they appear in ACL rules); secret ids must be unique per tenant; a secret
 // or certificate name may belong to one tenant only.
 func NewTable(tenants []Tenant) (*Table, error) {
-	t := &Table{secrets: make(map[[sha256.Size]byte]secretEntry), certs: make(map[string]string)}
+	t := &Table{secrets: make(map[[sha256.Size]byte]secretEntry), certs: make(map[string]string), uids: make(map[uint32]string)}
 	seen := make(map[string]bool)
 	for i, tn := range tenants {
 		switch {
@@ -90,8 +97,8 @@ func NewTable(tenants []Tenant) (*Table, error) {
 			return nil, fmt.Errorf("%w: tenant name %q contains ':', '=' or whitespace", ErrConfig, tn.Name)
 		case seen[tn.Name]:
 			return nil, fmt.Errorf("%w: tenant %q defined twice", ErrConfig, tn.Name)
-		case len(tn.Secrets) == 0 && len(tn.CertNames) == 0:
-			return nil, fmt.Errorf("%w: tenant %q has neither secrets nor cert_names, so nothing can authenticate as it", ErrConfig, tn.Name)
+		case len(tn.Secrets) == 0 && len(tn.CertNames) == 0 && len(tn.UnixUIDs) == 0:
+			return nil, fmt.Errorf("%w: tenant %q has no secrets, cert_names or unix_uids, so nothing can authenticate as it", ErrConfig, tn.Name)
 		}
 		seen[tn.Name] = true
 		if err := t.addSecrets(tn); err != nil {
@@ -100,8 +107,30 @@ func NewTable(tenants []Tenant) (*Table, error) {
 		if err := t.addCerts(tn); err != nil {
 			return nil, err
 		}
+		for _, uid := range tn.UnixUIDs {
+			if o, dup := t.uids[uid]; dup {
+				return nil, fmt.Errorf("%w: unix uid %d belongs to tenants %q and %q", ErrConfig, uid, o, tn.Name)
+			}
+			t.uids[uid] = tn.Name
+		}
 	}
 	return t, nil
+}
+
+// UnixPeer authenticates a Unix-socket peer by the uid the kernel reported
+// for it (SO_PEERCRED): the tenant whose unix_uids list it.
+func (t *Table) UnixPeer(uid uint32) (Session, error) {
+	tn, ok := t.uids[uid]
+	if !ok {
+		return Session{}, fmt.Errorf("%w (unix uid %d is in no tenant's unix_uids)", ErrNoCredential, uid)
+	}
+	return Session{Tenant: tn, Method: MethodUnix, CredID: fmt.Sprintf("uid:%d", uid)}, nil
+}
+
+// HasUnixPeer reports whether uid authenticates as some tenant.
+func (t *Table) HasUnixPeer(uid uint32) bool {
+	_, ok := t.uids[uid]
+	return ok
 }
 
 // addSecrets adds the secrets of tenant tn: each with a unique id, long
@@ -192,6 +221,11 @@ func (t *Table) Still(s Session, now time.Time) (notAfter time.Time, err error) 
 		}
 	case MethodMTLS:
 		if t.certs[s.CredID] == s.Tenant {
+			return time.Time{}, nil
+		}
+	case MethodUnix:
+		var uid uint32
+		if _, err := fmt.Sscanf(s.CredID, "uid:%d", &uid); err == nil && t.uids[uid] == s.Tenant {
 			return time.Time{}, nil
 		}
 	}

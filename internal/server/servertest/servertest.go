@@ -20,9 +20,24 @@ type Server struct {
 	Addr  string
 	Srv   *server.Server
 	Store *hot.Store
+	// Unix is the path of the Unix-socket listener ListenUnix opened; "" until then.
+	Unix string
 
 	t      testing.TB // nil when started by Launch
 	served chan error
+	unix   chan error // ListenUnix's Serve result; nil without one
+}
+
+// ListenUnix also serves on a Unix socket at path (registered regions,
+// ADR 0026) and records the path in Unix.
+func (s *Server) ListenUnix(path string) error {
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return err
+	}
+	s.Unix, s.unix = path, make(chan error, 1)
+	go func() { s.unix <- s.Srv.ServeUnix(ln) }()
+	return nil
 }
 
 // Start runs a server on addr ("127.0.0.1:0" for any free port) with the
@@ -93,6 +108,11 @@ func (s *Server) Close() error {
 	}
 	if err := <-s.served; err != nil {
 		errs = append(errs, fmt.Errorf("serve: %w", err))
+	}
+	if s.unix != nil {
+		if err := <-s.unix; err != nil && !errors.Is(err, server.ErrClosed) {
+			errs = append(errs, fmt.Errorf("serve unix: %w", err))
+		}
 	}
 	s.Store.Close()
 	s.Srv = nil
