@@ -307,7 +307,7 @@ type Server struct {
 	leases  leaseRegistry
 	regions regionBudget   // registered regions (region.go)
 	wg      sync.WaitGroup // one per connection
-	done   chan struct{}  // closed when Shutdown begins
+	done    chan struct{}  // closed when Shutdown begins
 
 	dir        *directory.Directory
 	ownDir     bool          // dir was created here and is closed by Shutdown
@@ -588,5 +588,5 @@ type counters struct {
 	regionFaults      atomic.Uint64 // copies that faulted; each dropped its region
 	regionBytesIn     atomic.Uint64 // PUT_FROM bytes stored
 	regionBytesOut    atomic.Uint64 // GET_INTO bytes delivered
-	resp            respCounters  // the RESP endpoint's (resp.go)
+	resp              respCounters  // the RESP endpoint's (resp.go)
 }
