@@ -642,3 +642,6 @@ func unixUIDGuard(t *testing.T, uid uint32) *security.Guard {
 	}
 	return g
 }
+
+// unsafePointer converts for the raw syscalls of the region tests.
+func unsafePointer(p *byte) unsafe.Pointer { return unsafe.Pointer(p) }
