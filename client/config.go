@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/gpucache/gpucache/api/wire"
@@ -25,7 +26,8 @@ const (
 // default, applied by Dial.
 type Config struct {
 	// Addr is the server's host:port. Default DefaultAddr (127.0.0.1:9400).
-	// With Network "unix" it is the path of the server's unix_listen socket.
+	// With Network "unix" it is the path of the server's unix_listen
+	// socket; "unix:/path" sets both.
 	Addr string
 	// Network is "tcp" (the default) or "unix". On "unix" the client can
 	// use registered regions (NewRegion, RegisterRegion): a GetInto into,
@@ -86,6 +88,9 @@ func Default() Config {
 }
 
 func (c *Config) applyDefaults() {
+	if path, ok := strings.CutPrefix(c.Addr, "unix:"); ok && (c.Network == "" || c.Network == "unix") {
+		c.Network, c.Addr = "unix", path
+	}
 	if c.Addr == "" {
 		c.Addr = DefaultAddr
 	}

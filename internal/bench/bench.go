@@ -479,21 +479,39 @@ func newWorker(r *runner, cs *caseState, c dataClient, id uint64) *worker {
 	b := r.cfg.Batch
 	w := &worker{r: r, cs: cs, c: c, rng: rand.New(rand.NewPCG(id, uint64(time.Now().UnixNano()))),
 		keys: make([]client.BlockKey, b), nodes: make([]nodeCount, len(r.members)), pend: make([]nodeCount, len(r.members))}
+	buf := w.buffers(b, cs.size)
 	if cs.op == OpGet {
 		w.working = r.workingSet(cs.size)
 		w.dst, w.res = make([][]byte, b), make([]client.GetResult, b)
 		for i := range w.dst {
-			w.dst[i] = make([]byte, cs.size)
+			w.dst[i] = buf(i)
 		}
 	} else {
 		w.puts = make([]client.PutBlock, b)
 		for i := range w.puts {
-			w.puts[i].Data = make([]byte, cs.size)
+			w.puts[i].Data = buf(i)
 			fill(w.puts[i].Data, byte(id))
 			w.puts[i].TokenIDs = make([]uint32, 3) // set per PUT; the key derives from them
 		}
 	}
 	return w
+}
+
+// buffers returns a source of n buffers of size bytes: slices of one
+// registered region when Config.Region is set and the client can make one
+// (the worker's region, closed with its client), else fresh slices.
+func (w *worker) buffers(n, size int) func(i int) []byte {
+	if w.r.cfg.Region {
+		if nd, ok := w.c.(nodeData); ok {
+			if reg, err := nd.NewRegion(n * size); err == nil {
+				mem := reg.Bytes()
+				return func(i int) []byte { return mem[i*size : (i+1)*size : (i+1)*size] }
+			} else {
+				w.cs.noteErr(fmt.Errorf("region: %w", err))
+			}
+		}
+	}
+	return func(int) []byte { return make([]byte, size) }
 }
 
 func (w *worker) run(ctx context.Context) {

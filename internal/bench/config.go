@@ -25,8 +25,13 @@ const (
 // Conns, each case measured for Duration (or Requests requests).
 type Config struct {
 	// Addr and Tenant select the server and session. Defaults are the
-	// client's (127.0.0.1:9400, "default").
+	// client's (127.0.0.1:9400, "default"); "unix:/path" is the server's
+	// Unix socket.
 	Addr   string
+	// Region puts each worker's GET buffers and PUT payloads in a
+	// registered region (client.NewRegion), so over a Unix socket they
+	// travel by GET_INTO and PUT_FROM: one copy, no payload on the socket.
+	Region bool
 	Tenant string
 	// Cluster, if set, are seed addresses of a cluster: every request goes
 	// through client.DialCluster to the owner of each key, and the report

@@ -28,6 +28,7 @@ func runBench(ctx context.Context, args []string, std cli.Stdio) error {
 	warmup := fs.Duration("warmup", 0, "unmeasured warm-up per case")
 	hold := fs.String("hold-bytes", "0", "fill the server with this many bytes of blocks first (e.g. 4GiB)")
 	holdBlock := fs.String("hold-block", "1MiB", "block size for --hold-bytes")
+	region := fs.Bool("region", false, "put GET buffers and PUT payloads in a registered region (with --addr unix:PATH: one copy, no payload on the socket)")
 	err := cli.ParseNoArgs(fs, args)
 	if err != nil {
 		return err
@@ -37,7 +38,7 @@ func runBench(ctx context.Context, args []string, std cli.Stdio) error {
 		return err
 	}
 	cfg := bench.Config{Addr: common.Addr(), Cluster: common.Seeds(), Tenant: tenant, Batch: *batch, Pipeline: *pipeline,
-		Duration: *duration, Requests: *requests, Keys: *keys, Warmup: *warmup, RequestTimeout: common.Timeout()}
+		Duration: *duration, Requests: *requests, Keys: *keys, Warmup: *warmup, RequestTimeout: common.Timeout(), Region: *region}
 	if cfg.Secret, cfg.TLS, err = common.Credentials(); err != nil {
 		return err
 	}

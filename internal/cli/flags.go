@@ -27,7 +27,7 @@ type ConnFlags struct {
 
 // Register defines the flags in fs.
 func (c *ConnFlags) Register(fs *flag.FlagSet) {
-	fs.StringVar(&c.addr, "addr", EnvOr("GPUCACHE_ADDR", client.DefaultAddr), "`host:port` of the server (env GPUCACHE_ADDR)")
+	fs.StringVar(&c.addr, "addr", EnvOr("GPUCACHE_ADDR", client.DefaultAddr), "`host:port` of the server, or unix:PATH for its Unix socket (env GPUCACHE_ADDR)")
 	fs.StringVar(&c.cluster, "cluster", os.Getenv("GPUCACHE_CLUSTER"), "comma-separated `host:port` seeds of a cluster; data commands route each key to its owner (env GPUCACHE_CLUSTER)")
 	fs.StringVar(&c.tenant, "tenant", os.Getenv("GPUCACHE_TENANT"), "session tenant (env GPUCACHE_TENANT; default \"default\", or the tenant the server derives from --secret-file or the client certificate)")
 	fs.DurationVar(&c.timeout, "timeout", client.DefaultRequestTimeout, "per-request timeout")
