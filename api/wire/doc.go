@@ -1,7 +1,10 @@
 // Package wire specifies the gpucache wire protocol, versions 1 to 5, and
-// implements its codec. This comment is the normative specification;
-// docs/PROTOCOL.md mirrors it. Where the two differ, this comment wins and
-// the difference is a bug.
+// implements its codec. This comment is the normative specification and
+// its one source: docs/PROTOCOL.md is generated from it (go run
+// ./internal/tools/protodoc, or go generate ./api/wire), and a test fails
+// when the two differ. api/wire/testdata/golden_frames.json holds a whole
+// frame of every message, in hex, with its decoded fields ("Worked
+// examples" below).
 //
 // Version 1 is the single-node protocol. Version 2 adds cluster mode (ADR
 // 0008): the MEMBERS operation, the WRONG_EPOCH code and the ownership rules
@@ -114,11 +117,29 @@
 //
 //	06 32 96 1c f2 ca 86 18 f0 e1 d2 c3 b4 a5 96 87 78 69 5a 4b 3c 2d 1e 0f
 //
-// internal/security/antireplay/testdata/stamp_golden.json gives more vectors.
-// Before ADR 0012 the Go client and server wrote unix_nanos big-endian,
-// against this rule; a server now refuses such a stamp (REPLAY, whose
-// message says the stamp reads as big-endian, or MALFORMED when the
-// reversed bytes set the top bit).
+// internal/security/antireplay/testdata/stamp_golden.json gives more
+// vectors (valid, malformed, and the old big-endian form); a client in
+// another language should pass them. Before ADR 0012 the Go client and
+// server wrote unix_nanos big-endian, against this rule; a server now
+// refuses such a stamp (REPLAY, whose message says the stamp reads as
+// big-endian, or MALFORMED when the reversed bytes set the top bit).
+//
+// Stamp byte order (ADR 0012). With authentication on (in open mode
+// clients do not stamp, and nothing changes), Go peers from before and
+// after ADR 0012 meet like this:
+//
+//	client               server  mutating requests
+//	new (little-endian)  new     accepted
+//	old (big-endian)     new     refused: REPLAY ("reads as big-endian ...
+//	                             upgrade the client") or MALFORMED
+//	new                  old     refused: REPLAY (the old server reads a time
+//	                             decades off) or MALFORMED
+//	old                  old     accepted, as before
+//
+// There is no negotiation: the session flags have no spare meaning old
+// clients accept, and no version was bumped for it. Upgrade the nodes and
+// the Go clients of an authenticated deployment together; reads (LOOKUP,
+// GET, WAIT, STAT, MEMBERS) are unaffected while they disagree.
 //
 // A stamped body shorter than 24 bytes, a timestamp with the top bit set, or
 // any other flag on a request (RESPONSE, ERROR, a reserved bit) is
@@ -351,7 +372,9 @@
 //	  n × u32 token_id    the block's token ids
 //	}
 //
-// The token ids of all entries add up to at most 1 << 20 (MaxRequestTokens);
+// Byte offsets within one entry: key 0..32, parent 32..64, valid_length
+// 64..68, length 68..72, position 72..80, n 80..84, token ids from 84. The
+// token ids of all entries add up to at most 1 << 20 (MaxRequestTokens);
 // more is BATCH_TOO_LARGE. An n of 0 or over 65536, or a valid_length over
 // n, is MALFORMED.
 //
@@ -371,9 +394,11 @@
 // multiple of layout.block_tokens, parent zero exactly when position is 0)
 // and KeyFor(namespace digest, parent, token ids, valid_length) must equal
 // key; otherwise the block is answered KEY_MISMATCH, its bytes are skipped
-// and nothing is stored. A key is stored under the request's namespace
-// digest, so a reader with a different namespace misses it. A block becomes visible to readers only after its
-// whole payload has been received and stored.
+// and nothing is stored: a client cannot store bytes under a key that does
+// not derive from the block's identity. A key is stored under the request's
+// namespace digest, so a reader with a different namespace misses it. A
+// block becomes visible to readers only after its whole payload has been
+// received and stored.
 //
 // DELETE (5). Request, DeleteRequest:
 //
@@ -436,6 +461,15 @@
 // default 10s), or its connection closing; the turn then passes to the next
 // waiter in order, who learns it from WAIT as PROMOTED with a new token.
 // Waiters and leads belong to the connection that acquired them.
+//
+// A plain PUT of the block, by any session of the same tenant, also ends
+// its fill (ADR 0024): when the PUT answers STORED or EXISTS the block is in
+// the hot tier, so every waiter is told FINISHED and the leader's later
+// FILL_COMMIT or FILL_ABORT answers NOT_LEADER (nothing stored; the block
+// is already there). This lets a leader that has no bytes (an engine's
+// scheduler, whose worker process computes and writes the block) lead a
+// fill that its worker's PUT publishes. The STAT counter fill_published
+// counts fills ended this way (they count in fill_finished too).
 //
 // FILL_COMMIT (9). Body: u32 table length | FillCommitRequest table |
 // payloads, exactly as PUT. The table:
@@ -552,7 +586,8 @@
 //
 // Rolling upgrade: a client that negotiated version 1 or 2 does not send
 // PUT_OPAQUE (the reference client answers ErrUnsupported); a server
-// pinned below 3 answers it UNKNOWN_OPCODE and skips the body.
+// pinned below 3 answers it UNKNOWN_OPCODE and skips the body. Cluster
+// forwarding of RESP SETs needs every node at version 3.
 //
 // # Registered regions (version 5)
 //
@@ -644,3 +679,5 @@
 // PUT's, plus FAULT: the region faulted during the copy, nothing of that
 // entry or later ones is stored, and the region is dropped.
 package wire
+
+//go:generate go run ../../internal/tools/protodoc

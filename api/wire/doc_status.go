@@ -27,9 +27,24 @@
 //	                 the copy; nothing delivered or stored; the region is dropped
 //
 // In versions 1, 2 and 3, a status greater than 11 is MALFORMED; in version
-// 4, one greater than 12; in version 5, one greater than 13. A GET answer carries only HIT and MISS. A server
-// never sends READ_ONLY to a session before version 4: it answers NO_SPACE
-// there, as it always did in those modes.
+// 4, one greater than 12; in version 5, one greater than 13. A GET answer
+// carries only HIT and MISS.
+//
+// Version 4 adds READ_ONLY and nothing else. A node in read-only or unknown
+// control mode (its control plane unreachable; see "Cluster mode (version
+// 2)") stores nothing new; it used to answer every PUT and PUT_OPAQUE block
+// NO_SPACE, which reads as "the cache is full". A version-4 session gets
+// READ_ONLY for those blocks instead; the payload is skipped and the
+// connection stays usable. A session before version 4 still gets NO_SPACE:
+// the server never sends READ_ONLY to it, and its decoder
+// (StatusResponse.DecodeVersion) treats status 12 as MALFORMED. NO_SPACE
+// keeps its meaning in every version (nothing evictable, or the admission
+// policy or a tenant quota refused). STAT readonly_refused
+// (gpucache_readonly_refused_total on /metrics) counts these refusals,
+// with the LOOKUP, GET and ACQUIRE entries refused in those modes. The Go
+// client reports the status as client.StatusReadOnly, per block in
+// client.Cluster.Put. A server pinned to --protocol-max 3 answers NO_SPACE
+// to every session.
 //
 // # Errors
 //
@@ -184,7 +199,8 @@
 //	LOOKUP   served  served                             hits 0, no lease
 //	GET      served  served                             every key MISS; a named lease
 //	                                                    is still released
-//	PUT      served  NO_SPACE for every block;          NO_SPACE for every block;
+//	PUT      served  READ_ONLY for every block          READ_ONLY for every block
+//	                 (NO_SPACE before version 4);       (NO_SPACE before version 4);
 //	                 nothing stored                     nothing stored
 //	ACQUIRE  served  HIT for a cached block, DENIED     DENIED for every key
 //	                 otherwise; no fill starts
@@ -332,6 +348,90 @@
 // FILL_COMMIT) and compares it, and only compares keys on reads. api/identity/testdata/
 // golden.json gives vectors for the namespace encoding, the digest and the
 // keys, and its README.md describes them for other languages.
+//
+// # Worked examples
+//
+// api/wire/testdata/golden_frames.json holds a whole frame (header and
+// body, in hex) of every request and response of every operation, error
+// bodies, and a stamped request, each with its decoded fields in JSON; its
+// README.md describes the file for implementers in other languages. The
+// Go codec and the Python client (python/gpucache/wire.py) decode and
+// encode every frame of it in their tests. Three of them, annotated; a
+// test checks that these bytes are the file's.
+//
+// The golden frame "hello_request", the first request of a connection:
+// tenant acme, a client that speaks versions 1 to 5, no auth section.
+//
+//	47 50 55 43                     magic "GPUC"
+//	01                              frame version 1
+//	01                              opcode 1: HELLO
+//	00 00                           flags 0
+//	01 00 00 00 00 00 00 00         request id 1
+//	12 00 00 00                     body length 18
+//	00 00 00 00                     reserved
+//	01                              min_version 1
+//	05                              max_version 5
+//	04 00 61 63 6d 65               tenant: str, 4 bytes, "acme"
+//	08 00 67 6f 6c 64 65 6e 2f 31   client: str, 8 bytes, "golden/1"
+//
+// The golden frame "error_rate_limited": the answer to a PUT of a tenant
+// over its rate limit, with a retry-after.
+//
+//	47 50 55 43                                       magic "GPUC"
+//	01                                                frame version 1
+//	04                                                opcode 4: PUT, the refused request's
+//	03 00                                             flags RESPONSE|ERROR
+//	10 00 00 00 00 00 00 00                           request id 16, the refused request's
+//	2a 00 00 00                                       body length 42
+//	00 00 00 00                                       reserved
+//	11 00                                             code 17: RATE_LIMITED
+//	22 00                                             message: str, 34 bytes
+//	74 65 6e 61 6e 74 20 61 63 6d 65 20 69 73 20 6f   "tenant acme is over its rate limit"
+//	76 65 72 20 69 74 73 20 72 61 74 65 20 6c 69 6d
+//	69 74
+//	fa 00 00 00                                       retry_after_ms 250
+//
+// The golden frame "get_into_request" (version 5): read the two blocks of
+// the chain of tokens 1..8 into region 1, at offsets 0 and 4096. Every
+// frame of the file with a namespace carries this namespace; the keys are
+// identity.KeyFor of the namespace's digest, the parent key and the four
+// token ids of each block.
+//
+//	47 50 55 43                                       magic "GPUC"
+//	01                                                frame version 1
+//	10                                                opcode 16: GET_INTO
+//	00 00                                             flags 0
+//	14 00 00 00 00 00 00 00                           request id 20
+//	fd 00 00 00                                       body length 253
+//	00 00 00 00                                       reserved
+//	91 00 00 00                                       namespace: blob, 145 bytes
+//	47 43 4e 53 01 0f                                 "GCNS", encoding version 1, 15 fields
+//	01 04 00 00 00 61 63 6d 65                        tag 1 tenant, 4 bytes: "acme"
+//	02 04 00 00 00 70 72 6f 64                        tag 2 trust_domain: "prod"
+//	03 04 00 00 00 74 69 6e 79                        tag 3 model_id: "tiny"
+//	04 01 00 00 00 31                                 tag 4 config_revision: "1"
+//	05 01 00 00 00 31                                 tag 5 tokenizer_revision: "1"
+//	06 00 00 00 00                                    tag 6 adapter: empty
+//	07 04 00 00 00 6e 6f 6e 65                        tag 7 rope: "none"
+//	08 04 00 00 00 62 66 31 36                        tag 8 dtype: "bf16"
+//	09 04 00 00 00 6e 6f 6e 65                        tag 9 quantization: "none"
+//	0a 02 00 00 00 6b 76                              tag 10 layout.format: "kv"
+//	0b 08 00 00 00 00 00 00 00 01 00 00 00            tag 11 tp: rank 0, size 1
+//	0c 08 00 00 00 00 00 00 00 01 00 00 00            tag 12 pp: rank 0, size 1
+//	0d 08 00 00 00 00 00 00 00 02 00 00 00            tag 13 layers: start 0, count 2
+//	0e 08 00 00 00 01 00 00 00 40 00 00 00            tag 14 heads: kv_heads 1, head_dim 64
+//	0f 04 00 00 00 04 00 00 00                        tag 15 block_tokens: 4
+//	00 00 00 00 00 00 00 00                           lease_id 0: none
+//	01 00 00 00                                       region 1
+//	02 00 00 00                                       count 2
+//	63 34 2a 82 af 46 81 f5 50 95 af af c3 b6 60 e1   entry 0: key of the chain's first block
+//	c1 83 05 2d 06 07 5c 08 23 52 93 d0 82 72 8a 06
+//	00 00 00 00 00 00 00 00                           offset 0
+//	00 10 00 00                                       capacity 4096
+//	08 55 cf 5a da 69 42 22 76 a5 15 df ba 08 0c 53   entry 1: key of the second block
+//	b0 ef 87 3d 09 47 9b c8 83 f0 b2 2b 2b 8f 5d 65
+//	00 10 00 00 00 00 00 00                           offset 4096
+//	00 10 00 00                                       capacity 4096
 //
 // # This package
 //

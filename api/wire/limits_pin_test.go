@@ -6,9 +6,9 @@ import (
 	"github.com/gpucache/gpucache/api/wire"
 )
 
-// The wire limits are a published contract: docs/PROTOCOL.md, "Limits"
-// (the table) and "Frame header", mirrored in the package comment (doc.go,
-// doc_status.go). Clients in other languages (python/gpucache) hard-code
+// The wire limits are a published contract: the package comment (doc.go,
+// doc_status.go; docs/PROTOCOL.md is generated from it), "Limits" (the
+// table) and "Connection and frames". Clients in other languages (python/gpucache) hard-code
 // them from that page, so a change of a constant here must be a change of
 // the protocol document first. The
 // other tests read the constants; this one compares them with the
@@ -19,13 +19,13 @@ func TestPinnedProtocolLimits(t *testing.T) {
 		got, want int
 		where     string
 	}{
-		{"FrameVersion", int(wire.FrameVersion), 1, "PROTOCOL.md Frame header: frame version (FrameVersion, 1)"},
-		{"HeaderSize", wire.HeaderSize, 24, "PROTOCOL.md Frame header: 24-byte header"},
+		{"FrameVersion", int(wire.FrameVersion), 1, "PROTOCOL.md Connection and frames: frame version (FrameVersion, 1)"},
+		{"HeaderSize", wire.HeaderSize, 24, "PROTOCOL.md Connection and frames: 24-byte header"},
 		{"KeySize", wire.KeySize, 32, "SHA-256 block keys and namespace digests"},
 		{"Version1", int(wire.Version1), 1, "PROTOCOL.md Versioning"},
 		{"Version2", int(wire.Version2), 2, "PROTOCOL.md Versioning: cluster mode"},
 		{"Version3", int(wire.Version3), 3, "PROTOCOL.md PUT_OPAQUE: Version 3"},
-		{"Version4", int(wire.Version4), 4, "PROTOCOL.md Version 4: the READ_ONLY status"},
+		{"Version4", int(wire.Version4), 4, "PROTOCOL.md Block statuses: version 4 adds READ_ONLY"},
 		{"DefaultMaxFrame", wire.DefaultMaxFrame, 65 << 20, "PROTOCOL.md Limits: MaxFrame default 65 MiB"},
 		{"DefaultMaxBatch", wire.DefaultMaxBatch, 1024, "PROTOCOL.md Limits: MaxBatch default 1024"},
 		{"DefaultMaxInFlight", wire.DefaultMaxInFlight, 64, "PROTOCOL.md Limits: MaxInFlight default 64"},

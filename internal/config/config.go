@@ -35,8 +35,8 @@ type Config struct {
 	// RESPListen serves the RESP2 (Redis protocol) endpoint for LMCache
 	// (resp.go), e.g. 127.0.0.1:6380, with the same TLS, max_conns,
 	// timeouts and loopback rule as listen. Each tenant that uses it needs a
-	// resp profile (resp_profile in open mode); see docs/PROTOCOL.md, "RESP2
-	// endpoint". Default "off".
+	// resp profile (resp_profile in open mode); see docs/RESP.md. Default
+	// "off".
 	RESPListen string `yaml:"resp_listen"`
 	// UnixListen serves the native protocol on a Unix-domain socket at this
 	// path, for engines on the same host; on it they may register shared

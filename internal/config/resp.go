@@ -6,7 +6,7 @@ import (
 	"github.com/gpucache/gpucache/api/identity"
 )
 
-// The RESP2 endpoint (docs/PROTOCOL.md, "RESP2 endpoint"; ADR 0016).
+// The RESP2 endpoint (docs/RESP.md; ADR 0016).
 //
 // resp_listen turns on a listener that speaks the Redis protocol subset
 // LMCache's remote tiers use. It shares the data listener's TLS settings,

@@ -1,5 +1,5 @@
 // Package forward serves RESP operations on keys another cluster member
-// owns (docs/PROTOCOL.md, "RESP2 endpoint", "Cluster"): it implements server.Forwarder by sending
+// owns (docs/RESP.md, "Cluster"): it implements server.Forwarder by sending
 // each operation to the key's owner over the native protocol, as the
 // caller's tenant, within the caller's deadline.
 //

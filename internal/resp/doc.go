@@ -1,6 +1,5 @@
 // Package resp speaks the subset of RESP2, the Redis serialisation
-// protocol, that LMCache's remote tiers use (docs/PROTOCOL.md,
-// "RESP2 endpoint").
+// protocol, that LMCache's remote tiers use (docs/RESP.md).
 //
 // Reader decodes requests strictly and with bounds: a request is an array
 // of bulk strings ("*<n>\r\n" then n × "$<len>\r\n<bytes>\r\n"). Every

@@ -16,7 +16,7 @@ import (
 	"github.com/gpucache/gpucache/internal/security/audit"
 )
 
-// The RESP2 endpoint (docs/PROTOCOL.md, "RESP2 endpoint"; ADR 0016).
+// The RESP2 endpoint (docs/RESP.md; ADR 0016).
 //
 // ServeRESP serves the Redis protocol subset LMCache's remote tiers use
 // over the same hot tier, cold tier, directory, guard, seals and
