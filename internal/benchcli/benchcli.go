@@ -36,6 +36,8 @@ Commands:
   shard-demo  run two shards on loopback: single-flight fills and the transport fallback
   cold-demo   publish a pack to a local cold tier and refill it, checking the cold contracts
   dpu-demo    the DPU path: every open refuses, offload_active=false, a simulated queue round trip
+  memcpy   the co-located limit: memcpy of blocks out of a working set, 1 and 2 threads
+  cma      cross-memory attach: process_vm_readv of blocks out of a child's working set
   version  print the client and protocol versions
 
 The networked commands (bench, noisy, replay --live) take gpucache's
@@ -47,7 +49,7 @@ Run 'gpucache-bench <command> --help' for a command's flags.
 `
 
 // commands are the command names, for suggesting the nearest to a typo.
-var commands = []string{"bench", "noisy", "replay", "gen-trace", "soak", "report", "shard-demo", "cold-demo", "dpu-demo", "version", "help"}
+var commands = []string{"bench", "memcpy", "cma", "noisy", "replay", "gen-trace", "soak", "report", "shard-demo", "cold-demo", "dpu-demo", "version", "help"}
 
 // Main runs the command line args (without the program name) and returns
 // the process exit code.
@@ -61,6 +63,12 @@ func Main(ctx context.Context, args []string, std cli.Stdio) int {
 	switch cmd {
 	case "bench":
 		err = runBench(ctx, rest, std)
+	case "memcpy":
+		err = runMemcpy(ctx, rest, std)
+	case "cma":
+		err = runCMA(ctx, rest, std)
+	case "cma-peer": // runCMA's child
+		err = runCMAPeer(rest, std)
 	case "noisy":
 		err = runNoisy(ctx, rest, std)
 	case "replay":
