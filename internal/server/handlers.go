@@ -520,6 +520,10 @@ func (c *conn) handleStat(h wire.Header, body []byte) error {
 		resp.Entries = append(resp.Entries,
 			wire.StatEntry{Name: "tenant_dram_bytes", Value: uint64(u.Bytes)},
 			wire.StatEntry{Name: "tenant_dram_quota_bytes", Value: uint64(u.Quota)})
+		_, _, regionBytes := c.s.RegionUsage(c.tenant)
+		resp.Entries = append(resp.Entries,
+			wire.StatEntry{Name: "tenant_region_bytes", Value: uint64(max(regionBytes, 0))},
+			wire.StatEntry{Name: "tenant_region_quota_bytes", Value: uint64(c.s.cfg.TenantRegionBytes)})
 		if f := c.s.cfg.ColdTenantUsage; f != nil {
 			bytes, quota := f(c.tenant)
 			resp.Entries = append(resp.Entries,

@@ -426,6 +426,15 @@ func TestRegionTenantBound(t *testing.T) {
 	if _, _, acme := ts.srv.RegionUsage("acme"); acme != 48<<10 {
 		t.Fatalf("acme holds %d registered bytes", acme)
 	}
+	// Each session's STAT shows its own tenant's registered bytes.
+	h, body := b.roundTrip(wire.OpStat, nil)
+	var stat wire.StatResponse
+	if err := stat.Decode(body); err != nil || h.Flags&wire.FlagError != 0 {
+		t.Fatal(err)
+	}
+	if m := entryMap(stat.Entries); m["tenant_region_bytes"] != 64<<10 || m["tenant_region_quota_bytes"] != 64<<10 {
+		t.Fatalf("other's STAT: region bytes %d quota %d", m["tenant_region_bytes"], m["tenant_region_quota_bytes"])
+	}
 	// The server-wide bound.
 	c := unixHello(t, path, "third")
 	fdC, _ := memfd(t, 64<<10, true)
