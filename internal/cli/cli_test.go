@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -108,7 +109,7 @@ func TestStatPingVersion(t *testing.T) {
 	if r := run(t, "", "ping", "--addr", addr, "--count", "2"); r.code != 0 || strings.Count(r.stdout, "pong") != 2 {
 		t.Fatalf("ping: %+v", r)
 	}
-	if r := run(t, "", "version"); r.code != 0 || !strings.Contains(r.stdout, "wire protocol v1..v4") {
+	if r := run(t, "", "version"); r.code != 0 || !strings.Contains(r.stdout, fmt.Sprintf("wire protocol v1..v%d", wire.VersionMax)) {
 		t.Fatalf("version: %+v", r)
 	}
 }
