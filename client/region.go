@@ -1,10 +1,12 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -284,6 +286,10 @@ func (c *Client) getIntoRegion(ctx context.Context, blob []byte, keys []BlockKey
 		return false
 	}
 	lim := cn.limits
+	caps, ok := slotCaps(dst, offs, int(lim.MaxPayload))
+	if !ok {
+		return false // buffers that overlap: the socket path fills them in order
+	}
 	var reqs []*request
 	type span struct{ off, end int }
 	var spans []span
@@ -291,7 +297,7 @@ func (c *Client) getIntoRegion(ctx context.Context, blob []byte, keys []BlockKey
 		end := min(len(keys), off+int(lim.MaxBatch))
 		ks, slots := keys[off:end], make([]wire.Slot, end-off)
 		for i := range slots {
-			slots[i] = wire.Slot{Offset: offs[off+i], Len: uint32(min(cap(dst[off+i]), int(lim.MaxPayload)))}
+			slots[i] = wire.Slot{Offset: offs[off+i], Len: caps[off+i]}
 		}
 		var l uint64
 		if end == len(keys) {
@@ -341,6 +347,30 @@ func (c *Client) getIntoRegion(ctx context.Context, blob []byte, keys []BlockKey
 		}
 	}
 	return true
+}
+
+// slotCaps returns each buffer's capacity for GET_INTO: cap(dst[i]), at
+// most maxPayload, clipped so that no slot reaches into the next buffer
+// (the server refuses overlapping slots). It reports false when buffers
+// overlap within their lengths.
+func slotCaps(dst [][]byte, offs []uint64, maxPayload int) ([]uint32, bool) {
+	caps := make([]uint32, len(dst))
+	order := make([]int, len(dst))
+	for i := range dst {
+		caps[i] = uint32(min(cap(dst[i]), maxPayload))
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(offs[a], offs[b]) })
+	for k := 0; k+1 < len(order); k++ {
+		i, next := order[k], order[k+1]
+		if room := offs[next] - offs[i]; uint64(caps[i]) > room {
+			if room < uint64(len(dst[i])) {
+				return nil, false
+			}
+			caps[i] = uint32(room)
+		}
+	}
+	return caps, true
 }
 
 // execOn sends reqs on cn only (no redial): a region is registered per

@@ -134,3 +134,49 @@ func TestRegionOverTCPFallsBack(t *testing.T) {
 		t.Fatalf("a TCP client used a region: %v", s)
 	}
 }
+
+// TestRegionAdjacentBuffers: buffers cut from one region without a
+// capacity limit reach to its end; the client clips each slot at the next
+// buffer, so the server's overlap check passes and every block lands in
+// its own buffer. Buffers that overlap within their lengths go over the
+// socket.
+func TestRegionAdjacentBuffers(t *testing.T) {
+	srv := startUnix(t)
+	ctx := testCtx(t)
+	c, err := Dial(ctx, Config{Addr: "unix:" + srv.unix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	reg, err := c.NewRegion(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := testNS("default")
+	blocks := testBlocks(t, ns, 3, 4096, 9)
+	if _, err := c.Put(ctx, ns, blocks); err != nil {
+		t.Fatal(err)
+	}
+	mem := reg.Bytes()
+	dst := [][]byte{mem[8192:12288], mem[0:4096], mem[4096:8192]} // each with cap to the region's end
+	res := make([]GetResult, 3)
+	if hits := c.GetInto(ctx, ns, keysOf(blocks), dst, res); hits != 3 {
+		t.Fatalf("%d hits", hits)
+	}
+	for i := range blocks {
+		if !bytes.Equal(dst[i], blocks[i].Data) {
+			t.Fatalf("block %d differs", i)
+		}
+	}
+	if got := srv.stats()["region_bytes_out"]; got != 3*4096 {
+		t.Fatalf("region_bytes_out = %d, want %d", got, 3*4096)
+	}
+	// Overlapping buffers: the socket path, still correct for the last one.
+	over := [][]byte{mem[0:4096], mem[2048:6144]}
+	if hits := c.GetInto(ctx, ns, keysOf(blocks)[:2], over, res[:2]); hits != 2 || !bytes.Equal(over[1], blocks[1].Data) {
+		t.Fatalf("overlapping buffers: %d hits", hits)
+	}
+	if got := srv.stats()["region_bytes_out"]; got != 3*4096 {
+		t.Fatalf("overlapping buffers went through the region: %d", got)
+	}
+}
