@@ -1,10 +1,14 @@
-"""The gpucache native wire protocol (versions 1-3), written from api/wire/doc.go.
+"""The gpucache native wire protocol (versions 1-5), written from api/wire/doc.go.
 
 Frames are a 24-byte header ("GPUC", frame version 1, opcode, u16 flags,
 u64 request id, u32 body length, 4 reserved zero bytes) and a body. All
 integers are little-endian. Every decoder here is strict: wrong lengths,
 trailing bytes, unknown statuses or counts over their limits raise
 MalformedError, so a garbage reply never becomes data.
+
+Version 4 adds the READ_ONLY block status; version 5 the registered-region
+operations of a Unix-domain connection (REGISTER, UNREGISTER, GET_INTO,
+PUT_FROM), the FAULT status and the REGION error code.
 """
 
 import enum
@@ -21,7 +25,8 @@ FRAME_VERSION = 1
 HEADER_SIZE = 24
 KEY_SIZE = 32
 STAMP_SIZE = 24
-VERSION_MAX = 3
+VERSION_MAX = 5
+VERSION_REGIONS = 5  # the first version with registered regions
 
 DEFAULT_MAX_FRAME = (64 << 20) + (1 << 20)
 DEFAULT_MAX_BATCH = 1024
@@ -35,6 +40,8 @@ MAX_BLOCK_TOKENS = 1 << 16
 MAX_REQUEST_TOKENS = 1 << 20
 MAX_CREDENTIAL_LEN = 512
 MAX_OPAQUE_NAME = 1024
+MAX_REGIONS = 64  # regions one connection holds at once
+GET_INTO_ENTRY_SIZE = KEY_SIZE + 12
 DEFAULT_MAX_PAYLOAD = 4 << 20  # a server that announces max_payload 0 means this
 
 # The largest well-formed bodies of the fixed-shape answers: the client reads
@@ -69,13 +76,19 @@ class Op(enum.IntEnum):
     WAIT = 11
     MEMBERS = 12
     PUT_OPAQUE = 13
+    REGISTER = 14
+    UNREGISTER = 15
+    GET_INTO = 16
+    PUT_FROM = 17
 
     @property
     def mutating(self) -> bool:
-        return self in (Op.PUT, Op.DELETE, Op.ACQUIRE, Op.FILL_COMMIT, Op.FILL_ABORT, Op.PUT_OPAQUE)
+        return self in (Op.PUT, Op.DELETE, Op.ACQUIRE, Op.FILL_COMMIT, Op.FILL_ABORT, Op.PUT_OPAQUE, Op.PUT_FROM)
 
     @property
     def since(self) -> int:
+        if self >= Op.REGISTER:
+            return VERSION_REGIONS
         return {Op.MEMBERS: 2, Op.PUT_OPAQUE: 3}.get(self, 1)
 
 
@@ -100,6 +113,7 @@ class Code(enum.IntEnum):
     RATE_LIMITED = 17
     REPLAY = 18
     WRONG_EPOCH = 19
+    REGION = 20  # version 5: a region operation refused (TCP, no such region, not shareable memory, a bound)
 
 
 def code_of(v: int):
@@ -123,6 +137,19 @@ class Status(enum.IntEnum):
     NOT_LEADER = 9
     ABORTED = 10
     KEY_MISMATCH = 11
+    READ_ONLY = 12  # version 4, PUT and PUT_OPAQUE: the node's control plane is unreachable
+    FAULT = 13  # version 5, GET_INTO and PUT_FROM: the region faulted; the server dropped it
+
+    @property
+    def since(self) -> int:
+        """The protocol version that introduced this status."""
+        return {Status.READ_ONLY: 4, Status.FAULT: 5}.get(self, 1)
+
+
+class RegionMode(enum.IntEnum):
+    """How the server copies to and from a registered region (REGISTER's answer)."""
+    SEALED = 0  # a memfd sealed against shrinking: plain copies
+    GUARDED = 1  # a file that cannot be sealed (/dev/shm): every copy is fault-guarded
 
 
 class Outcome(enum.IntEnum):
@@ -301,6 +328,66 @@ def with_table_length(table: bytes) -> bytes:
     return struct.pack("<I", len(table)) + table
 
 
+# ---- registered regions (version 5) ----
+
+_U32_MAX = 0xFFFFFFFF
+_U64_MAX = (1 << 64) - 1
+
+
+def register_request(region: int, length: int) -> bytes:
+    """REGISTER: u32 region (> 0) | u64 length (> 0, <= 2^63-1). The
+    descriptor travels beside the frame as SCM_RIGHTS."""
+    if not 0 < region <= _U32_MAX:
+        raise ValueError("gpucache/wire: region id %d out of range 1..%d" % (region, _U32_MAX))
+    if not 0 < length < (1 << 63):
+        raise ValueError("gpucache/wire: region length %d out of range" % length)
+    return struct.pack("<IQ", region, length)
+
+
+def unregister_request(region: int) -> bytes:
+    """UNREGISTER: u32 region (> 0)."""
+    if not 0 < region <= _U32_MAX:
+        raise ValueError("gpucache/wire: region id %d out of range 1..%d" % (region, _U32_MAX))
+    return struct.pack("<I", region)
+
+
+_SLOT = struct.Struct("<QI")
+
+
+def get_into_request(ns: bytes, lease_id: int, region: int, keys: Sequence[bytes],
+                     slots: Sequence[Tuple[int, int]]) -> bytes:
+    """GET_INTO: blob namespace | u64 lease | u32 region | u32 count |
+    count x {key, u64 offset, u32 capacity}; slots are (offset, capacity)."""
+    if len(keys) != len(slots):
+        raise ValueError("gpucache/wire: %d keys for %d slots" % (len(keys), len(slots)))
+    if not 0 < region <= _U32_MAX:
+        raise ValueError("gpucache/wire: region id %d out of range 1..%d" % (region, _U32_MAX))
+    out = [_blob(ns), struct.pack("<QII", lease_id, region, len(keys))]
+    for k, (off, cap) in zip(keys, slots):
+        if len(k) != KEY_SIZE:
+            raise ValueError("gpucache/wire: key of %d bytes, want %d" % (len(k), KEY_SIZE))
+        if not 0 <= off <= _U64_MAX or not 0 <= cap <= _U32_MAX:
+            raise ValueError("gpucache/wire: slot (%d, %d) out of range" % (off, cap))
+        out.append(bytes(k))
+        out.append(_SLOT.pack(off, cap))
+    return b"".join(out)
+
+
+def put_from_head(region: int, offsets: Sequence[int]) -> bytes:
+    """The part of a PUT_FROM body before its PUT table (put_table, with no
+    table-length prefix): u32 region | u32 count | count x u64 offset."""
+    if not 0 < region <= _U32_MAX:
+        raise ValueError("gpucache/wire: region id %d out of range 1..%d" % (region, _U32_MAX))
+    return struct.pack("<II%dQ" % len(offsets), region, len(offsets), *offsets)
+
+
+def put_from_request(region: int, offsets: Sequence[int], ns: bytes, blocks: Sequence["PutBlock"]) -> bytes:
+    """A whole PUT_FROM body: head, then the PUT table of blocks."""
+    if len(offsets) != len(blocks):
+        raise ValueError("gpucache/wire: %d offsets for %d blocks" % (len(offsets), len(blocks)))
+    return put_from_head(region, offsets) + put_table(ns, blocks)
+
+
 # ---- decoders ----
 
 class Reader:
@@ -456,7 +543,9 @@ def decode_get_table(b, nkeys: int) -> List[Tuple[int, int]]:
     return out
 
 
-def decode_status_response(b, n_expected: int, allowed=None) -> List[Status]:
+def decode_status_response(b, n_expected: int, allowed=None, version: int = VERSION_MAX) -> List[Status]:
+    """One status per entry. A status introduced after version (the
+    session's) is MALFORMED, as is one outside allowed when given."""
     r = Reader(b)
     n = r.count(max(n_expected, 1), 1)
     if n != n_expected:
@@ -464,9 +553,38 @@ def decode_status_response(b, n_expected: int, allowed=None) -> List[Status]:
     out = []
     for i in range(n):
         v = r.u8()
-        if v > Status.KEY_MISMATCH or (allowed is not None and v not in allowed):
+        if v > Status.FAULT or Status(v).since > version or (allowed is not None and v not in allowed):
             raise MalformedError("gpucache/wire: entry %d: unexpected status %d" % (i, v))
         out.append(Status(v))
+    r.done()
+    return out
+
+
+def decode_register_response(b) -> RegionMode:
+    """REGISTER's answer: u8 mode (SEALED or GUARDED)."""
+    r = Reader(b)
+    m = r.u8()
+    r.done()
+    if m > RegionMode.GUARDED:
+        raise MalformedError("gpucache/wire: unknown region mode %d" % m)
+    return RegionMode(m)
+
+
+def decode_get_into_response(b, nkeys: int) -> List[Tuple[Status, int]]:
+    """GET_INTO's answer, no payload: (status, length) per key. HIT and
+    TOO_LARGE carry a length; MISS and FAULT carry 0; no other status."""
+    r = Reader(b)
+    n = r.count(max(nkeys, 1), 5)
+    if n != nkeys:
+        raise MalformedError("gpucache/wire: GET_INTO answered %d entries for %d keys" % (n, nkeys))
+    out = []
+    for i in range(n):
+        st, ln = struct.unpack_from("<BI", r.b, r.off)
+        r.off += 5
+        if st in (Status.HIT, Status.TOO_LARGE) or (st in (Status.MISS, Status.FAULT) and ln == 0):
+            out.append((Status(st), ln))
+        else:
+            raise MalformedError("gpucache/wire: GET_INTO entry %d: status %d length %d" % (i, st, ln))
     r.done()
     return out
 
