@@ -16,19 +16,29 @@ body of each other opcode); and a read into a caller's buffer that fails
 part-way zeroes what it wrote.
 """
 
+import collections
 import ctypes
+import logging
 import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from . import wire
+from . import shm, wire
 from .errors import ConnectionFailed, FrameTooLarge, InvalidIdentity, MalformedError, ProtocolError
 from .identity import CacheIdentity, Namespace, opaque_key
 from .placement import View
-from .pool import Conn, Pool, PoolTimeout, Timeout, usable_after
+from .pool import Conn, Pool, PoolTimeout, Timeout, unix_path, usable_after
 
 Status = wire.Status
+log = logging.getLogger("gpucache.client")
+
+# Error answers to a region operation that mean "not through the region":
+# the call goes on through the socket path.
+_REGION_REFUSALS = (wire.Code.REGION, wire.Code.MALFORMED, wire.Code.UNKNOWN_OPCODE)
+_U32_MAX = 0xFFFFFFFF
+# Statuses a plain PUT may answer (FAULT belongs to PUT_FROM).
+_PUT_STATUSES = frozenset(s for s in wire.Status if s != wire.Status.FAULT)
 
 # FAILED is the client-side status of a block whose write request failed as a
 # whole (timeout, dropped, refused, denied, ...); the server never sends it.
@@ -115,8 +125,11 @@ class Client:
     """A client of one gpucached (or, with cluster=True, of a cluster whose
     members it learns with MEMBERS and routes to by weighted rendezvous).
 
-    addrs: "host:port" seeds; the first is used unless cluster routing says
-    otherwise. tenant/secret: the HELLO bearer credential (secret may be
+    addrs: "host:port" seeds, or "unix:/path" for a gpucached on this host
+    (its unix_listen); the first is used unless cluster routing says
+    otherwise. On a Unix-domain connection with a version-5 session,
+    get_into and put copy through registered shared memory (allocate,
+    register) whenever a buffer lies inside it: see gpucache.shm. tenant/secret: the HELLO bearer credential (secret may be
     empty in open mode or under mTLS). ssl_context: an ssl.SSLContext (load
     a client certificate into it for mTLS). timeout: the deadline of every
     call, in seconds, from its start to its return: dialling, HELLO, every
@@ -158,6 +171,12 @@ class Client:
         # _after_acquire, when set, is called with each ACQUIRE's outcomes
         # (a test hook: it lets a test order two clients' fills).
         self._after_acquire: Optional[Callable] = None
+        # Registered regions (gpucache.shm); region_mu guards the counters
+        # and the causes already logged.
+        self._regions = shm.Registry()
+        self._region_mu = threading.Lock()
+        self._region_counts: collections.Counter = collections.Counter()
+        self._region_logged: set = set()
 
     # ---- plumbing ----
 
@@ -189,6 +208,8 @@ class Client:
         conn = pool.get(deadline)
         conn.deadline = deadline
         try:
+            if conn.regions and conn.region_gen != self._regions.gen:
+                self._reconcile(conn)
             r = fn(conn)
         except BaseException as e:
             pool.put(conn, usable_after(e))
@@ -404,7 +425,14 @@ class Client:
         A payload whose read fails part-way (timeout, dropped, truncated)
         has every byte it wrote zeroed; the rest of that buffer, and the
         buffers of other misses, are left as they were. Keys read in full
-        before a failure later in the answer stay hits."""
+        before a failure later in the answer stay hits.
+
+        Registered regions: the keys whose buffers lie inside a region
+        (allocate, register) are read with GET_INTO when the connection is
+        a Unix socket with a version-5 session: the server copies each hit
+        once into the buffer and no payload crosses the socket. Otherwise,
+        or when the region path fails (REGION, FAULT), they are read as
+        above; each cause of such a fallback is logged once."""
         deadline = self._deadline()
         n = len(keys)
         results: List[Optional[GetResult]] = [None] * n
@@ -423,6 +451,8 @@ class Client:
                     results[i] = GetResult(False, 0, reason)
 
         def per_node(conn, idxs):
+            if len(self._regions):
+                idxs = self._get_through_regions(conn, blob, keys, views, lease_id, idxs, results)
             caps = [min(len(v), conn.max_payload) for v in views]
             for chunk in self._chunks(idxs, conn, [c + 5 for c in caps], _OVERHEAD_GET):
                 rs: List[GetResult] = []
@@ -504,6 +534,8 @@ class Client:
                     statuses[i] = Status.TOO_LARGE
                 else:
                     send.append(i)
+            if op == wire.Op.PUT and len(self._regions):
+                send = self._put_through_regions(conn, entries, build, statuses, send, per_entry_fixed)
             sizes = [e[2] + per_entry_fixed(e[0]) for e in entries]
             for chunk in self._chunks(send, conn, sizes, 12 + 4096):
                 table = build([entries[i][0] for i in chunk])
@@ -511,7 +543,7 @@ class Client:
                 for i in chunk:
                     parts.extend(entries[i][1])
                 body = conn.call(op, parts, stamped=conn.stamp_required, max_body=4 + len(chunk))
-                for i, st in zip(chunk, wire.decode_status_response(body, len(chunk))):
+                for i, st in zip(chunk, wire.decode_status_response(body, len(chunk), _PUT_STATUSES, conn.version)):
                     statuses[i] = st
         try:
             self._routed(keys, per_node, fail, [i for i in range(len(keys)) if statuses[i] is None], deadline)
@@ -522,7 +554,14 @@ class Client:
     def put(self, ns: Namespace, items: Sequence[Tuple[CacheIdentity, object]]) -> list:
         """Store token-chain blocks: items are (identity, payload or list of
         buffers). One Status per item: STORED, EXISTS, TOO_LARGE, NO_SPACE,
-        KEY_MISMATCH (also for an identity that does not validate), or FAILED."""
+        READ_ONLY (version 4: the node's control plane is unreachable),
+        KEY_MISMATCH (also for an identity that does not validate), or FAILED.
+
+        A payload that lies inside a registered region (one buffer, or
+        buffers adjacent in memory) is stored with PUT_FROM on a Unix
+        socket with a version-5 session: the server copies it once from
+        the region and checksums its own copy. Otherwise, or when the
+        region path fails, it is sent through the socket."""
         blob = ns.canonical()
         digest = ns.digest()
         keys, entries, statuses = [], [], []
@@ -630,11 +669,316 @@ class Client:
             return self._view
 
     def close(self):
+        """Close every connection (the server unmaps their regions) and
+        every region of this client (Region.close: their descriptors and
+        the client's own mappings; memory from allocate stays mapped until
+        its SharedBuffer is closed)."""
         with self._mu:
             self._closed = True
             pools, self._pools = list(self._pools.values()), {}
         for p in pools:
             p.close()
+        for r in self._regions.all():
+            self._regions.remove(r)
+            r._client = None
+            r.close()
+
+    # ---- registered regions (gpucache.shm) ----
+
+    @property
+    def local(self) -> bool:
+        """Whether the first address is a Unix socket ("unix:/path"): the
+        daemon is on this host and regions can be used."""
+        return unix_path(self._addrs[0]) is not None
+
+    def allocate(self, nbytes: int) -> "shm.SharedBuffer":
+        """nbytes of memfd memory, sealed and mapped, registered with this
+        client: a buffer (memoryview, .numpy(), .tensor()) whose slices
+        get_into and put copy through the server without the socket."""
+        return shm.allocate(nbytes, client=self)
+
+    def register(self, fd_or_path=None, buffer=None) -> "shm.Region":
+        """Register existing shared memory: a memfd or file descriptor, a
+        path (a file under /dev/shm), and/or buffer, memory of this
+        process that maps such a file (a memoryview, numpy array, torch
+        tensor or (address, nbytes)). With buffer alone the file behind
+        the mapping is found through /proc/self/maps, unlinked or not;
+        with a descriptor or path alone the client maps the whole file
+        (Region.buffer). A memfd that allows sealing is sealed against
+        shrinking (the server requires it). The region's bytes go to the
+        server on each connection the first time it needs them."""
+        r = shm.region_of(fd_or_path, buffer)
+        try:
+            self._add_region(r)
+        except BaseException:
+            r.close()
+            raise
+        return r
+
+    def _add_region(self, r: "shm.Region") -> None:
+        with self._mu:
+            if self._closed:
+                raise ConnectionFailed("unavailable", "client closed")
+            self._regions.add(r)
+            r._client = self
+
+    def unregister(self, region: "shm.Region") -> None:
+        """Stop using region: UNREGISTER on each idle connection now, on
+        each busy one before its next request; the descriptor stays open
+        (Region.close closes it)."""
+        if not self._regions.remove(region):
+            return
+        region._client = None
+        with self._mu:
+            pools = list(self._pools.values())
+        deadline = self._deadline()
+        for p in pools:
+            def one(c):
+                c.deadline = deadline
+                self._reconcile(c)
+            try:
+                p.each_idle(one)
+            except Exception:  # the next use of each connection reconciles it
+                log.debug("gpucache/client: UNREGISTER on idle connections failed", exc_info=True)
+
+    def regions(self) -> Tuple["shm.Region", ...]:
+        """This client's registered regions."""
+        return self._regions.all()
+
+    def region_stats(self) -> Dict[str, int]:
+        """Counters of the region path: registered (REGISTERs the server
+        accepted), get_into and put_from (blocks through regions; hits
+        and stores), and fallback_<cause> (blocks that went through the
+        socket instead: tcp, version, refused, fault, region, malformed,
+        overlap)."""
+        with self._region_mu:
+            return dict(self._region_counts)
+
+    def check_region(self, region: "shm.Region") -> Tuple[bool, str]:
+        """Register region on a connection to the first node now: (True,
+        "sealed" or "guarded"), or (False, why the region path is not
+        available). For an adapter that wants to say so at start-up."""
+        def one(conn):
+            why = self._region_unusable(conn)
+            if why is not None:
+                return False, "%s: %s" % why
+            if not self._region_ready(conn, region):
+                return False, "%s: %s" % conn.region_refused.get(region.id, ("refused", ""))
+            return True, conn.regions[region.id].name.lower()
+        try:
+            return self._with_conn(self._addrs[0], one, self._deadline())
+        except Exception as e:
+            return False, "unavailable: %s" % e
+
+    def _region_count(self, name: str, n: int = 1) -> None:
+        with self._region_mu:
+            self._region_counts[name] += n
+
+    def _region_fallback(self, cause: str, detail: str, n: int) -> None:
+        """n blocks go through the socket instead of a region; the first
+        time for cause, say so in the log."""
+        with self._region_mu:
+            self._region_counts["fallback_" + cause] += n
+            first = cause not in self._region_logged
+            self._region_logged.add(cause)
+        if first:
+            log.warning("gpucache/client: registered region not used (%s): %s; the socket path carries these "
+                        "blocks (logged once for this cause)", cause, detail)
+
+    @staticmethod
+    def _region_unusable(conn):
+        """None when conn can carry region operations, else (cause, detail)."""
+        if not conn.unix:
+            return "tcp", "%s is a TCP address; regions need the daemon's Unix socket (unix:/path)" % conn.addr
+        if conn.version < wire.VERSION_REGIONS:
+            return "version", "%s negotiated protocol version %d; regions need %d" % (
+                conn.addr, conn.version, wire.VERSION_REGIONS)
+        return None
+
+    def _region_ready(self, conn, region) -> bool:
+        """Whether region is registered on conn, registering it now if it
+        was not (and was not refused there before)."""
+        if region.id in conn.regions:
+            return True
+        if region.id in conn.region_refused:
+            return False
+        fd = region.fd
+        if fd < 0 or not self._regions.has(region.id):
+            conn.region_refused[region.id] = ("closed", "%s was closed" % region.name)
+            return False
+        if len(conn.regions) >= wire.MAX_REGIONS:
+            conn.region_refused[region.id] = ("refused", "a connection holds at most %d regions" % wire.MAX_REGIONS)
+            return False
+        try:
+            mode = conn.register(region.id, fd, region.length)
+        except ProtocolError as e:
+            if e.code not in _REGION_REFUSALS:
+                raise
+            conn.region_refused[region.id] = ("refused", "%s refused REGISTER of %s: %s" % (conn.addr, region.name, e))
+            return False
+        conn.regions[region.id] = mode
+        region.mode = mode
+        self._region_count("registered")
+        return True
+
+    def _reconcile(self, conn) -> None:
+        """UNREGISTER on conn the regions this client no longer has."""
+        gen = self._regions.gen
+        for rid in list(conn.regions):
+            if not self._regions.has(rid):
+                try:
+                    conn.unregister(rid)
+                except ProtocolError as e:
+                    if e.code != wire.Code.REGION:  # REGION: the server had dropped it already
+                        raise
+                del conn.regions[rid]
+        for rid in list(conn.region_refused):
+            if not self._regions.has(rid):
+                del conn.region_refused[rid]
+        conn.region_gen = gen
+
+    def _locate(self, views) -> Optional[Tuple["shm.Region", int]]:
+        """(region, offset) of buffers adjacent in memory inside one
+        registered region, or None."""
+        total = 0
+        start = nxt = None
+        for v in views:
+            n = len(v)
+            if not n:
+                continue
+            a = shm.address_of(v)
+            if start is None:
+                start = a
+            elif a != nxt:
+                return None
+            nxt = a + n
+            total += n
+        if start is None:
+            return None
+        return self._regions.locate(start, total)
+
+    def _region_groups(self, conn, idxs, locate_one):
+        """Split idxs: {region: [i]} for the ones inside a region this
+        connection can use, and the rest (sorted) for the socket path."""
+        locs, rest = {}, []
+        for i in idxs:
+            loc = locate_one(i)
+            if loc is None:
+                rest.append(i)
+            else:
+                locs[i] = loc
+        if not locs:
+            return {}, locs, rest
+        why = self._region_unusable(conn)
+        if why is not None:
+            self._region_fallback(why[0], why[1], len(locs))
+            return {}, {}, list(idxs)
+        groups: Dict[object, List[int]] = {}
+        for i, (region, _) in locs.items():
+            groups.setdefault(region, []).append(i)
+        for region in list(groups):
+            if not self._region_ready(conn, region):
+                sub = groups.pop(region)
+                cause, detail = conn.region_refused.get(region.id, ("refused", ""))
+                self._region_fallback(cause, detail, len(sub))
+                rest.extend(sub)
+        return groups, locs, rest
+
+    def _region_failed(self, conn, region, err: ProtocolError, n: int) -> None:
+        """A region operation answered err: this connection stops using region."""
+        cause = "region" if err.code == wire.Code.REGION else "malformed"
+        detail = "%s answered %s" % (conn.addr, err)
+        conn.regions.pop(region.id, None)
+        conn.region_refused[region.id] = (cause, detail)
+        self._region_fallback(cause, detail, n)
+
+    def _region_faulted(self, conn, region, n: int) -> None:
+        """A region operation answered FAULT: the server dropped region on
+        this connection (its file shrank under the copy)."""
+        detail = "%s answered FAULT on %s: the file shrank under the copy; the server dropped it" % (
+            conn.addr, region.name)
+        conn.regions.pop(region.id, None)
+        conn.region_refused[region.id] = ("fault", detail)
+        self._region_fallback("fault", detail, n)
+
+    def _get_through_regions(self, conn, blob, keys, views, lease_id, idxs, results) -> List[int]:
+        """GET_INTO the keys whose buffers lie in a region; the indexes left
+        for the socket path (outside any region, or the region path failed)."""
+        groups, locs, rest = self._region_groups(
+            conn, idxs, lambda i: self._regions.locate(shm.address_of(views[i]), len(views[i])) if len(views[i]) else None)
+        for region, sub in groups.items():
+            spans = sorted((locs[i][1], len(views[i])) for i in sub)
+            if any(a + n > b for (a, n), (b, _) in zip(spans, spans[1:])):
+                self._region_fallback("overlap", "buffers of one GET_INTO overlap", len(sub))
+                rest.extend(sub)
+                continue
+            chunks = self._chunks(sub, conn, None, 4 + 4096 + 8 + 4 + 4, wire.GET_INTO_ENTRY_SIZE)
+            for ci, chunk in enumerate(chunks):
+                slots = [(locs[i][1], min(len(views[i]), _U32_MAX)) for i in chunk]
+                try:
+                    body = conn.call(wire.Op.GET_INTO, [wire.get_into_request(
+                        blob, lease_id, region.id, [keys[i] for i in chunk], slots)], max_body=4 + 5 * len(chunk))
+                except ProtocolError as e:
+                    if e.code not in _REGION_REFUSALS:
+                        raise
+                    left = [i for c in chunks[ci:] for i in c]
+                    self._region_failed(conn, region, e, len(left))
+                    rest.extend(left)
+                    break
+                faulted, hits = [], 0
+                for i, (st, ln), (_, cap) in zip(chunk, wire.decode_get_into_response(body, len(chunk)), slots):
+                    if st == Status.HIT:
+                        if ln > cap:
+                            raise MalformedError("gpucache/wire: GET_INTO hit of %d bytes in a %d-byte slot" % (ln, cap))
+                        results[i] = GetResult(True, ln, "")
+                        hits += 1
+                    elif st == Status.MISS:
+                        results[i] = GetResult(False, 0, "miss")
+                    elif st == Status.TOO_LARGE:
+                        results[i] = GetResult(False, ln, "over_budget")
+                    else:
+                        faulted.append(i)
+                self._region_count("get_into", hits)
+                if faulted:  # the server dropped the region: the rest goes through the socket
+                    left = faulted + [i for c in chunks[ci + 1:] for i in c]
+                    self._region_faulted(conn, region, len(left))
+                    rest.extend(left)
+                    break
+        return sorted(rest)
+
+    def _put_through_regions(self, conn, entries, build, statuses, send, per_entry_fixed) -> List[int]:
+        """PUT_FROM the entries whose payload lies in a region; the indexes
+        left for the socket path."""
+        groups, locs, rest = self._region_groups(conn, send, lambda i: self._locate(entries[i][1]))
+        for region, sub in groups.items():
+            sizes = {i: 8 + per_entry_fixed(entries[i][0]) for i in sub}
+            chunks = self._chunks(sub, conn, sizes, 8 + 8 + 4096)
+            for ci, chunk in enumerate(chunks):
+                parts = [wire.put_from_head(region.id, [locs[i][1] for i in chunk]),
+                         build([entries[i][0] for i in chunk])]
+                try:
+                    body = conn.call(wire.Op.PUT_FROM, parts, stamped=conn.stamp_required, max_body=4 + len(chunk))
+                except ProtocolError as e:
+                    if e.code not in _REGION_REFUSALS:
+                        raise
+                    left = [i for c in chunks[ci:] for i in c]
+                    self._region_failed(conn, region, e, len(left))
+                    rest.extend(left)
+                    break
+                faulted, stored = [], 0
+                for i, st in zip(chunk, wire.decode_status_response(body, len(chunk), None, conn.version)):
+                    if st == Status.FAULT:
+                        faulted.append(i)
+                    else:
+                        statuses[i] = st
+                        stored += 1
+                self._region_count("put_from", stored)
+                if faulted:
+                    left = faulted + [i for c in chunks[ci + 1:] for i in c]
+                    self._region_faulted(conn, region, len(left))
+                    rest.extend(left)
+                    break
+        return sorted(rest)
 
     def __enter__(self):
         return self
@@ -815,7 +1159,8 @@ class Client:
 
 def client_from_config(cfg: Dict) -> "Client":
     """A Client from an adapter's configuration dictionary: addrs (a list or
-    "h:p,h:p"; default 127.0.0.1:9400), tenant, secret or secret_file, tls
+    "h:p,h:p"; "unix:/path" for the daemon's Unix socket; default
+    127.0.0.1:9400), tenant, secret or secret_file, tls
     (ca_file, cert_file, key_file), timeout (2.0 s), pool_size (8), cluster."""
     addrs = cfg.get("addrs") or cfg.get("addresses") or "127.0.0.1:9400"
     if isinstance(addrs, str):

@@ -13,6 +13,7 @@ well-formed body), and every send and receive is armed with the time left
 to one deadline, so no sequence of slow reads can outlast it.
 """
 
+import array
 import socket
 import ssl as _ssl
 import threading
@@ -85,6 +86,24 @@ class Pool:
         for c in idle:
             c.close()
 
+    def each_idle(self, fn: Callable[[object], None]):
+        """fn(conn) on each idle connection, taken out of the pool meanwhile;
+        one whose fn raised anything but an error answer is closed."""
+        with self._mu:
+            idle, self._idle = self._idle, []
+        for i, c in enumerate(idle):
+            try:
+                fn(c)
+            except Exception as e:
+                self.put(c, usable_after(e))
+                continue
+            except BaseException:
+                self.put(c, False)
+                for rest in idle[i + 1:]:
+                    self.put(rest, True)
+                raise
+            self.put(c, True)
+
     def stats(self):
         with self._mu:
             return {"idle": len(self._idle), "open": self._total, "size": self._size}
@@ -103,16 +122,41 @@ class Timeout(Exception):
     """A request's deadline passed."""
 
 
+UNIX_PREFIX = "unix:"
+
+
+def unix_path(addr: str):
+    """The socket path of a "unix:/path" address ("unix:///path" too;
+    "unix:@name" is Linux's abstract namespace), or None for host:port."""
+    if not addr.startswith(UNIX_PREFIX):
+        return None
+    p = addr[len(UNIX_PREFIX):]
+    if p.startswith("//"):
+        p = p[2:]
+    if not p:
+        raise ValueError("gpucache/client: empty Unix socket path in %r" % addr)
+    return "\0" + p[1:] if p.startswith("@") else p
+
+
 class Conn:
     """One HELLO'd connection. Requests are strictly one at a time (the pool
     hands a Conn to one caller), so a response must carry the request's id.
     Any failure mid-frame leaves the stream out of sync: the caller then
-    gives the Conn back broken and it is closed."""
+    gives the Conn back broken and it is closed.
+
+    On a Unix-domain connection with a version-5 session, regions holds the
+    ids this connection registered (id -> RegionMode) and region_refused
+    those it must not try again (id -> why); both die with the connection,
+    as the server's registrations do."""
 
     def __init__(self, sock, addr: str, max_frame: int = wire.DEFAULT_MAX_FRAME):
         self.sock = sock
         self.addr = addr
         self.tls = isinstance(sock, _ssl.SSLSocket)
+        self.unix = getattr(sock, "family", None) == socket.AF_UNIX
+        self.regions = {}
+        self.region_refused = {}
+        self.region_gen = 0
         self.hello = None  # wire.HelloResponse
         self.version = 1
         # max_frame is the client's own limit until HELLO, then the smaller
@@ -130,12 +174,19 @@ class Conn:
              ssl_context=None, server_hostname=None, max_frame: int = wire.DEFAULT_MAX_FRAME):
         """Connect, handshake and HELLO, all before deadline (time.monotonic).
         The server's limits are taken only where they are smaller than the
-        client's own max_frame."""
-        host, _, port = addr.rpartition(":")
-        host = host.strip("[]")
-        sock = _connect(host, int(port), deadline, addr)
+        client's own max_frame. A "unix:/path" address dials the server's
+        Unix-domain listener, never with TLS (the kernel is the only hop;
+        a secret, when set, still authenticates the HELLO)."""
+        path = unix_path(addr)
+        if path is not None:
+            sock, ssl_context = _connect_unix(path, deadline, addr), None
+        else:
+            host, _, port = addr.rpartition(":")
+            host = host.strip("[]")
+            sock = _connect(host, int(port), deadline, addr)
         try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if path is None:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if ssl_context is not None:
                 # CPython bounds the whole handshake by the socket timeout
                 # (one deadline across its reads and writes), so this is the
@@ -223,6 +274,36 @@ class Conn:
                     sent = 0
             while i < len(views) and len(views[i]) == 0:
                 i += 1
+
+    def send_with_fd(self, op: int, body: bytes, fd: int):
+        """Send one request frame with fd as SCM_RIGHTS on the sendmsg that
+        carries the frame's first byte (REGISTER; Unix sockets only)."""
+        if not self.unix:
+            raise ValueError("gpucache/client: descriptors travel only on a Unix-domain connection")
+        self._rid = (self._rid + 1) & ((1 << 64) - 1) or 1
+        frame = memoryview(wire.encode_header(op, 0, self._rid, len(body)) + bytes(body))
+        anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))]
+        self._arm()
+        sent = self.sock.sendmsg([frame], anc)
+        while sent < len(frame):
+            self._arm()
+            sent += self.sock.send(frame[sent:])
+        return self._rid
+
+    def register(self, region: int, fd: int, length: int) -> "wire.RegionMode":
+        """REGISTER fd as region on this connection: the server's mode, or
+        ProtocolError (REGION: refused; the connection stays usable)."""
+        rid = self.send_with_fd(wire.Op.REGISTER, wire.register_request(region, length), fd)
+        h = self.read_header(wire.Op.REGISTER, rid)
+        if h.body_len > 1:
+            raise FrameTooLarge("gpucache/client: REGISTER answer of %d bytes" % h.body_len)
+        return wire.decode_register_response(self.recv_bytes(h.body_len))
+
+    def unregister(self, region: int):
+        """UNREGISTER region on this connection."""
+        body = self.call(wire.Op.UNREGISTER, [wire.unregister_request(region)], max_body=0)
+        if body:
+            raise MalformedError("gpucache/wire: UNREGISTER answer of %d bytes" % len(body))
 
     # ---- receiving ----
 
@@ -313,6 +394,21 @@ def _connect(host: str, port: int, deadline: float, addr: str):
             # KV memory, whose mmap cannot be closed while they are exported).
             err = None
     raise Timeout("gpucache/client: deadline passed before dialling %s" % addr)
+
+
+def _connect_unix(path: str, deadline: float, addr: str):
+    """A connection to the Unix-domain socket at path within the time left."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise Timeout("gpucache/client: deadline passed before dialling %s" % addr)
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.settimeout(left)
+        s.connect(path)
+    except BaseException:
+        s.close()
+        raise
+    return s
 
 
 def _zero(view):
