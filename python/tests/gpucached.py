@@ -3,6 +3,7 @@
 
     d = Daemon.start(extra_args=[...], config="yaml text")
     d.addr            # "127.0.0.1:PORT", parsed from the "gpucached serving" line
+    d.unix_addr       # "unix:/path" with Daemon.start(unix=True), else None
     d.stop()          # SIGTERM, then SIGKILL after a grace
 
 The daemon listens on 127.0.0.1:0 with the admin listener off and the cold
@@ -56,13 +57,19 @@ class Daemon:
         self.workdir = workdir
         self.log_path = log_path
         self.resp_addr = None  # the RESP listener's address, when resp_listen is on
+        self.unix_addr = None  # "unix:/path" when the Unix listener is on
 
     @classmethod
-    def start(cls, extra_args=(), config=None, timeout=60.0):
-        """Start gpucached and wait (at most timeout s) for its serving line."""
+    def start(cls, extra_args=(), config=None, timeout=60.0, unix=False):
+        """Start gpucached and wait (at most timeout s) for its serving line.
+        With unix, it also listens on a Unix socket in its work directory
+        (unix_listen; d.unix_addr is "unix:<path>")."""
         workdir = tempfile.mkdtemp(prefix="gpucached-")
         args = [binary(), "--listen", "127.0.0.1:0", "--admin-listen", "off", "--cold-store", "off",
                 "--hot-capacity", "256MiB"]
+        sock = os.path.join(workdir, "gpucached.sock") if unix else None
+        if sock:
+            args += ["--unix-listen", sock]
         if config is not None:
             path = os.path.join(workdir, "gpucached.yaml")
             with open(path, "w") as f:
@@ -98,6 +105,7 @@ class Daemon:
                 raise RuntimeError("gpucached did not start:\n" + f.read().decode("utf-8", "replace")[-4000:])
         d = cls(proc, addr[0], workdir, log_path, t)
         d.resp_addr = resp[0] if resp else None
+        d.unix_addr = "unix:" + sock if sock else None
         return d
 
     def stop(self, grace=10.0):
