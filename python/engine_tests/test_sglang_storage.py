@@ -46,15 +46,17 @@ LAYERS, HEADS, DIM = 2, 2, 32  # the ci model's KV geometry
 HANG = 30.0
 
 
-def host_pool(pages=32, dtype=None):
+def host_pool(pages=32, dtype=None, allocator_type="default"):
     """SGLang's MHATokenToKVPoolHost over SGLang's MHATokenToKVPool, both on
-    device "cpu", page_first, pin_memory off."""
+    device "cpu", page_first, pin_memory off; its memory from SGLang's
+    allocator_type ("default": alloc_mmap's MAP_SHARED anonymous mapping;
+    "shm": ShmHostTensorAllocator's memfd)."""
     dev = MHATokenToKVPool(size=4 * PAGE, page_size=PAGE, dtype=dtype or torch.bfloat16, head_num=HEADS,
                            head_dim=DIM, layer_num=LAYERS, device="cpu", enable_memory_saver=False)
     pool = MHATokenToKVPoolHost(dev.get_device_pool_infos()[0].buffer_info, 1.0, 0, PAGE, "page_first",
                                 pin_memory=False, device="cpu", device_capacity_tokens=dev.size,
                                 start_layer=dev.start_layer, end_layer=dev.end_layer,
-                                host_token_capacity=pages * PAGE)
+                                host_token_capacity=pages * PAGE, allocator_type=allocator_type)
     pool.test_device_pool = dev
     return pool
 
@@ -196,6 +198,93 @@ class FactoryTest(unittest.TestCase):
         print("\nstopped daemon: %s" % c, file=sys.stderr)
         self.assertEqual(c["miss_reasons"].get("refused"), 6 * 2, "K and V of 6 pages refused")
         self.assertEqual(c["set_pages_failed"], 6)
+
+
+
+def can_open_map_files():
+    """Whether this process may open /proc/self/map_files (CAP_SYS_ADMIN or
+    CAP_CHECKPOINT_RESTORE): how the backend finds the file behind SGLang's
+    default (anonymous shared) host pool."""
+    import mmap
+    m = mmap.mmap(-1, mmap.PAGESIZE, flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)
+    try:
+        from gpucache import shm
+        a = shm.address_of(m)
+        fd = os.open("/proc/self/map_files/%x-%x" % (a, a + mmap.PAGESIZE), os.O_RDWR)
+        os.close(fd)
+        return True
+    except OSError:
+        return False
+    finally:
+        m.close()
+
+
+@unittest.skipUnless(HAVE_SGLANG, "SGLang is not installed: run with scripts/engines-env's python")
+class UnixSocketTest(unittest.TestCase):
+    """The backend on gpucached's Unix socket, over host pools SGLang
+    allocates itself: its default pool is registered (GUARDED: shared
+    anonymous memory cannot be sealed) and read with GET_INTO; its "shm"
+    allocator's memfd is unsealable, so gpucached refuses it, and the
+    backend says so and uses the socket. Bytes are equal either way."""
+
+    @classmethod
+    def setUpClass(cls):
+        from gpucached import Daemon
+        cls.daemon = Daemon.start(unix=True)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.stop()
+
+    def backend(self, pool):
+        ex = {"backend_name": "gpucache", "module_path": "gpucache.sglang", "class_name": "GpucacheStorage",
+              "interface_v1": 1, "addrs": [self.daemon.unix_addr], "tenant": "default", "timeout": HANG,
+              "model_revision": self.id()}
+        cfg = HiCacheStorageConfig(tp_rank=0, tp_size=1, pp_rank=0, pp_size=1, attn_cp_rank=0, attn_cp_size=1,
+                                   is_mla_model=False, enable_storage_metrics=False, is_page_first_layout=True,
+                                   model_name="acme/tiny-ci", extra_config=ex)
+        b = StorageBackendFactory.create_backend("dynamic", cfg, pool)
+        b.register_mem_pool_host(pool)
+        self.addCleanup(b.close)
+        return b
+
+    def round_trip(self, b, pool):
+        g = torch.Generator().manual_seed(13)
+        pool.kv_buffer.copy_(torch.randn(pool.kv_buffer.shape, generator=g).to(pool.dtype))
+        keys = get_hash_str([(11 * i) % 256 for i in range(8 * PAGE)], None, page_size=PAGE)[:6]
+        want = [page_bytes(pool, i * PAGE) for i in range(6)]
+        self.assertEqual(b.batch_set_v1(keys, slots(0, 6)), [True] * 6)
+        pool.kv_buffer.zero_()
+        self.assertEqual(b.batch_exists(keys), 6)
+        self.assertEqual(b.batch_get_v1(keys, slots(20, 6)), [True] * 6)
+        for i in range(6):
+            self.assertEqual(page_bytes(pool, (20 + i) * PAGE), want[i], "page %d" % i)
+        return b.counters()
+
+    def test_default_pool_is_read_through_its_region(self):
+        pool = host_pool()
+        if can_open_map_files():
+            b = self.backend(pool)
+            self.assertTrue(b.region_note.startswith("registered the host pool"), b.region_note)
+            self.assertIn("guarded", b.region_note)
+            c = self.round_trip(b, pool)
+            self.assertEqual(c.get("region_get_into"), 12, c)  # K and V of 6 pages
+        else:  # no capability to open the anonymous mapping's file: the socket, said once
+            with self.assertLogs("gpucache.sglang", "WARNING") as logs:
+                b = self.backend(pool)
+            self.assertIn("no descriptor", logs.output[0])
+            c = self.round_trip(b, pool)
+            self.assertFalse(c.get("region_get_into"), c)
+
+    def test_sglang_shm_allocator_memfd_is_refused(self):
+        pool = host_pool(allocator_type="shm")
+        self.assertIsNotNone(pool.fd)  # SGLang's memfd
+        with self.assertLogs("gpucache.sglang", "WARNING") as logs:
+            b = self.backend(pool)
+        self.assertIn("not registered", logs.output[0])
+        self.assertIn("sealed against shrinking", logs.output[0])
+        c = self.round_trip(b, pool)
+        self.assertFalse(c.get("region_get_into"), c)
 
 
 if __name__ == "__main__":

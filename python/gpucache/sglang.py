@@ -39,6 +39,20 @@ Every failure on a read path is a miss; no exception reaches SGLang from
 get/batch_get/exists/batch_exists/batch_get_v1, and write paths return False.
 Configuration errors at construction raise ValueError("gpucache/sglang: ...").
 
+A daemon on the same host (``"addrs": ["unix:/run/gpucache/gpucached.sock"]``,
+its ``unix_listen``): register_mem_pool_host registers the host pool's
+memory with the client, so batch_get_v1 and batch_get into the pool are
+GET_INTO: gpucached copies each page once from its slab into the pool.
+SGLang's own memfd (``"allocator": "shm"`` in the extra config,
+ShmHostTensorAllocator) is created without MFD_ALLOW_SEALING, which
+gpucached refuses (a memfd must be sealed against shrinking); its default
+pool (a MAP_SHARED anonymous mapping) registers where this process may
+open /proc/self/map_files (CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE).
+Writes stay PUT_OPAQUE through the socket (protocol version 5 has PUT_FROM
+only for token-chain blocks). When the pool cannot be registered, or the
+daemon is on TCP, pages go through the socket and the backend logs why,
+once.
+
 get_stats() answers SGLang's StorageMetrics (pages and GB/s of each read
 and write since the last call, kept only when the config's
 enable_storage_metrics is on, which SGLang sets from --enable-metrics);
@@ -365,6 +379,8 @@ class GpucacheStorage(_Base):
         self._reasons = {}
         self._last_warn = 0.0
         self.mem_pool_host = None
+        self._regions = []
+        self.region_note = ""
         self._ns = None
         self._digest = None
         self._info = None
@@ -376,11 +392,53 @@ class GpucacheStorage(_Base):
     # ---- binding -------------------------------------------------------
 
     def register_mem_pool_host(self, mem_pool_host):
-        """Binds the namespace from the host pool (dtype, layout, page geometry)."""
+        """Binds the namespace from the host pool (dtype, layout, page
+        geometry) and, with a daemon on a Unix socket, registers the
+        pool's memory so reads into it copy once in gpucached."""
         ns, info = bind_namespace(self.storage_config, self._extra, mem_pool_host, self._interface)
         self.mem_pool_host = mem_pool_host
         self._ns, self._info = ns, info
         self._digest = _gc.namespace_digest(ns)
+        self._register_pool(mem_pool_host)
+
+    def _register_pool(self, pool):
+        """Register the host pool's buffer(s) with the client when the
+        daemon is local; self.region_note says what happened."""
+        self._close_regions()
+        if not getattr(self._client, "local", False):
+            self.region_note = "the daemon is not on a Unix socket: pages go through the socket path"
+            logger.info("gpucache/sglang: %s", self.region_note)
+            return
+        bufs = getattr(pool, "kv_buffer", None)
+        bufs = list(bufs) if isinstance(bufs, (list, tuple)) else [bufs]
+        notes = []
+        try:
+            for b in bufs:
+                if b is None:
+                    raise ValueError("the host pool has no kv_buffer")
+                r = self._client.register(buffer=b)
+                self._regions.append(r)
+                ok, why = self._client.check_region(r)
+                if not ok:
+                    raise ValueError(why)
+                notes.append("%s (%d bytes, %s)" % (r.name, r.length, why))
+        except Exception as e:
+            self._close_regions()
+            self.region_note = ("the host pool is not registered with gpucached (%s): pages go through the "
+                                "socket path" % (e,))
+            logger.warning("gpucache/sglang: %s", self.region_note)
+            return
+        self.region_note = ("registered the host pool with gpucached: %s; reads copy once from its slab into "
+                            "the pool, writes use PUT_OPAQUE through the socket" % ", ".join(notes))
+        logger.info("gpucache/sglang: %s", self.region_note)
+
+    def _close_regions(self):
+        regions, self._regions = getattr(self, "_regions", []), []
+        for r in regions:
+            try:
+                r.close()
+            except Exception as e:
+                self._fail("unregister", e)
 
     @property
     def namespace(self):
@@ -622,16 +680,21 @@ class GpucacheStorage(_Base):
         return out
 
     def counters(self):
-        """The backend's running counters and its miss reasons, as a dict."""
+        """The backend's running counters and its miss reasons, as a dict
+        (region_*: the client's region counters, Client.region_stats)."""
         with self._lock:
             s = dict(self._stats)
             s["miss_reasons"] = dict(self._reasons)
+        rs = getattr(self._client, "region_stats", None)
+        if rs is not None:
+            s.update(("region_" + k, v) for k, v in rs().items())
         return s
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
+        self._close_regions()
         if self._own_client:
             try:
                 self._client.close()

@@ -50,6 +50,7 @@ admin_listen: 127.0.0.1:0
 hot_capacity: 64MiB
 hot_max_class: 1MiB
 cold_dir: {cold}
+unix_listen: {sock}
 tenants:
   - name: acme
     secrets: [{{id: acme-1, env: GPUCACHE_PYSGLANG_ACME}}]
@@ -81,7 +82,8 @@ class Daemon:
         home = tempfile.mkdtemp(prefix="gpucached-", dir=tmp)
         cfg = os.path.join(home, "gpucached.yaml")
         with open(cfg, "w") as f:
-            f.write(CONFIG.format(cold=os.path.join(home, "cold")))
+            f.write(CONFIG.format(cold=os.path.join(home, "cold"), sock=os.path.join(home, "gpucached.sock")))
+        self.unix_addr = "unix:" + os.path.join(home, "gpucached.sock")
         env = dict(os.environ, GPUCACHE_PYSGLANG_ACME=self.secrets["acme"], GPUCACHE_PYSGLANG_BOB=self.secrets["bob"])
         self.proc = subprocess.Popen([binary, "--config", cfg], env=env, stderr=subprocess.PIPE, text=True)
         self.addr = None
@@ -270,6 +272,83 @@ class DaemonBackendTest(unittest.TestCase):
         d, b = self._own_daemon()
         d.stop()
         self._all_miss(b)
+
+
+
+@unittest.skipUnless(HAVE_CLIENT, "gpucache.Client not available yet")
+@unittest.skipIf(torch is None, "torch is not installed (scripts/test installs Debian's python3-torch)")
+class UnixSocketBackendTest(unittest.TestCase):
+    """The backend on the daemon's Unix socket (authenticated, tenant acme):
+    a host pool in registered memory is read with GET_INTO; one in private
+    memory goes through the socket and the backend says why."""
+
+    @classmethod
+    def setUpClass(cls):
+        DaemonBackendTest.setUpClass.__func__(cls)
+
+    @classmethod
+    def tearDownClass(cls):
+        DaemonBackendTest.tearDownClass.__func__(cls)
+
+    def backend(self, pool):
+        sf = os.path.join(self.tmp, "acme.secret")
+        with open(sf, "w") as f:
+            f.write(self.daemon.secrets["acme"] + "\n")
+        ex = {"backend_name": "gpucache", "module_path": "gpucache.sglang", "class_name": "GpucacheStorage",
+              "interface_v1": 1, "tenant": "acme", "secret_file": sf, "addrs": [self.daemon.unix_addr],
+              "timeout": HANG, "pool_size": 2, "model_revision": self.id()}
+        b = gs.GpucacheStorage(StorageConfig(extra_config=ex), {})
+        b.register_mem_pool_host(pool)
+        self.addCleanup(b.close)
+        return b
+
+    def pool_in(self, alloc):
+        """A host pool whose kv_buffer lives in memory from alloc(nbytes)
+        (SGLang's pool reads kv_buffer.data_ptr() at each call)."""
+        pool = MHAHostPool(pages=16, page_size=16, layer_num=2, head_num=2, head_dim=64)
+        kv = pool.kv_buffer
+        pool.kv_buffer = alloc(kv.numel() * kv.element_size()).view(kv.dtype).view(kv.shape)
+        pool.fill_random(12)
+        return pool
+
+    def round_trip(self, b, pool):
+        keys = page_keys(list(range(7000, 7000 + 16 * 16)), pool.page_size)[:6]
+        ctl = Controller(b, pool)
+        want = [pool.page_bytes(i) for i in range(6)]
+        self.assertEqual(ctl.backup(keys, host_indices(pool, 0, 6)), 6)
+        pool.wipe()
+        self.assertEqual(ctl.hit_query(keys), 6)
+        self.assertEqual(ctl.fetch(keys, host_indices(pool, 8, 6)), 6)
+        for i in range(6):
+            self.assertEqual(pool.page_bytes(8 + i), want[i], "page %d" % i)
+
+    def test_pool_in_a_registered_region(self):
+        bufs = []
+
+        def alloc(n):
+            bufs.append(gpucache.shm.allocate(n))
+            self.addCleanup(bufs[-1].close)
+            return bufs[-1].tensor()
+        pool = self.pool_in(alloc)
+        b = self.backend(pool)
+        self.assertTrue(b.region_note.startswith("registered the host pool"), b.region_note)
+        self.assertIn("sealed", b.region_note)
+        self.round_trip(b, pool)
+        c = b.counters()
+        self.assertEqual(c.get("region_get_into"), 12, c)  # 6 pages, K and V: no payload on the socket
+        self.assertFalse([k for k in c if k.startswith("region_fallback")], c)
+        del pool
+        b.close()  # unregisters: the memory can be unmapped
+
+    def test_private_pool_falls_back(self):
+        pool = self.pool_in(lambda n: torch.zeros(n, dtype=torch.uint8))
+        with self.assertLogs("gpucache.sglang", "WARNING") as logs:
+            b = self.backend(pool)
+        self.assertIn("not registered", logs.output[0])
+        self.assertIn("not a shared file mapping", logs.output[0])
+        self.round_trip(b, pool)
+        c = b.counters()
+        self.assertFalse(c.get("region_get_into"), c)
 
 
 if __name__ == "__main__":
