@@ -39,6 +39,12 @@ engines' scheduler sides, each with its own primary region): A's
 prepare_store / complete_store cascade to gpucache, B's lookup promotes from
 it, and B's prepare_load names the slots that now hold A's bytes.
 
+UnixSocketTierTest gives the tier a unix: address (gpucached's
+unix_listen): the tier registers the file behind vLLM's own
+SharedOffloadRegion (/dev/shm/vllm_offload_<engine_id>.mmap, found through
+the view vLLM hands it), loads are GET_INTO straight into the primary
+slots, and vLLM still closes its mmap at shutdown.
+
 Run: cd python && GPUCACHE_BIN=/path/to/gpucached HF_HUB_OFFLINE=1 \\
     ../.cache/engines/venv/bin/python -m unittest engine_tests.test_vllm_tier_real -v
 """
@@ -452,6 +458,55 @@ class TwoManagersTest(unittest.TestCase):
         gc.enable()
         self.assertIsNone(region.mmap_obj)
         self.assertFalse(os.path.exists(path))
+
+
+@unittest.skipUnless(HAVE_VLLM, "vLLM is not installed: run with scripts/engines-env's python")
+class UnixSocketTierTest(unittest.TestCase):
+    def setUp(self):
+        setup_model(self)
+        self.addCleanup(teardown_model, self)
+        self.daemon = Daemon.start(unix=True)
+
+    def test_loads_copy_into_vllms_offload_file(self):
+        vc, kvc = engine_config(self.model, [tier_config(self.daemon.unix_addr)])
+        _, m = offloading_manager(vc, kvc)
+        region = m.primary_tier._mmap_region
+        tier = m.secondary_tiers[0]
+        rows = Rows(m.primary_tier.get_kv_memoryview())
+        try:
+            self.assertEqual(region.mmap_path, "/dev/shm/vllm_offload_%s.mmap" % vc.kv_transfer_config.engine_id)
+            self.assertTrue(tier.region_note.startswith("registered %s" % region.mmap_path), tier.region_note)
+            self.assertIn("guarded", tier.region_note)  # a /dev/shm file cannot be sealed
+            keys = block_keys("unix", N)
+            datas = seeded(5, N, rows.size)
+            for i in range(N):
+                rows[i] = datas[i]
+            self.assertTrue(run_job(self, tier, transfer_job(1, keys, list(range(N)), False)).success)
+            for i in range(CHUNKS):
+                rows[i] = bytes(rows.size)
+            dst = [CHUNKS - 1 - i for i in range(N)]
+            loaded = run_job(self, tier, transfer_job(2, keys, dst, True))
+            self.assertTrue(loaded.success)
+            for i, s in enumerate(dst):
+                self.assertEqual(rows[s], datas[i], "slot %d (key %d)" % (s, i))
+            st = tier.stats()
+            self.assertEqual(st.get("region_get_into"), N, st)
+            self.assertFalse([k for k in st if k.startswith("region_fallback")], st)
+            self.assertEqual(self.daemon_stat("region_bytes_out"), N * rows.size)
+        finally:
+            rows.close()
+            with self.assertNoLogs(TIER_LOGGER, "WARNING"):
+                m.shutdown()  # the tier unregisters first: vLLM closes its mmap
+        self.assertIsNone(region.mmap_obj)
+
+    def daemon_stat(self, name):
+        from gpucache import Client
+        c = Client([self.daemon.addr], tenant="default")
+        try:
+            return c.stat().get(name, 0)
+        finally:
+            c.close()
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -36,6 +36,15 @@ How the tier works
   trees) until its background answer is in, then HIT or MISS.
 - Nothing raises into the engine from I/O: a failed or partial transfer is a
   JobResult with success False; a lookup that fails is a MISS.
+- A daemon on the same host (``"addrs": ["unix:/run/gpucache/gpucached.sock"]``,
+  its ``unix_listen``): the tier registers the file behind the primary
+  region, vLLM's ``/dev/shm/vllm_offload_<engine_id>.mmap`` (found through
+  /proc/self/maps, unlinked or not), so a load is GET_INTO: gpucached
+  copies each block once from its slab into the primary slot and no
+  payload crosses the socket. Stores stay PUT_OPAQUE through the socket
+  (protocol version 5 has PUT_FROM only for token-chain blocks). Over TCP,
+  or when the file cannot be registered, loads use the socket too; the
+  tier logs why once.
 
 Ownership: the primary slots named by a job belong to this tier from
 submit_* until the job is returned by get_finished_jobs; drain_jobs waits for
@@ -470,6 +479,8 @@ class GpucacheTier(SecondaryTierManager):
         self.namespace = bind_namespace(spec, tier)
         self._client = tier.get("client") or _client_from_config(tier)
         self._own_client = tier.get("client") is None
+        self._region = None
+        self.region_note = self._register_primary()
 
         # mu guards everything below it.
         self._mu = threading.Lock()
@@ -493,6 +504,33 @@ class GpucacheTier(SecondaryTierManager):
         self._stores = concurrent.futures.ThreadPoolExecutor(
             max_workers=max(int(tier.get("store_threads", 2)), 1),
             thread_name_prefix="gpucache-vllm-store")
+
+    def _register_primary(self) -> str:
+        """Register the file behind the primary region with the client when
+        the daemon is local; what the tier does, as logged."""
+        if not getattr(self._client, "local", False):
+            note = ("the daemon is not on a Unix socket (addrs %s): loads and stores use the socket path; "
+                    "a unix: address lets loads copy straight into the CPU tier's file"
+                    % (getattr(self._client, "_addrs", "?"),))
+            log.info("gpucache/vllm: %s", note)
+            return note
+        try:
+            self._region = self._client.register(buffer=self._flat)
+        except Exception as e:
+            note = "the CPU tier's memory cannot be registered (%s): loads use the socket path" % (e,)
+            log.warning("gpucache/vllm: %s", note)
+            return note
+        ok, why = self._client.check_region(self._region)
+        if ok:
+            note = ("registered %s (%d bytes, %s) with gpucached: loads copy once from its slab into the "
+                    "primary slots; stores use PUT_OPAQUE through the socket"
+                    % (self._region.name, self._region.length, why))
+            log.info("gpucache/vllm: %s", note)
+        else:
+            note = ("%s is not usable as a registered region (%s): loads use the socket path until a "
+                    "connection registers it" % (self._region.name, why))
+            log.warning("gpucache/vllm: %s", note)
+        return note
 
     def _init_base(self, spec: Any, view: Any, tier_type: str, detector: Any = None) -> None:
         """Call the base constructor with the parameter names it declares."""
@@ -770,9 +808,14 @@ class GpucacheTier(SecondaryTierManager):
         return None
 
     def stats(self) -> Dict[str, int]:
-        """Counters of this tier (stores/loads ok and failed, bytes, lookups)."""
+        """Counters of this tier (stores/loads ok and failed, bytes, lookups;
+        region_* are the client's region counters, gpucache.Client.region_stats)."""
         with self._mu:
-            return dict(self._counts)
+            out = dict(self._counts)
+        rs = getattr(self._client, "region_stats", None)
+        if rs is not None:
+            out.update(("region_" + k, v) for k, v in rs().items())
+        return out
 
     def shutdown(self) -> None:
         """Finish running jobs, stop the threads and close the client."""
@@ -784,6 +827,12 @@ class GpucacheTier(SecondaryTierManager):
         self._loads.shutdown(wait=True)
         self._lookups.put(_STOP)
         self._lookup_thread.join()
+        if self._region is not None:  # before the view is released: it holds an export of it
+            try:
+                self._region.close()
+            except Exception:
+                log.debug("gpucache/vllm: closing the region failed", exc_info=True)
+            self._region = None
         if self._own_client:
             try:
                 self._client.close()

@@ -6,8 +6,15 @@ within the client deadline, with no exception.
 
 Skips while the package has no Client (gpucache.Client, from h/pycore).
 GPUCACHED=/path/to/gpucached skips the build.
+
+SharedOffloadFileTest runs the tier over a primary region laid out as
+vLLM's SharedOffloadRegion lays out its /dev/shm file, against a gpucached
+on its Unix socket: the tier registers the file and loads copy once in
+gpucached (GET_INTO), and over TCP the same jobs use the socket.
 """
 
+import logging
+import mmap
 import os
 import re
 import shutil
@@ -120,6 +127,83 @@ class RealDaemonTest(unittest.TestCase):
         t.drain_jobs()
         got = {r.job_id: r.success for r in t.get_finished_jobs()}
         self.assertEqual(got, {1: True, 2: False, 3: False})
+
+
+
+def vllm_offload_file(test, engine_id, num_chunks, row_stride):
+    """The primary region as vLLM 0.32's SharedOffloadRegion makes it: the
+    file /dev/shm/vllm_offload_<engine_id>.mmap (O_CREAT | O_EXCL, O_RDWR,
+    0600), ftruncate'd to num_chunks * row_stride, mapped MAP_SHARED, then
+    unlinked once every worker mapped it; the tier's view is the
+    (num_chunks, row_stride) memoryview create_kv_memoryview returns (over
+    numpy when it is installed, as there). Returns (view, mmap, fd)."""
+    path = "/dev/shm/vllm_offload_%s.mmap" % engine_id
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    try:
+        os.ftruncate(fd, num_chunks * row_stride)
+        m = mmap.mmap(fd, num_chunks * row_stride, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    finally:
+        os.unlink(path)
+    test.addCleanup(os.close, fd)
+    try:
+        import numpy
+        view = memoryview(numpy.frombuffer(m, dtype=numpy.uint8).reshape(num_chunks, row_stride))
+    except ImportError:
+        view = memoryview(m).cast("B", (num_chunks, row_stride))
+    return view, m, fd
+
+
+@unittest.skipUnless(hasattr(gpucache, "Client"), "gpucache.Client not present yet")
+class SharedOffloadFileTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        from gpucached import Daemon
+        cls.d = Daemon.start(unix=True)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.d.stop()
+
+    def run_jobs(self, addr, engine):
+        view, m, _ = vllm_offload_file(self, "%s-%d" % (engine, os.getpid()), SLOTS, BLOCK)
+        t = gv.GpucacheTier(offloading_spec=new_spec(model="acme/" + engine), primary_kv_view=view,
+                            tier_type="GpucacheTier", addrs=[addr], timeout=30.0, tenant="default")
+        flat = view.cast("B") if view.format == "B" else memoryview(m)
+        want = [os.urandom(BLOCK) for _ in range(4)]
+        for s, data in enumerate(want):
+            flat[s * BLOCK:(s + 1) * BLOCK] = data
+        keys = [key(s + 1) for s in range(4)]
+        t.submit_store(gv.JobMetadata(1, keys, [0, 1, 2, 3], False, gv.ReqContext(req_id="")))
+        t.drain_jobs()
+        flat[:] = bytes(SLOTS * BLOCK)
+        req = gv.ReqContext(req_id="r")
+        t.submit_load(gv.JobMetadata(2, keys, [7, 6, 5, 4], True, req))
+        t.drain_jobs()
+        self.assertEqual({r.job_id: r.success for r in t.get_finished_jobs()}, {1: True, 2: True})
+        for i, s in enumerate([7, 6, 5, 4]):
+            self.assertEqual(bytes(flat[s * BLOCK:(s + 1) * BLOCK]), want[i], "slot %d" % s)
+        stats, note = t.stats(), t.region_note
+        del flat
+        t.shutdown()
+        view.release()
+        m.close()  # what vLLM's cleanup does after its tiers shut down: nothing exports the mapping
+        return stats, note
+
+    def test_unix_socket_loads_through_the_file(self):
+        stats, note = self.run_jobs(self.d.unix_addr, "unix")
+        self.assertTrue(note.startswith("registered /dev/shm/vllm_offload_unix-"), note)
+        self.assertIn("guarded", note)
+        self.assertEqual(stats.get("region_get_into"), 4, stats)
+        self.assertEqual(stats.get("bytes_loaded"), 4 * BLOCK)
+        self.assertFalse([k for k in stats if k.startswith("region_fallback")], stats)
+
+    def test_tcp_uses_the_socket(self):
+        with self.assertLogs("gpucache.vllm", logging.INFO) as logs:
+            stats, note = self.run_jobs(self.d.addr, "tcp")
+        self.assertIn("not on a Unix socket", note)
+        self.assertIn(note, logs.output[0])
+        self.assertFalse(stats.get("region_get_into"), stats)
+        self.assertEqual(stats.get("bytes_loaded"), 4 * BLOCK)
 
 
 if __name__ == "__main__":
