@@ -79,11 +79,12 @@ def run_engine(model, prompt, connector=None, salt=None, kv_transfer=None):
     return engine_result(start_engine(model, prompt, connector, salt, kv_transfer=kv_transfer))
 
 
-def setup_model(cls, prompt_tokens=0, prompt_seed=7, daemon=False):
+def setup_model(cls, prompt_tokens=0, prompt_seed=7, daemon=False, unix=False):
     """On a test class: cls.tmp (a temporary directory), cls.model (the
     seeded ci model written in it), cls.prompt (prompt_tokens seeded token
-    ids) and, with daemon, cls.daemon (a real gpucached). Returns the
-    model's summary. Undo with teardown_model."""
+    ids) and, with daemon, cls.daemon (a real gpucached; with unix, also on
+    a Unix socket, cls.daemon.unix_addr). Returns the model's summary. Undo
+    with teardown_model."""
     from gpucache.demo import tiny_model
     cls.tmp = tempfile.TemporaryDirectory()
     cls.model = os.path.join(cls.tmp.name, "tiny")
@@ -93,7 +94,7 @@ def setup_model(cls, prompt_tokens=0, prompt_seed=7, daemon=False):
     cls.daemon = None
     if daemon:
         from gpucached import Daemon
-        cls.daemon = Daemon.start()
+        cls.daemon = Daemon.start(unix=unix)
     return summary
 
 

@@ -59,7 +59,7 @@ def fifo(path, proc, line=None):
 class ConnectorTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        setup_model(cls, PROMPT_TOKENS, daemon=True)
+        setup_model(cls, PROMPT_TOKENS, daemon=True, unix=True)
         cls.runs = 0
 
     @classmethod
@@ -85,8 +85,29 @@ class ConnectorTest(unittest.TestCase):
         self.assertGreaterEqual(stats_b.get("tokens_hit", 0), 0.9 * PROMPT_TOKENS)
         self.assertGreaterEqual(stats_b.get("tokens_loaded", 0), 0.9 * PROMPT_TOKENS)
         self.assertEqual(stats_b.get("blocks_load_failed", 0), 0)
+        self.assertNotIn("staging_region_bytes", stats_b)  # TCP: the socket path, no region
         self.assertGreaterEqual(b["metrics"].get("vllm:external_prefix_cache_hits", 0), 0.9 * PROMPT_TOKENS)
         self.assertEqual(a["tokens"], base["tokens"])
+        self.assertEqual(b["tokens"], a["tokens"])
+
+    def test_unix_socket_stages_in_a_registered_region(self):
+        # Over gpucached's Unix socket the workers' staging buffers are a
+        # registered memfd region: every block A saves is PUT_FROM, every
+        # block B loads GET_INTO (no payload on the socket). The salt keeps
+        # these blocks apart from the other tests'.
+        ca, sa = self.connector(self.daemon.unix_addr)
+        a, _ = run_engine(self.model, self.prompt, connector=ca, salt="unix")
+        cb, sb = self.connector(self.daemon.unix_addr)
+        b, _ = run_engine(self.model, self.prompt, connector=cb, salt="unix")
+        stats_a, stats_b = read_stats(sa), read_stats(sb)
+        print("\nunix A: %s\nunix B: %s" % (stats_a, stats_b), file=sys.stderr)
+        full = (PROMPT_TOKENS - 1) // BLOCK
+        self.assertGreater(stats_a.get("staging_region_bytes", 0), 0)
+        self.assertGreaterEqual(stats_a.get("blocks_saved", 0), full)
+        self.assertEqual(stats_a.get("blocks_saved_region"), stats_a.get("blocks_saved") + stats_a.get("blocks_existed"))
+        self.assertGreaterEqual(stats_b.get("blocks_loaded", 0), 0.9 * full)
+        self.assertEqual(stats_b.get("blocks_loaded_region"), stats_b.get("blocks_loaded"))
+        self.assertEqual(stats_b.get("blocks_load_failed", 0), 0)
         self.assertEqual(b["tokens"], a["tokens"])
 
     def test_another_salt_loads_nothing(self):

@@ -747,10 +747,11 @@ class Client:
 
     def region_stats(self) -> Dict[str, int]:
         """Counters of the region path: registered (REGISTERs the server
-        accepted), get_into and put_from (blocks through regions; hits
-        and stores), and fallback_<cause> (blocks that went through the
+        accepted), get_into (hits GET_INTO copied into a region),
+        put_from (blocks PUT_FROM carried, whatever their status: STORED,
+        EXISTS, ...), and fallback_<cause> (blocks that went through the
         socket instead: tcp, version, refused, fault, region, malformed,
-        overlap)."""
+        overlap, closed)."""
         with self._region_mu:
             return dict(self._region_counts)
 
@@ -802,15 +803,17 @@ class Client:
             return True
         if region.id in conn.region_refused:
             return False
-        fd = region.fd
-        if fd < 0 or not self._regions.has(region.id):
+        if region.fd < 0 or not self._regions.has(region.id):
             conn.region_refused[region.id] = ("closed", "%s was closed" % region.name)
             return False
         if len(conn.regions) >= wire.MAX_REGIONS:
             conn.region_refused[region.id] = ("refused", "a connection holds at most %d regions" % wire.MAX_REGIONS)
             return False
         try:
-            mode = conn.register(region.id, fd, region.length)
+            mode = conn.register(region.id, lambda: region.fd, region.length, fd_lock=region.fd_lock)
+        except ValueError:  # closed meanwhile: nothing was sent
+            conn.region_refused[region.id] = ("closed", "%s was closed" % region.name)
+            return False
         except ProtocolError as e:
             if e.code not in _REGION_REFUSALS:
                 raise
@@ -965,14 +968,14 @@ class Client:
                     self._region_failed(conn, region, e, len(left))
                     rest.extend(left)
                     break
-                faulted, stored = [], 0
+                faulted, carried = [], 0
                 for i, st in zip(chunk, wire.decode_status_response(body, len(chunk), None, conn.version)):
                     if st == Status.FAULT:
                         faulted.append(i)
                     else:
                         statuses[i] = st
-                        stored += 1
-                self._region_count("put_from", stored)
+                        carried += 1
+                self._region_count("put_from", carried)
                 if faulted:
                     left = faulted + [i for c in chunks[ci + 1:] for i in c]
                     self._region_faulted(conn, region, len(left))

@@ -280,6 +280,8 @@ class Conn:
         carries the frame's first byte (REGISTER; Unix sockets only)."""
         if not self.unix:
             raise ValueError("gpucache/client: descriptors travel only on a Unix-domain connection")
+        if fd < 0:
+            raise ValueError("gpucache/client: the region's descriptor is closed")
         self._rid = (self._rid + 1) & ((1 << 64) - 1) or 1
         frame = memoryview(wire.encode_header(op, 0, self._rid, len(body)) + bytes(body))
         anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))]
@@ -290,10 +292,19 @@ class Conn:
             sent += self.sock.send(frame[sent:])
         return self._rid
 
-    def register(self, region: int, fd: int, length: int) -> "wire.RegionMode":
-        """REGISTER fd as region on this connection: the server's mode, or
-        ProtocolError (REGION: refused; the connection stays usable)."""
-        rid = self.send_with_fd(wire.Op.REGISTER, wire.register_request(region, length), fd)
+    def register(self, region: int, fd, length: int, fd_lock=None) -> "wire.RegionMode":
+        """REGISTER fd (an int, or a function returning it) as region on
+        this connection: the server's mode, or ProtocolError (REGION:
+        refused; the connection stays usable). fd_lock, when given, is held
+        while fd is read and sent, so its owner cannot close it (and the
+        number be reused by another file) in between; a closed one (< 0)
+        is ValueError, with nothing sent."""
+        body = wire.register_request(region, length)
+        if fd_lock is None:
+            rid = self.send_with_fd(wire.Op.REGISTER, body, fd() if callable(fd) else fd)
+        else:
+            with fd_lock:
+                rid = self.send_with_fd(wire.Op.REGISTER, body, fd() if callable(fd) else fd)
         h = self.read_header(wire.Op.REGISTER, rid)
         if h.body_len > 1:
             raise FrameTooLarge("gpucache/client: REGISTER answer of %d bytes" % h.body_len)

@@ -205,6 +205,7 @@ class Region:
         self.file_offset = file_offset
         self.name = name
         self.mode = None  # the RegionMode the server last answered
+        self.fd_lock = threading.Lock()  # held while fd is sent and while it is closed
         self._keep = keepalive
         self._map = owned_map
         self._client = None
@@ -236,9 +237,10 @@ class Region:
         if self._map is not None:
             m, self._map = self._map, None
             m.close()
-        if self.fd >= 0:
-            fd, self.fd = self.fd, -1
-            os.close(fd)
+        with self.fd_lock:
+            if self.fd >= 0:
+                fd, self.fd = self.fd, -1
+                os.close(fd)
 
     def __enter__(self):
         return self

@@ -35,6 +35,16 @@ What it does
 - Tensor and pipeline parallelism: each worker rank stores and loads its
   own shard under its own rank's namespace; the scheduler looks up (and
   fills) every rank's, so a prompt is a hit only where every rank has it.
+- A daemon on the same host (``"addrs": "unix:/run/gpucache/gpucached.sock"``,
+  its ``unix_listen``): the worker's staging buffers are one registered
+  memfd region (``Client.allocate``), so a load is GET_INTO (gpucached
+  copies each block once into staging; no payload on the socket) and a
+  save gathers each block's layers into staging and stores it with
+  PUT_FROM (gpucached copies it once from there). Over TCP, or when the
+  region cannot be registered or is refused, the connector reads and
+  writes through the socket as before, and says why in one log line.
+  Counters: staging_region_bytes, blocks_loaded_region and
+  blocks_saved_region (blocks PUT_FROM carried, stored or existing).
 - Counters: ``get_kv_connector_stats`` hands vLLM the workers' load and
   save counters (vLLM sums them over workers and logs them); ``stats_file``
   has every process's, the scheduler's included.
@@ -279,7 +289,8 @@ class GpucacheConnector(KVConnectorBase_V1):
         self._reqs: Dict[str, _Req] = {}
         # Worker side.
         self._layers: List[Any] = []  # per layer: its KV cache as bytes, one row per block (numpy, no copy)
-        self._staging: List[bytearray] = []  # batch_blocks buffers a load reads into, reused
+        self._staging: List[Any] = []  # batch_blocks buffers a load reads into (and a save gathers into), reused
+        self._staging_buf: Any = None  # the registered region behind _staging, when the daemon is local
         self._block_bytes = 0
         self._load_errors: set = set()
 
@@ -577,8 +588,36 @@ class GpucacheConnector(KVConnectorBase_V1):
             per_block += rows.shape[1]
         self._layers = layers
         self._block_bytes = per_block
-        self._staging = [bytearray(per_block) for _ in range(self._batch)]
+        self._staging = self._region_staging(per_block) or [bytearray(per_block) for _ in range(self._batch)]
         log.info("gpucache: %d layers, %d bytes per block of %d tokens", len(layers), per_block, self._bs)
+
+    def _region_staging(self, per_block: int) -> Optional[List[Any]]:
+        """batch_blocks staging buffers in one registered memfd region when
+        the daemon is on a Unix socket and the region is accepted; None
+        (plain buffers, the socket path) otherwise, with a log line why."""
+        if not getattr(self._client, "local", False):
+            log.info("gpucache: the daemon is not on a Unix socket: blocks go through the socket path")
+            return None
+        try:
+            buf = self._client.allocate(per_block * self._batch)
+        except Exception as e:
+            log.warning("gpucache: no registered staging region (%s): blocks go through the socket path", e)
+            return None
+        ok, why = self._client.check_region(buf.region)
+        if not ok:
+            log.warning("gpucache: the staging region is refused (%s): blocks go through the socket path", why)
+            buf.close()
+            return None
+        self._staging_buf = buf
+        mv = memoryview(buf)
+        log.info("gpucache: staging in a registered region (%d bytes, %s): loads and saves copy once in gpucached",
+                 len(buf), why)
+        self._count(staging_region_bytes=len(buf))
+        return [mv[i * per_block:(i + 1) * per_block] for i in range(self._batch)]
+
+    def _region_delta(self, before: Dict[str, int]) -> Dict[str, int]:
+        after = self._client.region_stats() if self._staging_buf is not None else {}
+        return {k: v - before.get(k, 0) for k, v in after.items()}
 
     def _block_views(self, b: int) -> List[memoryview]:
         """The bytes of block b in every layer, in layer order (no copy)."""
@@ -611,6 +650,15 @@ class GpucacheConnector(KVConnectorBase_V1):
         ns = self._namespace(tr.adapter)
         keys = gid.chain(ns, tr.tokens)[tr.first:tr.first + len(tr.block_ids)]
         lease = tr.leases[self._rank] if self._rank < len(tr.leases) else 0
+        before = self._client.region_stats() if self._staging_buf is not None else {}
+        try:
+            self._load_batches(tr, keys, lease, ns)
+        finally:
+            d = self._region_delta(before)
+            if d.get("get_into"):
+                self._count(blocks_loaded_region=d["get_into"])
+
+    def _load_batches(self, tr: Transfer, keys: List[bytes], lease: int, ns: Any) -> None:
         loaded = 0
         for i in range(0, len(keys), self._batch):
             ks, ids = keys[i:i + self._batch], tr.block_ids[i:i + self._batch]
@@ -652,12 +700,26 @@ class GpucacheConnector(KVConnectorBase_V1):
     def _store(self, tr: Transfer) -> None:
         self._timed("save_ns", self._store_blocks, tr)
 
+    def _gather(self, j: int, b: int) -> Any:
+        """Block b's layers copied into staging buffer j (for PUT_FROM)."""
+        dst, off = self._staging[j], 0
+        for src in self._block_views(b):
+            n = src.nbytes
+            dst[off:off + n] = src
+            off += n
+        return dst
+
     def _store_blocks(self, tr: Transfer) -> None:
         ns = self._namespace(tr.adapter)
         idents = gid.identities(ns, tr.tokens)[tr.first:tr.first + len(tr.block_ids)]
         stored = exists = failed = 0
+        region = self._staging_buf is not None
+        before = self._client.region_stats() if region else {}
         for i in range(0, len(idents), self._batch):
-            items = [(idents[i + j], self._block_views(b)) for j, b in enumerate(tr.block_ids[i:i + self._batch])]
+            if region:  # one copy here, one in gpucached, none through the socket
+                items = [(idents[i + j], self._gather(j, b)) for j, b in enumerate(tr.block_ids[i:i + self._batch])]
+            else:
+                items = [(idents[i + j], self._block_views(b)) for j, b in enumerate(tr.block_ids[i:i + self._batch])]
             for s in self._client.put(ns, items):
                 name = getattr(s, "name", str(s))
                 if name == "STORED":
@@ -666,8 +728,10 @@ class GpucacheConnector(KVConnectorBase_V1):
                     exists += 1
                 else:
                     failed += 1
+        d = self._region_delta(before)
         self._count(blocks_saved=stored, blocks_existed=exists, blocks_save_failed=failed,
-                    bytes_saved=stored * self._block_bytes, tokens_saved=stored * self._bs)
+                    bytes_saved=stored * self._block_bytes, tokens_saved=stored * self._bs,
+                    blocks_saved_region=d.get("put_from", 0))
 
     def get_block_ids_with_load_errors(self) -> set:
         errs, self._load_errors = self._load_errors, set()
@@ -677,7 +741,7 @@ class GpucacheConnector(KVConnectorBase_V1):
 
     _WORKER_STATS = ("blocks_loaded", "tokens_loaded", "bytes_loaded", "load_ns", "blocks_load_failed",
                      "load_errors", "blocks_saved", "tokens_saved", "bytes_saved", "save_ns", "blocks_existed",
-                     "blocks_save_failed", "save_errors")
+                     "blocks_save_failed", "save_errors", "blocks_loaded_region", "blocks_saved_region")
 
     def get_kv_connector_stats(self) -> Any:
         """The worker's load and save counters since the last call, as
@@ -702,6 +766,16 @@ class GpucacheConnector(KVConnectorBase_V1):
             except Exception:
                 pass
             self._fills = None
+        if self._staging_buf is not None:
+            for v in self._staging:
+                if isinstance(v, memoryview):
+                    v.release()
+            self._staging = []
+            try:
+                self._staging_buf.close()
+            except Exception:
+                pass
+            self._staging_buf = None
         c = self._client
         if c is not None and not self._extra.get("client"):
             try:
