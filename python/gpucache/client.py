@@ -19,6 +19,7 @@ part-way zeroes what it wrote.
 import collections
 import ctypes
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -432,7 +433,9 @@ class Client:
         a Unix socket with a version-5 session: the server copies each hit
         once into the buffer and no payload crosses the socket. Otherwise,
         or when the region path fails (REGION, FAULT), they are read as
-        above; each cause of such a fallback is logged once."""
+        above; each cause of such a fallback is logged once. A FAULT means
+        the region's file shrank under the server: a key whose buffer now
+        lies past its end misses with reason "fault" instead."""
         deadline = self._deadline()
         n = len(keys)
         results: List[Optional[GetResult]] = [None] * n
@@ -904,6 +907,23 @@ class Client:
         conn.region_refused[region.id] = ("fault", detail)
         self._region_fallback("fault", detail, n)
 
+    @staticmethod
+    def _past_eof(region, idxs, span) -> List[int]:
+        """The indexes whose bytes (span(i): region offset, length) the
+        region's file no longer holds: after a FAULT the file shrank, and
+        the socket path would only fail on that memory too."""
+        try:
+            with region.fd_lock:
+                size = os.fstat(region.fd).st_size if region.fd >= 0 else 0
+        except OSError:
+            size = 0
+        out = []
+        for i in idxs:
+            off, n = span(i)
+            if off + n > size:
+                out.append(i)
+        return out
+
     def _get_through_regions(self, conn, blob, keys, views, lease_id, idxs, results) -> List[int]:
         """GET_INTO the keys whose buffers lie in a region; the indexes left
         for the socket path (outside any region, or the region path failed)."""
@@ -945,6 +965,9 @@ class Client:
                 if faulted:  # the server dropped the region: the rest goes through the socket
                     left = faulted + [i for c in chunks[ci + 1:] for i in c]
                     self._region_faulted(conn, region, len(left))
+                    for i in self._past_eof(region, left, lambda i: (locs[i][1], len(views[i]))):
+                        results[i] = GetResult(False, 0, "fault")
+                        left.remove(i)
                     rest.extend(left)
                     break
         return sorted(rest)
@@ -979,6 +1002,9 @@ class Client:
                 if faulted:
                     left = faulted + [i for c in chunks[ci + 1:] for i in c]
                     self._region_faulted(conn, region, len(left))
+                    for i in self._past_eof(region, left, lambda i: (locs[i][1], entries[i][2])):
+                        statuses[i] = FAILED
+                        left.remove(i)
                     rest.extend(left)
                     break
         return sorted(rest)

@@ -240,6 +240,38 @@ class ThroughRegions(unittest.TestCase):
             c.close()
             os.close(fd)
 
+    def test_truncation_under_a_get_into_is_a_fault_miss(self):
+        """The client shrinks its file between REGISTER and GET_INTO: the
+        blocks before the new end are hits, the ones past it miss with
+        reason "fault" (the socket path is not tried on memory that is
+        gone), and the client process is not hurt."""
+        path = "/dev/shm/gpucache-test-trunc2-%d" % os.getpid()
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        os.unlink(path)
+        os.ftruncate(fd, 4 * MiB)
+        c = Client([self.d.unix_addr], tenant="default", timeout=30.0)
+        try:
+            r = c.register(fd)
+            self.assertEqual(c.check_region(r), (True, "guarded"))
+            ns = ns_for("trunc2")
+            ids = blocks("trunc2", 4)
+            want = [rand(800 + i, MiB) for i in range(4)]
+            self.assertEqual(self.tcp.put(ns, list(zip(ids, want))), [Status.STORED] * 4)
+            mv = memoryview(r.buffer)
+            slots = [mv[i * MiB:(i + 1) * MiB] for i in range(4)]
+            os.ftruncate(fd, 2 * MiB)
+            with self.assertLogs("gpucache.client", "WARNING") as logs:
+                res = c.get_into(ns, [i.key() for i in ids], slots)
+            self.assertEqual([(x.hit, x.reason) for x in res], [(True, ""), (True, ""), (False, "fault"), (False, "fault")])
+            self.assertEqual([bytes(slots[0]), bytes(slots[1])], want[:2])
+            self.assertIn("(fault)", logs.output[0])
+            self.assertIsNone(self.d.proc.poll())
+            del slots
+            mv.release()
+        finally:
+            c.close()
+            os.close(fd)
+
 
 class Bounds(unittest.TestCase):
     def test_tenant_bound_refuses_register(self):
