@@ -241,6 +241,7 @@
 //	15     UNREGISTER   5        unmap a registered region
 //	16     GET_INTO     5        read blocks into a registered region: one copy, no payload bytes
 //	17     PUT_FROM     5        write blocks from a registered region
+//	18     PUT_OPAQUE_FROM 5     write opaque-key blocks from a registered region
 //
 // Any other opcode is answered with UNKNOWN_OPCODE. Its body is skipped. So
 // is an opcode of a later version than the session's (see Versioning).
@@ -678,6 +679,20 @@
 // Statuses, rights, the stamp (it is mutating) and every other rule are
 // PUT's, plus FAULT: the region faulted during the copy, nothing of that
 // entry or later ones is stored, and the region is dropped.
+//
+// PUT_OPAQUE_FROM (18). Request, PutOpaqueFromRequest:
+//
+//	u32  region
+//	u32  count            = the table's entry count
+//	count × u64 offset    where entry i's length bytes start in the region
+//	     table            a PUT_OPAQUE table: namespace and entries, as in PUT_OPAQUE
+//
+// It is to PUT_OPAQUE what PUT_FROM is to PUT: no payload follows, every
+// range is checked as in PUT_FROM, each block is copied once from the
+// region and sealed from the server's copy, and the statuses and every
+// other rule are PUT_OPAQUE's, plus FAULT as in PUT_FROM. Engines that
+// store opaque-key chunks (the vLLM tier, SGLang) write from their
+// registered host pools with it.
 package wire
 
 //go:generate go run ../../internal/tools/protodoc

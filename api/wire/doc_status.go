@@ -130,7 +130,7 @@
 //  3. reserved bytes are zero: MALFORMED;
 //  4. version byte is FrameVersion (1): UNSUPPORTED_VERSION;
 //  5. flags: MALFORMED;
-//  6. opcode is defined (1..17): UNKNOWN_OPCODE.
+//  6. opcode is defined (1..18): UNKNOWN_OPCODE.
 //
 // After the header, a request other than HELLO or PING before a successful
 // HELLO is HELLO_REQUIRED, and an opcode of a later version than the

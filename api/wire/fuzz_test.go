@@ -399,3 +399,14 @@ func FuzzPutFromRequest(f *testing.F) {
 		return m.AppendTo(nil), err
 	})
 }
+
+func FuzzPutOpaqueFromRequest(f *testing.F) {
+	fuzzBody(f, "PutOpaqueFromRequest", func(t *testing.T, b []byte) ([]byte, error) {
+		var m wire.PutOpaqueFromRequest
+		err := m.Decode(b, maxBatch)
+		if err == nil && len(m.Offsets) != len(m.Put.Blocks) {
+			t.Fatalf("%d offsets, %d entries", len(m.Offsets), len(m.Put.Blocks))
+		}
+		return m.AppendTo(nil), err
+	})
+}

@@ -321,6 +321,13 @@ type putFromRequestFields struct {
 	Blocks    []putBlockFields `json:"blocks"`
 }
 
+type putOpaqueFromRequestFields struct {
+	Region    uint32              `json:"region"`
+	Offsets   []uint64            `json:"offsets"`
+	Namespace hexBytes            `json:"namespace"`
+	Blocks    []opaqueBlockFields `json:"blocks"`
+}
+
 type errorFields struct {
 	Code         string  `json:"code"`
 	Message      string  `json:"message"`
@@ -828,6 +835,26 @@ var codecs = map[codecKey]codec{
 		return f, err
 	}),
 	{wire.OpPutFrom, "response"}: statusCodec,
+	{wire.OpPutOpaqueFrom, "request"}: mk(func(f *putOpaqueFromRequestFields) ([]byte, error) {
+		m := wire.PutOpaqueFromRequest{Region: f.Region, Offsets: f.Offsets, Put: wire.PutOpaqueRequest{Namespace: f.Namespace}}
+		for _, bf := range f.Blocks {
+			k, err := key(bf.Key)
+			if err != nil {
+				return nil, err
+			}
+			m.Put.Blocks = append(m.Put.Blocks, wire.OpaqueBlock{Key: k, Name: bf.Name, Len: bf.Length})
+		}
+		return m.AppendTo(nil), nil
+	}, func(b []byte) (*putOpaqueFromRequestFields, error) {
+		var m wire.PutOpaqueFromRequest
+		err := m.Decode(b, maxBatch)
+		f := &putOpaqueFromRequestFields{Region: m.Region, Offsets: m.Offsets, Namespace: bytes.Clone(m.Put.Namespace)}
+		for _, ob := range m.Put.Blocks {
+			f.Blocks = append(f.Blocks, opaqueBlockFields{Key: ob.Key[:], Name: bytes.Clone(ob.Name), Length: ob.Len})
+		}
+		return f, err
+	}),
+	{wire.OpPutOpaqueFrom, "response"}: statusCodec,
 }
 
 var pingCodec = mk(func(f *pingFields) ([]byte, error) { return f.Data, nil }, func(b []byte) (*pingFields, error) {

@@ -420,6 +420,8 @@ func goldenInputs() (goldenNSInfo, []goldenInput, error) {
 		{"get_into_response_fault", "response", wire.OpGetInto, v5, 20, nil, getIntoResponseFields{Blocks: []blockMetaFields{{"TOO_LARGE", 8192}, {"FAULT", 0}}}},
 		{"put_from_request", "request", wire.OpPutFrom, v5, 21, nil, putFromRequestFields{Region: 1, Offsets: []uint64{0, 4096}, Namespace: nsb, Blocks: []putBlockFields{b0, b1}}},
 		{"put_from_response", "response", wire.OpPutFrom, v5, 21, nil, statusResponseFields{Statuses: []string{"STORED", "FAULT"}}},
+		{"put_opaque_from_request", "request", wire.OpPutOpaqueFrom, v5, 22, nil, putOpaqueFromRequestFields{Region: 1, Offsets: []uint64{8192}, Namespace: nsb, Blocks: []opaqueBlockFields{{Key: ok[:], Name: opaqueName, Length: 4}}}},
+		{"put_opaque_from_response", "response", wire.OpPutOpaqueFrom, v5, 22, nil, statusResponseFields{Statuses: []string{"STORED"}}},
 		{"unregister_request", "request", wire.OpUnregister, v5, 22, nil, unregisterRequestFields{Region: 1}},
 		{"unregister_response", "response", wire.OpUnregister, v5, 22, nil, emptyFields{}},
 		{"error_region", "error", wire.OpGetInto, v5, 23, nil, errorFields{Code: "REGION", Message: "region 1 is not registered on this connection"}},

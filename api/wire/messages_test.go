@@ -104,6 +104,7 @@ func sampleMessages(t testing.TB) []roundTripCase {
 	decGetInto := func(b []byte) (message, error) { m := new(wire.GetIntoRequest); return m, m.Decode(b, maxBatch) }
 	decGetIntoResp := func(b []byte) (message, error) { m := new(wire.GetIntoResponse); return m, m.Decode(b, maxBatch) }
 	decPutFrom := func(b []byte) (message, error) { m := new(wire.PutFromRequest); return m, m.Decode(b, maxBatch) }
+	decPutOpaqueFrom := func(b []byte) (message, error) { m := new(wire.PutOpaqueFromRequest); return m, m.Decode(b, maxBatch) }
 	tok := wire.FillToken{Fill: 77, Epoch: 3, Turn: 2}
 	return []roundTripCase{
 		{"AcquireRequest", &wire.AcquireRequest{Namespace: ns, Keys: keys}, decAcqReq},
@@ -154,6 +155,8 @@ func sampleMessages(t testing.TB) []roundTripCase {
 			{Key: keys[0], ValidLength: 16, Len: 300, TokenIDs: sampleTokens(16, 1)},
 			{Key: keys[1], Parent: keys[0], ValidLength: 7, Len: 120, Position: 16, TokenIDs: sampleTokens(9, 2)},
 		}}}, decPutFrom},
+		{"PutOpaqueFromRequest", &wire.PutOpaqueFromRequest{Region: 3, Offsets: []uint64{0, 1 << 30}, Put: wire.PutOpaqueRequest{Namespace: ns, Blocks: []wire.OpaqueBlock{
+			{Key: keys[0], Name: []byte("chunk-1"), Len: 4096}, {Key: keys[1], Name: []byte("chunk-2"), Len: 1}}}}, decPutOpaqueFrom},
 	}
 }
 

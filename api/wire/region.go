@@ -245,24 +245,74 @@ func AppendPutFromHead(b []byte, region uint32, offsets []uint64) []byte {
 // Decode parses m from b, allowing at most maxBatch entries. The PUT
 // table's aliasing rules hold for m.Put.
 func (m *PutFromRequest) Decode(b []byte, maxBatch uint32) error {
-	r := reader{b: b}
-	m.Region = r.u32()
-	n := r.count(maxBatch, 8)
-	m.Offsets = grow(m.Offsets, n)
-	for i := 0; i < n && r.err == nil; i++ {
-		m.Offsets[i] = r.u64()
+	rest, err := decodeFromHead(b, maxBatch, &m.Region, &m.Offsets)
+	if err != nil {
+		return err
 	}
-	if r.err == nil && m.Region == 0 {
+	if _, err := m.Put.Decode(rest, maxBatch); err != nil {
+		return err
+	}
+	return checkOffsets(len(m.Offsets), len(m.Put.Blocks))
+}
+
+// PutOpaqueFromRequest stores opaque-key blocks whose bytes lie in a
+// registered region (version 5), as PutFromRequest does for token-chain
+// blocks:
+//
+//	u32  region
+//	u32  count            = the table's entry count
+//	count × u64 offset    where entry i's length bytes start in the region
+//	     table            a PUT_OPAQUE table (PutOpaqueRequest)
+//
+// No payload follows.
+type PutOpaqueFromRequest struct {
+	Region  uint32
+	Offsets []uint64
+	Put     PutOpaqueRequest
+}
+
+// AppendTo encodes m; len(Offsets) == len(Put.Blocks).
+func (m *PutOpaqueFromRequest) AppendTo(b []byte) []byte {
+	b = AppendPutFromHead(b, m.Region, m.Offsets)
+	return m.Put.AppendTo(b)
+}
+
+// Decode parses m from b, allowing at most maxBatch entries. The
+// PUT_OPAQUE table's aliasing rules hold for m.Put.
+func (m *PutOpaqueFromRequest) Decode(b []byte, maxBatch uint32) error {
+	rest, err := decodeFromHead(b, maxBatch, &m.Region, &m.Offsets)
+	if err != nil {
+		return err
+	}
+	if _, err := m.Put.Decode(rest, maxBatch); err != nil {
+		return err
+	}
+	return checkOffsets(len(m.Offsets), len(m.Put.Blocks))
+}
+
+// decodeFromHead decodes the region and offsets that start a PUT_FROM or
+// PUT_OPAQUE_FROM body and returns the table after them.
+func decodeFromHead(b []byte, maxBatch uint32, region *uint32, offsets *[]uint64) ([]byte, error) {
+	r := reader{b: b}
+	*region = r.u32()
+	n := r.count(maxBatch, 8)
+	*offsets = grow(*offsets, n)
+	for i := 0; i < n && r.err == nil; i++ {
+		(*offsets)[i] = r.u64()
+	}
+	if r.err == nil && *region == 0 {
 		r.fail("region id 0")
 	}
 	if r.err != nil {
-		return r.err
+		return nil, r.err
 	}
-	if _, err := m.Put.Decode(r.b, maxBatch); err != nil {
-		return err
-	}
-	if len(m.Put.Blocks) != n {
-		return Errorf(CodeMalformed, "%d offsets for %d entries", n, len(m.Put.Blocks))
+	return r.b, nil
+}
+
+// checkOffsets checks there is one offset per table entry.
+func checkOffsets(offsets, entries int) error {
+	if offsets != entries {
+		return Errorf(CodeMalformed, "%d offsets for %d entries", offsets, entries)
 	}
 	return nil
 }

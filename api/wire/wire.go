@@ -94,8 +94,10 @@ const (
 	OpUnregister Opcode = 15
 	OpGetInto    Opcode = 16
 	OpPutFrom    Opcode = 17
+	// OpPutOpaqueFrom is PUT_FROM for opaque-key blocks (a PUT_OPAQUE table).
+	OpPutOpaqueFrom Opcode = 18
 	// OpMax is the highest opcode this package defines.
-	OpMax = OpPutFrom
+	OpMax = OpPutOpaqueFrom
 )
 
 func (o Opcode) String() string {
@@ -134,6 +136,8 @@ func (o Opcode) String() string {
 		return "GET_INTO"
 	case OpPutFrom:
 		return "PUT_FROM"
+	case OpPutOpaqueFrom:
+		return "PUT_OPAQUE_FROM"
 	}
 	return fmt.Sprintf("OP(%d)", uint8(o))
 }
@@ -148,18 +152,18 @@ func (o Opcode) Since() uint8 {
 		return Version2
 	case OpPutOpaque:
 		return Version3
-	case OpRegister, OpUnregister, OpGetInto, OpPutFrom:
+	case OpRegister, OpUnregister, OpGetInto, OpPutFrom, OpPutOpaqueFrom:
 		return Version5
 	}
 	return Version1
 }
 
 // Mutating reports whether o changes server state: PUT, DELETE, ACQUIRE,
-// FILL_COMMIT, FILL_ABORT, PUT_OPAQUE and PUT_FROM. A server with authentication requires these
+// FILL_COMMIT, FILL_ABORT, PUT_OPAQUE, PUT_FROM and PUT_OPAQUE_FROM. A server with authentication requires these
 // to carry a replay stamp (FlagStamped).
 func (o Opcode) Mutating() bool {
 	switch o {
-	case OpPut, OpDelete, OpAcquire, OpFillCommit, OpFillAbort, OpPutOpaque, OpPutFrom:
+	case OpPut, OpDelete, OpAcquire, OpFillCommit, OpFillAbort, OpPutOpaque, OpPutFrom, OpPutOpaqueFrom:
 		return true
 	}
 	return false

@@ -239,8 +239,8 @@ func TestCodes(t *testing.T) {
 	if len(names) != int(wire.CodeMax)+1 {
 		t.Errorf("table covers %d codes", len(names))
 	}
-	for op := wire.Opcode(0); op < 19; op++ {
-		if known := op >= 1 && op <= 17; op.Known() != known {
+	for op := wire.Opcode(0); op < 20; op++ {
+		if known := op >= 1 && op <= 18; op.Known() != known {
 			t.Errorf("%s.Known() = %v", op, op.Known())
 		}
 	}
@@ -324,7 +324,7 @@ func TestHelloAuthSection(t *testing.T) {
 }
 
 func TestMutatingOps(t *testing.T) {
-	want := map[wire.Opcode]bool{wire.OpPut: true, wire.OpDelete: true, wire.OpAcquire: true, wire.OpFillCommit: true, wire.OpFillAbort: true, wire.OpPutOpaque: true, wire.OpPutFrom: true}
+	want := map[wire.Opcode]bool{wire.OpPut: true, wire.OpDelete: true, wire.OpAcquire: true, wire.OpFillCommit: true, wire.OpFillAbort: true, wire.OpPutOpaque: true, wire.OpPutFrom: true, wire.OpPutOpaqueFrom: true}
 	for op := wire.Opcode(0); op <= wire.OpMax+1; op++ {
 		if op.Mutating() != want[op] {
 			t.Errorf("%s.Mutating() = %v", op, op.Mutating())

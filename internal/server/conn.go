@@ -111,7 +111,9 @@ type conn struct {
 	getIntoReq  wire.GetIntoRequest
 	getIntoResp []wire.BlockMeta
 	putFromReq  wire.PutFromRequest
-	slotOrder   []int32
+	// putOpaqueFromReq is reused like putFromReq.
+	putOpaqueFromReq wire.PutOpaqueFromRequest
+	slotOrder        []int32
 
 	state struct {
 		sync.Mutex

@@ -73,7 +73,7 @@ func (c *conn) handle(h wire.Header) error {
 		return c.handleFillCommit(h)
 	case wire.OpPutOpaque:
 		return c.handlePutOpaque(h)
-	case wire.OpPutFrom:
+	case wire.OpPutFrom, wire.OpPutOpaqueFrom:
 		return c.handlePutFrom(h)
 	}
 	if bodyMax := c.bodyMax(h.Op); h.BodyLen > bodyMax {

@@ -423,15 +423,17 @@ func (c *conn) acquireVerified(ns identity.NamespaceDigest, key identity.BlockKe
 	return v, ok
 }
 
-// putFromBodyMax bounds a PUT_FROM body: the offsets and a PUT table.
+// putFromBodyMax bounds a PUT_FROM or PUT_OPAQUE_FROM body: the offsets
+// and the larger of a PUT and a PUT_OPAQUE table.
 func (c *conn) putFromBodyMax() uint32 {
-	return 8 + 8*c.s.cfg.Limits.MaxBatch + c.putTableMax()
+	return 8 + 8*c.s.cfg.Limits.MaxBatch + max(c.putTableMax(), c.putOpaqueTableMax())
 }
 
-// handlePutFrom stores blocks copied from a region.
+// handlePutFrom stores blocks copied from a region: PUT_FROM and
+// PUT_OPAQUE_FROM.
 func (c *conn) handlePutFrom(h wire.Header) error {
 	if h.BodyLen > c.putFromBodyMax() {
-		return c.skipThenError(h, int64(h.BodyLen), wire.Errorf(wire.CodeBatchTooLarge, "PUT_FROM body of %d bytes exceeds %d", h.BodyLen, c.putFromBodyMax()))
+		return c.skipThenError(h, int64(h.BodyLen), wire.Errorf(wire.CodeBatchTooLarge, "%s body of %d bytes exceeds %d", h.Op, h.BodyLen, c.putFromBodyMax()))
 	}
 	body, err := c.readBody(h.BodyLen)
 	if err == nil {
@@ -453,78 +455,133 @@ func (c *conn) handlePutFrom(h wire.Header) error {
 	return nil
 }
 
-// putFrom executes a PUT_FROM whose body has been read.
-func (c *conn) putFrom(h wire.Header, body []byte) error {
+// fromTable is what the region path needs of a PUT_FROM or
+// PUT_OPAQUE_FROM request: the region, the offsets, the table's namespace
+// and, per entry, its key, its length and how to store it from src.
+type fromTable struct {
+	region  uint32
+	offsets []uint64
+	ns      []byte
+	n       int
+	key     func(i int) wire.Key
+	length  func(i int) uint32
+	store   func(ns identity.NamespaceDigest, i int, src []byte) (wire.Status, error)
+}
+
+// decodeFrom decodes a PUT_FROM or PUT_OPAQUE_FROM body.
+func (c *conn) decodeFrom(op wire.Opcode, body []byte) (fromTable, error) {
+	maxBatch := c.s.cfg.Limits.MaxBatch
+	if op == wire.OpPutOpaqueFrom {
+		req := &c.putOpaqueFromReq
+		if err := req.Decode(body, maxBatch); err != nil {
+			return fromTable{}, err
+		}
+		blocks := req.Put.Blocks
+		return fromTable{region: req.Region, offsets: req.Offsets, ns: req.Put.Namespace, n: len(blocks),
+			key:    func(i int) wire.Key { return blocks[i].Key },
+			length: func(i int) uint32 { return blocks[i].Len },
+			store: func(ns identity.NamespaceDigest, i int, src []byte) (wire.Status, error) {
+				return c.putOpaqueFromOne(ns, &blocks[i], src)
+			}}, nil
+	}
 	req := &c.putFromReq
-	if err := req.Decode(body, c.s.cfg.Limits.MaxBatch); err != nil {
-		return err
+	if err := req.Decode(body, maxBatch); err != nil {
+		return fromTable{}, err
 	}
 	blocks := req.Put.Blocks
-	ns, st, err := c.resolve(h.Op, req.Put.Namespace, len(blocks), func(i int) wire.Key { return blocks[i].Key })
+	return fromTable{region: req.Region, offsets: req.Offsets, ns: req.Put.Namespace, n: len(blocks),
+		key:    func(i int) wire.Key { return blocks[i].Key },
+		length: func(i int) uint32 { return blocks[i].Len },
+		store: func(ns identity.NamespaceDigest, i int, src []byte) (wire.Status, error) {
+			s, fault := c.putFromOne(ns, &blocks[i], src)
+			if s == wire.StatusStored || s == wire.StatusExists {
+				c.s.dir.Publish(c.tenant, ns, blocks[i].Key) // as PUT (ADR 0024)
+			}
+			return s, fault
+		}}, nil
+}
+
+// putFrom executes a PUT_FROM or PUT_OPAQUE_FROM whose body has been read.
+func (c *conn) putFrom(h wire.Header, body []byte) error {
+	t, err := c.decodeFrom(h.Op, body)
 	if err != nil {
 		return err
 	}
-	r, err := c.lookupRegion(req.Region)
+	ns, st, err := c.resolve(h.Op, t.ns, t.n, t.key)
+	if err != nil {
+		return err
+	}
+	r, err := c.lookupRegion(t.region)
 	if err != nil {
 		return err
 	}
 	var total uint64
-	for i := range blocks {
-		if !inRegion(req.Offsets[i], uint64(blocks[i].Len), len(r.mem)) {
-			return wire.Errorf(wire.CodeMalformed, "entry %d: [%d, +%d) is outside region %d of %d bytes", i, req.Offsets[i], blocks[i].Len, r.id, len(r.mem))
+	for i := range t.n {
+		if !inRegion(t.offsets[i], uint64(t.length(i)), len(r.mem)) {
+			return wire.Errorf(wire.CodeMalformed, "entry %d: [%d, +%d) is outside region %d of %d bytes", i, t.offsets[i], t.length(i), r.id, len(r.mem))
 		}
-		total += uint64(blocks[i].Len)
+		total += uint64(t.length(i))
 	}
 	if err := c.allowBytes(total); err != nil {
 		return err
 	}
 	if st.storesNothing() {
-		return c.refusePut(h, 0, len(blocks))
+		return c.refusePut(h, 0, t.n)
 	}
 	var fault error
-	resp, _ := c.putEach(len(blocks), func(i int) (wire.Status, uint32, error) {
-		pb := &blocks[i]
+	var stored uint64
+	resp, _ := c.putEach(t.n, func(i int) (wire.Status, uint32, error) {
+		n := t.length(i)
 		if fault != nil {
-			return wire.StatusFault, pb.Len, nil
+			return wire.StatusFault, n, nil
 		}
 		var s wire.Status
-		s, fault = c.putFromOne(ns, pb, r.mem[req.Offsets[i]:req.Offsets[i]+uint64(pb.Len)])
-		if s == wire.StatusStored || s == wire.StatusExists {
-			c.s.dir.Publish(c.tenant, ns, pb.Key)
+		s, fault = t.store(ns, i, r.mem[t.offsets[i]:t.offsets[i]+uint64(n)])
+		if s == wire.StatusStored {
+			stored += uint64(n)
 		}
-		return s, pb.Len, nil
+		return s, n, nil
 	})
 	if fault != nil {
 		c.regionFaulted(r, fault)
 	}
-	c.s.stats.regionBytesIn.Add(regionStored(resp.Statuses, blocks))
+	c.s.stats.regionBytesIn.Add(stored)
 	c.reply(h, &resp)
 	return nil
 }
 
-// regionStored sums the lengths of the blocks stored.
-func regionStored(st []wire.Status, blocks []wire.PutBlock) (n uint64) {
-	for i, s := range st {
-		if s == wire.StatusStored {
-			n += uint64(blocks[i].Len)
-		}
-	}
-	return n
-}
-
-// putFromOne stores one block whose bytes are src, in the region: the key
-// is verified, a slot reserved, src copied into it (fault-guarded), the
-// seal computed from the slot, then committed. A fault answers FAULT.
+// putFromOne stores one token-chain block whose bytes are src, in the
+// region, once its key is verified against its identity.
 func (c *conn) putFromOne(ns identity.NamespaceDigest, pb *wire.PutBlock, src []byte) (wire.Status, error) {
 	id, ok := c.identityOf(ns, pb)
 	if !ok {
 		c.s.stats.keyMismatch.Add(1)
 		return wire.StatusKeyMismatch, nil
 	}
-	if pb.Len > c.s.cfg.Limits.MaxPayload {
+	return c.copyIn(ns, pb.Key, pb.Parent, c.blockMeta(pb), src, id)
+}
+
+// putOpaqueFromOne stores one opaque-key block whose bytes are src, in
+// the region, once its key is verified against its name.
+func (c *conn) putOpaqueFromOne(ns identity.NamespaceDigest, ob *wire.OpaqueBlock, src []byte) (wire.Status, error) {
+	if identity.OpaqueKey(ns, ob.Name) != ob.Key {
+		c.s.stats.keyMismatch.Add(1)
+		return wire.StatusKeyMismatch, nil
+	}
+	// An opaque block has no chain: no parent, position 0, no tokens.
+	return c.copyIn(ns, ob.Key, identity.BlockKey{}, hot.BlockMeta{Tenant: c.tenant}, src,
+		identity.CacheIdentity{Namespace: c.ns, Opaque: ob.Name})
+}
+
+// copyIn stores a verified block from src: a slot reserved, src copied
+// into it (fault-guarded), the seal computed from the slot, then
+// committed and handed to OnStored with identity id. A fault answers
+// FAULT and returns it.
+func (c *conn) copyIn(ns identity.NamespaceDigest, key, parent identity.BlockKey, meta hot.BlockMeta, src []byte, id identity.CacheIdentity) (wire.Status, error) {
+	if uint64(len(src)) > uint64(c.s.cfg.Limits.MaxPayload) {
 		return wire.StatusTooLarge, nil
 	}
-	res, err := c.s.store.ReserveBlock(ns, pb.Key, pb.Parent, c.blockMeta(pb), int(pb.Len))
+	res, err := c.s.store.ReserveBlock(ns, key, parent, meta, len(src))
 	if h := c.s.cfg.Hooks.Reserved; h != nil {
 		h(c.tenant, err)
 	}
@@ -535,12 +592,12 @@ func (c *conn) putFromOne(ns identity.NamespaceDigest, pb *wire.PutBlock, src []
 		c.s.store.Abort(res)
 		return wire.StatusFault, err
 	}
-	if st := c.sealReserved(res, ns, pb.Key); st != wire.StatusStored {
+	if st := c.sealReserved(res, ns, key); st != wire.StatusStored {
 		return st, nil
 	}
 	c.s.store.Commit(res)
 	if h := c.s.cfg.OnStored; h != nil {
-		h(id, ns, pb.Key, c.nsBlob)
+		h(id, ns, key, c.nsBlob)
 	}
 	return wire.StatusStored, nil
 }

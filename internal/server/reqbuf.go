@@ -432,7 +432,7 @@ func (c *conn) readGrowFrom(off, n int, src io.Reader) ([]byte, error) {
 // is going idle (nothing more is buffered to read).
 func (c *conn) endRequest() {
 	if c.tableHeld > 0 {
-		c.putReq, c.fillReq, c.putFromReq = wire.PutRequest{}, wire.FillCommitRequest{}, wire.PutFromRequest{}
+		c.putReq, c.fillReq, c.putFromReq, c.putOpaqueFromReq = wire.PutRequest{}, wire.FillCommitRequest{}, wire.PutFromRequest{}, wire.PutOpaqueFromRequest{}
 		c.held -= c.tableHeld
 		c.s.bufs.release(bufCharge{owner: c.heldBy, n: c.tableHeld})
 		c.tableHeld = 0
@@ -452,7 +452,7 @@ func (c *conn) shrink() {
 		c.body = nil
 	}
 	if c.tableHeld > 0 {
-		c.putReq, c.fillReq, c.putFromReq = wire.PutRequest{}, wire.FillCommitRequest{}, wire.PutFromRequest{}
+		c.putReq, c.fillReq, c.putFromReq, c.putOpaqueFromReq = wire.PutRequest{}, wire.FillCommitRequest{}, wire.PutFromRequest{}, wire.PutOpaqueFromRequest{}
 		c.tableHeld = 0
 	}
 	c.s.bufs.release(bufCharge{owner: c.heldBy, n: c.held})

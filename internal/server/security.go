@@ -275,7 +275,7 @@ func (c *conn) authorize(op wire.Opcode, model string, need acl.Right) error {
 // operation whose answer reveals whether a block exists needs read.
 func need(op wire.Opcode) acl.Right {
 	switch op {
-	case wire.OpPut, wire.OpFillCommit, wire.OpFillAbort, wire.OpPutOpaque, wire.OpPutFrom:
+	case wire.OpPut, wire.OpFillCommit, wire.OpFillAbort, wire.OpPutOpaque, wire.OpPutFrom, wire.OpPutOpaqueFrom:
 		return acl.Write
 	case wire.OpDelete, wire.OpAcquire:
 		return acl.Read | acl.Write

@@ -177,7 +177,12 @@ func unixSeeds(t *testing.T) map[string][]byte {
 	getInto := func(region uint32, slots ...wire.Slot) []byte {
 		return nativeFrame(wire.OpGetInto, 0, (&wire.GetIntoRequest{Namespace: ns, Region: region, Keys: keys[:len(slots)], Slots: slots}).AppendTo(nil))
 	}
+	d := mustDigest(t, testNamespace("default"))
+	ok1 := identity.OpaqueKey(d, []byte("c1"))
+	putOpaqueFrom := nativeFrame(wire.OpPutOpaqueFrom, 0, (&wire.PutOpaqueFromRequest{Region: 1, Offsets: []uint64{0},
+		Put: wire.PutOpaqueRequest{Namespace: ns, Blocks: []wire.OpaqueBlock{{Key: ok1, Name: []byte("c1"), Len: 4096}}}}).AppendTo(nil))
 	frames := map[string][]byte{
+		"put-opaque-from":   putOpaqueFrom,
 		"put-from":          putFrom(1, 0, 4096, 8192),
 		"put-from-guarded":  putFrom(2, 0, 100),
 		"put-from-outside":  putFrom(1, unixFuzzRegion-10),

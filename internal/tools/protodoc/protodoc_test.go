@@ -121,6 +121,8 @@ UNREGISTER (15). U.
 GET_INTO (16). G.
 
 PUT_FROM (17). P.
+
+PUT_OPAQUE_FROM (18). P.
 `
 	out, err := Render(in)
 	if err != nil {
