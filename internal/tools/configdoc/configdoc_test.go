@@ -1,10 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"go/parser"
-	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -18,34 +15,7 @@ import (
 // source now: a field added, renamed or re-described without regenerating
 // it fails here, with the command that fixes it.
 func TestConfigDocUpToDate(t *testing.T) {
-	root, err := moduleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := Generate(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	have, err := os.ReadFile(filepath.Join(root, FileName))
-	if err != nil {
-		t.Fatalf("%v (generate it: %s)", err, Command)
-	}
-	if bytes.Equal(have, want) {
-		return
-	}
-	hl, wl := strings.Split(string(have), "\n"), strings.Split(string(want), "\n")
-	for i := range max(len(hl), len(wl)) {
-		if h, w := line(hl, i), line(wl, i); h != w {
-			t.Fatalf("%s is out of date with internal/config (regenerate: %s); first difference at line %d:\ncommitted: %q\ngenerated: %q", FileName, Command, i+1, h, w)
-		}
-	}
-}
-
-func line(lines []string, i int) string {
-	if i < len(lines) {
-		return lines[i]
-	}
-	return "<end of file>"
+	generated.TestUpToDate(t)
 }
 
 // settingsKeys returns the keys in the first column of the Settings table.

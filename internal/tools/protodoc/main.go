@@ -16,12 +16,9 @@
 package main
 
 import (
-	"bytes"
-	"errors"
-	"flag"
-	"fmt"
-	"os"
 	"path/filepath"
+
+	"github.com/gpucache/gpucache/internal/tools/gendoc"
 )
 
 // FileName is the generated file, relative to the module root.
@@ -30,53 +27,11 @@ var FileName = filepath.Join("docs", "PROTOCOL.md")
 // Command is what regenerates FileName.
 const Command = "go run ./internal/tools/protodoc"
 
-func main() {
-	check := flag.Bool("check", false, "compare with the committed file instead of writing it; exit 1 when they differ")
-	flag.Parse()
-	if err := run(*check); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-}
+// doc is the generated file, for main and the tests.
+var generated = gendoc.Doc{Name: "protodoc", File: FileName, Command: Command, Source: "api/wire's package comment", Generate: Generate}
 
-func run(check bool) error {
-	root, err := moduleRoot()
-	if err != nil {
-		return err
-	}
-	want, err := Generate(root)
-	if err != nil {
-		return err
-	}
-	path := filepath.Join(root, FileName)
-	if !check {
-		return os.WriteFile(path, want, 0o644)
-	}
-	have, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("protodoc: %w (generate it: %s)", err, Command)
-	}
-	if !bytes.Equal(have, want) {
-		return fmt.Errorf("protodoc: %s is out of date with api/wire's package comment; run: %s", FileName, Command)
-	}
-	return nil
-}
+func main() { generated.Main() }
 
 // moduleRoot is the nearest directory at or above the working directory
 // that holds go.mod.
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("protodoc: no go.mod at or above the working directory")
-		}
-		dir = parent
-	}
-}
+func moduleRoot() (string, error) { return gendoc.ModuleRoot() }

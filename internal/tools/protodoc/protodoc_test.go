@@ -1,9 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -13,34 +10,7 @@ import (
 // regenerate it, or a hand edit of the generated file, fails here, with the
 // command that fixes it.
 func TestProtocolDocUpToDate(t *testing.T) {
-	root, err := moduleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := Generate(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	have, err := os.ReadFile(filepath.Join(root, FileName))
-	if err != nil {
-		t.Fatalf("%v (generate it: %s)", err, Command)
-	}
-	if bytes.Equal(have, want) {
-		return
-	}
-	hl, wl := strings.Split(string(have), "\n"), strings.Split(string(want), "\n")
-	for i := range max(len(hl), len(wl)) {
-		if h, w := line(hl, i), line(wl, i); h != w {
-			t.Fatalf("%s is out of date with api/wire's package comment (regenerate: %s); first difference at line %d:\ncommitted: %q\ngenerated: %q", FileName, Command, i+1, h, w)
-		}
-	}
-}
-
-func line(lines []string, i int) string {
-	if i < len(lines) {
-		return lines[i]
-	}
-	return "<end of file>"
+	generated.TestUpToDate(t)
 }
 
 // The specification's first sentence names the versions this package
