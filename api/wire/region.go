@@ -245,14 +245,10 @@ func AppendPutFromHead(b []byte, region uint32, offsets []uint64) []byte {
 // Decode parses m from b, allowing at most maxBatch entries. The PUT
 // table's aliasing rules hold for m.Put.
 func (m *PutFromRequest) Decode(b []byte, maxBatch uint32) error {
-	rest, err := decodeFromHead(b, maxBatch, &m.Region, &m.Offsets)
-	if err != nil {
-		return err
-	}
-	if _, err := m.Put.Decode(rest, maxBatch); err != nil {
-		return err
-	}
-	return checkOffsets(len(m.Offsets), len(m.Put.Blocks))
+	return decodeFrom(b, maxBatch, &m.Region, &m.Offsets, func(t []byte) (int, error) {
+		_, err := m.Put.Decode(t, maxBatch)
+		return len(m.Put.Blocks), err
+	})
 }
 
 // PutOpaqueFromRequest stores opaque-key blocks whose bytes lie in a
@@ -280,19 +276,16 @@ func (m *PutOpaqueFromRequest) AppendTo(b []byte) []byte {
 // Decode parses m from b, allowing at most maxBatch entries. The
 // PUT_OPAQUE table's aliasing rules hold for m.Put.
 func (m *PutOpaqueFromRequest) Decode(b []byte, maxBatch uint32) error {
-	rest, err := decodeFromHead(b, maxBatch, &m.Region, &m.Offsets)
-	if err != nil {
-		return err
-	}
-	if _, err := m.Put.Decode(rest, maxBatch); err != nil {
-		return err
-	}
-	return checkOffsets(len(m.Offsets), len(m.Put.Blocks))
+	return decodeFrom(b, maxBatch, &m.Region, &m.Offsets, func(t []byte) (int, error) {
+		_, err := m.Put.Decode(t, maxBatch)
+		return len(m.Put.Blocks), err
+	})
 }
 
-// decodeFromHead decodes the region and offsets that start a PUT_FROM or
-// PUT_OPAQUE_FROM body and returns the table after them.
-func decodeFromHead(b []byte, maxBatch uint32, region *uint32, offsets *[]uint64) ([]byte, error) {
+// decodeFrom decodes a PUT_FROM or PUT_OPAQUE_FROM body: the region and
+// the offsets, then the table after them with table, which returns its
+// entry count; there must be one offset per entry.
+func decodeFrom(b []byte, maxBatch uint32, region *uint32, offsets *[]uint64, table func([]byte) (int, error)) error {
 	r := reader{b: b}
 	*region = r.u32()
 	n := r.count(maxBatch, 8)
@@ -304,15 +297,14 @@ func decodeFromHead(b []byte, maxBatch uint32, region *uint32, offsets *[]uint64
 		r.fail("region id 0")
 	}
 	if r.err != nil {
-		return nil, r.err
+		return r.err
 	}
-	return r.b, nil
-}
-
-// checkOffsets checks there is one offset per table entry.
-func checkOffsets(offsets, entries int) error {
-	if offsets != entries {
-		return Errorf(CodeMalformed, "%d offsets for %d entries", offsets, entries)
+	entries, err := table(r.b)
+	if err != nil {
+		return err
+	}
+	if entries != n {
+		return Errorf(CodeMalformed, "%d offsets for %d entries", n, entries)
 	}
 	return nil
 }

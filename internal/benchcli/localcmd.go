@@ -27,15 +27,7 @@ import (
 // runMemcpy copies size-byte blocks, chosen at random from a working set,
 // into one destination buffer per thread, for a duration.
 func runMemcpy(ctx context.Context, args []string, std cli.Stdio) error {
-	fs := newFlagSet("memcpy", "memcpy [flags]", std.Out)
-	sizes := fs.String("sizes", "64KiB,1MiB,32MiB", "comma-separated block `sizes`")
-	threads := fs.String("threads", "1,2", "comma-separated thread counts")
-	working := fs.String("working-set", "256MiB", "source bytes the blocks are drawn from (per size)")
-	duration := fs.Duration("duration", 3*time.Second, "measured time per case")
-	if err := cli.ParseNoArgs(fs, args); err != nil {
-		return err
-	}
-	szs, ws, ths, err := localLists(*sizes, *working, *threads)
+	szs, ws, ths, duration, err := localFlags("memcpy", "source bytes the blocks are drawn from (per size)", args, std)
 	if err != nil {
 		return err
 	}
@@ -47,7 +39,7 @@ func runMemcpy(ctx context.Context, args []string, std cli.Stdio) error {
 			src[i] = byte(i * 131)
 		}
 		for _, th := range ths {
-			r := timeCopies(ctx, th, *duration, size, func(dst []byte, k int) error {
+			r := timeCopies(ctx, th, duration, size, func(dst []byte, k int) error {
 				copy(dst, src[(k%n)*size:(k%n+1)*size])
 				return nil
 			})
@@ -62,15 +54,7 @@ func runMemcpy(ctx context.Context, args []string, std cli.Stdio) error {
 // The peer is this binary re-run as "cma-peer", a child, so Yama's
 // ptrace_scope 1 allows the read.
 func runCMA(ctx context.Context, args []string, std cli.Stdio) error {
-	fs := newFlagSet("cma", "cma [flags]", std.Out)
-	sizes := fs.String("sizes", "64KiB,1MiB,32MiB", "comma-separated block `sizes`")
-	threads := fs.String("threads", "1,2", "comma-separated thread counts")
-	working := fs.String("working-set", "256MiB", "the peer's bytes the blocks are drawn from")
-	duration := fs.Duration("duration", 3*time.Second, "measured time per case")
-	if err := cli.ParseNoArgs(fs, args); err != nil {
-		return err
-	}
-	szs, ws, ths, err := localLists(*sizes, *working, *threads)
+	szs, ws, ths, duration, err := localFlags("cma", "the peer's bytes the blocks are drawn from", args, std)
 	if err != nil {
 		return err
 	}
@@ -97,7 +81,7 @@ func runCMA(ctx context.Context, args []string, std cli.Stdio) error {
 	for _, size := range szs {
 		n := max(int(ws/int64(size)), 1)
 		for _, th := range ths {
-			r := timeCopies(ctx, th, *duration, size, func(dst []byte, k int) error {
+			r := timeCopies(ctx, th, duration, size, func(dst []byte, k int) error {
 				local := syscall.Iovec{Base: &dst[0], Len: uint64(size)}
 				// The remote address is the peer's, never dereferenced here.
 				remote := rawIovec{base: base + uintptr((k%n)*size), len: uint64(size)}
@@ -184,6 +168,21 @@ func (r copyResult) print(std cli.Stdio, op string, size, th int) {
 	gbs := float64(r.copies) * float64(size) / r.seconds / 1e9
 	fmt.Fprintf(std.Out, "%s\t%d\t%d\t%.3f\t%d\t%.3f\t%.1f\t%.1f\n", op, size, th, r.seconds, r.copies, gbs,
 		float64(r.hist.Quantile(0.5).Nanoseconds())/1e3, float64(r.hist.Quantile(0.99).Nanoseconds())/1e3)
+}
+
+// localFlags parses the flags memcpy and cma share: the block sizes, the
+// thread counts, the working set and the time per case.
+func localFlags(name, workingUsage string, args []string, std cli.Stdio) ([]int, int64, []int, time.Duration, error) {
+	fs := newFlagSet(name, name+" [flags]", std.Out)
+	sizes := fs.String("sizes", "64KiB,1MiB,32MiB", "comma-separated block `sizes`")
+	threads := fs.String("threads", "1,2", "comma-separated thread counts")
+	working := fs.String("working-set", "256MiB", workingUsage)
+	duration := fs.Duration("duration", 3*time.Second, "measured time per case")
+	if err := cli.ParseNoArgs(fs, args); err != nil {
+		return nil, 0, nil, 0, err
+	}
+	szs, ws, ths, err := localLists(*sizes, *working, *threads)
+	return szs, ws, ths, *duration, err
 }
 
 // localLists parses the sizes, the working set and the thread counts.
