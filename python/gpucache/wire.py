@@ -8,7 +8,7 @@ MalformedError, so a garbage reply never becomes data.
 
 Version 4 adds the READ_ONLY block status; version 5 the registered-region
 operations of a Unix-domain connection (REGISTER, UNREGISTER, GET_INTO,
-PUT_FROM), the FAULT status and the REGION error code.
+PUT_FROM, PUT_OPAQUE_FROM), the FAULT status and the REGION error code.
 """
 
 import enum
@@ -80,10 +80,12 @@ class Op(enum.IntEnum):
     UNREGISTER = 15
     GET_INTO = 16
     PUT_FROM = 17
+    PUT_OPAQUE_FROM = 18  # version 5: PUT_OPAQUE's table, the bytes in a registered region
 
     @property
     def mutating(self) -> bool:
-        return self in (Op.PUT, Op.DELETE, Op.ACQUIRE, Op.FILL_COMMIT, Op.FILL_ABORT, Op.PUT_OPAQUE, Op.PUT_FROM)
+        return self in (Op.PUT, Op.DELETE, Op.ACQUIRE, Op.FILL_COMMIT, Op.FILL_ABORT, Op.PUT_OPAQUE, Op.PUT_FROM,
+                        Op.PUT_OPAQUE_FROM)
 
     @property
     def since(self) -> int:
@@ -138,7 +140,7 @@ class Status(enum.IntEnum):
     ABORTED = 10
     KEY_MISMATCH = 11
     READ_ONLY = 12  # version 4, PUT and PUT_OPAQUE: the node's control plane is unreachable
-    FAULT = 13  # version 5, GET_INTO and PUT_FROM: the region faulted; the server dropped it
+    FAULT = 13  # version 5, GET_INTO, PUT_FROM, PUT_OPAQUE_FROM: the region faulted; the server dropped it
 
     @property
     def since(self) -> int:
@@ -374,8 +376,9 @@ def get_into_request(ns: bytes, lease_id: int, region: int, keys: Sequence[bytes
 
 
 def put_from_head(region: int, offsets: Sequence[int]) -> bytes:
-    """The part of a PUT_FROM body before its PUT table (put_table, with no
-    table-length prefix): u32 region | u32 count | count x u64 offset."""
+    """The part of a PUT_FROM or PUT_OPAQUE_FROM body before its table
+    (put_table or put_opaque_table, with no table-length prefix):
+    u32 region | u32 count | count x u64 offset."""
     if not 0 < region <= _U32_MAX:
         raise ValueError("gpucache/wire: region id %d out of range 1..%d" % (region, _U32_MAX))
     return struct.pack("<II%dQ" % len(offsets), region, len(offsets), *offsets)
@@ -386,6 +389,16 @@ def put_from_request(region: int, offsets: Sequence[int], ns: bytes, blocks: Seq
     if len(offsets) != len(blocks):
         raise ValueError("gpucache/wire: %d offsets for %d blocks" % (len(offsets), len(blocks)))
     return put_from_head(region, offsets) + put_table(ns, blocks)
+
+
+def put_opaque_from_request(region: int, offsets: Sequence[int], ns: bytes,
+                            entries: Sequence[Tuple[bytes, bytes, int]]) -> bytes:
+    """A whole PUT_OPAQUE_FROM body: head, then the PUT_OPAQUE table of
+    entries (key, name, payload length); entry i's bytes start at offsets[i]
+    in the region."""
+    if len(offsets) != len(entries):
+        raise ValueError("gpucache/wire: %d offsets for %d entries" % (len(offsets), len(entries)))
+    return put_from_head(region, offsets) + put_opaque_table(ns, entries)
 
 
 # ---- decoders ----

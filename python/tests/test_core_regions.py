@@ -63,6 +63,15 @@ class WireGolden(unittest.TestCase):
         got = wire.put_from_request(2, [0], b"GCNS-not-a-real-namespace", [blk])
         self.assertEqual(got, seed("FuzzPutFromRequest", "valid-one"))
 
+    def test_put_opaque_from_request(self):
+        entries = [(bytes(range(32)), b"a@1@0", 10), (bytes(range(32)), b"b", 0)]
+        got = wire.put_opaque_from_request(2, [0, 64], b"GCNS-not-a-real-namespace", entries)
+        self.assertEqual(got, seed("FuzzPutOpaqueFromRequest", "valid-two"))
+        with self.assertRaises(ValueError):  # an offset per entry
+            wire.put_opaque_from_request(2, [0], b"GCNS-not-a-real-namespace", entries)
+        with self.assertRaises(ValueError):  # region 0 is never registered
+            wire.put_opaque_from_request(0, [0, 64], b"GCNS-not-a-real-namespace", entries)
+
     def test_register_and_unregister(self):
         self.assertEqual(wire.register_request(1, 1 << 20), seed("FuzzRegionControl", "valid-register"))
         self.assertEqual(wire.unregister_request(3), seed("FuzzRegionControl", "valid-unregister"))
@@ -102,10 +111,12 @@ class WireGolden(unittest.TestCase):
 
     def test_opcodes(self):
         self.assertEqual(wire.VERSION_MAX, 5)
-        self.assertEqual([int(o) for o in (wire.Op.REGISTER, wire.Op.UNREGISTER, wire.Op.GET_INTO, wire.Op.PUT_FROM)],
-                         [14, 15, 16, 17])
-        self.assertTrue(all(o.since == 5 for o in (wire.Op.REGISTER, wire.Op.GET_INTO, wire.Op.PUT_FROM)))
-        self.assertTrue(wire.Op.PUT_FROM.mutating)
+        self.assertEqual([int(o) for o in (wire.Op.REGISTER, wire.Op.UNREGISTER, wire.Op.GET_INTO, wire.Op.PUT_FROM,
+                                           wire.Op.PUT_OPAQUE_FROM)],
+                         [14, 15, 16, 17, 18])
+        self.assertTrue(all(o.since == 5 for o in (wire.Op.REGISTER, wire.Op.GET_INTO, wire.Op.PUT_FROM,
+                                                   wire.Op.PUT_OPAQUE_FROM)))
+        self.assertTrue(wire.Op.PUT_FROM.mutating and wire.Op.PUT_OPAQUE_FROM.mutating)
         self.assertFalse(wire.Op.GET_INTO.mutating or wire.Op.REGISTER.mutating)
         self.assertEqual(int(wire.Code.REGION), 20)
         self.assertEqual(int(Status.FAULT), 13)

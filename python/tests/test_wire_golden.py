@@ -23,7 +23,7 @@ GOLDEN = os.path.join(ROOT, "api", "wire", "testdata", "golden_frames.json")
 # The version-5 codec (registered regions) of gpucache.wire: until the
 # client has all of it, the version-5 frames are skipped, saying so.
 V5_CODEC = ("register_request", "unregister_request", "get_into_request", "put_from_request",
-            "decode_register_response", "decode_get_into_response")
+            "put_opaque_from_request", "decode_register_response", "decode_get_into_response")
 
 
 def v5_missing():
@@ -103,6 +103,9 @@ def client_encode_request(op, f):
                                      [(e["offset"], e["capacity"]) for e in es])
     if op == 17:  # PUT_FROM
         return wire.put_from_request(f["region"], f["offsets"], ns, [put_block(b) for b in f["blocks"]])
+    if op == 18:  # PUT_OPAQUE_FROM
+        return wire.put_opaque_from_request(f["region"], f["offsets"], ns,
+                                            [(h(b["key"]), h(b["name"]), b["length"]) for b in f["blocks"]])
     raise AssertionError("no client encoder for op %d" % op)
 
 
@@ -134,7 +137,7 @@ def client_decode_response(op, body, req):
         if rest:
             raise AssertionError("%d bytes after the payloads" % len(rest))
         return {"blocks": [{"status": status_name(st), "length": ln} for st, ln in table], "payloads": ps}
-    if op in (wire.Op.PUT, wire.Op.FILL_COMMIT, wire.Op.PUT_OPAQUE, 17):
+    if op in (wire.Op.PUT, wire.Op.FILL_COMMIT, wire.Op.PUT_OPAQUE, 17, 18):
         return {"statuses": [s.name for s in wire.decode_status_response(body, len(req["blocks"]))]}
     if op == wire.Op.DELETE:
         return {"statuses": [s.name for s in wire.decode_status_response(body, len(req["keys"]))]}
@@ -290,6 +293,11 @@ def decode_request(op, body):
         f = {"region": r.u32()}
         f["offsets"] = [r.u64() for _ in range(r.count(wire.DEFAULT_MAX_BATCH, 8))]
         t, _ = _put_table(r)
+        f.update(t)
+    elif op == 18:  # PUT_OPAQUE_FROM
+        f = {"region": r.u32()}
+        f["offsets"] = [r.u64() for _ in range(r.count(wire.DEFAULT_MAX_BATCH, 8))]
+        t, _ = _opaque_table(r)
         f.update(t)
     else:
         raise AssertionError("no request decoder for op %d" % op)
@@ -452,14 +460,15 @@ class WireGolden(unittest.TestCase):
         missing = v5_missing()
         if missing:
             self.skipTest("gpucache.wire lacks the version-5 codec (%s): the frames of REGISTER, "
-                          "UNREGISTER, GET_INTO and PUT_FROM are checked once it has it" % ", ".join(missing))
-        self.assertGreaterEqual(self.check_requests(True), 4)
-        self.assertGreaterEqual(self.check_responses(True), 4)
+                          "UNREGISTER, GET_INTO, PUT_FROM and PUT_OPAQUE_FROM are checked once it has it"
+                          % ", ".join(missing))
+        self.assertGreaterEqual(self.check_requests(True), 5)
+        self.assertGreaterEqual(self.check_responses(True), 5)
         self.assertGreaterEqual(self.check_errors(True), 1)
 
     def test_every_operation_has_frames(self):
         ops = {(f["opcode"], f["kind"]) for f in self.frames}
-        for op in range(1, 18):
+        for op in range(1, max(wire.Op) + 1):
             self.assertIn((op, "request"), ops)
             self.assertIn((op, "response"), ops)
         for f in self.frames:
@@ -487,7 +496,7 @@ class WireGolden(unittest.TestCase):
         for f in self.frames:
             if "namespace" in f["fields"]:
                 self.assertEqual(f["fields"]["namespace"], g["canonical"], f["name"])
-        opaque = [b for f in self.frames if f["op"] == "PUT_OPAQUE" and f["kind"] == "request"
+        opaque = [b for f in self.frames if f["op"] in ("PUT_OPAQUE", "PUT_OPAQUE_FROM") and f["kind"] == "request"
                   for b in f["fields"]["blocks"]]
         self.assertTrue(opaque)
         for b in opaque:
