@@ -38,7 +38,7 @@ log = logging.getLogger("gpucache.client")
 # the call goes on through the socket path.
 _REGION_REFUSALS = (wire.Code.REGION, wire.Code.MALFORMED, wire.Code.UNKNOWN_OPCODE)
 _U32_MAX = 0xFFFFFFFF
-# Statuses a plain PUT may answer (FAULT belongs to PUT_FROM).
+# Statuses a plain PUT may answer (FAULT belongs to PUT_FROM and PUT_OPAQUE_FROM).
 _PUT_STATUSES = frozenset(s for s in wire.Status if s != wire.Status.FAULT)
 
 # FAILED is the client-side status of a block whose write request failed as a
@@ -129,8 +129,9 @@ class Client:
     addrs: "host:port" seeds, or "unix:/path" for a gpucached on this host
     (its unix_listen); the first is used unless cluster routing says
     otherwise. On a Unix-domain connection with a version-5 session,
-    get_into and put copy through registered shared memory (allocate,
-    register) whenever a buffer lies inside it: see gpucache.shm. tenant/secret: the HELLO bearer credential (secret may be
+    get_into, put and put_opaque copy through registered shared memory
+    (allocate, register) whenever a buffer lies inside it: see
+    gpucache.shm. tenant/secret: the HELLO bearer credential (secret may be
     empty in open mode or under mTLS). ssl_context: an ssl.SSLContext (load
     a client certificate into it for mTLS). timeout: the deadline of every
     call, in seconds, from its start to its return: dialling, HELLO, every
@@ -537,8 +538,8 @@ class Client:
                     statuses[i] = Status.TOO_LARGE
                 else:
                     send.append(i)
-            if op == wire.Op.PUT and len(self._regions):
-                send = self._put_through_regions(conn, entries, build, statuses, send, per_entry_fixed)
+            if len(self._regions):
+                send = self._put_through_regions(conn, entries, build, statuses, send, per_entry_fixed, op)
             sizes = [e[2] + per_entry_fixed(e[0]) for e in entries]
             for chunk in self._chunks(send, conn, sizes, 12 + 4096):
                 table = build([entries[i][0] for i in chunk])
@@ -586,7 +587,16 @@ class Client:
 
     def put_opaque(self, ns: Namespace, items: Sequence[Tuple[bytes, object]]) -> list:
         """Store opaque-key blocks (PUT_OPAQUE, protocol v3): items are
-        (name, payload or list of buffers); key = opaque_key(digest, name)."""
+        (name, payload or list of buffers); key = opaque_key(digest, name).
+        One Status per item: STORED, EXISTS, TOO_LARGE, NO_SPACE, READ_ONLY,
+        KEY_MISMATCH (also for a name of 0 or more than 1024 bytes), or FAILED.
+
+        A payload that lies inside a registered region (one buffer, or
+        buffers adjacent in memory) is stored with PUT_OPAQUE_FROM on a
+        Unix socket with a version-5 session, as put does with PUT_FROM:
+        the server copies it once from the region. Otherwise, or when the
+        region path fails (REGION, FAULT), it is sent through the socket;
+        each cause of such a fallback is logged once."""
         blob = ns.canonical()
         digest = ns.digest()
         keys, entries, statuses = [], [], []
@@ -697,7 +707,8 @@ class Client:
     def allocate(self, nbytes: int) -> "shm.SharedBuffer":
         """nbytes of memfd memory, sealed and mapped, registered with this
         client: a buffer (memoryview, .numpy(), .tensor()) whose slices
-        get_into and put copy through the server without the socket."""
+        get_into, put and put_opaque copy through the server without the
+        socket."""
         return shm.allocate(nbytes, client=self)
 
     def register(self, fd_or_path=None, buffer=None) -> "shm.Region":
@@ -752,9 +763,9 @@ class Client:
         """Counters of the region path: registered (REGISTERs the server
         accepted), get_into (hits GET_INTO copied into a region),
         put_from (blocks PUT_FROM carried, whatever their status: STORED,
-        EXISTS, ...), and fallback_<cause> (blocks that went through the
-        socket instead: tcp, version, refused, fault, region, malformed,
-        overlap, closed)."""
+        EXISTS, ...), put_opaque_from (the same for PUT_OPAQUE_FROM), and
+        fallback_<cause> (blocks that went through the socket instead: tcp,
+        version, refused, fault, region, malformed, overlap, closed)."""
         with self._region_mu:
             return dict(self._region_counts)
 
@@ -972,9 +983,15 @@ class Client:
                     break
         return sorted(rest)
 
-    def _put_through_regions(self, conn, entries, build, statuses, send, per_entry_fixed) -> List[int]:
-        """PUT_FROM the entries whose payload lies in a region; the indexes
-        left for the socket path."""
+    def _put_through_regions(self, conn, entries, build, statuses, send, per_entry_fixed, op) -> List[int]:
+        """PUT_FROM (op PUT) or PUT_OPAQUE_FROM (op PUT_OPAQUE) the entries
+        whose payload lies in a region; the indexes left for the socket
+        path. build makes op's table, which the region opcode carries as it
+        is, after the offsets."""
+        from_op = {wire.Op.PUT: wire.Op.PUT_FROM, wire.Op.PUT_OPAQUE: wire.Op.PUT_OPAQUE_FROM}.get(op)
+        if from_op is None:
+            return send
+        counter = from_op.name.lower()
         groups, locs, rest = self._region_groups(conn, send, lambda i: self._locate(entries[i][1]))
         for region, sub in groups.items():
             sizes = {i: 8 + per_entry_fixed(entries[i][0]) for i in sub}
@@ -983,7 +1000,7 @@ class Client:
                 parts = [wire.put_from_head(region.id, [locs[i][1] for i in chunk]),
                          build([entries[i][0] for i in chunk])]
                 try:
-                    body = conn.call(wire.Op.PUT_FROM, parts, stamped=conn.stamp_required, max_body=4 + len(chunk))
+                    body = conn.call(from_op, parts, stamped=conn.stamp_required, max_body=4 + len(chunk))
                 except ProtocolError as e:
                     if e.code not in _REGION_REFUSALS:
                         raise
@@ -998,7 +1015,7 @@ class Client:
                     else:
                         statuses[i] = st
                         carried += 1
-                self._region_count("put_from", carried)
+                self._region_count(counter, carried)
                 if faulted:
                     left = faulted + [i for c in chunks[ci + 1:] for i in c]
                     self._region_faulted(conn, region, len(left))

@@ -2,9 +2,9 @@
 
 On a Unix-domain connection (an address "unix:/path") with a version-5
 session, the client can pass the server a descriptor of shareable memory
-(REGISTER, SCM_RIGHTS); GET_INTO and PUT_FROM then name (region, offset,
-length) instead of carrying payload bytes, and the server copies once
-between its slab and that memory::
+(REGISTER, SCM_RIGHTS); GET_INTO, PUT_FROM and PUT_OPAQUE_FROM then name
+(region, offset, length) instead of carrying payload bytes, and the server
+copies once between its slab and that memory::
 
     c = gpucache.Client(addrs=["unix:/run/gpucache/gpucached.sock"], tenant="acme")
     buf = c.allocate(64 << 20)          # memfd, sealed, mapped, registered
@@ -14,12 +14,13 @@ between its slab and that memory::
     r = c.register("/dev/shm/vllm_offload_x.mmap")   # an existing file
     r = c.register(buffer=view)         # the file behind a mapping of this process
 
-Client.get_into and Client.put use a region by themselves whenever a
-buffer lies inside one and the connection allows it; otherwise, and after
-any failure of the region path, they use the socket path (one log line per
-cause). Registration is per connection on the server: the client registers
-a region on each pooled connection the first time that connection needs it,
-and again on the connection that replaces a broken one.
+Client.get_into, Client.put and Client.put_opaque use a region by
+themselves whenever a buffer lies inside one and the connection allows it;
+otherwise, and after any failure of the region path, they use the socket
+path (one log line per cause). Registration is per connection on the
+server: the client registers a region on each pooled connection the first
+time that connection needs it, and again on the connection that replaces a
+broken one.
 
 Everything here is the standard library (os.memfd_create, fcntl, mmap,
 ctypes); numpy and torch are imported only by SharedBuffer.numpy and

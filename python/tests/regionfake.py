@@ -1,7 +1,7 @@
 """A fake gpucached on a Unix socket that speaks the region operations
 (protocol version 5): it takes descriptors with SCM_RIGHTS, maps them, and
-answers GET_INTO / PUT_FROM by copying between its own dictionary of
-blocks and the client's memory, so the client's region logic is tested
+answers GET_INTO / PUT_FROM / PUT_OPAQUE_FROM by copying between its own
+dictionary of blocks and the client's memory, so the client's region logic is tested
 apart from the real daemon (which python/tests/test_core_regions_daemon.py
 drives). It checks what it is sent as the spec says (offsets inside the
 region, slots that do not overlap) and records every opcode it serves.
@@ -9,9 +9,10 @@ region, slots that do not overlap) and records every opcode it serves.
     srv = FakeRegionServer(version=5)
     c = Client([srv.addr], tenant="acme")
     srv.ops            # Counter of opcodes served
-    srv.fault_next     # set: the next GET_INTO / PUT_FROM entry answers FAULT
+    srv.fault_next     # set: the next GET_INTO / PUT_FROM / PUT_OPAQUE_FROM entry answers FAULT
     srv.refuse_register = "why"   # REGISTER answers REGION
     srv.drop_all()     # close every connection (the client re-dials)
+    srv.forget_regions()  # unmap every region, the client not told (the next use answers REGION)
 """
 
 import array
@@ -111,6 +112,14 @@ class FakeRegionServer:
             except OSError:
                 pass
 
+    def forget_regions(self):
+        with self.mu:
+            conns = list(self.conns)
+        for c in conns:
+            regions, c.regions = c.regions, {}
+            for m, _ in regions.values():
+                m.close()
+
     def close(self):
         self.ls.close()
         self.drop_all()
@@ -197,11 +206,12 @@ class FakeRegionServer:
             if faulted:
                 c.regions.pop(region)[0].close()
             return frame(op, rid, struct.pack("<I", n) + b"".join(out))
-        if op == wire.Op.PUT_FROM:
+        if op in (wire.Op.PUT_FROM, wire.Op.PUT_OPAQUE_FROM):
             region = r.u32()
             n = r.u32()
             offsets = [r.u64() for _ in range(n)]
-            entries = self._put_table(r)
+            entries = self._put_table(r) if op == wire.Op.PUT_FROM else self._opaque_table(r)
+            r.done()
             if region not in c.regions:
                 return error(op, rid, wire.Code.REGION, b"unknown region")
             m, length = c.regions[region]
@@ -230,9 +240,9 @@ class FakeRegionServer:
                     payloads.append(d)
             t = struct.pack("<I", n) + b"".join(table)
             return frame(op, rid, struct.pack("<I", len(t)) + t + b"".join(payloads))
-        if op == wire.Op.PUT:
+        if op in (wire.Op.PUT, wire.Op.PUT_OPAQUE):
             tr = wire.Reader(r.take(r.u32()))
-            entries = self._put_table(tr)
+            entries = self._put_table(tr) if op == wire.Op.PUT else self._opaque_table(tr)
             st = []
             for key, ln in entries:
                 st.append(self._store(key, bytes(r.take(ln))))
@@ -264,4 +274,15 @@ class FakeRegionServer:
             r.u64()
             r.take(4 * r.u32())
             out.append((key, ln))
+        return out
+
+    @staticmethod
+    def _opaque_table(r):
+        r.take(r.u32())
+        n = r.u32()
+        out = []
+        for _ in range(n):
+            key = bytes(r.take(32))
+            r.take(r.u16())
+            out.append((key, r.u32()))
         return out

@@ -1,8 +1,9 @@
 """Registered regions without the daemon: the version-5 codec against the
 Go package's own seed frames, gpucache.shm's memory and registration, and
 the client's region path against a fake Unix-socket server (registration
-per connection, again after a reconnect, UNREGISTER, and the fallbacks to
-the socket path: TCP, version 4, a refused REGISTER, FAULT, REGION)."""
+per connection, again after a reconnect, UNREGISTER, PUT_FROM and
+PUT_OPAQUE_FROM, and the fallbacks to the socket path: TCP, version 4, a
+refused REGISTER, FAULT, REGION)."""
 
 import ast
 import fcntl
@@ -18,7 +19,7 @@ import unittest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from gpucache import Client, Layout, MalformedError, Namespace, Status, identities, shm, wire  # noqa: E402
+from gpucache import Client, Layout, MalformedError, Namespace, Status, identities, opaque_key, shm, wire  # noqa: E402
 from regionfake import FakeRegionServer  # noqa: E402
 
 try:
@@ -271,6 +272,110 @@ class ClientRegions(unittest.TestCase):
         del small
         mv.release()
         buf.close()
+
+    def test_put_opaque_from_through_a_region(self):
+        srv, c = self.start()
+        sizes = [4096, 100, 65536, 1]
+        names = [b"page-%d" % i for i in range(len(sizes))]
+        data = [payload(i, n) for i, n in enumerate(sizes)]
+        keys = [opaque_key(NS.digest(), nm) for nm in names]
+        buf = c.allocate(sum(sizes) + 8192)
+        mv = memoryview(buf)
+        offs = [0]
+        for n in sizes:
+            offs.append(offs[-1] + n)
+        for i, d in enumerate(data):
+            mv[offs[i]:offs[i] + len(d)] = d
+        self.assertEqual(c.put_opaque(NS, [(names[i], mv[offs[i]:offs[i + 1]]) for i in range(len(sizes))]),
+                         [Status.STORED] * len(sizes))
+        self.assertEqual((srv.ops["PUT_OPAQUE_FROM"], srv.ops["PUT_OPAQUE"], srv.ops["REGISTER"]), (1, 0, 1))
+        self.assertEqual([srv.blocks[k] for k in keys], data)
+        self.assertEqual(c.region_stats()["put_opaque_from"], len(sizes))
+        self.assertNotIn("put_from", c.region_stats())
+        # Read back through the same region.
+        mv[:offs[-1]] = bytes(offs[-1])
+        res = c.get_into(NS, keys, [mv[offs[i]:offs[i + 1]] for i in range(len(sizes))])
+        self.assertEqual([(r.hit, r.length) for r in res], [(True, n) for n in sizes])
+        self.assertEqual([bytes(mv[offs[i]:offs[i + 1]]) for i in range(len(sizes))], data)
+        # Adjacent buffers of one payload go as one range; a buffer outside
+        # every region goes through the socket in the same call; EXISTS
+        # comes back through the region too.
+        end = offs[-1]
+        mv[end:end + 8192] = payload(9, 8192)
+        got = c.put_opaque(NS, [(b"joined", [mv[end:end + 4096], mv[end + 4096:end + 8192]]),
+                                (b"plain", bytearray(payload(8, 300))),
+                                (names[0], mv[offs[0]:offs[1]])])
+        self.assertEqual(got, [Status.STORED, Status.STORED, Status.EXISTS])
+        self.assertEqual((srv.ops["PUT_OPAQUE_FROM"], srv.ops["PUT_OPAQUE"]), (2, 1))
+        self.assertEqual(srv.blocks[opaque_key(NS.digest(), b"joined")], payload(9, 8192))
+        self.assertEqual(srv.blocks[opaque_key(NS.digest(), b"plain")], payload(8, 300))
+        self.assertEqual(c.region_stats()["put_opaque_from"], len(sizes) + 2)
+        # Buffers of one payload that are not adjacent go through the socket.
+        got = c.put_opaque(NS, [(b"gappy", [mv[0:10], mv[20:30]])])
+        self.assertEqual(got, [Status.STORED])
+        self.assertEqual((srv.ops["PUT_OPAQUE_FROM"], srv.ops["PUT_OPAQUE"]), (2, 2))
+        mv.release()
+        buf.close()
+
+    def opaque_fallback(self, srv, c, cause, before=None):
+        """put_opaque of three region pages twice: every page stored through
+        the socket (PUT_OPAQUE), cause logged once."""
+        names = [b"fb-%s-%d" % (cause.encode(), i) for i in range(6)]
+        data = [payload(40 + i, 4096) for i in range(6)]
+        buf = c.allocate(6 * 4096)
+        mv = memoryview(buf)
+        for i, d in enumerate(data):
+            mv[i * 4096:(i + 1) * 4096] = d
+        if before is not None:
+            before(mv)
+        with self.assertLogs("gpucache.client", "WARNING") as logs:
+            for part in (range(3), range(3, 6)):  # logged once per cause, not per call
+                self.assertEqual(c.put_opaque(NS, [(names[i], mv[i * 4096:(i + 1) * 4096]) for i in part]),
+                                 [Status.STORED] * 3)
+        self.assertEqual([srv.blocks[opaque_key(NS.digest(), nm)] for nm in names], data)
+        self.assertEqual(len([l for l in logs.output if "(%s)" % cause in l]), 1, logs.output)
+        self.assertGreaterEqual(srv.ops["PUT_OPAQUE"], 1)
+        self.assertGreater(c.region_stats().get("fallback_" + cause, 0), 0)
+        mv.release()
+        buf.close()
+        return logs.output
+
+    def test_put_opaque_fallback_version_4(self):
+        srv, c = self.start(version=4)
+        self.opaque_fallback(srv, c, "version")
+        self.assertEqual(srv.ops["REGISTER"] + srv.ops["PUT_OPAQUE_FROM"], 0)
+        self.assertEqual(srv.ops["PUT_OPAQUE"], 2)
+
+    def test_put_opaque_fallback_register_refused(self):
+        srv, c = self.start()
+        srv.refuse_register = "tenant_region_bytes would pass its bound"
+        out = self.opaque_fallback(srv, c, "refused")
+        self.assertIn("tenant_region_bytes", "".join(out))
+        self.assertEqual(srv.ops["PUT_OPAQUE_FROM"], 0)
+
+    def test_put_opaque_fallback_region_error(self):
+        """The server no longer knows the region (REGION): the pages go
+        through the socket and the connection stops naming the region."""
+        srv, c = self.start(pool_size=1)
+
+        def register_then_forget(mv):
+            self.assertEqual(c.put_opaque(NS, [(b"first", mv[0:100])]), [Status.STORED])
+            self.assertEqual(srv.ops["PUT_OPAQUE_FROM"], 1)
+            srv.forget_regions()
+        self.opaque_fallback(srv, c, "region", register_then_forget)
+        self.assertEqual((srv.ops["PUT_OPAQUE_FROM"], srv.ops["PUT_OPAQUE"]), (2, 2))
+        self.assertEqual(c.region_stats()["fallback_region"], 3 + 3)
+
+    def test_put_opaque_fallback_fault(self):
+        srv, c = self.start(pool_size=1)
+        srv.fault_next = True
+        self.opaque_fallback(srv, c, "fault")
+        # The first call: PUT_OPAQUE_FROM answered FAULT for its first page
+        # (so for all three), which went through the socket; the second
+        # call does not name the dropped region again.
+        self.assertEqual((srv.ops["PUT_OPAQUE_FROM"], srv.ops["PUT_OPAQUE"]), (1, 2))
+        self.assertEqual(c.region_stats()["fallback_fault"], 6)
+        self.assertEqual(c.region_stats().get("put_opaque_from", 0), 0)
 
     def test_tensor_slices(self):
         if torch is None:

@@ -1,6 +1,6 @@
 """Registered regions against a real gpucached over its Unix socket
-(unix_listen): byte equality through GET_INTO and PUT_FROM at 4 KiB to
-32 MiB, a /dev/shm file laid out and unlinked as vLLM's CPU offload tier
+(unix_listen): byte equality through GET_INTO, PUT_FROM and PUT_OPAQUE_FROM
+at 4 KiB to 32 MiB, a /dev/shm file laid out and unlinked as vLLM's CPU offload tier
 does (GUARDED), the file truncated under the server (FAULT, the daemon
 stays up), the fallbacks to the socket path (TCP, a server pinned to
 version 4, the per-tenant bound), and a client killed with SIGKILL while
@@ -21,7 +21,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, HERE)
 
-from gpucache import Client, Layout, Namespace, Status, identities, shm, wire  # noqa: E402
+from gpucache import Client, Layout, Namespace, Status, identities, opaque_key, shm, wire  # noqa: E402
 from gpucached import Daemon  # noqa: E402
 
 MiB = 1 << 20
@@ -87,6 +87,49 @@ class ThroughRegions(unittest.TestCase):
         # What PUT_FROM stored is what a socket reader gets.
         got = self.tcp.get(ns, keys, max_len=32 * MiB)
         self.assertEqual([bytes(g) for g in got], want)
+        del slots, got
+        mv.release()
+        buf.close()
+
+    def test_put_opaque_from_bytes_equal(self):
+        """Opaque-key blocks (as the vLLM tier and SGLang store them) from a
+        region: PUT_OPAQUE_FROM, the server's region_bytes_in counts every
+        byte, and what it stored reads back equal through the socket and
+        through GET_INTO."""
+        ns = ns_for("opaque-sizes")
+        names = [b"chunk-%d" % i for i in range(len(SIZES))]
+        keys = [opaque_key(ns.digest(), nm) for nm in names]
+        offs = [0]
+        for n in SIZES:
+            offs.append(offs[-1] + n)
+        buf = self.c.allocate(offs[-1])
+        mv = memoryview(buf)
+        want = [rand(1000 + i, n) for i, n in enumerate(SIZES)]
+        for i, w in enumerate(want):
+            mv[offs[i]:offs[i + 1]] = w
+        slots = [mv[offs[i]:offs[i + 1]] for i in range(len(SIZES))]
+        stats0 = self.c.region_stats()
+        in0, out0 = server_stat(self.c, "region_bytes_in", "region_bytes_out")
+        self.assertEqual(self.c.put_opaque(ns, list(zip(names, slots))), [Status.STORED] * len(SIZES))
+        self.assertEqual(server_stat(self.c, "region_bytes_in")[0] - in0, sum(SIZES))
+        st = self.c.region_stats()
+        self.assertEqual(st.get("put_opaque_from", 0) - stats0.get("put_opaque_from", 0), len(SIZES))
+        self.assertFalse([k for k in st if k.startswith("fallback_")], st)
+        # What PUT_OPAQUE_FROM stored is what a socket reader gets.
+        got = self.tcp.get(ns, keys, max_len=32 * MiB)
+        self.assertEqual([bytes(g) for g in got], want)
+        mv[:] = bytes(len(mv))
+        res = self.c.get_into(ns, keys, slots)
+        self.assertEqual([(r.hit, r.length) for r in res], [(True, n) for n in SIZES])
+        for i, w in enumerate(want):
+            self.assertEqual(bytes(slots[i]), w, "block %d (%d bytes)" % (i, SIZES[i]))
+        self.assertEqual(server_stat(self.c, "region_bytes_out")[0] - out0, sum(SIZES))
+        # Stored again from the region: EXISTS, no byte counted in.
+        in1 = server_stat(self.c, "region_bytes_in")[0]
+        self.assertEqual(self.c.put_opaque(ns, list(zip(names[:2], slots[:2]))), [Status.EXISTS] * 2)
+        self.assertEqual(server_stat(self.c, "region_bytes_in")[0], in1)
+        # A socket writer and a region writer of the same name agree.
+        self.assertEqual(self.tcp.put_opaque(ns, [(names[0], want[0])]), [Status.EXISTS])
         del slots, got
         mv.release()
         buf.close()
@@ -202,6 +245,66 @@ class ThroughRegions(unittest.TestCase):
         finally:
             c.close()
 
+    def test_put_opaque_over_tcp_falls_back_to_the_socket(self):
+        c = Client([self.d.addr], tenant="default", timeout=30.0)
+        try:
+            buf = c.allocate(2 * MiB)
+            ns = ns_for("tcp-opaque")
+            names = [b"tcp-a", b"tcp-b"]
+            want = rand(310, 2 * MiB)
+            buf[:] = want
+            in0 = server_stat(c, "region_bytes_in")[0]
+            with self.assertLogs("gpucache.client", "WARNING") as logs:
+                for _ in range(2):  # logged once, not per call
+                    st = c.put_opaque(ns, [(names[i], memoryview(buf)[i * MiB:(i + 1) * MiB]) for i in range(2)])
+                    self.assertIn(st, ([Status.STORED] * 2, [Status.EXISTS] * 2))
+            self.assertEqual(len(logs.output), 1, logs.output)
+            self.assertIn("(tcp)", logs.output[0])
+            self.assertEqual(server_stat(c, "region_bytes_in")[0], in0)
+            self.assertEqual(c.region_stats()["fallback_tcp"], 4)
+            self.assertNotIn("put_opaque_from", c.region_stats())
+            got = self.c.get(ns, [opaque_key(ns.digest(), nm) for nm in names], max_len=MiB)
+            self.assertEqual(b"".join(bytes(g) for g in got), want)
+            buf.close()
+        finally:
+            c.close()
+
+    def test_truncation_under_a_put_opaque_from(self):
+        """The client shrinks its file between REGISTER and PUT_OPAQUE_FROM:
+        the pages before the new end are stored, the ones past it FAILED
+        (the server answered FAULT and dropped the region; the socket path
+        is not tried on memory that is gone), and the daemon stays up."""
+        path = "/dev/shm/gpucache-test-trunc3-%d" % os.getpid()
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        os.unlink(path)
+        os.ftruncate(fd, 4 * MiB)
+        c = Client([self.d.unix_addr], tenant="default", timeout=30.0)
+        try:
+            r = c.register(fd)
+            self.assertEqual(c.check_region(r), (True, "guarded"))
+            ns = ns_for("trunc3")
+            names = [b"t3-%d" % i for i in range(4)]
+            want = [rand(900 + i, MiB) for i in range(4)]
+            mv = memoryview(r.buffer)
+            slots = [mv[i * MiB:(i + 1) * MiB] for i in range(4)]
+            for i, w in enumerate(want):
+                slots[i][:] = w
+            faults0 = server_stat(self.c, "region_faults")[0]
+            os.ftruncate(fd, 2 * MiB)
+            with self.assertLogs("gpucache.client", "WARNING") as logs:
+                st = c.put_opaque(ns, list(zip(names, slots)))
+            self.assertEqual(st, [Status.STORED, Status.STORED, 255, 255])  # FAILED
+            self.assertIn("(fault)", logs.output[0])
+            self.assertEqual(server_stat(self.c, "region_faults")[0] - faults0, 1)
+            self.assertIsNone(self.d.proc.poll())
+            got = self.c.get(ns, [opaque_key(ns.digest(), nm) for nm in names], max_len=MiB)
+            self.assertEqual([bytes(g) if g is not None else None for g in got], want[:2] + [None, None])
+            del slots
+            mv.release()
+        finally:
+            c.close()
+            os.close(fd)
+
     def test_truncated_file_faults_and_the_daemon_stays_up(self):
         path = "/dev/shm/gpucache-test-trunc-%d" % os.getpid()
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
@@ -310,8 +413,12 @@ class Bounds(unittest.TestCase):
             buf[:] = want
             with self.assertLogs("gpucache.client", "WARNING") as logs:
                 self.assertEqual(c.put(ns, [(ids[0], buf)]), [Status.STORED])
+                self.assertEqual(c.put_opaque(ns, [(b"v4-page", buf)]), [Status.STORED])
                 buf[:] = bytes(MiB)
                 self.assertTrue(c.get_into(ns, [ids[0].key()], [buf])[0].hit)
+                self.assertEqual(bytes(buf), want)
+                buf[:] = bytes(MiB)
+                self.assertTrue(c.get_into(ns, [opaque_key(ns.digest(), b"v4-page")], [buf])[0].hit)
             self.assertEqual(bytes(buf), want)
             self.assertEqual(len(logs.output), 1)
             self.assertIn("(version)", logs.output[0])
