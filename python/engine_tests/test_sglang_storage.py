@@ -223,7 +223,9 @@ def can_open_map_files():
 class UnixSocketTest(unittest.TestCase):
     """The backend on gpucached's Unix socket, over host pools SGLang
     allocates itself: its default pool is registered (GUARDED: shared
-    anonymous memory cannot be sealed) and read with GET_INTO; its "shm"
+    anonymous memory cannot be sealed), written with PUT_OPAQUE_FROM and
+    read with GET_INTO (the daemon's region_bytes_in and region_bytes_out
+    count every byte); its "shm"
     allocator's memfd is unsealable, so gpucached refuses it, and the
     backend says so and uses the socket. Bytes are equal either way."""
 
@@ -253,13 +255,25 @@ class UnixSocketTest(unittest.TestCase):
         pool.kv_buffer.copy_(torch.randn(pool.kv_buffer.shape, generator=g).to(pool.dtype))
         keys = get_hash_str([(11 * i) % 256 for i in range(8 * PAGE)], None, page_size=PAGE)[:6]
         want = [page_bytes(pool, i * PAGE) for i in range(6)]
+        in0, out0 = self.daemon_stat(b)
         self.assertEqual(b.batch_set_v1(keys, slots(0, 6)), [True] * 6)
         pool.kv_buffer.zero_()
         self.assertEqual(b.batch_exists(keys), 6)
         self.assertEqual(b.batch_get_v1(keys, slots(20, 6)), [True] * 6)
         for i in range(6):
             self.assertEqual(page_bytes(pool, (20 + i) * PAGE), want[i], "page %d" % i)
-        return b.counters()
+        in1, out1 = self.daemon_stat(b)
+        c = b.counters()
+        c["daemon_region_bytes_in"], c["daemon_region_bytes_out"] = in1 - in0, out1 - out0
+        c["page_bytes"] = sum(len(w) for w in want)
+        return c
+
+    @staticmethod
+    def daemon_stat(b):
+        """The daemon's region_bytes_in and region_bytes_out (open mode: the
+        server-wide counters)."""
+        st = b._client.stat()
+        return st.get("region_bytes_in", 0), st.get("region_bytes_out", 0)
 
     def test_default_pool_is_read_through_its_region(self):
         pool = host_pool()
@@ -269,12 +283,17 @@ class UnixSocketTest(unittest.TestCase):
             self.assertIn("guarded", b.region_note)
             c = self.round_trip(b, pool)
             self.assertEqual(c.get("region_get_into"), 12, c)  # K and V of 6 pages
+            self.assertEqual(c.get("region_put_opaque_from"), 12, c)
+            self.assertEqual((c["daemon_region_bytes_in"], c["daemon_region_bytes_out"]),
+                             (c["page_bytes"], c["page_bytes"]), c)
         else:  # no capability to open the anonymous mapping's file: the socket, said once
             with self.assertLogs("gpucache.sglang", "WARNING") as logs:
                 b = self.backend(pool)
             self.assertIn("no descriptor", logs.output[0])
             c = self.round_trip(b, pool)
             self.assertFalse(c.get("region_get_into"), c)
+            self.assertFalse(c.get("region_put_opaque_from"), c)
+            self.assertEqual((c["daemon_region_bytes_in"], c["daemon_region_bytes_out"]), (0, 0), c)
 
     def test_sglang_shm_allocator_memfd_is_refused(self):
         pool = host_pool(allocator_type="shm")
@@ -285,6 +304,8 @@ class UnixSocketTest(unittest.TestCase):
         self.assertIn("sealed against shrinking", logs.output[0])
         c = self.round_trip(b, pool)
         self.assertFalse(c.get("region_get_into"), c)
+        self.assertFalse(c.get("region_put_opaque_from"), c)
+        self.assertEqual((c["daemon_region_bytes_in"], c["daemon_region_bytes_out"]), (0, 0), c)
 
 
 if __name__ == "__main__":

@@ -42,8 +42,10 @@ it, and B's prepare_load names the slots that now hold A's bytes.
 UnixSocketTierTest gives the tier a unix: address (gpucached's
 unix_listen): the tier registers the file behind vLLM's own
 SharedOffloadRegion (/dev/shm/vllm_offload_<engine_id>.mmap, found through
-the view vLLM hands it), loads are GET_INTO straight into the primary
-slots, and vLLM still closes its mmap at shutdown.
+the view vLLM hands it), stores are PUT_OPAQUE_FROM straight from the
+primary slots and loads GET_INTO straight into them (the daemon's
+region_bytes_in and region_bytes_out count every byte), and vLLM still
+closes its mmap at shutdown.
 
 Run: cd python && GPUCACHE_BIN=/path/to/gpucached HF_HUB_OFFLINE=1 \\
     ../.cache/engines/venv/bin/python -m unittest engine_tests.test_vllm_tier_real -v
@@ -467,7 +469,7 @@ class UnixSocketTierTest(unittest.TestCase):
         self.addCleanup(teardown_model, self)
         self.daemon = Daemon.start(unix=True)
 
-    def test_loads_copy_into_vllms_offload_file(self):
+    def test_stores_and_loads_copy_through_vllms_offload_file(self):
         vc, kvc = engine_config(self.model, [tier_config(self.daemon.unix_addr)])
         _, m = offloading_manager(vc, kvc)
         region = m.primary_tier._mmap_region
@@ -490,8 +492,10 @@ class UnixSocketTierTest(unittest.TestCase):
             for i, s in enumerate(dst):
                 self.assertEqual(rows[s], datas[i], "slot %d (key %d)" % (s, i))
             st = tier.stats()
+            self.assertEqual(st.get("region_put_opaque_from"), N, st)
             self.assertEqual(st.get("region_get_into"), N, st)
             self.assertFalse([k for k in st if k.startswith("region_fallback")], st)
+            self.assertEqual(self.daemon_stat("region_bytes_in"), N * rows.size)
             self.assertEqual(self.daemon_stat("region_bytes_out"), N * rows.size)
         finally:
             rows.close()

@@ -42,16 +42,19 @@ Configuration errors at construction raise ValueError("gpucache/sglang: ...").
 A daemon on the same host (``"addrs": ["unix:/run/gpucache/gpucached.sock"]``,
 its ``unix_listen``): register_mem_pool_host registers the host pool's
 memory with the client, so batch_get_v1 and batch_get into the pool are
-GET_INTO: gpucached copies each page once from its slab into the pool.
+GET_INTO (gpucached copies each page once from its slab into the pool)
+and batch_set_v1, and batch_set of values that lie in the pool, are
+PUT_OPAQUE_FROM (gpucached copies each page once from the pool into its
+slab): no payload crosses the socket.
 SGLang's own memfd (``"allocator": "shm"`` in the extra config,
 ShmHostTensorAllocator) is created without MFD_ALLOW_SEALING, which
 gpucached refuses (a memfd must be sealed against shrinking); its default
 pool (a MAP_SHARED anonymous mapping) registers where this process may
 open /proc/self/map_files (CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE).
-Writes stay PUT_OPAQUE through the socket (protocol version 5 has PUT_FROM
-only for token-chain blocks). When the pool cannot be registered, or the
-daemon is on TCP, pages go through the socket and the backend logs why,
-once.
+When the pool cannot be registered, or the daemon is on TCP, pages go
+through the socket (PUT_OPAQUE and GET) and the backend logs why, once;
+counters() says which path carried them (region_get_into,
+region_put_opaque_from, region_fallback_<cause>).
 
 get_stats() answers SGLang's StorageMetrics (pages and GB/s of each read
 and write since the last call, kept only when the config's
@@ -394,7 +397,8 @@ class GpucacheStorage(_Base):
     def register_mem_pool_host(self, mem_pool_host):
         """Binds the namespace from the host pool (dtype, layout, page
         geometry) and, with a daemon on a Unix socket, registers the
-        pool's memory so reads into it copy once in gpucached."""
+        pool's memory so reads into it and writes from it copy once in
+        gpucached."""
         ns, info = bind_namespace(self.storage_config, self._extra, mem_pool_host, self._interface)
         self.mem_pool_host = mem_pool_host
         self._ns, self._info = ns, info
@@ -429,7 +433,8 @@ class GpucacheStorage(_Base):
             logger.warning("gpucache/sglang: %s", self.region_note)
             return
         self.region_note = ("registered the host pool with gpucached: %s; reads copy once from its slab into "
-                            "the pool, writes use PUT_OPAQUE through the socket" % ", ".join(notes))
+                            "the pool (GET_INTO), writes once from the pool into its slab (PUT_OPAQUE_FROM)"
+                            % ", ".join(notes))
         logger.info("gpucache/sglang: %s", self.region_note)
 
     def _close_regions(self):

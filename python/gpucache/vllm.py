@@ -23,9 +23,9 @@ How the tier works
   ``keys`` (vLLM's OffloadKey: the block hash plus a 4-byte group index).
 - vLLM gives a secondary tier no token ids, only those hashes, so each block
   is stored as an opaque-key block named by its OffloadKey bytes
-  (``Client.put_opaque``) and read back by ``opaque_key(namespace digest,
-  name)`` with ``Client.get_into`` straight into the primary slot: no copy in
-  Python on either path.
+  (``Client.put_opaque``) straight from the primary slot and read back by
+  ``opaque_key(namespace digest, name)`` with ``Client.get_into`` straight
+  into the primary slot: no copy in Python on either path.
 - The hash says nothing about model, rank or dtype; the namespace does. It is
   bound from the offloading config (model, revision, dtype, KV dtype, tp/pp
   rank and size, layers, KV heads, head dim, tokens per block) plus the
@@ -39,12 +39,14 @@ How the tier works
 - A daemon on the same host (``"addrs": ["unix:/run/gpucache/gpucached.sock"]``,
   its ``unix_listen``): the tier registers the file behind the primary
   region, vLLM's ``/dev/shm/vllm_offload_<engine_id>.mmap`` (found through
-  /proc/self/maps, unlinked or not), so a load is GET_INTO: gpucached
-  copies each block once from its slab into the primary slot and no
-  payload crosses the socket. Stores stay PUT_OPAQUE through the socket
-  (protocol version 5 has PUT_FROM only for token-chain blocks). Over TCP,
-  or when the file cannot be registered, loads use the socket too; the
-  tier logs why once.
+  /proc/self/maps, unlinked or not), so a load is GET_INTO (gpucached
+  copies each block once from its slab into the primary slot) and a store
+  is PUT_OPAQUE_FROM (gpucached copies it once from the primary slot into
+  its slab): no payload crosses the socket. Over TCP, or when the file
+  cannot be registered, loads and stores use the socket; the tier logs why
+  once. ``stats()`` counts the blocks each way (region_get_into,
+  region_put_opaque_from) and the blocks that fell back
+  (region_fallback_<cause>).
 
 Ownership: the primary slots named by a job belong to this tier from
 submit_* until the job is returned by get_finished_jobs; drain_jobs waits for
@@ -510,24 +512,24 @@ class GpucacheTier(SecondaryTierManager):
         the daemon is local; what the tier does, as logged."""
         if not getattr(self._client, "local", False):
             note = ("the daemon is not on a Unix socket (addrs %s): loads and stores use the socket path; "
-                    "a unix: address lets loads copy straight into the CPU tier's file"
+                    "a unix: address lets loads and stores copy straight into and out of the CPU tier's file"
                     % (getattr(self._client, "_addrs", "?"),))
             log.info("gpucache/vllm: %s", note)
             return note
         try:
             self._region = self._client.register(buffer=self._flat)
         except Exception as e:
-            note = "the CPU tier's memory cannot be registered (%s): loads use the socket path" % (e,)
+            note = "the CPU tier's memory cannot be registered (%s): loads and stores use the socket path" % (e,)
             log.warning("gpucache/vllm: %s", note)
             return note
         ok, why = self._client.check_region(self._region)
         if ok:
             note = ("registered %s (%d bytes, %s) with gpucached: loads copy once from its slab into the "
-                    "primary slots; stores use PUT_OPAQUE through the socket"
+                    "primary slots (GET_INTO), stores once from the primary slots into its slab (PUT_OPAQUE_FROM)"
                     % (self._region.name, self._region.length, why))
             log.info("gpucache/vllm: %s", note)
         else:
-            note = ("%s is not usable as a registered region (%s): loads use the socket path until a "
+            note = ("%s is not usable as a registered region (%s): loads and stores use the socket path until a "
                     "connection registers it" % (self._region.name, why))
             log.warning("gpucache/vllm: %s", note)
         return note

@@ -279,8 +279,9 @@ class DaemonBackendTest(unittest.TestCase):
 @unittest.skipIf(torch is None, "torch is not installed (scripts/test installs Debian's python3-torch)")
 class UnixSocketBackendTest(unittest.TestCase):
     """The backend on the daemon's Unix socket (authenticated, tenant acme):
-    a host pool in registered memory is read with GET_INTO; one in private
-    memory goes through the socket and the backend says why."""
+    a host pool in registered memory is written with PUT_OPAQUE_FROM and
+    read with GET_INTO; one in private memory goes through the socket and
+    the backend says why."""
 
     @classmethod
     def setUpClass(cls):
@@ -336,6 +337,7 @@ class UnixSocketBackendTest(unittest.TestCase):
         self.round_trip(b, pool)
         c = b.counters()
         self.assertEqual(c.get("region_get_into"), 12, c)  # 6 pages, K and V: no payload on the socket
+        self.assertEqual(c.get("region_put_opaque_from"), 12, c)  # and none on the way in
         self.assertFalse([k for k in c if k.startswith("region_fallback")], c)
         del pool
         b.close()  # unregisters: the memory can be unmapped
@@ -349,6 +351,7 @@ class UnixSocketBackendTest(unittest.TestCase):
         self.round_trip(b, pool)
         c = b.counters()
         self.assertFalse(c.get("region_get_into"), c)
+        self.assertFalse(c.get("region_put_opaque_from"), c)
 
 
 if __name__ == "__main__":

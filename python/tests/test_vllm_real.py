@@ -9,8 +9,10 @@ GPUCACHED=/path/to/gpucached skips the build.
 
 SharedOffloadFileTest runs the tier over a primary region laid out as
 vLLM's SharedOffloadRegion lays out its /dev/shm file, against a gpucached
-on its Unix socket: the tier registers the file and loads copy once in
-gpucached (GET_INTO), and over TCP the same jobs use the socket.
+on its Unix socket: the tier registers the file, and stores and loads
+copy once in gpucached (PUT_OPAQUE_FROM, GET_INTO); over TCP the same jobs
+use the socket. The daemon's region_bytes_in / region_bytes_out say which
+path carried the bytes.
 """
 
 import logging
@@ -164,8 +166,21 @@ class SharedOffloadFileTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.d.stop()
 
+    def daemon_stat(self):
+        """The daemon's (region_bytes_in, region_bytes_out)."""
+        c = gpucache.Client([self.d.addr], tenant="default", timeout=30.0)
+        try:
+            st = c.stat()
+        finally:
+            c.close()
+        return st.get("region_bytes_in", 0), st.get("region_bytes_out", 0)
+
     def run_jobs(self, addr, engine):
+        """Store 4 slots, wipe, load them into 4 others: the tier's stats,
+        its region note, and the daemon's region bytes (in, out) of these
+        jobs."""
         view, m, _ = vllm_offload_file(self, "%s-%d" % (engine, os.getpid()), SLOTS, BLOCK)
+        in0, out0 = self.daemon_stat()
         t = gv.GpucacheTier(offloading_spec=new_spec(model="acme/" + engine), primary_kv_view=view,
                             tier_type="GpucacheTier", addrs=[addr], timeout=30.0, tenant="default")
         flat = view.cast("B") if view.format == "B" else memoryview(m)
@@ -183,27 +198,33 @@ class SharedOffloadFileTest(unittest.TestCase):
         for i, s in enumerate([7, 6, 5, 4]):
             self.assertEqual(bytes(flat[s * BLOCK:(s + 1) * BLOCK]), want[i], "slot %d" % s)
         stats, note = t.stats(), t.region_note
+        in1, out1 = self.daemon_stat()
         del flat
         t.shutdown()
         view.release()
         m.close()  # what vLLM's cleanup does after its tiers shut down: nothing exports the mapping
-        return stats, note
+        return stats, note, (in1 - in0, out1 - out0)
 
-    def test_unix_socket_loads_through_the_file(self):
-        stats, note = self.run_jobs(self.d.unix_addr, "unix")
+    def test_unix_socket_stores_and_loads_through_the_file(self):
+        stats, note, region = self.run_jobs(self.d.unix_addr, "unix")
         self.assertTrue(note.startswith("registered /dev/shm/vllm_offload_unix-"), note)
         self.assertIn("guarded", note)
+        self.assertEqual(stats.get("region_put_opaque_from"), 4, stats)
         self.assertEqual(stats.get("region_get_into"), 4, stats)
+        self.assertEqual(stats.get("bytes_stored"), 4 * BLOCK)
         self.assertEqual(stats.get("bytes_loaded"), 4 * BLOCK)
         self.assertFalse([k for k in stats if k.startswith("region_fallback")], stats)
+        self.assertEqual(region, (4 * BLOCK, 4 * BLOCK))  # every byte through the file, both ways
 
     def test_tcp_uses_the_socket(self):
         with self.assertLogs("gpucache.vllm", logging.INFO) as logs:
-            stats, note = self.run_jobs(self.d.addr, "tcp")
+            stats, note, region = self.run_jobs(self.d.addr, "tcp")
         self.assertIn("not on a Unix socket", note)
         self.assertIn(note, logs.output[0])
         self.assertFalse(stats.get("region_get_into"), stats)
+        self.assertFalse(stats.get("region_put_opaque_from"), stats)
         self.assertEqual(stats.get("bytes_loaded"), 4 * BLOCK)
+        self.assertEqual(region, (0, 0))
 
 
 if __name__ == "__main__":
