@@ -275,7 +275,7 @@ class UnixSocketTest(unittest.TestCase):
         st = b._client.stat()
         return st.get("region_bytes_in", 0), st.get("region_bytes_out", 0)
 
-    def test_default_pool_is_read_through_its_region(self):
+    def test_default_pool_is_written_and_read_through_its_region(self):
         pool = host_pool()
         if can_open_map_files():
             b = self.backend(pool)
