@@ -8,7 +8,6 @@ import (
 	"net"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -32,7 +31,6 @@ type Region struct {
 	fd    int    // the client's own descriptor (a dup when registered)
 	mem   []byte // the caller's view of the whole region
 	owned bool   // mem was mapped by NewRegion: Close unmaps it
-	gen   atomic.Uint64
 }
 
 // Bytes returns the region's memory. Buffers sliced from it travel through
