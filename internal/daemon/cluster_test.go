@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpucache/gpucache/api/wire"
+
 	"os"
 	"path/filepath"
 	"strings"
@@ -79,8 +81,8 @@ func TestDegradeControlPlaneLoss(t *testing.T) {
 	ns, _, ids, keys, payloads := coldBlocks(t)
 	cl := writeBlocks(t, a.Data, ns, ids[:16], payloads[:16])
 	defer cl.Close()
-	if v := cl.ProtocolVersion(); v != 4 { // protocol_max's default (READ_ONLY)
-		t.Fatalf("negotiated protocol %d, want 4", v)
+	if v := cl.ProtocolVersion(); v != wire.VersionMax { // protocol_max's default (READ_ONLY since 4)
+		t.Fatalf("negotiated protocol %d, want %d", v, wire.VersionMax)
 	}
 	get := func(i int) client.GetResult {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
