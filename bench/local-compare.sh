@@ -50,10 +50,13 @@
 #                   NOT_RUN); PAGES (128)
 #   PROFILE         1 takes CPU profiles after the reps (client --cpuprofile
 #                   and gpucached's /debug/pprof/profile) of the target cases,
-#                   and writes their top frames (1; 0 with QUICK=1);
+#                   and the Python region row under cProfile, and writes
+#                   their top frames (1; 0 with QUICK=1);
 #                   PROFILE_SECONDS the length of each (10)
 #   OUT             results directory (bench/results); raw files go to
-#                   OUT/local-<stamp>/, the report to OUT/local-<stamp>/report.md
+#                   OUT/local-<stamp>/, the report to OUT/local-<stamp>/report.md,
+#                   medians to summary.csv, every repetition to reps.csv
+#                   (bench/local_report.py)
 #
 # Client and server share this host's CPUs; nothing is pinned. Every
 # figure is CPU only. Ports are picked free at random (never 9400, 9401 or
@@ -369,7 +372,10 @@ run_python() { # run_python REP
 # (gpucache-bench bench --cpuprofile, the whole run: the GET cases' working
 # set is written first) and gpucached's (/debug/pprof/profile), taken from
 # 2 s into the run for PROFILE_SECONDS - 3 s, so inside the measured case.
-# The top frames go to profiles/NAME-{client,server}.top.txt.
+# The top frames go to profiles/NAME-{client,server}.top.txt, and by
+# cumulative time to NAME-{client,server}.cum.txt; then the Python region
+# row once under cProfile (profiles/python_region-client.top.txt). Every
+# top file is also collected in profiles.txt.
 profile_case() { # profile_case NAME ADDR ARGS...
 	local name=$1 addr=$2 cpid procs=()
 	shift 2
@@ -404,6 +410,21 @@ run_profiles() {
 	profile_case put_1MiB_c1_region "$u" --region --op put --sizes 1MiB --conns 1 --keys "$(keys_for 1MiB)"
 	profile_case put_1MiB_c1_tcp "127.0.0.1:$GPC_PORT" --op put --sizes 1MiB --conns 1 --keys "$(keys_for 1MiB)"
 	profile_case put_64KiB_c8_region "$u" --region --op put --sizes 64KiB --conns 8 --keys "$(keys_for 64KiB)"
+	if ((PY_REGION)); then
+		log "profile python batch_get_v1 through a region (cProfile)"
+		PYTHONPATH=$PY_PATH fg_run timeout $((PROFILE_SECONDS * 3 + 300)) "$PY" bench/local_pages.py --addr "unix:$GPC_SOCK" --memory shm \
+			--pages "$PAGES" --duration "$PROFILE_SECONDS" --json "$RAW/profiles/python_region.json" \
+			--profile "$RAW/profiles/python_region-client.top.txt" >/dev/null 2>"$RAW/logs/profile-python.err" ||
+			note "profile python: local_pages.py failed (see logs/profile-python.err)"
+	fi
+	# One file of every profile's top frames, for the record.
+	local f
+	for f in "$RAW"/profiles/*.top.txt; do
+		[[ -f $f ]] || continue
+		printf '=== %s ===\n' "$(basename "$f" .top.txt)"
+		cat "$f"
+		printf '\n'
+	done >"$RAW/profiles.txt"
 }
 
 # --- run ---------------------------------------------------------------------

@@ -15,12 +15,18 @@ zeroing the pool), outside the timing. Prints one JSON object:
     {"memory", "addr", "pages", "page_bytes", "calls", "seconds",
      "gb_per_s", "p50_ms", "p99_ms", "region_note", "region_stats"}
 
-gb_per_s is the bytes of all timed calls over their summed time.
+gb_per_s is the bytes of all timed calls over their summed time. With
+--profile FILE the timed calls run under cProfile (slower: the figures of
+such a run are not the benchmark's) and FILE gets the top 30 functions by
+own time.
 """
 
 import argparse
+import cProfile
+import io
 import json
 import logging
+import pstats
 import sys
 import time
 
@@ -37,7 +43,7 @@ def quantile(xs, q):
     return s[min(len(s) - 1, max(0, int(q * len(s) + 0.5) - 1))]
 
 
-def run(addr, memory, pages, duration, tenant):
+def run(addr, memory, pages, duration, tenant, profile=""):
     cfg = ModelConfig(layers=16)  # 16 tokens x 16 layers x 2 heads x 64 x 4 B = 128 KiB each of K, V
     pool = HostPool(cfg, pages * cfg.page_size)
     shm_buf = None
@@ -71,15 +77,27 @@ def run(addr, memory, pages, duration, tenant):
                 raise SystemExit("local_pages: %s batch_get_v1 missed or returned other bytes" % what)
 
         checked_read("the first")
+        prof = cProfile.Profile() if profile else None
         secs = []
         end = time.perf_counter() + duration
         while time.perf_counter() < end:
             t0 = time.perf_counter()
+            if prof is not None:
+                prof.enable()
             ok = st.batch_get_v1(keys, indices)
+            if prof is not None:
+                prof.disable()
             secs.append(time.perf_counter() - t0)
             if not all(ok):
                 raise SystemExit("local_pages: batch_get_v1 missed %d of %d pages" % (len(ok) - sum(ok), len(ok)))
         checked_read("the last")
+        if prof is not None:
+            out = io.StringIO()
+            out.write("cProfile of %d batch_get_v1 calls (%d pages of %d bytes, %s memory, %s)\n" % (
+                len(secs), pages, 2 * cfg.page_size * cfg.layers * cfg.kv_heads * cfg.head_dim * 4, memory, addr))
+            pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(30)
+            with open(profile, "w") as f:
+                f.write(out.getvalue())
         stats = {}
         rs = getattr(st._client, "region_stats", None)
         if rs is not None:
@@ -107,9 +125,10 @@ def main(argv=None):
     ap.add_argument("--duration", type=float, default=5.0)
     ap.add_argument("--tenant", default="default")
     ap.add_argument("--json", default="")
+    ap.add_argument("--profile", default="", help="run the timed calls under cProfile; write its top 30 here")
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
-    res = run(a.addr, a.memory, a.pages, a.duration, a.tenant)
+    res = run(a.addr, a.memory, a.pages, a.duration, a.tenant, a.profile)
     out = json.dumps(res, indent=2, sort_keys=True)
     if a.json:
         with open(a.json, "w") as f:

@@ -3,7 +3,8 @@ bench/local-compare.sh run (standard library only).
 
 Reads RAW_DIR/limits/{memcpy,cma}_rN.tsv, gpucache/{tcp,unix,region}_SIZE_rN.json,
 redis/{get,put}_SIZE_cC_rN.csv and python/{tcp,unix,region}_rN.json; writes
-the report to stdout and the medians to RAW_DIR/summary.csv. Every figure is
+the report to stdout, the medians to RAW_DIR/summary.csv and every
+repetition to RAW_DIR/reps.csv. Every figure is
 the median over the repetitions of that row; a ratio is the ratio of two
 medians, and "per rep" lists the ratios of the same repetition's figures.
 Tests: python3 bench/local_report_test.py.
@@ -352,6 +353,23 @@ class Run:
             for n in self.notes:
                 w("- %s\n" % n)
 
+    def reps_key(self, key):
+        """(row, op, size, conns or threads) of a series key."""
+        if key[0] in ("memcpy", "cma"):
+            return key[0], "copy", key[1], key[2]
+        if key[0] == "python":
+            return "python_" + key[1], "batch_get_v1", 256 << 10, 1
+        return key
+
+    def write_reps_csv(self, path):
+        """Every repetition of every row."""
+        with open(path, "w", newline="") as f:
+            cw = csv.writer(f)
+            cw.writerow(["row", "op", "size", "conns_or_threads", "rep", "gb_per_s", "p50_us", "p99_us"])
+            for key in sorted(self.rows, key=lambda k: tuple(str(x) for x in k)):
+                for rep, (g, p50, p99) in sorted(self.rows[key].reps.items()):
+                    cw.writerow(list(self.reps_key(key)) + [rep, "%.4f" % g, "%.1f" % p50, "%.1f" % p99])
+
     def write_csv(self, path):
         with open(path, "w", newline="") as f:
             cw = csv.writer(f)
@@ -359,12 +377,7 @@ class Run:
                          "gb_per_s_min", "gb_per_s_max"])
             for key in sorted(self.rows, key=lambda k: tuple(str(x) for x in k)):
                 s = self.rows[key]
-                if key[0] in ("memcpy", "cma"):
-                    row, op, size, n = key[0], "copy", key[1], key[2]
-                elif key[0] == "python":
-                    row, op, size, n = "python_" + key[1], "batch_get_v1", 256 << 10, 1
-                else:
-                    row, op, size, n = key
+                row, op, size, n = self.reps_key(key)
                 g = [v[0] for v in s.reps.values()]
                 cw.writerow([row, op, size, n, len(s.reps), "%.4f" % s.gbs,
                              "%.1f" % s.p50 if s.p50 is not None else "", "%.1f" % s.p99 if s.p99 is not None else "",
@@ -383,6 +396,7 @@ def main(argv):
     run.write(parts.append)
     sys.stdout.write("".join(parts))
     run.write_csv(os.path.join(argv[1], "summary.csv"))
+    run.write_reps_csv(os.path.join(argv[1], "reps.csv"))
     return 0
 
 

@@ -104,6 +104,12 @@ class ReportTest(unittest.TestCase):
         self.assertEqual(lines[0], "row,op,size,conns_or_threads,reps,gb_per_s,p50_us,p99_us,gb_per_s_min,gb_per_s_max")
         self.assertIn("region,get,1048576,1,2,8.0000,100.0,200.0,8.0000,8.0000", lines)
         self.assertIn("python_region,batch_get_v1,262144,1,1,4.0000,8000.0,9000.0,4.0000,4.0000", lines)
+        self.run_.write_reps_csv(os.path.join(self.dir, "reps.csv"))
+        with open(os.path.join(self.dir, "reps.csv")) as f:
+            lines = f.read().splitlines()
+        self.assertEqual(lines[0], "row,op,size,conns_or_threads,rep,gb_per_s,p50_us,p99_us")
+        self.assertIn("memcpy,copy,1048576,2,2,24.0000,5.0,9.0", lines)
+        self.assertIn("region,get,1048576,1,2,8.0000,100.0,200.0", lines)
 
 
 if __name__ == "__main__":
