@@ -201,3 +201,25 @@ func checkClusterBench(t *testing.T, seeds string, members int) {
 		}
 	}
 }
+
+// TestBenchCPUProfile: --cpuprofile writes a CPU profile (gzipped
+// protobuf) of the client's run.
+func TestBenchCPUProfile(t *testing.T) {
+	addr := startServer(t)
+	prof := filepath.Join(t.TempDir(), "client.pprof")
+	r := run(t, "", "bench", "--addr", addr, "--op", "put", "--sizes", "16KiB", "--conns", "1",
+		"--requests", "20", "--keys", "8", "--cpuprofile", prof)
+	if r.code != exitOK {
+		t.Fatalf("bench --cpuprofile: %+v", r)
+	}
+	b, err := os.ReadFile(prof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Fatalf("profile is not gzipped: % x", b[:min(len(b), 8)])
+	}
+	if r := run(t, "", "bench", "--addr", addr, "--requests", "1", "--cpuprofile", filepath.Join(t.TempDir(), "no", "such", "dir")); r.code == exitOK {
+		t.Fatalf("bench --cpuprofile into a missing directory succeeded: %+v", r)
+	}
+}

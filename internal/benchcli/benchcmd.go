@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"runtime/pprof"
 	"time"
 
 	"github.com/gpucache/gpucache/internal/bench"
@@ -29,6 +31,7 @@ func runBench(ctx context.Context, args []string, std cli.Stdio) error {
 	hold := fs.String("hold-bytes", "0", "fill the server with this many bytes of blocks first (e.g. 4GiB)")
 	holdBlock := fs.String("hold-block", "1MiB", "block size for --hold-bytes")
 	region := fs.Bool("region", false, "put GET buffers and PUT payloads in a registered region (with --addr unix:PATH: one copy, no payload on the socket)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the client's whole run (populating the working set included) to `file`")
 	err := cli.ParseNoArgs(fs, args)
 	if err != nil {
 		return err
@@ -52,7 +55,14 @@ func runBench(ctx context.Context, args []string, std cli.Stdio) error {
 		return cli.UsageErr("--duration must be positive (or give --requests)")
 	}
 
+	stopProfile, err := startCPUProfile(*cpuProfile)
+	if err != nil {
+		return err
+	}
 	rep, runErr := bench.Run(ctx, cfg, bench.Output{Progress: std.Err, TTY: cli.IsTerminal(std.Err)})
+	if err := stopProfile(); err != nil {
+		return err
+	}
 	if errors.Is(runErr, bench.ErrConfig) {
 		return cli.UsageErr("%v", runErr)
 	}
@@ -71,6 +81,26 @@ func runBench(ctx context.Context, args []string, std cli.Stdio) error {
 		return runErr
 	}
 	return corruptReplies(rep)
+}
+
+// startCPUProfile starts a CPU profile into path ("" profiles nothing)
+// and returns the function that stops it and closes the file.
+func startCPUProfile(path string) (stop func() error, err error) {
+	if path == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
+	}, nil
 }
 
 // corruptReplies reports the corrupt replies of rep's cases, if any.
