@@ -32,7 +32,8 @@ import time
 
 import torch
 
-from gpucache.demo.engine import StorageConfig, page_hash
+from gpucache.demo.bench_pages import store_pages
+from gpucache.demo.engine import StorageConfig
 from gpucache.demo.model import HostPool, ModelConfig
 from gpucache.sglang import GpucacheStorage
 
@@ -58,17 +59,7 @@ def run(addr, memory, pages, duration, tenant, profile=""):
     st = GpucacheStorage(StorageConfig(model_name=cfg.name, extra_config=extra), extra)
     st.register_mem_pool_host(pool)
     try:
-        g = torch.Generator().manual_seed(7)
-        pool.kv_buffer.copy_(torch.rand(pool.kv_buffer.shape, generator=g))
-        want = pool.kv_buffer.clone()
-        keys, prior = [], None
-        for p in range(pages):
-            prior = page_hash(range(p * cfg.page_size, (p + 1) * cfg.page_size), prior)
-            keys.append(prior)
-        indices = torch.arange(pages * cfg.page_size, dtype=torch.int64)
-        if not all(st.batch_set_v1(keys, indices)):
-            raise SystemExit("local_pages: batch_set_v1 did not store every page (hot tier too small?)")
-        page_bytes = 2 * cfg.page_size * cfg.layers * cfg.kv_heads * cfg.head_dim * 4
+        keys, indices, want, page_bytes = store_pages(st, pool, cfg, pages, "local_pages")
 
         def checked_read(what):
             pool.kv_buffer.zero_()

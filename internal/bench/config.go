@@ -27,7 +27,7 @@ type Config struct {
 	// Addr and Tenant select the server and session. Defaults are the
 	// client's (127.0.0.1:9400, "default"); "unix:/path" is the server's
 	// Unix socket.
-	Addr   string
+	Addr string
 	// Region puts each worker's GET buffers and PUT payloads in a
 	// registered region (client.NewRegion), so over a Unix socket they
 	// travel by GET_INTO and PUT_FROM: one copy, no payload on the socket.

@@ -19,6 +19,24 @@ from gpucache.demo.model import HostPool, ModelConfig
 from gpucache.sglang import GpucacheStorage
 
 
+def store_pages(st, pool, cfg, pages, who):
+    """Fill pool with seeded random KV, store its first pages pages through
+    st (batch_set_v1), and return (keys, indices, a copy of the pool,
+    bytes per page); who names the caller in the error."""
+    g = torch.Generator().manual_seed(7)
+    pool.kv_buffer.copy_(torch.rand(pool.kv_buffer.shape, generator=g))
+    want = pool.kv_buffer.clone()
+    keys, prior = [], None
+    for p in range(pages):
+        prior = page_hash(range(p * cfg.page_size, (p + 1) * cfg.page_size), prior)
+        keys.append(prior)
+    indices = torch.arange(pages * cfg.page_size, dtype=torch.int64)
+    if not all(st.batch_set_v1(keys, indices)):
+        raise SystemExit(who + ": batch_set_v1 did not store every page (hot tier too small?)")
+    page_bytes = 2 * cfg.page_size * cfg.layers * cfg.kv_heads * cfg.head_dim * 4
+    return keys, indices, want, page_bytes
+
+
 def run(addr, pages=128, reps=10, tenant="default"):
     cfg = ModelConfig(layers=16)  # 16 tokens x 16 layers x 2 heads x 64 x 4 B = 128 KiB each of K, V
     pool = HostPool(cfg, pages * cfg.page_size)
@@ -26,17 +44,7 @@ def run(addr, pages=128, reps=10, tenant="default"):
     st = GpucacheStorage(StorageConfig(model_name=cfg.name, extra_config=extra), extra)
     st.register_mem_pool_host(pool)
     try:
-        g = torch.Generator().manual_seed(7)
-        pool.kv_buffer.copy_(torch.rand(pool.kv_buffer.shape, generator=g))
-        want = pool.kv_buffer.clone()
-        keys, prior = [], None
-        for p in range(pages):
-            prior = page_hash(range(p * cfg.page_size, (p + 1) * cfg.page_size), prior)
-            keys.append(prior)
-        indices = torch.arange(pages * cfg.page_size, dtype=torch.int64)
-        if not all(st.batch_set_v1(keys, indices)):
-            raise SystemExit("gpucache/demo: batch_set_v1 did not store every page (hot tier too small?)")
-        page_bytes = 2 * cfg.page_size * cfg.layers * cfg.kv_heads * cfg.head_dim * 4
+        keys, indices, want, page_bytes = store_pages(st, pool, cfg, pages, "gpucache/demo")
         secs = []
         for _ in range(reps):
             pool.kv_buffer.zero_()
