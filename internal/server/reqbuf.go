@@ -192,6 +192,7 @@ func (b *bufBudget) acquire(c bufCharge, wait time.Duration, done <-chan struct{
 	b.waits.Add(1)
 	b.waiting.Add(1)
 	defer b.waiting.Add(-1)
+	deadline := time.Now().Add(wait)
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	for {
@@ -206,6 +207,13 @@ func (b *bufBudget) acquire(c bufCharge, wait time.Duration, done <-chan struct{
 		}
 		select {
 		case <-freed:
+			// A waiter whose wait is over is refused even when bytes
+			// came back at the same moment: otherwise which of the
+			// waiters due together keeps waiting (and takes what the
+			// refused ones give back) would be up to select's coin.
+			if !time.Now().Before(deadline) {
+				return false, atShare
+			}
 		case <-t.C:
 			return false, atShare
 		case <-done:

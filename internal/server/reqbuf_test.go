@@ -8,6 +8,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -346,4 +347,45 @@ func TestFairRequestBufferShare(t *testing.T) {
 			t.Errorf("total %d, %d shares: %d, want %d", tc.total, tc.shares, got, tc.want)
 		}
 	}
+}
+
+// TestWaitersDueTogetherAreAllRefused: when several waiters' waits end at
+// the same instant and the first one refused gives its bytes back, the
+// others are refused too rather than taking those bytes (which, when a
+// select's coin chose the freed case, left a tenant's own refused tables
+// holding its share and starved its next request). Each round, eight
+// connections of one tenant each hold part of its share and wait, at the
+// same instant, for more; each refused one gives back what it held, as a
+// refused table does.
+func TestWaitersDueTogetherAreAllRefused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const wait, waiters, each = time.Second, 8, 1 << 10
+		for round := range 100 {
+			b := newBufBudget(1<<20, 1<<10, waiters*each)
+			var refused sync.WaitGroup
+			var took atomic.Int32
+			held := bufCharge{owner: "acme", n: each}
+			for range waiters {
+				if ok, _ := b.acquire(held, wait, nil); !ok {
+					t.Fatal("a charge within the share did not fit")
+				}
+			}
+			for range waiters {
+				refused.Go(func() {
+					if ok, _ := b.acquire(bufCharge{owner: "acme", n: each}, wait, nil); ok {
+						took.Add(1)
+						return
+					}
+					b.release(held)
+				})
+			}
+			refused.Wait()
+			if n := took.Load(); n != 0 {
+				t.Fatalf("round %d: %d waiters whose wait was over took bytes given back at that instant", round, n)
+			}
+			if h := b.heldBy("acme"); h != 0 {
+				t.Fatalf("round %d: acme holds %d bytes after every waiter was refused", round, h)
+			}
+		}
+	})
 }
