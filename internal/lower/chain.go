@@ -48,7 +48,7 @@ func (c *Chain) Tiers() []Tier { return c.tiers }
 // so one Refill reserves at most one slot whichever tier hits.
 func (c *Chain) Refill(ctx context.Context, ns identity.Namespace, d identity.NamespaceDigest, key identity.BlockKey, alloc Alloc) (int, bool) {
 	var slot []byte
-	reserved := false
+	asked, reserved := false, false
 	once := func(n int) ([]byte, bool) {
 		if reserved {
 			if n != len(slot) {
@@ -56,6 +56,7 @@ func (c *Chain) Refill(ctx context.Context, ns identity.Namespace, d identity.Na
 			}
 			return slot, true
 		}
+		asked = true
 		b, ok := alloc(n)
 		if ok {
 			slot, reserved = b, true
@@ -63,8 +64,8 @@ func (c *Chain) Refill(ctx context.Context, ns identity.Namespace, d identity.Na
 		return b, ok
 	}
 	for _, t := range c.tiers {
-		if ctx.Err() != nil {
-			return 0, false
+		if ctx.Err() != nil || (asked && !reserved) {
+			return 0, false // no slot: no lower tier can do better
 		}
 		if n, ok := t.Refill(ctx, ns, d, key, once); ok {
 			return n, true
