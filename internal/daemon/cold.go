@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/cold"
 	"github.com/gpucache/gpucache/internal/cold/refill"
@@ -163,14 +162,6 @@ func (c *coldNode) connect(ctx context.Context) {
 		wait = min(2*wait, coldConnectMax)
 		t.Reset(wait)
 	}
-}
-
-// refill is the server's ColdRefill: the tier reads the block's payload
-// straight into the hot-tier slot alloc reserves once the manifest gives
-// its length, so a refill holds no payload on the Go heap (ADR 0015).
-func (c *coldNode) refill(ctx context.Context, ns identity.Namespace, key identity.BlockKey, alloc func(n int) ([]byte, bool)) (int, bool) {
-	n, res, _ := c.tier.RefillInto(ctx, ns, key, alloc)
-	return n, res.Hit
 }
 
 // degraded is /readyz's reason the node is degraded, "" when it is not.

@@ -1,14 +1,11 @@
 package daemon
 
 import (
-	"context"
 	"time"
 
-	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/cold/tier"
 	"github.com/gpucache/gpucache/internal/config"
-	"github.com/gpucache/gpucache/internal/server"
 )
 
 // clusterIndexRescan is cold_index_rescan's default in a cluster: nodes
@@ -24,29 +21,6 @@ func indexConfig(tc *tier.Config, cfg config.Config) {
 		tc.IndexRescan = r
 	case r == 0 && cfg.Clustered():
 		tc.IndexRescan = clusterIndexRescan
-	}
-}
-
-// wireColdIndex gives the server the cold tier's presence index (LOOKUP
-// and RESP EXISTS count cold blocks) and its delete (DELETE and RESP DEL
-// hide the cold copy), and adds the index's entries to STAT.
-func wireColdIndex(scfg *server.Config, cn *coldNode) {
-	ct := cn.tier
-	if ct == nil {
-		return
-	}
-	scfg.ColdPresent = ct.Present
-	scfg.ColdDelete = func(ctx context.Context, ns identity.Namespace, d identity.NamespaceDigest, key identity.BlockKey) error {
-		_, err := ct.Delete(ctx, ns, d, key)
-		return err
-	}
-	base := scfg.ColdStats
-	scfg.ColdStats = func() []wire.StatEntry {
-		var e []wire.StatEntry
-		if base != nil {
-			e = base()
-		}
-		return append(e, indexStats(ct.Stats())...)
 	}
 }
 

@@ -13,12 +13,12 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/internal/admin"
 	"github.com/gpucache/gpucache/internal/cold/tier"
 	"github.com/gpucache/gpucache/internal/config"
 	"github.com/gpucache/gpucache/internal/directory"
 	"github.com/gpucache/gpucache/internal/hot"
+	"github.com/gpucache/gpucache/internal/lower"
 	"github.com/gpucache/gpucache/internal/policy"
 	"github.com/gpucache/gpucache/internal/server"
 )
@@ -45,6 +45,7 @@ type Node struct {
 	// run goroutine reads them after Start has handed them over).
 	sec       *secure
 	cold      *coldNode
+	lower     lower.Tier // below DRAM: flash, then cold (lower.go); nil: DRAM only
 	store     *hot.Store
 	dir       *directory.Directory
 	scfg      server.Config
@@ -282,9 +283,9 @@ func (n *Node) startCold(ctx context.Context) error {
 // cold tier.
 func (n *Node) startHot(context.Context) error {
 	cfg := n.cfg
-	var onEvict func(hot.Namespace, hot.Key, hot.Key, uint32, []byte)
-	if n.cold.tier != nil && cfg.ColdWriteBehind {
-		onEvict = n.cold.tier.Evicted
+	var onEvict func(hot.Namespace, hot.Key, hot.Key, uint32, []byte) bool
+	if n.lower = n.lowerTiers(); n.lower != nil { // lower.go: flash, then cold
+		onEvict = n.lower.Evicted
 	}
 	store, err := hot.New(hot.Config{
 		OnEvict:         onEvict,
@@ -346,18 +347,8 @@ func (n *Node) startServerConfig(context.Context) error {
 	n.dir = dir
 	logTenantShares(n.log, cfg)
 	n.scfg = serverConfig(cfg, dir, n.store, sec, n.log)
-	if ct := cn.tier; ct != nil && cfg.ColdWriteBehind {
-		n.scfg.OnStored = func(id identity.CacheIdentity, d identity.NamespaceDigest, key identity.BlockKey, _ []byte) {
-			ct.RememberKeyed(id, d, key)
-		}
-	}
 	n.life = newNodeLifecycle(cfg, cn, n.store, sec, n.log, n.opts.LifecycleStore) // lifecycle.go: backfill sink, purge, retention
-	if cn.tier != nil {
-		n.scfg.ColdRefill = cn.refill
-		n.scfg.ColdStats = n.life.withStats(cn.stats)
-		wireColdIndex(&n.scfg, cn)      // coldindex.go: ColdPresent, ColdDelete, index STATs
-		wireColdQuota(&n.scfg, cn.tier) // tenantusage.go: per-tenant cold bytes in STAT
-	}
+	n.scfg.Lower = n.lower
 	return nil
 }
 

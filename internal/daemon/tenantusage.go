@@ -10,28 +10,16 @@ import (
 	"github.com/gpucache/gpucache/internal/hot"
 	"github.com/gpucache/gpucache/internal/security"
 	"github.com/gpucache/gpucache/internal/security/ratelimit"
-	"github.com/gpucache/gpucache/internal/server"
 )
 
-// wireColdQuota gives the server each tenant's cold usage for STAT and
-// adds the quota ledger's server-wide entries.
-func wireColdQuota(scfg *server.Config, ct *tier.Tier) {
-	scfg.ColdTenantUsage = func(tenant string) (int64, int64) {
-		u := ct.TenantColdUsage(tenant)
-		return u.Bytes, u.Quota
-	}
-	base := scfg.ColdStats
-	scfg.ColdStats = func() []wire.StatEntry {
-		var e []wire.StatEntry
-		if base != nil {
-			e = base()
-		}
-		u := ct.ColdUsage()
-		return append(e,
-			wire.StatEntry{Name: "cold_quota_tracked_packs", Value: uint64(max(u.Groups, 0))}, // a gauge
-			wire.StatEntry{Name: "cold_quota_evictions", Value: u.Evictions},
-			wire.StatEntry{Name: "cold_quota_dropped", Value: u.Dropped},
-			wire.StatEntry{Name: "cold_quota_untracked", Value: u.Untracked})
+// coldQuotaStats are the cold quota ledger's server-wide STAT entries.
+func coldQuotaStats(ct *tier.Tier) []wire.StatEntry {
+	u := ct.ColdUsage()
+	return []wire.StatEntry{
+		{Name: "cold_quota_tracked_packs", Value: uint64(max(u.Groups, 0))}, // a gauge
+		{Name: "cold_quota_evictions", Value: u.Evictions},
+		{Name: "cold_quota_dropped", Value: u.Dropped},
+		{Name: "cold_quota_untracked", Value: u.Untracked},
 	}
 }
 

@@ -87,7 +87,9 @@ type Config struct {
 	// be fast and must not call back into the Store (the cold tier's
 	// write-behind copies into a bounded buffer or drops the block).
 	// Blocks removed by Delete or Close are not reported.
-	OnEvict func(ns Namespace, key, parent Key, tokens uint32, payload []byte)
+	// It reports whether a tier below kept the block (lower.Tier.Evicted);
+	// the store does not act on the answer.
+	OnEvict func(ns Namespace, key, parent Key, tokens uint32, payload []byte) bool
 	// TagSize, when positive, gives every block a tag of this many bytes,
 	// set with SetTag before Commit and read with Tag (the server keeps
 	// each block's integrity seal there). Zero: no tags, no memory for

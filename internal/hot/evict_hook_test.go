@@ -16,11 +16,12 @@ func TestOnEvictReportsEvictedBlocks(t *testing.T) {
 		data        []byte
 	}
 	var got []evicted
-	cfg.OnEvict = func(ns Namespace, k, p Key, tokens uint32, payload []byte) {
+	cfg.OnEvict = func(ns Namespace, k, p Key, tokens uint32, payload []byte) bool {
 		if tokens != 16 {
 			t.Errorf("tokens %d", tokens)
 		}
 		got = append(got, evicted{ns, k, p, bytes.Clone(payload)})
+		return true
 	}
 	s := newTestStore(t, cfg)
 	ns := nsOf(1)

@@ -14,6 +14,7 @@ import (
 	"github.com/gpucache/gpucache/internal/cold"
 	"github.com/gpucache/gpucache/internal/cold/tier"
 	"github.com/gpucache/gpucache/internal/hot"
+	"github.com/gpucache/gpucache/internal/lower"
 	"github.com/gpucache/gpucache/internal/testfix"
 )
 
@@ -70,10 +71,10 @@ func TestLargeColdRefillReadsIntoTheSlot(t *testing.T) {
 
 	hc := hot.Config{CapacityBytes: 128 << 20, MinClass: 16 << 10, MaxClass: 64 << 20, SlabBytes: 64 << 20, Prefault: hot.PrefaultNone}
 	ts := startServerStore(t, hc, func(c *Config) {
-		c.ColdRefill = func(ctx context.Context, ns identity.Namespace, key identity.BlockKey, alloc func(int) ([]byte, bool)) (int, bool) {
+		c.Lower = &tierFuncs{refill: func(ctx context.Context, ns identity.Namespace, key identity.BlockKey, alloc lower.Alloc) (int, bool) {
 			n, res, _ := ct.RefillInto(ctx, ns, key, alloc)
 			return n, res.Hit
-		}
+		}}
 	})
 	c := helloConn(t, ts.addr, "acme")
 	blob := mustCanonical(t, ns)

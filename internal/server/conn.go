@@ -73,7 +73,7 @@ type conn struct {
 	sess    session
 	nsBlob  []byte // last namespace blob seen, and what it decoded to
 	nsDig   identity.NamespaceDigest
-	ns      identity.Namespace // nsBlob decoded, for key verification and OnStored
+	ns      identity.Namespace // nsBlob decoded, for key verification and Config.Lower
 	// nsRights are the session's rights on ns's model, under the policy of
 	// sess.epoch.
 	nsRights acl.Right

@@ -379,9 +379,7 @@ func (c *conn) putOne(ns identity.NamespaceDigest, pb *wire.PutBlock) (wire.Stat
 		return st, err
 	}
 	c.s.store.Commit(res)
-	if h := c.s.cfg.OnStored; h != nil {
-		h(id, ns, pb.Key, c.nsBlob)
-	}
+	c.s.stored(id, ns, pb.Key)
 	return wire.StatusStored, nil
 }
 
@@ -524,11 +522,8 @@ func (c *conn) handleStat(h wire.Header, body []byte) error {
 		resp.Entries = append(resp.Entries,
 			wire.StatEntry{Name: "tenant_region_bytes", Value: uint64(max(regionBytes, 0))},
 			wire.StatEntry{Name: "tenant_region_quota_bytes", Value: uint64(c.s.cfg.TenantRegionBytes)})
-		if f := c.s.cfg.ColdTenantUsage; f != nil {
-			bytes, quota := f(c.tenant)
-			resp.Entries = append(resp.Entries,
-				wire.StatEntry{Name: "tenant_cold_bytes", Value: uint64(max(bytes, 0))},
-				wire.StatEntry{Name: "tenant_cold_quota_bytes", Value: uint64(quota)})
+		if lo := c.s.cfg.Lower; lo != nil {
+			resp.Entries = append(resp.Entries, lo.TenantStats(c.tenant)...)
 		}
 	}
 	c.reply(h, &resp)

@@ -67,9 +67,7 @@ func (c *conn) putOpaqueOne(ns identity.NamespaceDigest, ob *wire.OpaqueBlock) (
 		return st, err
 	}
 	c.s.store.Commit(res)
-	if h := c.s.cfg.OnStored; h != nil {
-		h(identity.CacheIdentity{Namespace: c.ns, Opaque: ob.Name}, ns, key, c.nsBlob)
-	}
+	c.s.stored(identity.CacheIdentity{Namespace: c.ns, Opaque: ob.Name}, ns, key)
 	return wire.StatusStored, nil
 }
 

@@ -52,7 +52,7 @@ func opaqueKeyOf(t *testing.T, ns identity.Namespace, name string) identity.Bloc
 // TestPutOpaque: a version-3 session stores opaque-key blocks; the server
 // verifies each key as OpaqueKey(ns digest, name) (a token-chain key or a
 // key of another name is KEY_MISMATCH), a second store is EXISTS and
-// leaves the bytes alone, GET reads the block by key, OnStored sees the
+// leaves the bytes alone, GET reads the block by key, Lower.Stored sees the
 // opaque identity, and an oversized block is TOO_LARGE without upsetting
 // the stream.
 func TestPutOpaque(t *testing.T) {
@@ -63,12 +63,12 @@ func TestPutOpaque(t *testing.T) {
 	var mu sync.Mutex
 	var seen []stored
 	ts := startServer(t, func(c *Config) {
-		c.OnStored = func(id identity.CacheIdentity, _ identity.NamespaceDigest, key identity.BlockKey, _ []byte) {
+		c.Lower = &tierFuncs{stored: func(id identity.CacheIdentity, _ identity.NamespaceDigest, key identity.BlockKey) {
 			mu.Lock()
 			defer mu.Unlock()
 			id.Opaque = bytes.Clone(id.Opaque)
 			seen = append(seen, stored{id, key})
-		}
+		}}
 	})
 	ns := testNamespace("acme")
 	blob := mustCanonical(t, ns)
@@ -107,7 +107,7 @@ func TestPutOpaque(t *testing.T) {
 	defer mu.Unlock()
 	if len(seen) != 1 || seen[0].key != key || string(seen[0].id.Opaque) != name || seen[0].id.Namespace != ns ||
 		len(seen[0].id.Tokens) != 0 || seen[0].id.KeyIn(mustDigest(t, ns)) != key {
-		t.Fatalf("OnStored saw %+v", seen)
+		t.Fatalf("Lower.Stored saw %+v", seen)
 	}
 }
 

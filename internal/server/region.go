@@ -408,12 +408,10 @@ func (c *conn) missOrFault(fault error) wire.BlockMeta {
 }
 
 // acquireVerified pins the block (ns, key) from the hot tier, refilling a
-// miss from the cold tier and verifying the hot seal, as GET does.
+// miss from below (acquireOrRefill) and verifying the hot seal, as GET
+// does.
 func (c *conn) acquireVerified(ns identity.NamespaceDigest, key identity.BlockKey) (hot.View, bool) {
-	v, ok := c.s.store.Acquire(ns, key)
-	if !ok && c.s.cfg.ColdRefill != nil {
-		v, ok = c.refillMiss(ns, key)
-	}
+	v, ok := c.acquireOrRefill(ns, key)
 	if ok && c.s.sealer != nil {
 		if id, err := c.s.sealer.verify(c.s.store, v, ns, key); err != nil {
 			c.sealFailed(v, ns, key, id, err)
@@ -575,7 +573,7 @@ func (c *conn) putOpaqueFromOne(ns identity.NamespaceDigest, ob *wire.OpaqueBloc
 
 // copyIn stores a verified block from src: a slot reserved, src copied
 // into it (fault-guarded), the seal computed from the slot, then
-// committed and handed to OnStored with identity id. A fault answers
+// committed and announced to Config.Lower with identity id. A fault answers
 // FAULT and returns it.
 func (c *conn) copyIn(ns identity.NamespaceDigest, key, parent identity.BlockKey, meta hot.BlockMeta, src []byte, id identity.CacheIdentity) (wire.Status, error) {
 	if uint64(len(src)) > uint64(c.s.cfg.Limits.MaxPayload) {
@@ -596,9 +594,7 @@ func (c *conn) copyIn(ns identity.NamespaceDigest, key, parent identity.BlockKey
 		return st, nil
 	}
 	c.s.store.Commit(res)
-	if h := c.s.cfg.OnStored; h != nil {
-		h(id, ns, key, c.nsBlob)
-	}
+	c.s.stored(id, ns, key)
 	return wire.StatusStored, nil
 }
 

@@ -106,7 +106,7 @@ type respConn struct {
 	prof   *RESPProfile
 	ns     identity.Namespace
 	nsDig  identity.NamespaceDigest
-	nsCan  []byte // ns canonical encoding, for OnStored
+	nsCan  []byte // ns canonical encoding
 	rights acl.Right
 	epoch  uint64 // guard epoch rights were computed at
 	quit   bool

@@ -160,9 +160,7 @@ func (rc *respConn) set(args [][]byte, pending int64) error {
 		}
 	}
 	c.s.store.Commit(res)
-	if h := c.s.cfg.OnStored; h != nil {
-		h(identity.CacheIdentity{Namespace: rc.ns, Opaque: k}, rc.nsDig, key, rc.nsCan)
-	}
+	c.s.stored(identity.CacheIdentity{Namespace: rc.ns, Opaque: k}, rc.nsDig, key)
 	c.s.stats.bytesIn.Add(uint64(n))
 	c.sess.counters.bytesIn.Add(uint64(n))
 	rc.reply(okReply)
@@ -284,10 +282,7 @@ func (rc *respConn) get(k []byte) error {
 		rc.miss()
 		return nil
 	}
-	v, ok := c.s.store.Acquire(rc.nsDig, key)
-	if !ok && c.s.cfg.ColdRefill != nil {
-		v, ok = c.refillMiss(rc.nsDig, key)
-	}
+	v, ok := c.acquireOrRefill(rc.nsDig, key)
 	if ok && c.s.sealer != nil {
 		if id, err := c.s.sealer.verify(c.s.store, v, rc.nsDig, key); err != nil {
 			c.sealFailed(v, rc.nsDig, key, id, err)
@@ -319,7 +314,7 @@ func (rc *respConn) hit(n int) {
 }
 
 // present reports whether the block of key k is stored: in DRAM, in the
-// cold tier (Config.ColdPresent), or at its owner.
+// tiers below it (Config.Lower), or at its owner.
 func (rc *respConn) present(k []byte, key identity.BlockKey) bool {
 	c := rc.c
 	if rc.remote(key) {
@@ -335,7 +330,7 @@ func (rc *respConn) present(k []byte, key identity.BlockKey) bool {
 	if hits, _, _ := c.s.store.Lookup(rc.nsDig, one[:], 0, false); hits == 1 {
 		return true
 	}
-	return c.s.cfg.ColdPresent != nil && c.s.cfg.ColdPresent(rc.nsDig, key)
+	return c.s.cfg.Lower != nil && c.s.cfg.Lower.Present(rc.nsDig, key)
 }
 
 // exists counts the keys present; any fault counts as absent.
@@ -402,15 +397,14 @@ func (rc *respConn) del(keys [][]byte) {
 		ctx, cancel := context.WithTimeout(context.Background(), coldTimeout)
 		deleted, _ := c.s.store.DeleteWait(ctx, rc.nsDig, key) // a block being written to a reader
 		cancel()
-		if cp := c.s.cfg.ColdPresent; !deleted && cp != nil && cp(rc.nsDig, key) {
-			deleted = true
-		}
-		if cd := c.s.cfg.ColdDelete; cd != nil {
+		if lo := c.s.cfg.Lower; lo != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), coldTimeout)
-			if err := cd(ctx, rc.ns, rc.nsDig, key); err != nil {
-				c.s.log.Warn("RESP DEL: cannot hide the block in the cold tier", "err", err)
-			}
+			known, err := lo.Delete(ctx, rc.ns, rc.nsDig, key)
 			cancel()
+			if err != nil {
+				c.s.log.Warn("RESP DEL: cannot hide the block below DRAM", "err", err)
+			}
+			deleted = deleted || known
 		}
 		if deleted {
 			n++

@@ -10,10 +10,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/directory"
 	"github.com/gpucache/gpucache/internal/hot"
+	"github.com/gpucache/gpucache/internal/lower"
 	"github.com/gpucache/gpucache/internal/security"
 	"github.com/gpucache/gpucache/internal/security/seal"
 )
@@ -80,26 +80,15 @@ type Config struct {
 	// FillDeadline bounds one fill leader's turn when the server creates the
 	// directory. Default 10s.
 	FillDeadline time.Duration
-	// OnStored, when set, is called on the connection's reader goroutine
-	// after each PUT or FILL_COMMIT block is committed to the hot tier, with
-	// the block's full verified identity, its namespace digest and key
-	// (already computed and checked, so the hook need not hash again), and
-	// the namespace's canonical encoding; the cold tier's write-behind uses
-	// it. id.Tokens and nsCanonical alias connection buffers that the next
-	// request reuses: the hook must copy what it keeps, and must not block
-	// for long. Nil by default.
-	OnStored func(id identity.CacheIdentity, ns identity.NamespaceDigest, key identity.BlockKey, nsCanonical []byte)
-	// ColdRefill, when set, is asked for a block the hot tier misses on
-	// GET: it reads the block (ns, key) from the cold tier and reports its
-	// length, or false for a miss. Once it knows the payload's length n it
-	// calls alloc(n) at most once, and reads the payload into the buffer
-	// alloc returns (a reserved hot-tier slot), or misses when alloc
-	// returns false. Concurrent misses on one block share one refill
-	// through the directory.
-	ColdRefill func(ctx context.Context, ns identity.Namespace, key identity.BlockKey, alloc func(n int) ([]byte, bool)) (int, bool)
-	// ColdStats, when set, returns the cold tier's STAT entries; Stats
-	// appends them after its own. Nil by default.
-	ColdStats func() []wire.StatEntry
+	// Lower is the storage below DRAM (internal/lower): the flash tier,
+	// the cold tier, or a chain of them. A GET that misses DRAM refills
+	// from it (refillMiss: concurrent misses on one block share one refill
+	// through the directory), LOOKUP and RESP EXISTS count its blocks as
+	// present, DELETE and RESP DEL hide its copies, each stored block is
+	// announced to it (Stored) so it can write the block behind when DRAM
+	// evicts it, and STAT appends its entries. The hot store's OnEvict is
+	// the daemon's to point at Lower.Evicted. Nil: DRAM only.
+	Lower lower.Tier
 	// Guard authenticates sessions and authorises every request: ACL,
 	// rate limits and replay stamps. Nil is open mode: the tenant is what
 	// HELLO names, everything is allowed, nothing is limited (loopback
@@ -127,19 +116,6 @@ type Config struct {
 	// wire.VersionMax; more than wire.VersionMax is ErrConfig. 1 pins the previous protocol (a rolling
 	// upgrade runs new binaries pinned until every node is upgraded).
 	MaxVersion uint8
-	// ColdPresent, when set, reports whether the cold tier holds the block
-	// (namespace digest d, key), from memory, without a payload read (an
-	// index of the cold tier's pointers). A true answer may be stale (a GET
-	// may still miss); false is never wrong right after a publish. LOOKUP
-	// and RESP EXISTS count such blocks as present. Nil: DRAM only.
-	ColdPresent func(d identity.NamespaceDigest, key identity.BlockKey) bool
-	// ColdTenantUsage, when set, reports a tenant's cold-tier bytes and
-	// cold quota (0: none); STAT gives each session its own tenant's.
-	ColdTenantUsage func(tenant string) (bytes, quota int64)
-	// ColdDelete, when set, hides the block in the cold tier (its pointer
-	// goes, and no pending write-behind brings it back), so a GET after a
-	// DELETE or RESP DEL misses. Nil: DELETE touches DRAM only.
-	ColdDelete func(ctx context.Context, ns identity.Namespace, d identity.NamespaceDigest, key identity.BlockKey) error
 	// Forwarder, when set, serves RESP operations on keys another member
 	// owns (forwarder.go). Nil: every key is served locally.
 	Forwarder Forwarder

@@ -523,7 +523,7 @@ func TestPutKeyMustDeriveFromIdentity(t *testing.T) {
 		ns  []byte
 		key identity.BlockKey
 	}
-	var mu sync.Mutex // OnStored runs on the connection's reader goroutine
+	var mu sync.Mutex // Lower.Stored runs on the connection's reader goroutine
 	var seen []stored
 	seenNow := func() []stored {
 		mu.Lock()
@@ -531,14 +531,15 @@ func TestPutKeyMustDeriveFromIdentity(t *testing.T) {
 		return slices.Clone(seen)
 	}
 	ts := startServer(t, func(c *Config) {
-		c.OnStored = func(id identity.CacheIdentity, _ identity.NamespaceDigest, _ identity.BlockKey, ns []byte) {
-			// Copy: id.Tokens and ns alias connection buffers.
+		c.Lower = &tierFuncs{stored: func(id identity.CacheIdentity, _ identity.NamespaceDigest, _ identity.BlockKey) {
+			// Copy: id.Tokens alias connection buffers.
 			id.Tokens = append([]uint32(nil), id.Tokens...)
 			k, _ := id.Key()
+			ns, _ := id.Namespace.Canonical()
 			mu.Lock()
-			seen = append(seen, stored{id: id, ns: append([]byte(nil), ns...), key: k})
+			seen = append(seen, stored{id: id, ns: ns, key: k})
 			mu.Unlock()
-		}
+		}}
 	})
 	c := helloConn(t, ts.addr, "acme")
 	ns := testNamespace("acme")
@@ -596,10 +597,10 @@ func TestPutKeyMustDeriveFromIdentity(t *testing.T) {
 		})
 	}
 	if n := len(seenNow()); n != 0 {
-		t.Fatalf("OnStored called for %d refused blocks", n)
+		t.Fatalf("Lower.Stored called for %d refused blocks", n)
 	}
 	// The stream stayed in sync; the correct identities are stored, and
-	// OnStored sees each one with its namespace.
+	// Lower.Stored sees each one with its namespace.
 	for i, id := range ids {
 		if st := c.put(blob, id, payload); st != wire.StatusStored {
 			t.Fatalf("block %d: %s, want STORED", i, st)
@@ -607,11 +608,11 @@ func TestPutKeyMustDeriveFromIdentity(t *testing.T) {
 	}
 	got := seenNow()
 	if len(got) != len(ids) {
-		t.Fatalf("OnStored called %d times for %d blocks", len(got), len(ids))
+		t.Fatalf("Lower.Stored called %d times for %d blocks", len(got), len(ids))
 	}
 	for i, s := range got {
 		if s.key != mustKey(t, ids[i]) || s.id.Position != ids[i].Position || !bytes.Equal(s.ns, blob) {
-			t.Fatalf("OnStored %d: %+v", i, s)
+			t.Fatalf("Lower.Stored %d: %+v", i, s)
 		}
 	}
 	_, body := c.roundTrip(wire.OpStat, nil)

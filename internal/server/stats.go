@@ -132,10 +132,10 @@ func (s *Server) Stats() []wire.StatEntry {
 		wire.StatEntry{Name: "fill_expired", Value: ds.Expired},
 	)
 	for op := wire.OpHello; op <= wire.OpMax; op++ {
-		e = append(e, wire.StatEntry{Name: "requests_" + lower(op.String()), Value: s.stats.requests[op].Load()})
+		e = append(e, wire.StatEntry{Name: "requests_" + asciiLower(op.String()), Value: s.stats.requests[op].Load()})
 	}
 	for code := wire.CodeBadMagic; code <= wire.CodeMax; code++ {
-		e = append(e, wire.StatEntry{Name: "errors_" + lower(code.String()), Value: s.stats.errors[code].Load()})
+		e = append(e, wire.StatEntry{Name: "errors_" + asciiLower(code.String()), Value: s.stats.errors[code].Load()})
 	}
 	rt := ReadRuntime()
 	e = append(e,
@@ -162,8 +162,8 @@ func (s *Server) Stats() []wire.StatEntry {
 		wire.StatEntry{Name: "control_mode", Value: mode},
 		wire.StatEntry{Name: "readonly_refused", Value: s.stats.modeRefused.Load()},
 	)
-	if s.cfg.ColdStats != nil {
-		e = append(e, s.cfg.ColdStats()...)
+	if s.cfg.Lower != nil {
+		e = append(e, s.cfg.Lower.Stats()...)
 	}
 	e = append(e, s.connStats()...)
 	e = append(e, s.respStats()...)
@@ -192,7 +192,7 @@ func auditStats(a audit.Stats) []wire.StatEntry {
 	}
 }
 
-func lower(s string) string {
+func asciiLower(s string) string {
 	b := []byte(s)
 	for i, c := range b {
 		if c >= 'A' && c <= 'Z' {

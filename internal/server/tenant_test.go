@@ -12,6 +12,7 @@ import (
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/directory"
 	"github.com/gpucache/gpucache/internal/hot"
+	"github.com/gpucache/gpucache/internal/lower"
 	"github.com/gpucache/gpucache/internal/testfix"
 )
 
@@ -58,7 +59,7 @@ func startTenantHarness(t *testing.T, cold map[identity.BlockKey][]byte) *tenant
 				h.reserved <- err
 			}
 		}}
-		c.ColdRefill = func(_ context.Context, _ identity.Namespace, key identity.BlockKey, alloc func(int) ([]byte, bool)) (int, bool) {
+		c.Lower = &tierFuncs{refill: func(_ context.Context, _ identity.Namespace, key identity.BlockKey, alloc lower.Alloc) (int, bool) {
 			p, ok := cold[key]
 			if !ok {
 				return 0, false
@@ -68,7 +69,7 @@ func startTenantHarness(t *testing.T, cold map[identity.BlockKey][]byte) *tenant
 				return 0, false
 			}
 			return copy(dst, p), true
-		}
+		}}
 	})
 	return h
 }

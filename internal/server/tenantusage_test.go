@@ -28,7 +28,10 @@ func TestStatShowsOnlyTheSessionsOwnTenantUsage(t *testing.T) {
 	cold := map[string][2]int64{"acme": {7000, 9000}, "beta": {123, 0}}
 	f.ts = startServer(t, func(c *Config) {
 		c.Guard = f.guard
-		c.ColdTenantUsage = func(tenant string) (int64, int64) { u := cold[tenant]; return u[0], u[1] }
+		c.Lower = &tierFuncs{tenantStats: func(tenant string) []wire.StatEntry {
+			u := cold[tenant]
+			return []wire.StatEntry{{Name: "tenant_cold_bytes", Value: uint64(u[0])}, {Name: "tenant_cold_quota_bytes", Value: uint64(u[1])}}
+		}}
 	})
 	st := f.ts.store
 	if err := st.SetTenantQuotas(map[string]int64{"acme": 8 << 20}); err != nil {

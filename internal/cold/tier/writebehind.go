@@ -97,31 +97,33 @@ func (t *Tier) forgetLocked(key identity.BlockKey) bool {
 	return ok
 }
 
-// Evicted is the hot tier's OnEvict hook: it copies the block into a
-// pending batch if its identity is known and the budget has room for it
-// (blockCost), else drops it. It runs under the hot tier's lock: it never
-// blocks on storage.
-func (t *Tier) Evicted(ns identity.NamespaceDigest, key, parent identity.BlockKey, _ uint32, payload []byte) {
+// Evicted is the hot tier's OnEvict hook (through lower.Tier): it copies
+// the block into a pending batch if its identity is known and the budget
+// has room for it (blockCost), else drops it, and reports whether it took
+// the block. It runs under the hot tier's lock: it never blocks on
+// storage.
+func (t *Tier) Evicted(ns identity.NamespaceDigest, key, parent identity.BlockKey, _ uint32, payload []byte) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	tl, ok := t.mu.tails[key]
 	if !ok || t.mu.namespaces[tl.ns].Tenant == "" {
 		t.st.droppedUnknown.Add(1)
-		return
+		return false
 	}
 	t.mu.dead += int(tl.tokLen)
 	delete(t.mu.tails, key)
 	if tl.parent != parent {
 		t.st.droppedUnknown.Add(1)
-		return
+		return false
 	}
 	cost := t.costLocked(tl, len(payload))
 	if len(payload) == 0 || !t.budget.TryTake(cost) {
 		t.st.droppedFull.Add(1)
-		return
+		return false
 	}
 	t.batchLocked(ns, tl, payload, cost)
 	t.st.offered.Add(1)
+	return true
 }
 
 // batchLocked copies a remembered block into its namespace's pending

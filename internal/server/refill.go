@@ -9,16 +9,31 @@ import (
 	"github.com/gpucache/gpucache/internal/hot"
 )
 
-// coldTimeout bounds one refill from the cold tier on a hot miss.
+// coldTimeout bounds one refill from below DRAM (flash, then the cold
+// tier) on a hot miss.
 const coldTimeout = 2 * time.Second
 
-// refillMiss tries the cold tier for a block the hot tier does not have,
+// acquireOrRefill pins the block (d, key) from DRAM or, on a miss, refills
+// it from the tiers below (refillMiss). It is the read path of GET,
+// GET_INTO and RESP GET:
+//
+//	hot.Store.Acquire ─hit─► View
+//	      └─miss─► refillMiss ─► directory (single-flight) ─► Config.Lower.Refill
+//	                                        (flash, then cold) into a reserved slot ─► CommitAcquire
+func (c *conn) acquireOrRefill(d identity.NamespaceDigest, key identity.BlockKey) (hot.View, bool) {
+	if v, ok := c.s.store.Acquire(d, key); ok {
+		return v, true
+	}
+	return c.refillMiss(d, key)
+}
+
+// refillMiss tries the tiers below DRAM for a block DRAM does not have,
 // through the directory's single-flight: the first session to miss leads the
-// refill, the others wait for its notice. A hit is inserted into the hot tier
+// refill, the others wait for its notice. A hit is inserted into DRAM
 // and returned pinned; any failure is a miss.
 func (c *conn) refillMiss(d identity.NamespaceDigest, key identity.BlockKey) (hot.View, bool) {
-	refill := c.s.cfg.ColdRefill
-	if refill == nil || c.ns.Tenant == "" {
+	lo := c.s.cfg.Lower
+	if lo == nil || c.ns.Tenant == "" {
 		return hot.View{}, false
 	}
 	one := []identity.BlockKey{key}
@@ -48,7 +63,7 @@ func (c *conn) refillMiss(d identity.NamespaceDigest, key identity.BlockKey) (ho
 	}
 	tok := res.Token
 	// The refill reads the payload straight into a hot-tier slot: it
-	// learns the length from the manifest, then alloc reserves the slot
+	// learns the length from the flash index or the cold manifest, then alloc reserves the slot
 	// (charged to the tenant like a PUT), so no payload-sized buffer is
 	// ever on the Go heap, whatever MaxPayload is (ADR 0015). The parent,
 	// position and token count are not known here (a GET carries keys
@@ -69,7 +84,7 @@ func (c *conn) refillMiss(d identity.NamespaceDigest, key identity.BlockKey) (ho
 		return r.Buf, true
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), coldTimeout)
-	n, ok := refill(ctx, c.ns, key, alloc)
+	n, ok := lo.Refill(ctx, c.ns, d, key, alloc)
 	cancel()
 	if !ok || !reserved || n != len(r.Buf) {
 		if reserved {
@@ -97,4 +112,13 @@ func (c *conn) refillMiss(d identity.NamespaceDigest, key identity.BlockKey) (ho
 		c.s.stats.coldHits.Add(1)
 	}
 	return v, ok
+}
+
+// stored announces a block committed to DRAM to the tiers below, so they
+// can write it behind when DRAM evicts it. id's slices alias connection
+// buffers; the tiers copy what they keep.
+func (s *Server) stored(id identity.CacheIdentity, d identity.NamespaceDigest, key identity.BlockKey) {
+	if s.cfg.Lower != nil {
+		s.cfg.Lower.Stored(id, d, key)
+	}
 }

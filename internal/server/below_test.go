@@ -11,11 +11,11 @@ import (
 	"github.com/gpucache/gpucache/internal/testfix"
 )
 
-// fakeCold is a cold tier as the ColdPresent/ColdDelete hooks see it.
+// fakeCold is a tier below DRAM as its presence and delete see it.
 type fakeCold struct {
 	mu      sync.Mutex
 	present map[identity.NamespaceDigest]map[identity.BlockKey]bool
-	fail    error // ColdDelete's answer when set
+	fail    error // Delete's answer when set
 	deletes int
 }
 
@@ -54,8 +54,7 @@ func (f *fakeCold) deleteCount() int {
 func startColdPresence(t *testing.T) (*testServer, *fakeCold) {
 	fc := &fakeCold{present: map[identity.NamespaceDigest]map[identity.BlockKey]bool{}}
 	ts := startServer(t, func(c *Config) {
-		c.ColdPresent = fc.has
-		c.ColdDelete = fc.del
+		c.Lower = &tierFuncs{present: fc.has, del: fc.del}
 	})
 	return ts, fc
 }
