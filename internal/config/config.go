@@ -42,6 +42,31 @@ type Config struct {
 	// path, for engines on the same host; on it they may register shared
 	// memory so a GET or PUT is one copy (unix.go, ADR 0026). Default "off".
 	UnixListen string `yaml:"unix_listen"`
+	// FlashDir turns on the local flash tier between DRAM and the cold
+	// tier: blocks evicted from DRAM are appended to segment files in this
+	// directory and read back on a DRAM miss (flash.go, ADR 0027). Default
+	// "off".
+	FlashDir string `yaml:"flash_dir"`
+	// FlashCapacity bounds the flash tier's segment files in total. It
+	// must hold at least two segments. Required with flash_dir.
+	FlashCapacity ByteSize `yaml:"flash_capacity"`
+	// FlashSegment is one segment file's size; segments are written
+	// sequentially and reclaimed whole. Default 256MiB.
+	FlashSegment ByteSize `yaml:"flash_segment"`
+	// FlashWriteBuffer bounds the evicted blocks queued in memory for the
+	// flash writer; past it evicted blocks skip flash. Default 64MiB.
+	FlashWriteBuffer ByteSize `yaml:"flash_write_buffer"`
+	// FlashCold says when a block goes to the cold tier: "through" (when
+	// DRAM evicts it, as without flash; the default) or "reclaim" (only
+	// when flash reclaims its segment). ADR 0027 gives the measurement.
+	FlashCold string `yaml:"flash_cold"`
+	// FlashReclaim picks the segment reclaimed when flash is full:
+	// "oldest" (the default) or "fewest-live".
+	FlashReclaim string `yaml:"flash_reclaim"`
+	// FlashDirect is O_DIRECT for flash I/O: "auto" (the default: used
+	// where the file system supports it), "on" (refuse to start without
+	// it) or "off".
+	FlashDirect string `yaml:"flash_direct"`
 	// UnixListenMode is the socket file's mode, octal. Default "0660".
 	UnixListenMode string `yaml:"unix_listen_mode"`
 	// RegionBytes bounds the registered shared memory mapped at once, all
@@ -350,6 +375,12 @@ func Default() Config {
 		UnixListen:  "off",
 
 		UnixListenMode:    "0660",
+		FlashDir:          "off",
+		FlashSegment:      256 << 20,
+		FlashWriteBuffer:  64 << 20,
+		FlashCold:         FlashColdThrough,
+		FlashReclaim:      FlashReclaimOldest,
+		FlashDirect:       "auto",
 		RegionBytes:       256 << 30,
 		TenantRegionBytes: 64 << 30,
 		HotCapacity:       1 << 30,
@@ -483,7 +514,7 @@ func (c *Config) fields() []field {
 		{"admin_tls_client_ca", `CA bundle (PEM) for optional client certificates on the admin listener ("": tls_client_ca, "none": ask for none)`, (*strVal)(&c.AdminTLSClientCA)},
 		{"seal_grace", "how long a replaced seal key still verifies", (*durVal)(&c.SealGrace)},
 		{"seal_hot_reads", "seal blocks in DRAM too and verify them on every read (needs seal_keys)", (*boolVal)(&c.SealHotReads)},
-	}, slices.Concat(c.clusterFields(), c.connFields(), c.respFields(), c.unixFields(), c.ablationFields(), c.coldCryptFields())...)
+	}, slices.Concat(c.clusterFields(), c.connFields(), c.respFields(), c.unixFields(), c.flashFields(), c.ablationFields(), c.coldCryptFields())...)
 }
 
 // EnvName returns the environment variable for a YAML key.
@@ -568,6 +599,7 @@ func (c Config) Validate() error {
 		c.validateTenantShares,
 		c.validateRESP,
 		c.validateUnix,
+		c.validateFlash,
 		c.validateCold,
 		c.validateLog,
 	} {

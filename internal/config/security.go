@@ -49,6 +49,10 @@ type TenantConfig struct {
 	// another tenant's; with nothing of its own to delete, the write-behind
 	// is dropped and counted. It is 0 or at least hot_max_class.
 	ColdQuota ByteSize `yaml:"cold_quota"`
+	// FlashQuota caps the flash-tier bytes of the tenant's live records
+	// (flash.go). A tenant at its quota loses its own oldest flash blocks,
+	// never another tenant's. 0 (the default): none.
+	FlashQuota ByteSize `yaml:"flash_quota"`
 }
 
 // SecretConfig names where a secret is read from: a file (its content,
