@@ -34,6 +34,8 @@ var gauges = map[string]bool{
 	"cold_quota_tracked_packs":  true,                             // the cold quota ledger's size
 	"ratelimit_dynamic_buckets": true, "antireplay_entries": true, // the guard's bounded tables (daemon guardStats)
 	"audit_sources": true, "audit_file_bytes": true, // the audit throttle's table, the audit file's size
+	"flash_bytes": true, "flash_live_bytes": true, "flash_segments": true, "flash_blocks": true, "flash_capacity_bytes": true,
+	"flash_write_buffer_bytes": true, "flash_degraded": true, "flash_direct": true, // the flash tier's levels
 }
 
 // collector exports STAT entries as gpucache_* metrics on each scrape, so

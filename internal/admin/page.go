@@ -109,6 +109,8 @@ type pageData struct {
 	Hot      []statCell
 	Cold     []statCell
 	ColdOn   bool
+	Flash    []statCell
+	FlashOn  bool
 	Windows  []RatioWindow
 	Cluster  *ClusterView
 	Tenants  []TenantRow
@@ -204,6 +206,10 @@ func (h *Handler) renderPage(w io.Writer, src PageSource) error {
 			"cold_bytes_limit", "cold_bytes_batched", "cold_packs_written", "cold_packs_given_up", "cold_refill_hits", "cold_refill_misses"),
 	}
 	_, d.ColdOn = m["cold_store_connected"]
+	d.Flash = pick("flash_degraded", "flash_direct", "flash_live_bytes", "flash_bytes", "flash_capacity_bytes", "flash_segments",
+		"flash_blocks", "flash_write_buffer_bytes", "flash_hits", "flash_misses", "flash_blocks_written", "flash_reclaims",
+		"flash_corrupt", "flash_read_errors", "flash_write_errors", "flash_declined_full")
+	_, d.FlashOn = m["flash_capacity_bytes"]
 	if src.Rates != nil {
 		src.Rates.Record(now, entries)
 		d.Windows = src.Rates.Windows(now)

@@ -20,6 +20,8 @@ func pageStats() []wire.StatEntry {
 		{Name: "hot_hits", Value: 30}, {Name: "hot_misses", Value: 10},
 		{Name: "cold_store_connected", Value: 1}, {Name: "cold_write_degraded", Value: 1},
 		{Name: "cold_packs_pending", Value: 4}, {Name: "cold_bytes_held", Value: 5 << 10},
+		{Name: "flash_degraded", Value: 1}, {Name: "flash_live_bytes", Value: 1 << 30}, {Name: "flash_capacity_bytes", Value: 4 << 30},
+		{Name: "flash_segments", Value: 5}, {Name: "flash_hits", Value: 9},
 	}
 }
 
@@ -115,7 +117,7 @@ func TestPageContent(t *testing.T) {
 			t.Errorf("page %s = %s, STAT %d", m[1], m[2], want[m[1]])
 		}
 	}
-	for _, n := range []string{"hot_bytes_cached", "hot_capacity_bytes", "cold_packs_pending", "cold_bytes_held", "cold_write_degraded"} {
+	for _, n := range []string{"hot_bytes_cached", "hot_capacity_bytes", "cold_packs_pending", "cold_bytes_held", "cold_write_degraded", "flash_hits", "flash_degraded"} {
 		if _, ok := got[n]; !ok {
 			t.Errorf("page lacks %s", n)
 		}
@@ -124,6 +126,7 @@ func TestPageContent(t *testing.T) {
 		`<meta http-equiv="refresh" content="5">`, `id="node">gpu-1<`, `id="version">9.9<`,
 		`id="dram-used">3.0 MiB<`, `id="dram-capacity">64.0 MiB<`,
 		`id="cold-health">connected<`, `id="cold-writebehind">degraded<`, `id="cold-backlog">4 packs, 5.0 KiB<`,
+		`id="flash-health">failing: writes off`, `id="flash-used">1.0 GiB<`, `id="flash-capacity">4.0 GiB<`, `5 segments`,
 		`id="cluster-epoch">7<`, `<td>gpu-2</td>`, `draining`,
 		`&lt;script&gt;x&lt;/script&gt;`, // a tenant name is text, never markup
 		`data-value="1048576">1.0 MiB of 4.0 MiB</td><td class="n">3.0 KiB (no quota)</td>`, // the tenant's usage
