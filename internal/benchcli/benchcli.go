@@ -38,6 +38,8 @@ Commands:
   dpu-demo    the DPU path: every open refuses, offload_active=false, a simulated queue round trip
   memcpy   the co-located limit: memcpy of blocks out of a working set, 1 and 2 threads
   cma      cross-memory attach: process_vm_readv of blocks out of a child's working set
+  torture  the flash tier's kill -9 loops: restart, check every acknowledged block,
+           write, kill (gpucache-bench torture --daemon bin/gpucached --loops 100)
   version  print the client and protocol versions
 
 The networked commands (bench, noisy, replay --live) take gpucache's
@@ -49,7 +51,7 @@ Run 'gpucache-bench <command> --help' for a command's flags.
 `
 
 // commands are the command names, for suggesting the nearest to a typo.
-var commands = []string{"bench", "memcpy", "cma", "noisy", "replay", "gen-trace", "soak", "report", "shard-demo", "cold-demo", "dpu-demo", "version", "help"}
+var commands = []string{"bench", "memcpy", "cma", "noisy", "replay", "gen-trace", "soak", "report", "shard-demo", "cold-demo", "dpu-demo", "torture", "version", "help"}
 
 // Main runs the command line args (without the program name) and returns
 // the process exit code.
@@ -85,6 +87,8 @@ func Main(ctx context.Context, args []string, std cli.Stdio) int {
 		err = runColdDemo(ctx, rest, std)
 	case "dpu-demo":
 		err = runDPUDemo(ctx, rest, std)
+	case "torture":
+		err = runTorture(ctx, rest, std)
 	case "version", "--version":
 		fmt.Fprintln(std.Out, version.Line(prog))
 		return 0
