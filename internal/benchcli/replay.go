@@ -39,6 +39,11 @@ type replayFlags struct {
 	plotOut    string
 	workers    int
 
+	// simulate, two tiers
+	flashCaps    string
+	flashSegment int
+	flashReclaim string
+
 	// live
 	live         bool
 	common       cli.ConnFlags
@@ -63,7 +68,11 @@ output_length, hash_ids) in one of three modes:
 
   simulate (default)  every --policies × --capacities on the trace's block
                       metadata: a table of prefix-hit ratio, prefill tokens
-                      saved and compute saved; --json, --plot
+                      saved and compute saved; --json, --plot; with
+                      --flash-capacities also DRAM (--capacities) above a
+                      log-structured flash tier above cold: hits and compute
+                      saved by tier, flash writes and reclaims, cold writes
+                      under write-through and write-on-reclaim
   --live              drives a running gpucached through the client with
                       real payloads (64 MiB per 512-token block / --scale), at
                       the trace's arrival times / --speedup; reports hit
@@ -76,7 +85,7 @@ output_length, hash_ids) in one of three modes:
 // simOnly and liveOnly name the flags of one mode, to refuse them in the
 // other.
 var (
-	simOnly  = []string{"policies", "capacities", "plot", "workers"}
+	simOnly  = []string{"policies", "capacities", "plot", "workers", "flash-capacities", "flash-segment", "flash-reclaim"}
 	liveOnly = []string{"addr", "tenant", "timeout", "secret-file", "tls-ca", "tls-cert", "tls-key", "tls-server-name",
 		"speedup", "sim-policy", "policy-name", "conns", "lease-ttl"}
 )
@@ -91,6 +100,9 @@ func (f *replayFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.capacities, "capacities", "1,2,5,10,20,50", "simulate: cache capacities in `percent` of the trace's unique blocks")
 	fs.StringVar(&f.plotOut, "plot", "", "simulate: draw hit ratio against capacity, one line per policy, to `file` (.svg, .png or .pdf)")
 	fs.IntVar(&f.workers, "workers", runtime.GOMAXPROCS(0), "simulate: runs in parallel")
+	fs.StringVar(&f.flashCaps, "flash-capacities", "", "simulate: also run each --capacities as DRAM above a flash tier of each of these capacities, in `percent` of the unique blocks (default: none)")
+	fs.IntVar(&f.flashSegment, "flash-segment", replay.DefaultFlashSegment, "simulate, flash: `blocks` per flash segment (the unit of reclaim)")
+	fs.StringVar(&f.flashReclaim, "flash-reclaim", strings.Join(replay.ReclaimOrders(), ","), "simulate, flash: comma-separated reclaim `orders`: oldest (the oldest segment first), fewest-live (the segment with the fewest records whose block is not in DRAM first)")
 
 	fs.BoolVar(&f.live, "live", false, "drive a running gpucached (--addr) instead of simulating")
 	f.common.Register(fs)
@@ -214,7 +226,53 @@ func (f *replayFlags) checkSimulate(set map[string]bool) error {
 	if _, err := parseCapacities(f.capacities); err != nil {
 		return err
 	}
-	return nil
+	return f.checkFlash(set)
+}
+
+// checkFlash checks the flags of the two-tier simulation.
+func (f *replayFlags) checkFlash(set map[string]bool) error {
+	if f.flashCaps == "" {
+		for _, n := range []string{"flash-segment", "flash-reclaim"} {
+			if set[n] {
+				return cli.UsageErr("--%s needs --flash-capacities", n)
+			}
+		}
+		return nil
+	}
+	if _, err := parsePercents("flash-capacities", f.flashCaps); err != nil {
+		return err
+	}
+	if f.flashSegment < 1 {
+		return cli.UsageErr("--flash-segment must be at least 1 block")
+	}
+	_, err := f.reclaimList()
+	return err
+}
+
+// reclaimList returns --flash-reclaim's orders, in ReclaimOrders' order.
+func (f *replayFlags) reclaimList() ([]string, error) {
+	known := replay.ReclaimOrders()
+	want := map[string]bool{}
+	for _, o := range strings.Split(f.flashReclaim, ",") {
+		o = strings.TrimSpace(o)
+		if o == "" {
+			continue
+		}
+		if !slices.Contains(known, o) {
+			return nil, cli.UsageErr("--flash-reclaim: unknown order %q (known: %s)", o, strings.Join(known, ", "))
+		}
+		want[o] = true
+	}
+	var out []string
+	for _, o := range known {
+		if want[o] {
+			out = append(out, o)
+		}
+	}
+	if len(out) == 0 {
+		return nil, cli.UsageErr("--flash-reclaim names no order")
+	}
+	return out, nil
 }
 
 // checkLive checks the flags of --live.
@@ -259,8 +317,12 @@ func (f *replayFlags) policyList() ([]string, error) {
 	return out, nil
 }
 
-// parseCapacities parses percentages in (0, 100], sorted, without repeats.
-func parseCapacities(s string) ([]float64, error) {
+// parseCapacities parses --capacities.
+func parseCapacities(s string) ([]float64, error) { return parsePercents("capacities", s) }
+
+// parsePercents parses the percentages in (0, 100] of flag --name, sorted,
+// without repeats.
+func parsePercents(name, s string) ([]float64, error) {
 	var out []float64
 	for _, f := range strings.Split(s, ",") {
 		f = strings.TrimSuffix(strings.TrimSpace(f), "%")
@@ -269,17 +331,17 @@ func parseCapacities(s string) ([]float64, error) {
 		}
 		v, err := strconv.ParseFloat(f, 64)
 		if err != nil {
-			return nil, cli.UsageErr("--capacities: %q is not a percentage", f)
+			return nil, cli.UsageErr("--%s: %q is not a percentage", name, f)
 		}
 		if !(v > 0 && v <= 100) {
-			return nil, cli.UsageErr("--capacities: capacity %v%% out of range (0, 100]", v)
+			return nil, cli.UsageErr("--%s: capacity %v%% out of range (0, 100]", name, v)
 		}
 		if !slices.Contains(out, v) {
 			out = append(out, v)
 		}
 	}
 	if len(out) == 0 {
-		return nil, cli.UsageErr("--capacities names no capacity")
+		return nil, cli.UsageErr("--%s names no capacity", name)
 	}
 	slices.Sort(out)
 	return out, nil
@@ -316,8 +378,9 @@ func (m traceMeta) String() string {
 
 // simJSON is the simulate mode's JSON output.
 type simJSON struct {
-	Trace   traceMeta       `json:"trace"`
-	Results []replay.Result `json:"results"`
+	Trace   traceMeta            `json:"trace"`
+	Results []replay.Result      `json:"results"`
+	Flash   []replay.FlashResult `json:"flash,omitempty"` // with --flash-capacities
 }
 
 func (f *replayFlags) runSimulate(reqs []replay.Request, meta traceMeta, showProgress bool, std cli.Stdio) error {
@@ -333,24 +396,36 @@ func (f *replayFlags) runSimulate(reqs []replay.Request, meta traceMeta, showPro
 			jobs = append(jobs, job{p, c / 100})
 		}
 	}
+	fjobs, fcaps, reclaims, err := f.flashJobs(policies, caps, meta.UniqueBlocks)
+	if err != nil {
+		return err
+	}
+	runs := len(jobs) + len(fjobs)
 	results := make([]replay.Result, len(jobs))
-	errs := make([]error, len(jobs))
-	bar := startProgress(std.Err, showProgress, fmt.Sprintf("simulating %d runs", len(jobs)), int64(len(jobs))*int64(len(reqs)))
+	flash := make([]replay.FlashResult, len(fjobs))
+	errs := make([]error, runs)
+	bar := startProgress(std.Err, showProgress, fmt.Sprintf("simulating %d runs", runs), int64(runs)*int64(len(reqs)))
 	start := time.Now()
 	next := atomic.Int64{}
 	var wg sync.WaitGroup
-	for range min(f.workers, len(jobs)) {
+	for range min(f.workers, runs) {
 		wg.Go(func() {
 			for {
 				i := int(next.Add(1) - 1)
-				if i >= len(jobs) {
+				if i >= runs {
 					return
 				}
 				last := 0
-				results[i], errs[i] = replay.Simulate(reqs, jobs[i].policy, jobs[i].frac, func(done int) {
+				progress := func(done int) {
 					bar.Add(int64(done - last))
 					last = done
-				})
+				}
+				if i < len(jobs) {
+					results[i], errs[i] = replay.Simulate(reqs, jobs[i].policy, jobs[i].frac, progress)
+				} else {
+					k := i - len(jobs)
+					flash[k], errs[i] = replay.SimulateFlash(reqs, fjobs[k].policy, fjobs[k].cfg, progress)
+				}
 				bar.Add(int64(len(reqs) - last))
 			}
 		})
@@ -364,7 +439,12 @@ func (f *replayFlags) runSimulate(reqs []replay.Request, meta traceMeta, showPro
 
 	w := std.Out
 	fmt.Fprintf(w, "trace %s\n", meta)
-	fmt.Fprintf(w, "simulated %d policies × %d capacities in %.1fs (%d workers)\n\n", len(policies), len(caps), elapsed.Seconds(), min(f.workers, len(jobs)))
+	if len(fjobs) == 0 {
+		fmt.Fprintf(w, "simulated %d policies × %d capacities in %.1fs (%d workers)\n\n", len(policies), len(caps), elapsed.Seconds(), min(f.workers, runs))
+	} else {
+		fmt.Fprintf(w, "simulated %d policies × %d capacities, and each × %d flash capacities × %d reclaim orders, in %.1fs (%d workers)\n\n",
+			len(policies), len(caps), len(fcaps), len(reclaims), elapsed.Seconds(), min(f.workers, runs))
+	}
 	at := func(ci, pi int) replay.Result { return results[ci*len(policies)+pi] }
 	table := func(title string, cell func(r replay.Result) string) {
 		fmt.Fprintln(w, title)
@@ -395,9 +475,12 @@ func (f *replayFlags) runSimulate(reqs []replay.Request, meta traceMeta, showPro
 	table("compute saved, % of prefill attention work (a block at position p costs ∝ its attention span)", func(r replay.Result) string {
 		return fmt.Sprintf("%.2f%%", 100*r.ComputeSaved)
 	})
+	if len(flash) > 0 {
+		printFlash(w, f.flashSegment, flash)
+	}
 
 	if f.jsonOut != "" {
-		if err := writeJSON(f.jsonOut, simJSON{Trace: meta, Results: results}); err != nil {
+		if err := writeJSON(f.jsonOut, simJSON{Trace: meta, Results: results, Flash: flash}); err != nil {
 			return err
 		}
 		fmt.Fprintf(std.Err, "wrote %s\n", f.jsonOut)
@@ -410,6 +493,83 @@ func (f *replayFlags) runSimulate(reqs []replay.Request, meta traceMeta, showPro
 		fmt.Fprintf(std.Err, "wrote %s\n", f.plotOut)
 	}
 	return nil
+}
+
+// flashJob is one two-tier simulation.
+type flashJob struct {
+	policy string
+	cfg    replay.FlashConfig
+}
+
+// flashJobs returns the two-tier runs of --flash-capacities (none without
+// it), by policy, DRAM capacity, flash capacity and reclaim order, and the
+// flash capacities and reclaim orders. A flash capacity must hold a whole
+// segment of the trace's unique blocks.
+func (f *replayFlags) flashJobs(policies []string, caps []float64, unique int) ([]flashJob, []float64, []string, error) {
+	if f.flashCaps == "" {
+		return nil, nil, nil, nil
+	}
+	fcaps, err := parsePercents("flash-capacities", f.flashCaps)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	reclaims, err := f.reclaimList()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	for _, fc := range fcaps {
+		if n := int(fc / 100 * float64(unique)); n < f.flashSegment {
+			return nil, nil, nil, cli.UsageErr("--flash-capacities: %g%% of %d unique blocks is %d blocks, less than one segment (--flash-segment %d)",
+				fc, unique, n, f.flashSegment)
+		}
+	}
+	var jobs []flashJob
+	for _, p := range policies {
+		for _, c := range caps {
+			for _, fc := range fcaps {
+				for _, o := range reclaims {
+					jobs = append(jobs, flashJob{p, replay.FlashConfig{DRAMFrac: c / 100, FlashFrac: fc / 100, SegmentBlocks: f.flashSegment, Reclaim: o}})
+				}
+			}
+		}
+	}
+	return jobs, fcaps, reclaims, nil
+}
+
+// printFlash prints the two-tier runs' tables, a row per run.
+func printFlash(w io.Writer, segment int, rs []replay.FlashResult) {
+	fmt.Fprintf(w, "two tiers: DRAM (the policy, at --capacities) above flash (log-structured, %d-block segments reclaimed whole)\n", segment)
+	fmt.Fprintf(w, "above cold (every block DRAM evicted); a flash record is live while its block is not in DRAM\n\n")
+	table := func(title, cols string, cells func(r replay.FlashResult) string) {
+		fmt.Fprintln(w, title)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintf(tw, "policy\tDRAM\tflash\tsegments\treclaim\t%s\t\n", cols)
+		for _, r := range rs {
+			fmt.Fprintf(tw, "%s\t%.6g%%\t%.6g%%\t%d\t%s\t%s\t\n", r.Policy, 100*r.DRAMFrac, 100*r.FlashFrac, r.Segments, r.Reclaim, cells(r))
+		}
+		tw.Flush()
+		fmt.Fprintln(w)
+	}
+	tiers := func(cell func(h replay.TierHits) string) func(r replay.FlashResult) string {
+		return func(r replay.FlashResult) string {
+			return strings.Join([]string{cell(r.DRAM), cell(r.Flash), cell(r.Cold), cell(r.Local), cell(r.Total)}, "\t")
+		}
+	}
+	const tierCols = "dram\tflash\tcold\tdram+flash\ttotal"
+	table("hit ratio by tier (leading-run hits in any tier / block accesses)", tierCols,
+		tiers(func(h replay.TierHits) string { return fmt.Sprintf("%.4f", h.HitRatio) }))
+	table("compute saved by tier, % of prefill attention work", tierCols,
+		tiers(func(h replay.TierHits) string { return fmt.Sprintf("%.2f%%", 100*h.ComputeSaved) }))
+	table("flash and cold writes, blocks (cold: each block at most once; flash-only: under on-reclaim, at the end, on flash alone)",
+		"flash writes\treclaims\tdropped live\tcold write-through\tcold on-reclaim\ton-reclaim/through\tflash-only",
+		func(r replay.FlashResult) string {
+			ratio := "-"
+			if r.ColdWritesThrough > 0 {
+				ratio = fmt.Sprintf("%.3f", float64(r.ColdWritesReclaim)/float64(r.ColdWritesThrough))
+			}
+			return fmt.Sprintf("%d\t%d\t%d\t%d\t%d\t%s\t%d", r.FlashWrites, r.FlashReclaims, r.FlashDroppedLive,
+				r.ColdWritesThrough, r.ColdWritesReclaim, ratio, r.FlashOnly)
+		})
 }
 
 func (f *replayFlags) runPrintCapacity(reqs []replay.Request, meta traceMeta, std cli.Stdio) error {

@@ -193,3 +193,86 @@ func TestReplayLive(t *testing.T) {
 		t.Fatalf("second replay: %+v", r)
 	}
 }
+
+// TestReplayFlash: --flash-capacities adds the two-tier tables and the
+// JSON's "flash" results, one per policy × DRAM capacity × flash capacity
+// × reclaim order, each what replay.SimulateFlash returns.
+func TestReplayFlash(t *testing.T) {
+	trace := tinyTrace(t)
+	js := filepath.Join(t.TempDir(), "out.json")
+	r := run(t, "", "replay", "--trace", trace, "--policies", "lru", "--capacities", "25,50", "--flash-capacities", "50,25",
+		"--flash-segment", "2", "--progress", "off", "--json", js)
+	if r.code != 0 {
+		t.Fatalf("replay: %+v", r)
+	}
+	for _, want := range []string{"prefix-hit ratio (leading-run hits / block accesses)",
+		"and each × 2 flash capacities × 2 reclaim orders",
+		"two tiers: DRAM (the policy, at --capacities) above flash (log-structured, 2-block segments reclaimed whole)",
+		"hit ratio by tier", "compute saved by tier", "flash and cold writes", "cold write-through", "cold on-reclaim", "fewest-live",
+		// LRU at 2 DRAM blocks above 2 segments of 2: every reuse is
+		// found in some tier, 5 of 13.
+		"     lru   25%    50%         2       oldest  0.0769  0.1538  0.1538      0.2308  0.3846\n"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	b, err := os.ReadFile(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out struct {
+		Results []replay.Result      `json:"results"`
+		Flash   []replay.FlashResult `json:"flash"`
+	}
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Results) != 2 || len(out.Flash) != 8 {
+		t.Fatalf("%d results, %d flash results; want 2, 8", len(out.Results), len(out.Flash))
+	}
+	reqs, err := readTraceFile(trace, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := 0
+	for _, dram := range []float64{0.25, 0.5} {
+		for _, fl := range []float64{0.25, 0.5} {
+			for _, order := range replay.ReclaimOrders() {
+				want, err := replay.SimulateFlash(reqs, "lru", replay.FlashConfig{DRAMFrac: dram, FlashFrac: fl, SegmentBlocks: 2, Reclaim: order}, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := out.Flash[i]
+				got.Seconds, want.Seconds = 0, 0
+				if got != want {
+					t.Errorf("flash result %d: %+v\nwant %+v", i, got, want)
+				}
+				i++
+			}
+		}
+	}
+}
+
+func TestReplayFlashUsageErrors(t *testing.T) {
+	trace := tinyTrace(t)
+	for _, tc := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"--flash-segment", "2"}, "--flash-segment needs --flash-capacities"},
+		{[]string{"--flash-reclaim", "oldest"}, "--flash-reclaim needs --flash-capacities"},
+		{[]string{"--flash-capacities", "0"}, "--flash-capacities: capacity 0% out of range (0, 100]"},
+		{[]string{"--flash-capacities", "lots"}, `--flash-capacities: "lots" is not a percentage`},
+		{[]string{"--flash-capacities", "50", "--flash-segment", "0"}, "--flash-segment must be at least 1 block"},
+		{[]string{"--flash-capacities", "50", "--flash-segment", "2", "--flash-reclaim", "newest"}, `--flash-reclaim: unknown order "newest"`},
+		{[]string{"--flash-capacities", "50", "--flash-segment", "2", "--flash-reclaim", ","}, "--flash-reclaim names no order"},
+		// 8 unique blocks: 25% is 2 blocks, less than the default segment.
+		{[]string{"--flash-capacities", "25"}, "25% of 8 unique blocks is 2 blocks, less than one segment (--flash-segment 256)"},
+		{[]string{"--live", "--flash-capacities", "50"}, "--flash-capacities is a simulate flag"},
+	} {
+		r := run(t, "", append([]string{"replay", "--trace", trace, "--progress", "off"}, tc.args...)...)
+		if r.code != 2 || !strings.Contains(r.stderr, tc.msg) {
+			t.Errorf("%v: code %d stderr %q; want 2 and %q", tc.args, r.code, r.stderr, tc.msg)
+		}
+	}
+}

@@ -50,3 +50,6 @@ type Result struct {
 //	// Partial) of a request's blocks, as both the simulator and the live
 //	// replay present them to a cache.
 //	func PromptBlocks(r Request) []BlockInfo
+//
+// and flash.go adds the two-tier simulation (DRAM above a log-structured
+// flash tier above cold): SimulateFlash, FlashConfig, FlashResult.

@@ -199,6 +199,10 @@ type cache struct {
 	free  []policy.ID
 	n     int
 	pol   policy.Policy
+
+	// inserted and evicted, when not nil, are told of each block that
+	// enters or leaves the cache (SimulateFlash's tier below).
+	inserted, evicted func(hash uint64)
 }
 
 // alloc caches h under a free ID.
@@ -215,6 +219,9 @@ func (c *cache) alloc(h uint64) policy.ID {
 	c.hash[id], c.live[id] = h, true
 	c.index[h] = id
 	c.n++
+	if c.inserted != nil {
+		c.inserted(h)
+	}
 	return id
 }
 
@@ -230,5 +237,8 @@ func (c *cache) evict(id policy.ID) error {
 	c.live[id] = false
 	c.free = append(c.free, id)
 	c.n--
+	if c.evicted != nil {
+		c.evicted(c.hash[id])
+	}
 	return nil
 }
