@@ -11,11 +11,12 @@
 // feels. Every read and write has a deadline, so a slow or dead client costs
 // only its own goroutines.
 //
-// Hostile connections (conn.go, reqbuf.go): a connection must complete
-// HELLO within Config.HelloTimeout, and at most Config.MaxUnauthPerAddr
-// connections per source IP may be waiting to; from a frame's first byte
-// its header and body must arrive within Config.ReadTimeout. Request
-// buffers grow as bytes arrive, never to a declared size; the namespace
+// Hostile connections (conn.go, connbuf.go, internal/reqbuf): a
+// connection must complete HELLO within Config.HelloTimeout, and at most
+// Config.MaxUnauthPerAddr connections per source IP may be waiting to;
+// from a frame's first byte its header and body must arrive within
+// Config.ReadTimeout. Request buffers grow as bytes arrive, never to a
+// declared size; the namespace
 // and rights of a PUT or FILL_COMMIT are checked before its table is
 // read; and what a connection holds above 16 KiB (large bodies and
 // tables, large queued GET responses, parked WAITs) comes from one

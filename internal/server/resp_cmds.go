@@ -191,14 +191,13 @@ func (rc *respConn) forwardSet(k []byte, key identity.BlockKey, inline []byte, n
 	c := rc.c
 	buf := inline
 	if buf == nil {
-		charge := bufCharge{owner: c.tenant, n: n}
-		if ok, _ := c.s.bufs.acquire(charge, c.s.cfg.BufferWait, c.s.done); !ok {
-			c.s.bufs.refused.Add(1)
+		if ok, _ := c.s.bufs.Acquire(c.tenant, n, c.s.cfg.BufferWait, c.s.done); !ok {
+			c.s.bufs.Refused(false)
 			// The value is skipped by the caller (SkipPending).
 			rc.dropped("request buffers exhausted")
 			return nil
 		}
-		defer c.s.bufs.release(charge)
+		defer c.s.bufs.Release(c.tenant, n)
 		buf = make([]byte, n)
 		if err := rc.r.ReadPending(buf); err != nil {
 			return err
