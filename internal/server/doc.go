@@ -43,6 +43,12 @@
 // member, MEMBERS answers the view, and the control mode limits what every
 // session is served.
 //
+// ServeRESP accepts RESP2 connections as connections of the server's (the
+// same limits and timeouts apply) and hands each to package respserve,
+// which runs the RESP session over respserve.Conn (resp.go): the
+// connection's waits and request buffers, its session under the guard,
+// and the blocks of the hot tier and Config.Lower.
+//
 // Shutdown stops accepting, lets each connection finish the request it is
 // reading and write every queued response, then releases all leases.
 package server

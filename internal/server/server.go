@@ -15,6 +15,7 @@ import (
 	"github.com/gpucache/gpucache/internal/hot"
 	"github.com/gpucache/gpucache/internal/lower"
 	"github.com/gpucache/gpucache/internal/reqbuf"
+	"github.com/gpucache/gpucache/internal/respserve"
 	"github.com/gpucache/gpucache/internal/security"
 	"github.com/gpucache/gpucache/internal/security/seal"
 )
@@ -118,13 +119,13 @@ type Config struct {
 	// upgrade runs new binaries pinned until every node is upgraded).
 	MaxVersion uint8
 	// Forwarder, when set, serves RESP operations on keys another member
-	// owns (forwarder.go). Nil: every key is served locally.
+	// owns (respserve.Forwarder). Nil: every key is served locally.
 	Forwarder Forwarder
 	// ForwardStats, when set, returns the forwarder's STAT entries
 	// (forwarded operations, misses by reason, budget refusals, pool
 	// size); Stats appends them last. Nil by default.
 	ForwardStats func() []wire.StatEntry
-	// RESPProfiles are the RESP endpoint's profiles, by tenant (resp.go):
+	// RESPProfiles are the RESP endpoint's profiles, by tenant (respserve):
 	// the namespace and value rules of everything a tenant stores over
 	// RESP. In open mode the tenant is security.DefaultTenant. A tenant
 	// without a profile can authenticate but not read or write. Nil: no
@@ -267,7 +268,8 @@ type Server struct {
 	sealer  *hotSealer // nil unless Config.HotSeal
 	log     *slog.Logger
 	stats   counters
-	bufs    *reqbuf.Budget // request buffers of every connection
+	bufs    *reqbuf.Budget      // request buffers of every connection
+	resp    *respserve.Endpoint // the RESP endpoint (resp.go)
 	// panicLogged is set once a connection panic's stack was logged.
 	panicLogged atomic.Bool
 
@@ -310,6 +312,7 @@ func New(cfg Config) (*Server, error) {
 		}
 		s.dir, s.ownDir = d, true
 	}
+	s.resp = s.newRESPEndpoint()
 	s.mu.listeners = make(map[net.Listener]struct{})
 	s.mu.conns = make(map[*conn]struct{})
 	s.mu.unauth = make(map[string]int)
@@ -565,5 +568,4 @@ type counters struct {
 	regionFaults      atomic.Uint64 // copies that faulted; each dropped its region
 	regionBytesIn     atomic.Uint64 // PUT_FROM bytes stored
 	regionBytesOut    atomic.Uint64 // GET_INTO bytes delivered
-	resp              respCounters  // the RESP endpoint's (resp.go)
 }
