@@ -22,7 +22,7 @@ func (c *Config) connFields() []field {
 // MinRequestBuffers is the smallest request_buffers that can serve the
 // largest request table under maxBatch: a FILL_COMMIT table of maxBatch
 // entries and wire.MaxRequestTokens token ids, plus its decoded form
-// (half as much again). It mirrors server.MaxRequestCost.
+// (half as much again). It mirrors reqbuf.MaxRequestCost.
 func MinRequestBuffers(maxBatch int) ByteSize {
 	table := int64(4 + wire.MaxNamespaceLen + 4 + maxBatch*wire.FillBlockSize(0) + 4*wire.MaxRequestTokens)
 	return ByteSize(table + table/2 + table)

@@ -7,15 +7,15 @@ import (
 	"time"
 
 	"github.com/gpucache/gpucache/api/wire"
-	"github.com/gpucache/gpucache/internal/server"
+	"github.com/gpucache/gpucache/internal/reqbuf"
 )
 
 // TestMinRequestBuffersMatchesServer: the config's floor for
 // request_buffers is the budget the server needs for its largest table.
 func TestMinRequestBuffersMatchesServer(t *testing.T) {
 	for _, b := range []int{1, 64, 1024, 65536} {
-		if got, want := int64(MinRequestBuffers(b)), server.MaxRequestCost(wire.Limits{MaxBatch: uint32(b)}); got != want {
-			t.Errorf("max_batch %d: MinRequestBuffers %d, server.MaxRequestCost %d", b, got, want)
+		if got, want := int64(MinRequestBuffers(b)), reqbuf.MaxRequestCost(wire.Limits{MaxBatch: uint32(b)}); got != want {
+			t.Errorf("max_batch %d: MinRequestBuffers %d, reqbuf.MaxRequestCost %d", b, got, want)
 		}
 	}
 }
@@ -53,7 +53,7 @@ func TestConnSettings(t *testing.T) {
 // TestTenantRequestBufferShare: an unset tenant_request_buffers is a fair
 // share of request_buffers: what the pre-session bucket leaves, halved in
 // open mode, divided among N tenants, never below the largest request nor
-// above request_buffers; it is the server's FairRequestBufferShare. A set
+// above request_buffers; it is reqbuf.FairShare. A set
 // share wins; one out of range is refused with a message that names it.
 func TestTenantRequestBufferShare(t *testing.T) {
 	c := Default()
@@ -76,7 +76,7 @@ func TestTenantRequestBufferShare(t *testing.T) {
 	}{{128 << 20, 1024, 0}, {128 << 20, 1024, 3}, {16 << 20, 1024, 0}, {MinRequestBuffers(64), 64, 1}, {1 << 30, 65536, 7}} {
 		c := Default()
 		c.RequestBuffers, c.MaxBatch, c.Tenants = tc.total, tc.maxBatch, make([]TenantConfig, tc.tenants)
-		want := server.FairRequestBufferShare(int64(tc.total), wire.Limits{MaxBatch: uint32(tc.maxBatch)}, c.TenantShares())
+		want := reqbuf.FairShare(int64(tc.total), wire.Limits{MaxBatch: uint32(tc.maxBatch)}, c.TenantShares())
 		if got := c.TenantRequestBufferCap(); got != want {
 			t.Errorf("%+v: config %d, server %d", tc, got, want)
 		}

@@ -69,7 +69,7 @@ func PreSessionBuffers(maxBatch int) ByteSize {
 // sessions may hold together: tenant_request_buffers, or what the
 // pre-session bucket leaves of request_buffers divided by TenantShares,
 // but never less than the largest request (MinRequestBuffers) nor more
-// than request_buffers. It mirrors server.FairRequestBufferShare.
+// than request_buffers. It mirrors reqbuf.FairShare.
 func (c Config) TenantRequestBufferCap() int64 {
 	if c.TenantRequestBuffers > 0 {
 		return int64(c.TenantRequestBuffers)

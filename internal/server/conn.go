@@ -78,12 +78,12 @@ type conn struct {
 	// sess.epoch.
 	nsRights acl.Right
 	// body is the scratch for request bodies and tables; it grows as bytes
-	// arrive (readGrow), and what it holds above keepBuf is charged to the
+	// arrive (readGrow), and what it holds above reqbuf.Keep is charged to the
 	// server's request-buffer budget (held) and given back when the
 	// connection goes idle (shrink).
 	body   []byte
 	held   int64  // request-buffer budget this connection holds
-	heldBy string // the owner held is charged to (reqbuf.go)
+	heldBy string // the owner held is charged to (connbuf.go)
 	// tableHeld is the part of held charged for decoding a large table into
 	// putReq or fillReq; it is released after the request.
 	tableHeld int64
@@ -388,7 +388,7 @@ type response struct {
 	lease hot.LeaseID // taken from the registry by the reader; released after the write
 	op    wire.Opcode
 	// charged is the request-buffer budget the response holds (a large GET
-	// table, reqbuf.go); the writer gives it back after the write.
+	// table, connbuf.go); the writer gives it back after the write.
 	charged bufCharge
 }
 
@@ -567,6 +567,6 @@ func (c *conn) releaseResponse(r *response) {
 	if r.lease != 0 {
 		c.s.store.ReleaseLease(r.lease)
 	}
-	c.s.bufs.release(r.charged)
+	c.s.releaseCharge(r.charged)
 	r.reset()
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/api/wire"
+	"github.com/gpucache/gpucache/internal/reqbuf"
 	"github.com/gpucache/gpucache/internal/security"
 	"github.com/gpucache/gpucache/internal/security/antireplay"
 	"github.com/gpucache/gpucache/internal/testfix"
@@ -243,7 +244,7 @@ func TestRequestBuffersBounded(t *testing.T) {
 		const attackers = 16
 		conns, writers := b.stallTables(t, "acme", blob, attackers, false)
 		synctest.Wait()
-		if used := b.srv.bufs.inUse(); used > budget || used == 0 {
+		if used := b.srv.bufs.InUse(); used > budget || used == 0 {
 			t.Fatalf("request buffers hold %d bytes, want 1..%d", used, budget)
 		}
 		if statValue(b.srv, "request_buffer_waits") == 0 {
@@ -261,12 +262,12 @@ func TestRequestBuffersBounded(t *testing.T) {
 			t.Fatal("no request was refused for want of budget")
 		}
 		writers.Wait() // every byte sent was read: held or skipped
-		if used := b.srv.bufs.inUse(); used > budget {
+		if used := b.srv.bufs.InUse(); used > budget {
 			t.Fatalf("request buffers hold %d bytes, over the %d budget", used, budget)
 		}
 		time.Sleep(30 * time.Second) // the stalled frames' read timeout
 		synctest.Wait()
-		if used := b.srv.bufs.inUse(); used != 0 {
+		if used := b.srv.bufs.InUse(); used != 0 {
 			t.Fatalf("%d bytes of budget still held after the stalled connections closed", used)
 		}
 		for _, c := range conns {
@@ -280,7 +281,7 @@ func TestRequestBuffersBounded(t *testing.T) {
 			}
 		}
 		synctest.Wait()
-		if used := b.srv.bufs.inUse(); used != 0 {
+		if used := b.srv.bufs.InUse(); used != 0 {
 			t.Fatalf("%d bytes of budget held by an idle connection", used)
 		}
 		ok.nc.Close()
@@ -304,7 +305,7 @@ func chain(n int) ([]identity.CacheIdentity, [][]byte) {
 	return ids, payloads
 }
 
-// TestRequestBufferReleasedWhenIdle: a request body above keepBuf is
+// TestRequestBufferReleasedWhenIdle: a request body above reqbuf.Keep is
 // charged while it is read and given back once the connection is idle;
 // pipelined requests keep the buffer until the last is read.
 func TestRequestBufferReleasedWhenIdle(t *testing.T) {
@@ -315,12 +316,12 @@ func TestRequestBufferReleasedWhenIdle(t *testing.T) {
 		c := b.pipeHello(t, srcA, "acme")
 		g := wire.GetRequest{Namespace: blob, Keys: make([]wire.Key, 1000)} // ~32 KiB body
 		body := g.AppendTo(nil)
-		if len(body) <= keepBuf {
-			t.Fatalf("GET body of %d bytes does not exceed keepBuf", len(body))
+		if len(body) <= reqbuf.Keep {
+			t.Fatalf("GET body of %d bytes does not exceed reqbuf.Keep", len(body))
 		}
 		c.roundTrip(wire.OpGet, body)
 		synctest.Wait()
-		if used := b.srv.bufs.inUse(); used != 0 {
+		if used := b.srv.bufs.InUse(); used != 0 {
 			t.Fatalf("%d bytes of request buffers held by an idle connection", used)
 		}
 		c.nc.Close()
@@ -347,14 +348,14 @@ func TestQueuedGetResponsesCharged(t *testing.T) {
 		synctest.Wait()
 		// The reader writes the first answer itself and blocks on the
 		// client: at least that one is charged while it waits.
-		if used, min := b.srv.bufs.inUse(), getResponseCost(1000); used < min {
+		if used, min := b.srv.bufs.InUse(), reqbuf.ResponseCost(1000); used < min {
 			t.Fatalf("%d bytes charged while a 1000-key GET response waits, want >= %d", used, min)
 		}
 		for range n {
 			c.recv()
 		}
 		synctest.Wait()
-		if used := b.srv.bufs.inUse(); used != 0 {
+		if used := b.srv.bufs.InUse(); used != 0 {
 			t.Fatalf("%d bytes still charged after the responses were written", used)
 		}
 		c.nc.Close()
@@ -378,15 +379,15 @@ func TestParkedWaitCharged(t *testing.T) {
 		req := wire.WaitRequest{Namespace: blob, TimeoutMillis: 10000, Fills: []uint64{join.Token.Fill}}
 		joiner.send(wire.OpWait, req.AppendTo(nil))
 		synctest.Wait()
-		if used := b.srv.bufs.inUse(); used != waitCost(1) {
-			t.Fatalf("parked WAIT holds %d bytes of budget, want %d", used, waitCost(1))
+		if used := b.srv.bufs.InUse(); used != reqbuf.WaitCost(1) {
+			t.Fatalf("parked WAIT holds %d bytes of budget, want %d", used, reqbuf.WaitCost(1))
 		}
 		if st := leader.commit(blob, lead.Token, id, testfix.Payload(20<<10, 3)); st != wire.StatusStored {
 			t.Fatalf("commit: %s", st)
 		}
 		joiner.recv()
 		synctest.Wait()
-		if used := b.srv.bufs.inUse(); used != 0 {
+		if used := b.srv.bufs.InUse(); used != 0 {
 			t.Fatalf("answered WAIT still holds %d bytes of budget", used)
 		}
 		leader.nc.Close()

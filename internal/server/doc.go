@@ -11,11 +11,12 @@
 // feels. Every read and write has a deadline, so a slow or dead client costs
 // only its own goroutines.
 //
-// Hostile connections (conn.go, reqbuf.go): a connection must complete
-// HELLO within Config.HelloTimeout, and at most Config.MaxUnauthPerAddr
-// connections per source IP may be waiting to; from a frame's first byte
-// its header and body must arrive within Config.ReadTimeout. Request
-// buffers grow as bytes arrive, never to a declared size; the namespace
+// Hostile connections (conn.go, connbuf.go, internal/reqbuf): a
+// connection must complete HELLO within Config.HelloTimeout, and at most
+// Config.MaxUnauthPerAddr connections per source IP may be waiting to;
+// from a frame's first byte its header and body must arrive within
+// Config.ReadTimeout. Request buffers grow as bytes arrive, never to a
+// declared size; the namespace
 // and rights of a PUT or FILL_COMMIT are checked before its table is
 // read; and what a connection holds above 16 KiB (large bodies and
 // tables, large queued GET responses, parked WAITs) comes from one
@@ -41,6 +42,12 @@
 // sessions get WRONG_EPOCH for keys the current view gives to another
 // member, MEMBERS answers the view, and the control mode limits what every
 // session is served.
+//
+// ServeRESP accepts RESP2 connections as connections of the server's (the
+// same limits and timeouts apply) and hands each to package respserve,
+// which runs the RESP session over respserve.Conn (resp.go): the
+// connection's waits and request buffers, its session under the guard,
+// and the blocks of the hot tier and Config.Lower.
 //
 // Shutdown stops accepting, lets each connection finish the request it is
 // reading and write every queued response, then releases all leases.

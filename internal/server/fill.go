@@ -10,6 +10,7 @@ import (
 	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/directory"
+	"github.com/gpucache/gpucache/internal/reqbuf"
 )
 
 // Single-flight fills. ACQUIRE asks the directory, per key, for a hit, the
@@ -213,12 +214,9 @@ func (c *conn) handleFillCommit(h wire.Header) error {
 	return nil
 }
 
-func (c *conn) fillTableMax() uint32 { return fillTableMax(c.s.cfg.Limits) }
-
-// fillTableMax bounds a FILL_COMMIT table under l, as putTableMax a PUT's.
-func fillTableMax(l wire.Limits) uint32 {
-	return 4 + wire.MaxNamespaceLen + 4 + l.MaxBatch*uint32(wire.FillBlockSize(0)) + 4*wire.MaxRequestTokens
-}
+// fillTableMax bounds a FILL_COMMIT table (reqbuf.FillTableMax), as
+// putTableMax a PUT's.
+func (c *conn) fillTableMax() uint32 { return reqbuf.FillTableMax(c.s.cfg.Limits) }
 
 // readTable reads the u32 table length and the table of a body that
 // carries payload (PUT, FILL_COMMIT). When ok is false the request has been
@@ -229,7 +227,7 @@ func fillTableMax(l wire.Limits) uint32 {
 // ACL: the rights op needs) before the rest of the table: a session that
 // may not write never makes the server read, or size a buffer for, a
 // table it declares. The rest then grows the connection's buffer as it
-// arrives, within the request-buffer budget (reqbuf.go); a table that
+// arrives, within the request-buffer budget (connbuf.go, internal/reqbuf); a table that
 // cannot get budget is answered RATE_LIMITED and skipped.
 func (c *conn) readTable(h wire.Header, max uint32) (table []byte, rest int64, ok bool, err error) {
 	if h.BodyLen < 4 {
@@ -324,7 +322,7 @@ func (c *conn) handleWait(h wire.Header, body []byte) error {
 	if _, err := c.namespace(h.Op, req.Namespace); err != nil {
 		return err
 	}
-	charged, err := c.chargeQueued(waitCost(len(req.Fills)))
+	charged, err := c.chargeQueued(reqbuf.WaitCost(len(req.Fills)))
 	if err != nil {
 		return err
 	}

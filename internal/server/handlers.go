@@ -11,11 +11,13 @@ import (
 	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/hot"
+	"github.com/gpucache/gpucache/internal/reqbuf"
 	"github.com/gpucache/gpucache/internal/security/antireplay"
 )
 
-// controlBodyMax bounds the body of every request but PUT.
-func (c *conn) controlBodyMax() uint32 { return controlBodyMax(c.s.cfg.Limits) }
+// controlBodyMax bounds the body of every request but PUT
+// (reqbuf.ControlBodyMax).
+func (c *conn) controlBodyMax() uint32 { return reqbuf.ControlBodyMax(c.s.cfg.Limits) }
 
 // bodyMax bounds the body of op, one of the requests read whole.
 func (c *conn) bodyMax(op wire.Opcode) uint32 {
@@ -23,10 +25,6 @@ func (c *conn) bodyMax(op wire.Opcode) uint32 {
 		return c.getIntoBodyMax()
 	}
 	return c.controlBodyMax()
-}
-
-func controlBodyMax(l wire.Limits) uint32 {
-	return 4 + wire.MaxNamespaceLen + 8 + 4 + l.MaxBatch*wire.KeySize + 64
 }
 
 // handle executes one request whose header passed CheckRequest and whose

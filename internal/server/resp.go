@@ -1,414 +1,305 @@
 package server
 
 import (
-	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"sync/atomic"
-	"time"
 
 	"github.com/gpucache/gpucache/api/identity"
-	"github.com/gpucache/gpucache/api/wire"
-	"github.com/gpucache/gpucache/internal/resp"
+	"github.com/gpucache/gpucache/internal/hot"
+	"github.com/gpucache/gpucache/internal/respserve"
 	"github.com/gpucache/gpucache/internal/security/acl"
-	"github.com/gpucache/gpucache/internal/security/audit"
+	"github.com/gpucache/gpucache/internal/security/auth"
 )
 
-// The RESP2 endpoint (docs/RESP.md; ADR 0016).
-//
-// ServeRESP serves the Redis protocol subset LMCache's remote tiers use
-// over the same hot tier, cold tier, directory, guard, seals and
-// statistics as the native protocol. A RESP connection is a *conn of the
-// server's (so MaxConns, MaxUnauthPerAddr, HelloTimeout as the AUTH
-// timeout, IdleTimeout, ReadTimeout, WriteTimeout and Shutdown apply to
-// it unchanged) run by respConn's loop instead of the native reader and
-// writer: one goroutine reads a command, executes it and writes its reply;
-// replies of pipelined commands are gathered and written when nothing
-// more is buffered.
-//
-// A key K of tenant T is the opaque-key block {Namespace: T's profile
-// namespace, Opaque: K}, stored under identity.OpaqueKey(digest, K).
+// The RESP2 endpoint (docs/RESP.md; ADR 0016) is package respserve's:
+// command dispatch, AUTH, profiles, the semantics of each command, replies
+// and its figures. A RESP connection is a *conn of the server's (so
+// MaxConns, MaxUnauthPerAddr, HelloTimeout as the AUTH timeout,
+// IdleTimeout, ReadTimeout, WriteTimeout and Shutdown apply to it
+// unchanged), run by respserve's loop instead of the native reader and
+// writer. This file is the server's side of that boundary: respConn
+// implements respserve.Conn over a *conn, the session and the blocks of
+// the hot tier and Config.Lower.
 
-// RESPProfile binds what a tenant stores over RESP (which carries no
-// identity) to a namespace, and says which values it accepts.
-type RESPProfile struct {
-	// Namespace is the namespace of every block the tenant stores over
-	// RESP; its Tenant is set to the tenant's name.
-	Namespace identity.Namespace
-	// ChunkBytes is the length every value must have (LMCache's chunk of
-	// chunk_size tokens), unless VariableLength. In-process "metadata"
-	// values are exempt (at most MaxRESPMetadata bytes).
-	ChunkBytes int
-	// VariableLength accepts values of any length up to the hot tier's
-	// largest block.
-	VariableLength bool
-	// AnyKey accepts keys that are not LMCache keys (key_format: any);
-	// false (key_format: lmcache) refuses them.
-	AnyKey bool
-}
+// RESPProfile binds what a tenant stores over RESP to a namespace, and
+// says which values it accepts (respserve.Profile).
+type RESPProfile = respserve.Profile
 
-// MaxRESPMetadata bounds the value of an in-process "...metadata" key:
-// LMCache's RemoteMetadata is 28 bytes for one KV group.
-const MaxRESPMetadata = 4096
+// MaxRESPMetadata bounds the value of an in-process "...metadata" key
+// (respserve.MaxMetadata).
+const MaxRESPMetadata = respserve.MaxMetadata
 
 // maxRESPAuthFailures closes a RESP connection after this many failed
 // AUTHs (as maxAuthFailures for HELLO).
 const maxRESPAuthFailures = maxAuthFailures
 
-// respReadLimits are the reader's bounds below the last argument; the
-// last (the SET value) is bounded by the hot tier's largest block.
-var respReadLimits = resp.Limits{MaxArgs: 1024, MaxArg: 4096, MaxArgBytes: 64 << 10}
+// respForwardTimeout bounds one forwarded RESP operation (and so the time
+// a dead owner can hold a command before it becomes a miss).
+const respForwardTimeout = coldTimeout
 
-// respCounters are the RESP endpoint's own figures.
-type respCounters struct {
-	conns      atomic.Uint64 // RESP connections accepted
-	commands   atomic.Uint64 // commands executed
-	setExists  atomic.Uint64 // SETs of a key already stored: +OK, bytes left alone
-	setDropped atomic.Uint64 // SETs not stored for a transient fault: +OK, a later GET misses
-	errors     atomic.Uint64 // -ERR replies
-	protocol   atomic.Uint64 // connections closed for a protocol error
-	forwarded  atomic.Uint64 // commands forwarded to the key's owner
-	authFailed atomic.Uint64 // failed AUTHs
-}
-
-func (s *Server) respStats() []wire.StatEntry {
-	r := &s.stats.resp
-	return []wire.StatEntry{
-		{Name: "resp_conns_accepted", Value: r.conns.Load()},
-		{Name: "resp_commands", Value: r.commands.Load()},
-		{Name: "resp_set_exists", Value: r.setExists.Load()},
-		{Name: "resp_set_dropped", Value: r.setDropped.Load()},
-		{Name: "resp_errors", Value: r.errors.Load()},
-		{Name: "resp_protocol_errors", Value: r.protocol.Load()},
-		{Name: "resp_forwarded", Value: r.forwarded.Load()},
-		{Name: "resp_auth_failures", Value: r.authFailed.Load()},
-	}
+// newRESPEndpoint is the server's RESP endpoint under cfg.
+func (s *Server) newRESPEndpoint() *respserve.Endpoint {
+	return respserve.New(respserve.Config{
+		Profiles:       s.cfg.RESPProfiles,
+		MaxValue:       s.cfg.Limits.MaxPayload,
+		WriteTimeout:   s.cfg.WriteTimeout,
+		Forwarder:      s.cfg.Forwarder,
+		ForwardTimeout: respForwardTimeout,
+		Buffers:        s.bufs,
+		BufferWait:     s.cfg.BufferWait,
+		Done:           s.done,
+		Logger:         s.log,
+		Handling: func(cmd string) {
+			if h := s.cfg.Hooks.Handling; h != nil {
+				h(cmd)
+			}
+		},
+	})
 }
 
 // ServeRESP accepts RESP2 connections on ln until Shutdown, as Serve does
 // for the native protocol. It closes ln.
 func (s *Server) ServeRESP(ln net.Listener) error {
 	return s.serve(ln, func(c *conn) {
-		s.stats.resp.conns.Add(1)
-		newRESPConn(c).serve()
+		s.resp.Serve(c.nc, c.br, &respConn{c: c})
+		s.forget(c)
 	})
 }
 
-// respConn is one RESP connection's state; its goroutine owns all of it.
+// respConn is the server's side of one RESP connection
+// (respserve.Conn). Its methods run on the connection's goroutine.
 type respConn struct {
-	c      *conn // server bookkeeping, deadlines, drain state, session
-	r      *resp.Reader
-	out    []byte       // replies not yet written
-	bufs   net.Buffers  // writev scratch
-	secret audit.Secret // the AUTH password, for forwarded operations
-	prof   *RESPProfile
-	ns     identity.Namespace
-	nsDig  identity.NamespaceDigest
-	nsCan  []byte // ns canonical encoding
-	rights acl.Right
-	epoch  uint64 // guard epoch rights were computed at
-	quit   bool
-	// open is true in open mode: no AUTH needed.
-	open bool
+	c      *conn
+	rights acl.Right // the tenant's rights on the profile's model
+	epoch  uint64    // guard epoch rights were computed at; 0: none yet
 }
 
-func newRESPConn(c *conn) *respConn {
-	lim := respReadLimits
-	lim.MaxBulk = int64(c.s.cfg.Limits.MaxPayload)
-	rc := &respConn{c: c, r: resp.NewReader(c.br, c.nc, lim)}
-	if c.s.guard.Policy().Open() {
-		rc.open = true
-		rc.login(sessionOpen(), nil)
-	}
-	return rc
+var _ respserve.Conn = (*respConn)(nil)
+
+func (rc *respConn) Await() (bool, error) { return rc.c.awaitRequest() }
+
+func (rc *respConn) ReadFailed(err error) { rc.c.timedOut(err) }
+
+func (rc *respConn) Panicked(v any) error { return rc.c.panicked("resp", v) }
+
+func (rc *respConn) ReadBuffered(n int, src io.Reader) ([]byte, error) {
+	return rc.c.readGrowFrom(0, n, src)
 }
 
-func (rc *respConn) serve() {
+func (rc *respConn) ReleaseBuffers() { rc.c.shrink() }
+
+func (rc *respConn) Open() bool { return rc.c.s.guard.Policy().Open() }
+
+func (rc *respConn) Authenticate(user string, secret []byte) (auth.Session, error, error) {
 	c := rc.c
-	err := rc.loopRecovered()
-	rc.flush() // the last replies: a protocol error's, -WRONGPASS, QUIT's +OK
-
-	c.nc.Close()
-	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-		c.s.log.Debug("RESP connection closed", "remote", c.nc.RemoteAddr(), "err", err)
-	}
-	c.s.forget(c)
-}
-
-// loopRecovered is loop, ending the connection on a panic (connpanic.go).
-func (rc *respConn) loopRecovered() (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = rc.c.panicked("resp", v)
-		}
-	}()
-	return rc.loop()
-}
-
-// loop reads and executes commands until EOF, QUIT, a protocol error (its
-// -ERR queued), a deadline or drain.
-func (rc *respConn) loop() error {
-	c := rc.c
-	for !rc.quit {
-		if c.br.Buffered() == 0 {
-			if err := rc.flush(); err != nil {
-				return err
-			}
-		}
-		if more, err := c.awaitRequest(); !more {
-			return err
-		}
-		cmd, err := rc.r.ReadCommand()
-		if err != nil {
-			if errors.Is(err, resp.ErrProtocol) {
-				c.s.stats.resp.protocol.Add(1)
-				rc.errorf("ERR Protocol error: %s", trimProtocol(err))
-			}
-			c.timedOut(err)
-			return err
-		}
-		c.s.stats.resp.commands.Add(1)
-		if err := rc.dispatch(cmd); err != nil {
-			return err
-		}
-		if rc.quit {
-			break // QUIT closes at once: its argument, if any, is not awaited
-		}
-		// A command that left its last argument unread has failed before
-		// reading it: skip it to stay in sync.
-		if err := rc.r.SkipPending(); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// trimProtocol is the reader's message without its package prefix.
-func trimProtocol(err error) string {
-	m := err.Error()
-	const p = "gpucache/resp: protocol error: "
-	if len(m) > len(p) && m[:len(p)] == p {
-		return m[len(p):]
-	}
-	return m
-}
-
-// flush writes the queued replies.
-func (rc *respConn) flush() error {
-	if len(rc.out) == 0 {
-		return nil
-	}
-	rc.c.nc.SetWriteDeadline(time.Now().Add(rc.c.s.cfg.WriteTimeout))
-	_, err := rc.c.nc.Write(rc.out)
-	rc.out = rc.out[:0]
-	if cap(rc.out) > 64<<10 {
-		rc.out = nil
-	}
-	return err
-}
-
-// writeBulk writes the queued replies and a bulk reply of payload with one
-// vectored write: the payload goes straight from its memory (a slab view).
-func (rc *respConn) writeBulk(payload []byte) error {
-	err := rc.writeVec(payload)
+	p := c.s.guard.Policy()
+	s, err := p.Auth.Bearer(secret, c.s.guard.Now())
 	if err == nil {
-		rc.c.s.stats.bytesOut.Add(uint64(len(payload)))
+		// Over TLS with a client certificate of another tenant: refused,
+		// as HELLO refuses it; neither credential wins.
+		err = c.certConflict(p, s.Tenant)
 	}
-	return err
+	if err == nil && user != "" && user != s.Tenant {
+		err = fmt.Errorf("%w: AUTH names tenant %q but the credential belongs to another tenant", auth.ErrUnauthenticated, user)
+	}
+	if err == nil {
+		return s, nil, nil
+	}
+	c.sess.authFails++
+	c.s.stats.authFailures.Add(1)
+	reason := auth.Reason(err)
+	if errors.Is(err, ErrCredentialConflict) {
+		reason = "credential_conflict"
+	} else if !errors.Is(err, auth.ErrExpired) && !errors.Is(err, auth.ErrNoCredential) && !errors.Is(err, auth.ErrUnknown) {
+		reason = "tenant_mismatch"
+	}
+	c.s.guard.Audit().AuthFailure(user, reason, c.nc.RemoteAddr().String())
+	if c.sess.authFails >= maxRESPAuthFailures {
+		return s, err, errTooManyAuthFailures
+	}
+	return s, err, nil
 }
 
-// writeVec writes the queued replies and a bulk reply of b with one
-// vectored write, b straight from its memory.
-func (rc *respConn) writeVec(b []byte) error {
-	rc.out = resp.AppendBulkHeader(rc.out, len(b))
-	rc.bufs = append(rc.bufs[:0], rc.out, b, crlf)
-	rc.c.nc.SetWriteDeadline(time.Now().Add(rc.c.s.cfg.WriteTimeout))
-	bufs := rc.bufs
-	_, err := bufs.WriteTo(rc.c.nc)
-	clear(rc.bufs[:3])
-	rc.out = rc.out[:0]
-	return err
-}
-
-var crlf = []byte("\r\n")
-
-// pingLong echoes a PING message longer than the reader's argument limit
-// (up to the last-argument bound, the hot tier's largest block), as
-// Redis does. The message is read whole before the reply is written (a
-// client that sends all of it before reading must not deadlock against
-// the echo), into the connection's request buffer, which grows as bytes
-// arrive and is charged to the request-buffer budget: the pre-session
-// bucket before AUTH, the tenant's share after. A message the budget
-// cannot hold answers -ERR and is skipped, so the connection stays in
-// sync; the buffer is given back once the reply is written.
-func (rc *respConn) pingLong(n int64) error {
+func (rc *respConn) Login(s auth.Session, ns *identity.Namespace) {
 	c := rc.c
-	defer c.shrink()
-	msg, err := c.readGrowFrom(0, int(n), pendingPart{rc.r})
+	c.hello, c.tenant, c.version = true, s.Tenant, 1
+	c.s.authenticated(c)
+	c.sess.Session, c.sess.epoch, c.sess.authFails = s, c.s.guard.Epoch(), 0
+	c.sess.counters = c.s.tenants.get(s.Tenant)
+	if ns != nil {
+		c.ns = *ns // for refillMiss
+		rc.epoch = 0
+	}
+}
+
+// Tenant returns the session's tenant (the last session's once it ended)
+// and whether the session is open.
+func (rc *respConn) Tenant() (string, bool) { return rc.c.tenant, rc.c.hello }
+
+func (rc *respConn) Admit() respserve.Admission {
+	c := rc.c
+	g := c.s.guard
+	if g == openGuard {
+		c.sess.counters.requests.Add(1)
+		return respserve.Admitted
+	}
+	p := g.Policy()
+	if ep := g.Epoch(); ep != c.sess.epoch {
+		if err := c.recheck(p); err != nil {
+			return respserve.SessionEnded
+		}
+		c.sess.epoch = ep
+	}
+	if !c.sess.NotAfter.IsZero() && !g.Now().Before(c.sess.NotAfter) {
+		c.endSession(fmt.Errorf("%w: %w", auth.ErrUnauthenticated, auth.ErrExpired))
+		return respserve.SessionEnded
+	}
+	c.sess.counters.requests.Add(1)
+	if p.Limiter != nil {
+		if ok, wait := p.Limiter.Allow(c.tenant, 1, 1); !ok {
+			c.limited(wait)
+			return respserve.RateLimited
+		}
+	}
+	return respserve.Admitted
+}
+
+func (rc *respConn) Allowed(op, model string, need acl.Right) bool {
+	c := rc.c
+	p := c.s.guard.Policy()
+	if p.Open() {
+		return true
+	}
+	if ep := c.s.guard.Epoch(); rc.epoch != ep {
+		rc.rights, rc.epoch = p.Rights(c.tenant, model), ep
+	}
+	if rc.rights.Has(need) {
+		return true
+	}
+	c.sess.counters.denied.Add(1)
+	c.s.stats.denied.Add(1)
+	c.s.guard.Audit().Denied(c.tenant, model, need.Name(), op)
+	return false
+}
+
+func (rc *respConn) AllowBytes(n int64) bool {
+	c := rc.c
+	if p := c.s.guard.Policy(); p.Limiter != nil && n > 1 {
+		if ok, wait := p.Limiter.Allow(c.tenant, 0, n-1); !ok {
+			c.limited(wait)
+			return false
+		}
+	}
+	return true
+}
+
+func (rc *respConn) Store(b respserve.Block, n int, fill func([]byte) error) (respserve.StoreResult, string, error) {
+	c := rc.c
+	if st := c.clusterState(); st.storesNothing() {
+		c.s.stats.modeRefused.Add(1)
+		return respserve.Dropped, "control mode " + st.mode.String(), nil
+	}
+	res, err := c.s.store.ReserveBlock(b.Digest, b.Key, identity.BlockKey{}, hot.BlockMeta{Tenant: c.tenant}, n)
+	if h := c.s.cfg.Hooks.Reserved; h != nil {
+		h(c.tenant, err)
+	}
 	if err != nil {
-		if errors.As(err, new(*wire.Error)) {
-			if !c.hello {
-				rc.errorf("ERR PING message of %d bytes: more than connections without AUTH may hold now (the pre-session request buffers); AUTH first", n)
-			} else {
-				rc.errorf("ERR PING message of %d bytes: the request buffers (tenant_request_buffers, request_buffers) cannot hold it now; retry later", n)
-			}
-			return nil // the loop skips what is left of it
-		}
-		return err
-	}
-	return rc.writeVec(msg)
-}
-
-// pendingPart reads the command's deferred last argument.
-type pendingPart struct{ r *resp.Reader }
-
-func (p pendingPart) Read(b []byte) (int, error) { return p.r.ReadPendingPart(b) }
-
-func (rc *respConn) reply(b []byte) { rc.out = append(rc.out, b...) }
-
-func (rc *respConn) int(n int64) { rc.out = resp.AppendInt(rc.out, n) }
-
-// errorf queues an error reply; format starts with the error kind.
-func (rc *respConn) errorf(format string, args ...any) {
-	rc.c.s.stats.resp.errors.Add(1)
-	rc.out = resp.AppendError(rc.out, fmt.Sprintf(format, args...))
-}
-
-// upper returns the ASCII upper case of a command name (at most 32 bytes
-// looked at; longer names are unknown anyway).
-func upper(dst *[32]byte, b []byte) []byte {
-	if len(b) > len(dst) {
-		return nil
-	}
-	out := dst[:len(b)]
-	for i, ch := range b {
-		if 'a' <= ch && ch <= 'z' {
-			ch -= 'a' - 'A'
-		}
-		out[i] = ch
-	}
-	return out
-}
-
-// printable renders a client-sent name for an error reply: at most 64
-// bytes, control characters and non-ASCII escaped.
-func printable(b []byte) string {
-	if len(b) > 64 {
-		b = b[:64]
-	}
-	var sb bytes.Buffer
-	for _, ch := range b {
-		if ch < 0x20 || ch >= 0x7f || ch == '\'' {
-			fmt.Fprintf(&sb, "\\x%02x", ch)
-			continue
-		}
-		sb.WriteByte(ch)
-	}
-	return sb.String()
-}
-
-// dispatch executes one command. A returned error closes the connection.
-func (rc *respConn) dispatch(cmd resp.Command) error {
-	if h := rc.c.s.cfg.Hooks.Handling; h != nil {
-		h(string(cmd.Args[0]))
-	}
-	var nb [32]byte
-	name := upper(&nb, cmd.Args[0])
-	args := cmd.Args[1:]
-	nargs := len(args)
-	if cmd.Pending >= 0 {
-		nargs++
-	}
-	switch string(name) {
-	case "AUTH":
-		return rc.auth(args, cmd.Pending)
-	case "PING":
 		switch {
-		case nargs == 0:
-			rc.reply(resp.Pong)
-		case nargs == 1 && cmd.Pending < 0:
-			rc.out = resp.AppendBulk(rc.out, args[0])
-		case nargs == 1:
-			return rc.pingLong(cmd.Pending)
+		case errors.Is(err, hot.ErrExists):
+			return respserve.Exists, "", nil
+		case errors.Is(err, hot.ErrTooLarge):
+			return respserve.TooLarge, "", nil
+		case errors.Is(err, hot.ErrTenantQuota):
+			return respserve.Dropped, "tenant share of the hot tier", nil
 		default:
-			rc.errorf("ERR wrong number of arguments for 'ping' command")
+			return respserve.Dropped, "no space in the hot tier", nil
 		}
-		return nil
-	case "QUIT":
-		rc.reply(resp.OK)
-		rc.quit = true
-		return nil
-	case "HELLO":
-		// Unknown, before and after AUTH: a client that tries RESP3 stays
-		// on RESP2.
-		rc.errorf("ERR unknown command '%s'", printable(cmd.Args[0]))
-		return nil
 	}
-	if !rc.c.hello {
-		rc.errorf("NOAUTH Authentication required.")
-		return nil
+	if err := fill(res.Buf); err != nil {
+		c.s.store.Abort(res)
+		return 0, "", err
 	}
-	switch string(name) {
-	case "SELECT":
-		if nargs != 1 || cmd.Pending >= 0 {
-			rc.errorf("ERR wrong number of arguments for 'select' command")
-		} else if _, ok := resp.Decimal(args[0]); !ok {
-			rc.errorf("ERR value is not an integer or out of range")
-		} else {
-			rc.reply(resp.OK) // one keyspace per tenant: every index is it
+	if c.s.sealer != nil {
+		if err := c.s.sealer.tag(c.s.store, res, b.Digest, b.Key); err != nil {
+			c.s.store.Abort(res)
+			c.s.log.Error("cannot seal a block; not stored", "err", err)
+			return respserve.Dropped, "sealing failed", nil
 		}
-	case "CLIENT":
-		rc.reply(resp.OK)
-	case "CONFIG":
-		rc.config(args, cmd.Pending)
-	case "SET":
-		return rc.set(args, cmd.Pending)
-	case "GET":
-		if nargs != 1 || cmd.Pending >= 0 {
-			rc.errorf("ERR wrong number of arguments for 'get' command")
-			return nil
-		}
-		return rc.get(args[0])
-	case "EXISTS":
-		if nargs < 1 || cmd.Pending >= 0 {
-			rc.errorf("ERR wrong number of arguments for 'exists' command")
-			return nil
-		}
-		rc.exists(args)
-	case "DEL":
-		if nargs < 1 || cmd.Pending >= 0 {
-			rc.errorf("ERR wrong number of arguments for 'del' command")
-			return nil
-		}
-		rc.del(args)
-	default:
-		rc.errorf("ERR unknown command '%s'", printable(cmd.Args[0]))
 	}
-	return nil
+	c.s.store.Commit(res)
+	c.s.stored(identity.CacheIdentity{Namespace: b.Namespace, Opaque: b.Name}, b.Digest, b.Key)
+	c.s.stats.bytesIn.Add(uint64(n))
+	c.sess.counters.bytesIn.Add(uint64(n))
+	return respserve.Stored, "", nil
 }
 
-// config answers CONFIG GET for the two settings redis-benchmark reads at
-// start (save, appendonly), as a server without persistence would, and
-// an empty array for anything else; other CONFIG subcommands, and a
-// parameter list other than one name, are refused.
-func (rc *respConn) config(args [][]byte, pending int64) {
-	var nb [32]byte
-	if len(args) != 2 || pending >= 0 || string(upper(&nb, args[0])) != "GET" {
-		rc.errorf("ERR only CONFIG GET is supported")
-		return
+func (rc *respConn) Load(b respserve.Block, write func([]byte) error) (bool, error) {
+	c := rc.c
+	if st := c.clusterState(); st.unknown() {
+		c.s.stats.modeRefused.Add(1)
+		return false, nil
 	}
-	var val string
-	switch string(upper(&nb, args[1])) {
-	case "SAVE":
-	case "APPENDONLY":
-		val = "no"
-	default:
-		rc.out = resp.AppendArrayHeader(rc.out, 0)
-		return
+	v, ok := c.acquireOrRefill(b.Digest, b.Key)
+	if ok && c.s.sealer != nil {
+		if id, err := c.s.sealer.verify(c.s.store, v, b.Digest, b.Key); err != nil {
+			c.sealFailed(v, b.Digest, b.Key, id, err)
+			ok = false
+		}
 	}
-	rc.out = resp.AppendArrayHeader(rc.out, 2)
-	rc.out = resp.AppendBulk(rc.out, args[1])
-	rc.out = resp.AppendBulk(rc.out, []byte(val))
+	if !ok {
+		return false, nil
+	}
+	err := write(v.Bytes)
+	c.s.store.Release(v)
+	return true, err
 }
+
+func (rc *respConn) Present(b respserve.Block) bool {
+	c := rc.c
+	if c.clusterState().unknown() {
+		return false
+	}
+	one := [1]identity.BlockKey{b.Key}
+	if hits, _, _ := c.s.store.Lookup(b.Digest, one[:], 0, false); hits == 1 {
+		return true
+	}
+	return c.s.cfg.Lower != nil && c.s.cfg.Lower.Present(b.Digest, b.Key)
+}
+
+func (rc *respConn) Delete(b respserve.Block) bool {
+	c := rc.c
+	ctx, cancel := context.WithTimeout(context.Background(), coldTimeout)
+	deleted, _ := c.s.store.DeleteWait(ctx, b.Digest, b.Key) // a block being written to a reader
+	cancel()
+	if lo := c.s.cfg.Lower; lo != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), coldTimeout)
+		known, err := lo.Delete(ctx, b.Namespace, b.Digest, b.Key)
+		cancel()
+		if err != nil {
+			c.s.log.Warn("RESP DEL: cannot hide the block below DRAM", "err", err)
+		}
+		deleted = deleted || known
+	}
+	return deleted
+}
+
+func (rc *respConn) Hit(n int, written bool) {
+	c := rc.c
+	if written {
+		c.s.stats.bytesOut.Add(uint64(n))
+	}
+	c.s.stats.blocksHit.Add(1)
+	c.sess.counters.blocksHit.Add(1)
+	c.sess.counters.bytesOut.Add(uint64(n))
+	c.chargeBytes(uint64(n))
+}
+
+func (rc *respConn) Miss() {
+	rc.c.s.stats.blocksMiss.Add(1)
+	rc.c.sess.counters.blocksMiss.Add(1)
+}
+
+func (rc *respConn) StoredRemote(n int64) { rc.c.sess.counters.bytesIn.Add(uint64(n)) }

@@ -14,6 +14,8 @@ import (
 	"github.com/gpucache/gpucache/internal/directory"
 	"github.com/gpucache/gpucache/internal/hot"
 	"github.com/gpucache/gpucache/internal/lower"
+	"github.com/gpucache/gpucache/internal/reqbuf"
+	"github.com/gpucache/gpucache/internal/respserve"
 	"github.com/gpucache/gpucache/internal/security"
 	"github.com/gpucache/gpucache/internal/security/seal"
 )
@@ -57,15 +59,15 @@ type Config struct {
 	// connections from one address cannot take every slot. Default 64.
 	MaxUnauthPerAddr int
 	// RequestBuffers is the budget, in bytes, of request buffers above the
-	// first 16 KiB of each connection (reqbuf.go): large request bodies,
+	// first 16 KiB of each connection (internal/reqbuf): large request bodies,
 	// PUT and FILL_COMMIT tables and their decoded form, across all
 	// connections. It must hold the largest table a request may carry.
 	// Default 128 MiB.
 	RequestBuffers int64
 	// TenantRequestBuffers is one tenant's share of RequestBuffers: all its
-	// sessions together hold at most this much (reqbuf.go). It must be at
-	// least MaxRequestCost and at most RequestBuffers. Default: the open-mode
-	// fair share, FairRequestBufferShare(RequestBuffers, Limits, 2); the
+	// sessions together hold at most this much (internal/reqbuf). It must be at
+	// least reqbuf.MaxRequestCost and at most RequestBuffers. Default: the open-mode
+	// fair share, reqbuf.FairShare(RequestBuffers, Limits, 2); the
 	// daemon sets the share for its number of tenants.
 	TenantRequestBuffers int64
 	// BufferWait bounds how long a request waits for RequestBuffers
@@ -117,13 +119,13 @@ type Config struct {
 	// upgrade runs new binaries pinned until every node is upgraded).
 	MaxVersion uint8
 	// Forwarder, when set, serves RESP operations on keys another member
-	// owns (forwarder.go). Nil: every key is served locally.
+	// owns (respserve.Forwarder). Nil: every key is served locally.
 	Forwarder Forwarder
 	// ForwardStats, when set, returns the forwarder's STAT entries
 	// (forwarded operations, misses by reason, budget refusals, pool
 	// size); Stats appends them last. Nil by default.
 	ForwardStats func() []wire.StatEntry
-	// RESPProfiles are the RESP endpoint's profiles, by tenant (resp.go):
+	// RESPProfiles are the RESP endpoint's profiles, by tenant (respserve):
 	// the namespace and value rules of everything a tenant stores over
 	// RESP. In open mode the tenant is security.DefaultTenant. A tenant
 	// without a profile can authenticate but not read or write. Nil: no
@@ -234,7 +236,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.HotSeal != nil && c.Store.TagSize() < HotTagSize {
 		return c, fmt.Errorf("%w: HotSeal needs a store with TagSize >= %d", ErrConfig, HotTagSize)
 	}
-	if need := MaxRequestCost(c.Limits); c.RequestBuffers < need {
+	if need := reqbuf.MaxRequestCost(c.Limits); c.RequestBuffers < need {
 		return c, fmt.Errorf("%w: RequestBuffers %d cannot hold the largest request table (%d bytes with max_batch %d)",
 			ErrConfig, c.RequestBuffers, need, c.Limits.MaxBatch)
 	}
@@ -248,7 +250,7 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: region bytes %d, tenant region bytes %d", ErrConfig, c.RegionBytes, c.TenantRegionBytes)
 	}
 	if c.TenantRequestBuffers == 0 {
-		c.TenantRequestBuffers = FairRequestBufferShare(c.RequestBuffers, c.Limits, defaultBufferShares)
+		c.TenantRequestBuffers = reqbuf.FairShare(c.RequestBuffers, c.Limits, defaultBufferShares)
 	}
 	if err := checkTenantRequestBuffers(c.TenantRequestBuffers, c.RequestBuffers, c.Limits); err != nil {
 		return c, err
@@ -266,7 +268,8 @@ type Server struct {
 	sealer  *hotSealer // nil unless Config.HotSeal
 	log     *slog.Logger
 	stats   counters
-	bufs    *bufBudget // request buffers of every connection
+	bufs    *reqbuf.Budget      // request buffers of every connection
+	resp    *respserve.Endpoint // the RESP endpoint (resp.go)
 	// panicLogged is set once a connection panic's stack was logged.
 	panicLogged atomic.Bool
 
@@ -301,7 +304,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, store: cfg.Store, guard: cfg.Guard, sealer: newHotSealer(cfg.HotSeal), log: cfg.Logger, done: make(chan struct{}), dir: cfg.Directory,
 		expireKick: make(chan struct{}, 1),
-		bufs:       newBufBudget(cfg.RequestBuffers, preSessionBuffers(cfg.Limits), cfg.TenantRequestBuffers)}
+		bufs:       reqbuf.New(cfg.RequestBuffers, reqbuf.PreSessionBuffers(cfg.Limits), cfg.TenantRequestBuffers)}
 	if s.dir == nil {
 		d, err := directory.New(directory.Config{Shard: cfg.Shard, FillDeadline: cfg.FillDeadline})
 		if err != nil {
@@ -309,6 +312,7 @@ func New(cfg Config) (*Server, error) {
 		}
 		s.dir, s.ownDir = d, true
 	}
+	s.resp = s.newRESPEndpoint()
 	s.mu.listeners = make(map[net.Listener]struct{})
 	s.mu.conns = make(map[*conn]struct{})
 	s.mu.unauth = make(map[string]int)
@@ -564,5 +568,4 @@ type counters struct {
 	regionFaults      atomic.Uint64 // copies that faulted; each dropped its region
 	regionBytesIn     atomic.Uint64 // PUT_FROM bytes stored
 	regionBytesOut    atomic.Uint64 // GET_INTO bytes delivered
-	resp              respCounters  // the RESP endpoint's (resp.go)
 }

@@ -74,7 +74,7 @@ func TestSlowTableClosedAtReadTimeout(t *testing.T) {
 		// 8 blocks of 16 tokens: a table of about 1 KiB; the drip starts
 		// right after the namespace has been checked.
 		{"small table", 8, 16, func(int) int { return wire.HeaderSize + 4 + 4 + 300 }},
-		// 64 blocks of 256 tokens: about 70 KiB, above keepBuf; 40 KiB at
+		// 64 blocks of 256 tokens: about 70 KiB, above reqbuf.Keep; 40 KiB at
 		// once grow the buffer to 64 KiB, paid from the budget.
 		{"large table", 64, 256, func(int) int { return 40 << 10 }},
 		// The whole table and 100 bytes of the first payload: its slot is
@@ -98,7 +98,7 @@ func TestSlowTableClosedAtReadTimeout(t *testing.T) {
 				start := time.Now()
 				c.writeRaw(frame[:head]) // returns once the server has read it
 				synctest.Wait()
-				if tc.name == "large table" && b.srv.bufs.inUse() == 0 {
+				if tc.name == "large table" && b.srv.bufs.InUse() == 0 {
 					t.Fatal("a 40 KiB partial table holds no request-buffer budget")
 				}
 				if tc.name == "payload" && inFlightSlots(b.srv) == 0 {
@@ -130,7 +130,7 @@ func TestSlowTableClosedAtReadTimeout(t *testing.T) {
 					t.Fatal("nothing dripped before the close")
 				}
 				synctest.Wait()
-				if used := b.srv.bufs.inUse(); used != 0 {
+				if used := b.srv.bufs.InUse(); used != 0 {
 					t.Fatalf("%d bytes of request buffers held after the connection closed", used)
 				}
 				if n := inFlightSlots(b.srv); n != 0 {
@@ -180,16 +180,16 @@ func TestRefusedTableGivesBudgetBack(t *testing.T) {
 			h.writeRaw(bigTablePrefix(wire.OpPut, 1, blob, tableLen, 2<<20))
 		}
 		synctest.Wait()
-		if used := b.srv.bufs.inUse(); used != 8<<20 {
+		if used := b.srv.bufs.InUse(); used != 8<<20 {
 			t.Fatalf("holders take %d bytes of budget, want %d", used, 8<<20)
 		}
 		// The third grows to 2 MiB, then needs 2 MiB more: over the
-		// tenant's share (MaxRequestCost, about 10.8 MiB).
+		// tenant's share (reqbuf.MaxRequestCost, about 10.8 MiB).
 		c := b.pipeHello(t, srcA, "acme")
 		prefix := bigTablePrefix(wire.OpPut, 5, blob, tableLen, 1<<20)
 		c.writeRaw(prefix)
 		synctest.Wait()
-		if used := b.srv.bufs.inUse(); used != 10<<20 {
+		if used := b.srv.bufs.InUse(); used != 10<<20 {
 			t.Fatalf("budget in use %d, want %d", used, 10<<20)
 		}
 		more := make([]byte, 1<<20)
@@ -204,7 +204,7 @@ func TestRefusedTableGivesBudgetBack(t *testing.T) {
 			t.Fatalf("request_buffer_refused = %d, want 1", n)
 		}
 		// Skipping the rest of the refused table holds no budget.
-		if used := b.srv.bufs.inUse(); used != 8<<20 {
+		if used := b.srv.bufs.InUse(); used != 8<<20 {
 			t.Fatalf("budget in use %d while the refused table's rest is skipped, want the holders' %d", used, 8<<20)
 		}
 		sent := len(prefix) - wire.HeaderSize + len(more)

@@ -166,7 +166,7 @@ func (s *Server) Stats() []wire.StatEntry {
 		e = append(e, s.cfg.Lower.Stats()...)
 	}
 	e = append(e, s.connStats()...)
-	e = append(e, s.respStats()...)
+	e = append(e, s.resp.Stats()...)
 	e = append(e, auditStats(s.guard.Audit().Stats())...)
 	if s.cfg.ForwardStats != nil {
 		e = append(e, s.cfg.ForwardStats()...)

@@ -8,13 +8,13 @@ import (
 	"net"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/api/wire"
+	"github.com/gpucache/gpucache/internal/reqbuf"
 	"github.com/gpucache/gpucache/internal/testfix"
 )
 
@@ -48,7 +48,7 @@ func tableOutcome(c *rawConn, op wire.Opcode, body []byte) string {
 }
 
 // largePut is a PUT of n chained blocks of tenant's namespace: a table of
-// about n × 160 bytes, more than keepBuf for n of 200, so it is paid from
+// about n × 160 bytes, more than reqbuf.Keep for n of 200, so it is paid from
 // the request-buffer budget.
 func largePut(t *testing.T, tenant string, seed uint32, n int) ([]byte, []identity.CacheIdentity, [][]byte) {
 	t.Helper()
@@ -60,8 +60,8 @@ func largePut(t *testing.T, tenant string, seed uint32, n int) ([]byte, []identi
 		blocks[i] = putBlock(mustKey(t, id), id, len(payloads[i]))
 	}
 	body := putBody(mustCanonical(t, testNamespace(tenant)), blocks, payloads)
-	if len(body) <= keepBuf {
-		t.Fatalf("PUT body of %d bytes does not exceed keepBuf", len(body))
+	if len(body) <= reqbuf.Keep {
+		t.Fatalf("PUT body of %d bytes does not exceed reqbuf.Keep", len(body))
 	}
 	return body, ids, payloads
 }
@@ -131,10 +131,10 @@ func TestTenantAtItsBufferShareDoesNotStarveAnother(t *testing.T) {
 		}
 		// acme is at its share: the next growth (at most 1 MiB) does not fit.
 		_, share := b.srv.RequestBuffers()
-		if held := b.srv.bufs.heldBy("acme"); held > share || held <= share-(1<<20) {
+		if held := b.srv.bufs.HeldBy("acme"); held > share || held <= share-(1<<20) {
 			t.Fatalf("acme holds %d bytes of request buffers; want its share %d, less at most one growth", held, share)
 		}
-		if share > (32<<20)/2 || share < MaxRequestCost(b.srv.Limits()) {
+		if share > (32<<20)/2 || share < reqbuf.MaxRequestCost(b.srv.Limits()) {
 			t.Fatalf("default share %d: want at most half the budget and at least the largest request", share)
 		}
 
@@ -153,7 +153,7 @@ func TestTenantAtItsBufferShareDoesNotStarveAnother(t *testing.T) {
 		if statValue(b.srv, "request_buffer_share_refused") == 0 {
 			t.Fatal("no refusal counted at the tenant's share")
 		}
-		if held := b.srv.bufs.heldBy("acme"); held >= share {
+		if held := b.srv.bufs.HeldBy("acme"); held >= share {
 			t.Fatalf("acme holds %d bytes after its waiting tables were refused; want what they held given back (share %d)", held, share)
 		}
 		a := b.pipeHello(t, srcA, "acme")
@@ -184,8 +184,8 @@ func TestPreSessionBuffersBounded(t *testing.T) {
 		b := startBubble(t, bufferShareConfig)
 		defer b.Stop(t)
 		limit := int64(statValue(b.srv, "request_buffer_presession_limit_bytes"))
-		body := controlBodyMax(b.srv.Limits())
-		if int64(body) <= keepBuf || limit != preSessionBodies*int64(body) {
+		body := reqbuf.ControlBodyMax(b.srv.Limits())
+		if int64(body) <= reqbuf.Keep || limit != reqbuf.PreSessionBodies*int64(body) {
 			t.Fatalf("pre-session bucket %d for bodies of at most %d bytes", limit, body)
 		}
 		var writers sync.WaitGroup
@@ -205,8 +205,8 @@ func TestPreSessionBuffersBounded(t *testing.T) {
 		if held := int64(statValue(b.srv, "request_buffer_presession_bytes")); held > limit || held == 0 {
 			t.Fatalf("pre-session connections hold %d bytes, want 1..%d", held, limit)
 		}
-		if total := b.srv.bufs.inUse(); total != b.srv.bufs.heldBy(preSession) {
-			t.Fatalf("%d bytes in use, %d of them pre-session", total, b.srv.bufs.heldBy(preSession))
+		if total := b.srv.bufs.InUse(); total != b.srv.bufs.HeldBy(reqbuf.PreSession) {
+			t.Fatalf("%d bytes in use, %d of them pre-session", total, b.srv.bufs.HeldBy(reqbuf.PreSession))
 		}
 		// Meanwhile a session opens and a tenant's large request is served.
 		c := b.pipeHello(t, srcB, "beta")
@@ -221,7 +221,7 @@ func TestPreSessionBuffersBounded(t *testing.T) {
 		}
 		time.Sleep(defaultHelloTimeout) // the stalled connections' hello deadline
 		synctest.Wait()
-		if held := b.srv.bufs.heldBy(preSession); held != 0 {
+		if held := b.srv.bufs.HeldBy(reqbuf.PreSession); held != 0 {
 			t.Fatalf("%d bytes still held by closed pre-session connections", held)
 		}
 		for _, nc := range conns {
@@ -261,12 +261,12 @@ func TestHelloMovesBuffersToTheTenant(t *testing.T) {
 			t.Fatalf("HELLO: %v", decodeErr(t, resp))
 		}
 		synctest.Wait()
-		if held, pre := b.srv.bufs.heldBy("acme"), b.srv.bufs.heldBy(preSession); held < int64(table) || pre != 0 {
+		if held, pre := b.srv.bufs.HeldBy("acme"), b.srv.bufs.HeldBy(reqbuf.PreSession); held < int64(table) || pre != 0 {
 			t.Fatalf("PUT table of %d bytes stalled after HELLO: acme holds %d bytes, pre-session %d", table, held, pre)
 		}
 		c.nc.Close()
 		synctest.Wait()
-		if total := b.srv.bufs.inUse(); total != 0 {
+		if total := b.srv.bufs.InUse(); total != 0 {
 			t.Fatalf("%d bytes held after the connection closed", total)
 		}
 	})
@@ -281,10 +281,10 @@ func TestSetTenantRequestBuffers(t *testing.T) {
 		defer b.Stop(t)
 		lim := b.srv.Limits()
 		total, share := b.srv.RequestBuffers()
-		if want := FairRequestBufferShare(32<<20, lim, 2); total != 32<<20 || share != want {
+		if want := reqbuf.FairShare(32<<20, lim, 2); total != 32<<20 || share != want {
 			t.Fatalf("RequestBuffers() = %d, %d; want %d, %d", total, share, 32<<20, want)
 		}
-		for _, bad := range []int64{MaxRequestCost(lim) - 1, total + 1} {
+		for _, bad := range []int64{reqbuf.MaxRequestCost(lim) - 1, total + 1} {
 			if err := b.srv.SetTenantRequestBuffers(bad); !errors.Is(err, ErrConfig) {
 				t.Errorf("share %d: %v", bad, err)
 			}
@@ -292,7 +292,7 @@ func TestSetTenantRequestBuffers(t *testing.T) {
 		if _, s := b.srv.RequestBuffers(); s != share {
 			t.Fatalf("a refused share changed it to %d", s)
 		}
-		small := MaxRequestCost(lim)
+		small := reqbuf.MaxRequestCost(lim)
 		if err := b.srv.SetTenantRequestBuffers(small); err != nil {
 			t.Fatal(err)
 		}
@@ -312,7 +312,7 @@ func TestSetTenantRequestBuffers(t *testing.T) {
 			synctest.Wait()
 			defer c.nc.Close()
 		}
-		if held := b.srv.bufs.heldBy("acme"); held > small || held <= small-(1<<20) {
+		if held := b.srv.bufs.HeldBy("acme"); held > small || held <= small-(1<<20) {
 			t.Fatalf("acme holds %d bytes with a share of %d", held, small)
 		}
 		// A larger share lets a waiting request through at once.
@@ -320,72 +320,8 @@ func TestSetTenantRequestBuffers(t *testing.T) {
 			t.Fatal(err)
 		}
 		synctest.Wait()
-		if held := b.srv.bufs.heldBy("acme"); held <= small {
+		if held := b.srv.bufs.HeldBy("acme"); held <= small {
 			t.Fatalf("acme holds %d bytes after its share grew to %d", held, total)
-		}
-	})
-}
-
-// TestFairRequestBufferShare: the fair share divides what the pre-session
-// bucket leaves, is never below the largest request, and never above the
-// budget.
-func TestFairRequestBufferShare(t *testing.T) {
-	lim := wire.Limits{MaxBatch: wire.DefaultMaxBatch}
-	pre, need := preSessionBuffers(lim), MaxRequestCost(lim)
-	for _, tc := range []struct {
-		total  int64
-		shares int
-		want   int64
-	}{
-		{128 << 20, 2, (128<<20 - pre) / 2},
-		{128 << 20, 4, (128<<20 - pre) / 4},
-		{128 << 20, 100, need},
-		{need, 1, need},
-		{need, 2, need},
-	} {
-		if got := FairRequestBufferShare(tc.total, lim, tc.shares); got != tc.want {
-			t.Errorf("total %d, %d shares: %d, want %d", tc.total, tc.shares, got, tc.want)
-		}
-	}
-}
-
-// TestWaitersDueTogetherAreAllRefused: when several waiters' waits end at
-// the same instant and the first one refused gives its bytes back, the
-// others are refused too rather than taking those bytes (which, when a
-// select's coin chose the freed case, left a tenant's own refused tables
-// holding its share and starved its next request). Each round, eight
-// connections of one tenant each hold part of its share and wait, at the
-// same instant, for more; each refused one gives back what it held, as a
-// refused table does.
-func TestWaitersDueTogetherAreAllRefused(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		const wait, waiters, each = time.Second, 8, 1 << 10
-		for round := range 100 {
-			b := newBufBudget(1<<20, 1<<10, waiters*each)
-			var refused sync.WaitGroup
-			var took atomic.Int32
-			held := bufCharge{owner: "acme", n: each}
-			for range waiters {
-				if ok, _ := b.acquire(held, wait, nil); !ok {
-					t.Fatal("a charge within the share did not fit")
-				}
-			}
-			for range waiters {
-				refused.Go(func() {
-					if ok, _ := b.acquire(bufCharge{owner: "acme", n: each}, wait, nil); ok {
-						took.Add(1)
-						return
-					}
-					b.release(held)
-				})
-			}
-			refused.Wait()
-			if n := took.Load(); n != 0 {
-				t.Fatalf("round %d: %d waiters whose wait was over took bytes given back at that instant", round, n)
-			}
-			if h := b.heldBy("acme"); h != 0 {
-				t.Fatalf("round %d: acme holds %d bytes after every waiter was refused", round, h)
-			}
 		}
 	})
 }
