@@ -102,8 +102,8 @@ type Hooks struct {
 	// Reclaimed is called by the reclaimer once a segment file is gone,
 	// with how many live blocks went with it.
 	Reclaimed func(seq uint64, blocks int)
-	// Degraded is called when the tier degrades (err is why) and when it
-	// recovers (err nil).
+	// Degraded is called by the writer when the tier degrades and when a
+	// retry fails (err is why), and when it recovers (err nil).
 	Degraded func(err error)
 }
 

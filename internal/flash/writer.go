@@ -69,6 +69,13 @@ func (t *Tier) writeStep() bool {
 		t.mu.Unlock()
 		return retry && t.retryWrites()
 	}
+	// Blocks dropped while queued are skipped here, so they never start
+	// a segment.
+	for len(t.mu.queue) > 0 && t.mu.queue[0].rec != nil && t.mu.queue[0].rec.dropped {
+		t.mu.written = max(t.mu.written, t.mu.queue[0].ticket)
+		t.mu.queue[0] = nil
+		t.mu.queue = t.mu.queue[1:]
+	}
 	idle := len(t.mu.queue) == 0
 	if idle || (t.mu.flushWant > t.mu.durable && t.mu.flushWant <= t.mu.written) {
 		t.mu.Unlock()
@@ -296,6 +303,9 @@ func (t *Tier) retryWrites() bool {
 		t.st.writeErrors.Add(1)
 		t.log.Warn("flash: still cannot write", "dir", t.cfg.Dir, "err", err)
 		t.armRetry()
+		if t.hooks.Degraded != nil {
+			t.hooks.Degraded(err)
+		}
 		return false
 	}
 	t.w.fails = 0
