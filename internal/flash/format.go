@@ -208,7 +208,6 @@ var (
 	errLength    = fmt.Errorf("%w: payload length out of range", ErrCorrupt)
 	errFields    = fmt.Errorf("%w: fields do not fit the record kind", ErrCorrupt)
 	errKind      = fmt.Errorf("%w: unknown record kind", ErrCorrupt)
-	errSum       = fmt.Errorf("%w: payload checksum mismatch", ErrCorrupt)
 )
 
 func allZero(b []byte) bool {

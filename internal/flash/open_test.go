@@ -7,31 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/gpucache/gpucache/internal/lower/lowertest"
 )
-
-// fsType names the file system of dir, for the test log.
-func fsType(dir string) string {
-	var st unix.Statfs_t
-	if err := unix.Statfs(dir, &st); err != nil {
-		return "unknown: " + err.Error()
-	}
-	switch st.Type {
-	case unix.TMPFS_MAGIC:
-		return "tmpfs"
-	case unix.EXT4_SUPER_MAGIC:
-		return "ext4"
-	case unix.XFS_SUPER_MAGIC:
-		return "xfs"
-	case unix.BTRFS_SUPER_MAGIC:
-		return "btrfs"
-	case unix.OVERLAYFS_SUPER_MAGIC:
-		return "overlayfs"
-	}
-	return "other"
-}
 
 // TestConformance runs the lower.Tier suite on the tier, with O_DIRECT
 // and with buffered I/O.
