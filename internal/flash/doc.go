@@ -12,12 +12,13 @@
 // buffer of its own, bounded in total by Config.WriteBuffer, and returns
 // true, or declines (false, so the block goes to the next tier) when the
 // tier is degraded, the buffer is full, the block is larger than a
-// segment holds, or its namespace's tenant is unknown (the tier learns
-// tenants from Stored, Refill and its own records, at most 65536
-// namespaces). A block the tier already holds is taken without a write,
-// so a block refilled from flash and evicted again costs nothing. A taken
-// block is visible to Refill and Present at once (served from the buffer
-// until it is written). One writer goroutine appends queued records to
+// segment holds or than its tenant's quota, or its namespace's tenant is
+// unknown (the tier learns tenants from Stored, Refill and its own
+// records, at most 65536 namespaces). A block the tier already holds is
+// taken without a write, so a block refilled from flash and evicted
+// again costs nothing. A taken block is visible to Refill and Present at
+// once (served from the buffer until it is written). The copy is made
+// outside the tier's lock. One writer goroutine appends queued records to
 // the open segment in gathering writes (pwritev, up to 8 MiB or 1024
 // records, O_DIRECT straight from the buffers), syncs (fdatasync) when
 // its queue empties or a Flush waits, and starts the next segment
@@ -120,6 +121,14 @@
 // Each tenant's live bytes are the payload bytes of its blocks; a tenant
 // over its quota (Config.TenantQuotas, SetTenantQuotas) loses its own
 // oldest blocks, never another tenant's.
+//
+// # Stored and opaque keys
+//
+// Stored of an opaque-key block the tier holds drops it with a tombstone
+// (the new value may differ). A token-chain key names its bytes, so its
+// copy on flash stays: Stored of it (a refill that enters DRAM again)
+// costs nothing, and its next eviction is taken without a write. The
+// daemon may call Stored on PUTs and on refills alike.
 //
 // # Faults
 //

@@ -91,3 +91,20 @@ func TestGaugesFollowTheData(t *testing.T) {
 		t.Fatalf("after a restart: bytes %d, live %d, blocks %d", stat(t, tr, "flash_bytes"), stat(t, tr, "flash_live_bytes"), stat(t, tr, "flash_blocks"))
 	}
 }
+
+// TestStoredKeepsTokenChainBlocks: a token-chain block stored again (a
+// refill entering DRAM) keeps its copy on flash, and its next eviction
+// costs no write.
+func TestStoredKeepsTokenChainBlocks(t *testing.T) {
+	tr := openTier(t, testConfig(t))
+	b := blocks(t, "acme", "m1", 1, 8192)[0]
+	put(t, tr, b)
+	flush(t, tr)
+	put(t, tr, b) // Stored, then Evicted again
+	flush(t, tr)
+	mustRead(t, tr, b)
+	if stat(t, tr, "flash_blocks_written") != 1 || stat(t, tr, "flash_already_held") != 1 || stat(t, tr, "flash_overwrites") != 0 {
+		t.Fatalf("written %d, already held %d, overwrites %d", stat(t, tr, "flash_blocks_written"),
+			stat(t, tr, "flash_already_held"), stat(t, tr, "flash_overwrites"))
+	}
+}
