@@ -38,11 +38,12 @@ const (
 	ControlPlaneLoss Fault = "control_plane_loss"
 	S3Slow           Fault = "s3_slow"
 	S3Unavailable    Fault = "s3_unavailable"
+	FlashIOError     Fault = "flash_io_error"
 )
 
 // Faults lists every named fault.
 func Faults() []Fault {
-	return []Fault{DPURestart, GPUReset, NICFlap, StorageLoss, NVMeTimeout, ControlPlaneLoss, S3Slow, S3Unavailable}
+	return []Fault{DPURestart, GPUReset, NICFlap, StorageLoss, NVMeTimeout, ControlPlaneLoss, S3Slow, S3Unavailable, FlashIOError}
 }
 
 // ErrMiss wraps every miss Do reports; errors.Is(err, ErrMiss) tells a
