@@ -35,7 +35,7 @@ var gauges = map[string]bool{
 	"ratelimit_dynamic_buckets": true, "antireplay_entries": true, // the guard's bounded tables (daemon guardStats)
 	"audit_sources": true, "audit_file_bytes": true, // the audit throttle's table, the audit file's size
 	"flash_bytes": true, "flash_live_bytes": true, "flash_segments": true, "flash_blocks": true, "flash_capacity_bytes": true,
-	"flash_write_buffer_bytes": true, "flash_degraded": true, "flash_direct": true, // the flash tier's levels
+	"flash_write_buffer_bytes": true, "flash_write_queue": true, "flash_degraded": true, "flash_direct": true, // the flash tier's levels
 }
 
 // collector exports STAT entries as gpucache_* metrics on each scrape, so

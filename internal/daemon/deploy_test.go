@@ -30,6 +30,8 @@ var metricRef = regexp.MustCompile(`\b(?:gpucache|go|process)_[a-z0-9_]+\b`)
 func TestDeployQueriesExportedMetrics(t *testing.T) {
 	c := testConfig()
 	c.ColdStore, c.ColdDir = "fs", t.TempDir()
+	// The flash tier, so its series (gpucache_flash_*) are exported too.
+	c.FlashDir, c.FlashCapacity, c.FlashSegment = t.TempDir(), 512<<20, 128<<20
 	ca := tlstest.NewCA(t, "deploy-ca")
 	c.TLSCert, c.TLSKey = ca.IssueFiles(t, t.TempDir(), "server", "server", tlstest.ServerAuth(), tlstest.IP(net.IPv4(127, 0, 0, 1)))
 	// A configured tenant, so the per-tenant series (gpucache_tenant_*,

@@ -4,15 +4,19 @@ import (
 	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/cold/tier"
+	"github.com/gpucache/gpucache/internal/config"
 	"github.com/gpucache/gpucache/internal/lower"
 )
 
-// lowerTiers composes the storage below DRAM, upper first: the cold tier
-// (cold.go), or nil when there is none. A DRAM eviction is offered to it
+// lowerTiers composes the storage below DRAM, upper first: the flash tier
+// (flash.go), then the cold tier (cold.go); nil when there is neither. A DRAM eviction is offered to it
 // (the hot store's OnEvict), a DRAM miss refills from it (the server's
 // Config.Lower).
 func (n *Node) lowerTiers() lower.Tier {
 	var tiers []lower.Tier
+	if n.flash != nil {
+		tiers = append(tiers, n.flash)
+	}
 	if ct := n.cold.tier; ct != nil {
 		b := tier.Below{Tier: ct, StatsFunc: n.coldStats}
 		if n.cfg.ColdWriteBehind {
@@ -21,7 +25,10 @@ func (n *Node) lowerTiers() lower.Tier {
 			tiers = append(tiers, readOnly{b})
 		}
 	}
-	return lower.NewChain(true, tiers...)
+	// flash_cold: through offers every eviction to the cold tier too;
+	// reclaim leaves it to flash, which hands a reclaimed segment's
+	// blocks down (flash.Config.OnReclaim, startFlash).
+	return lower.NewChain(n.cfg.FlashCold != config.FlashColdReclaim, tiers...)
 }
 
 // coldStats are the cold tier's STAT entries: the store's state and

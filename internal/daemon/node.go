@@ -12,11 +12,13 @@ import (
 	"os/signal"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/gpucache/gpucache/internal/admin"
 	"github.com/gpucache/gpucache/internal/cold/tier"
 	"github.com/gpucache/gpucache/internal/config"
 	"github.com/gpucache/gpucache/internal/directory"
+	"github.com/gpucache/gpucache/internal/flash"
 	"github.com/gpucache/gpucache/internal/hot"
 	"github.com/gpucache/gpucache/internal/lower"
 	"github.com/gpucache/gpucache/internal/policy"
@@ -45,7 +47,8 @@ type Node struct {
 	// run goroutine reads them after Start has handed them over).
 	sec       *secure
 	cold      *coldNode
-	lower     lower.Tier // below DRAM: flash, then cold (lower.go); nil: DRAM only
+	flash     *flash.Tier // the local flash tier (flash.go); nil when flash_dir is off
+	lower     lower.Tier  // below DRAM: flash, then cold (lower.go); nil: DRAM only
 	store     *hot.Store
 	dir       *directory.Directory
 	scfg      server.Config
@@ -102,6 +105,7 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (*Node, error) 
 		n.preflight,
 		n.startSecure,
 		n.startCold,
+		n.startFlash,
 		n.startHot,
 		n.startColdLoop,
 		n.startServerConfig,
@@ -409,7 +413,12 @@ func (n *Node) startAdmin(context.Context) error {
 	cfg, sec := n.cfg, n.sec
 	adm := admin.New(guardStats(sec.guard, liveStats(n.store, n.srv.Stats)))
 	adm.SetAuthorizer(sec.authorizeAdmin)
-	adm.SetDegraded(n.cold.degraded)
+	adm.SetDegraded(func() string {
+		if r := n.cold.degraded(); r != "" {
+			return r
+		}
+		return n.flashDegraded()
+	})
 	adm.SetCertExpiry(sec.certExpiry)                                    // gpucache_tls_cert_expiry_timestamp_seconds
 	n.tenantUse = newTenantMetrics(cfg, n.store, n.cold.tier, sec.guard) // tenantusage.go: per-tenant /metrics
 	adm.SetTenantUsage(n.tenantUse.usage)
@@ -545,6 +554,9 @@ func (n *Node) reload(actor string) error {
 			n.log.Warn("reload: per-tenant cold quotas unchanged", "err", err)
 		}
 	}
+	if n.flash != nil {
+		n.flash.SetTenantQuotas(next.TenantFlashQuotas())
+	}
 	return nil
 }
 
@@ -566,10 +578,19 @@ func (n *Node) drain() {
 	dctx, cancel := context.WithTimeout(n.drainCtx, n.cfg.DrainTimeout)
 	defer cancel()
 	ct := n.cold.tier
-	if ct != nil && n.cfg.ColdWriteBehind && n.cfg.ColdSpillOnDrain {
+	spillBudget := n.cfg.DrainTimeout / 2
+	if n.flash != nil && n.cfg.ColdSpillOnDrain {
+		// Flash first: it is faster than the cold store, and this node,
+		// restarted, serves from it at once (flash.go).
+		start := time.Now()
+		spillToFlash(dctx, spillBudget, n.flash, n.store, n.log)
+		spillBudget -= time.Since(start)
+	}
+	coldSpill := n.flash == nil || n.cfg.FlashCold == config.FlashColdThrough
+	if ct != nil && n.cfg.ColdWriteBehind && n.cfg.ColdSpillOnDrain && coldSpill && spillBudget > 0 {
 		// While this node still owns its keys, hand what DRAM holds to the
 		// cold tier: the next owners (or this node, restarted) refill it.
-		spillBlocks(dctx, n.cfg.DrainTimeout/2, ct, n.store, n.log)
+		spillBlocks(dctx, spillBudget, ct, n.store, n.log)
 	}
 	if n.member != nil {
 		// Leave the cluster before closing connections: mark draining (no

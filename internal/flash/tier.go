@@ -122,21 +122,42 @@ func (t *Tier) Stored(id identity.CacheIdentity, d identity.NamespaceDigest, key
 // no copy) when the tier already holds it. It never waits for I/O; the
 // copy is made outside the tier's lock.
 func (t *Tier) Evicted(d identity.NamespaceDigest, key, parent identity.BlockKey, tokens uint32, payload []byte) bool {
+	return t.offer(d, key, parent, tokens, payload) == Taken
+}
+
+// Offer is what an offered block became (Spill).
+type Offer int
+
+// Offers.
+const (
+	Taken    Offer = iota // queued for writing, or already on the tier
+	Full                  // the write buffer is full: offer it again after Flush
+	Declined              // not taken for another reason (degraded, unknown tenant, too large, over its tenant's quota, closing)
+)
+
+// Spill offers a block as Evicted does, for the drain spill: it tells a
+// full write buffer (Flush, then offer the block again) from a refusal.
+func (t *Tier) Spill(d identity.NamespaceDigest, key, parent identity.BlockKey, tokens uint32, payload []byte) Offer {
+	return t.offer(d, key, parent, tokens, payload)
+}
+
+func (t *Tier) offer(d identity.NamespaceDigest, key, parent identity.BlockKey, tokens uint32, payload []byte) Offer {
 	id := blockID{d, key}
 	n := int64(len(payload))
 	t.mu.Lock()
 	if t.mu.closing {
 		t.mu.Unlock()
-		return false
+		return Declined
 	}
 	if t.mu.index[id] != nil {
 		t.mu.Unlock()
 		t.st.alreadyHeld.Add(1)
-		return true
+		return Taken
 	}
 	tenant, known := t.mu.tenants[d]
 	q := t.mu.quotas[tenant]
 	var declined *counter
+	res := Declined
 	switch {
 	case t.mu.degraded:
 		declined = &t.st.declinedDegraded
@@ -147,12 +168,12 @@ func (t *Tier) Evicted(d identity.NamespaceDigest, key, parent identity.BlockKey
 	case q > 0 && n > q:
 		declined = &t.st.declinedQuota
 	case t.mu.staged+n > t.cfg.WriteBuffer:
-		declined = &t.st.declinedFull
+		declined, res = &t.st.declinedFull, Full
 	}
 	if declined != nil {
 		t.mu.Unlock()
 		declined.Add(1)
-		return false
+		return res
 	}
 	t.mu.staged += n // reserved while the copy is made
 	t.mu.Unlock()
@@ -165,7 +186,10 @@ func (t *Tier) Evicted(d identity.NamespaceDigest, key, parent identity.BlockKey
 		held := t.mu.index[id] != nil
 		t.mu.staged -= n
 		t.mu.Unlock()
-		return held
+		if held {
+			return Taken
+		}
+		return Declined
 	}
 	t.fitQuotaLocked(tenant, n)
 	e := &entry{id: id, parent: parent, tokens: tokens, tenant: tenant, n: n, state: stQueued, buf: buf}
@@ -173,7 +197,7 @@ func (t *Tier) Evicted(d identity.NamespaceDigest, key, parent identity.BlockKey
 	t.enqueueLocked(&item{rec: e})
 	t.mu.Unlock()
 	t.kick()
-	return true
+	return Taken
 }
 
 // Delete implements lower.Tier: the block leaves the index at once, and a

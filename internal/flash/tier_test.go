@@ -53,8 +53,8 @@ func TestStatsNames(t *testing.T) {
 		"flash_write_buffer_bytes", "flash_degraded", "flash_direct", "flash_hits", "flash_misses", "flash_reads",
 		"flash_read_bytes", "flash_writes", "flash_written_bytes", "flash_blocks_written", "flash_declined_full",
 		"flash_declined_unknown", "flash_reclaims", "flash_reclaimed_blocks", "flash_corrupt", "flash_read_errors",
-		"flash_write_errors", "flash_segments_lost", "flash_quota_evictions", "flash_deletes", "flash_read_ns_total",
-		"flash_write_ns_total", "tenant_flash_bytes", "tenant_flash_quota_bytes"} {
+		"flash_write_errors", "flash_segments_lost", "flash_quota_evictions", "flash_deletes", "flash_read_ns",
+		"flash_write_ns", "tenant_flash_bytes", "tenant_flash_quota_bytes"} {
 		if !names[n] {
 			t.Errorf("no STAT entry %s", n)
 		}
