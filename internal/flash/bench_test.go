@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/gpucache/gpucache/api/identity"
+	"github.com/gpucache/gpucache/internal/hot"
 	"github.com/gpucache/gpucache/internal/testfix"
 )
 
@@ -75,6 +76,56 @@ func BenchmarkFlashRead(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkFlashRefillPublish is BenchmarkFlashRead as a DRAM miss does
+// it: reserve a hot-tier slot, refill into it, publish and pin it
+// (CommitAcquire), release, and delete it again so the next read misses
+// DRAM too. Against BenchmarkFlashRead of the same size it is the cost of
+// publishing a flash hit into DRAM.
+func BenchmarkFlashRefillPublish(b *testing.B) {
+	for _, size := range []int{1 * mib, 32 * mib} {
+		b.Run(fmt.Sprintf("%s/%dMiB", DirectAuto, size/mib), func(b *testing.B) {
+			tr, d := benchTier(b, DirectAuto, size)
+			n := max(4, (64*mib)/size)
+			payload := testfix.Payload(size, 1)
+			for i := range n {
+				for !tr.Evicted(d, benchKey(i), identity.BlockKey{}, 16, payload) {
+					if err := tr.Flush(context.Background()); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			if err := tr.Flush(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			store, err := hot.New(hot.Config{CapacityBytes: int64(4 * size), MinClass: 16 << 10, MaxClass: size, SlabBytes: 2 * size, Prefault: hot.PrefaultPopulate})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { store.Close() })
+			ns := testfix.RawNamespace("bench", "m1")
+			b.SetBytes(int64(size))
+			for i := 0; b.Loop(); i++ {
+				key := benchKey(i % n)
+				var r hot.Reservation
+				alloc := func(m int) ([]byte, bool) {
+					var err error
+					r, err = store.ReserveBlock(d, key, identity.BlockKey{}, hot.BlockMeta{Demand: true, Tenant: "bench"}, m)
+					return r.Buf, err == nil
+				}
+				if _, ok := tr.Refill(context.Background(), ns, d, key, alloc); !ok {
+					b.Fatal("miss")
+				}
+				v, ok := store.CommitAcquire(r)
+				if !ok {
+					b.Fatal("not published")
+				}
+				store.Release(v)
+				store.Delete(d, key)
+			}
+		})
 	}
 }
 

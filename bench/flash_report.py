@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""bench/flash_report.py RAW: the report of one bench/flash-compare.sh run.
+
+Reads RAW/fio/*.json, RAW/tier/bench.txt, RAW/get/*.json and RAW/put/*.json
+and prints a markdown report: flash reads through gpucached against fio's
+sequential O_DIRECT read (target 0.9x), the publish cost (target under 10%),
+and PUT with the flash tier against without it (target: at most 5% slower,
+and the writer keeps up).
+"""
+import glob
+import json
+import os
+import re
+import statistics
+import sys
+
+
+def fio_gbs(path):
+    with open(path) as f:
+        d = json.load(f)
+    return d["jobs"][0]["read"]["bw_bytes"] / 1e9
+
+
+def bench_gbs(path):
+    """Go benchmark lines -> {name: [GB/s...]}"""
+    out = {}
+    if not os.path.exists(path):
+        return out
+    for line in open(path):
+        m = re.match(r"(Benchmark\S+?)-\d+\s+\d+\s+(\d+) ns/op\s+([\d.]+) MB/s", line)
+        if m:
+            out.setdefault(m.group(1), []).append(float(m.group(3)) / 1000)
+    return out
+
+
+def main(raw):
+    print(f"# Flash tier against fio ({os.path.basename(raw)})\n")
+    mach = open(os.path.join(raw, "machine.txt")).read().strip().splitlines()
+    print("Machine: " + "; ".join(l.replace("\t", ": ") for l in mach) + "\n")
+    tier = bench_gbs(os.path.join(raw, "tier", "bench.txt"))
+    print("## Reads: gpucached GET from flash, and the tier alone, against fio (GB/s, CPU machine)\n")
+    print("| block | conns/jobs | fio seq read O_DIRECT | gpucached GET | of which from flash | GET ÷ fio | target 0.9× | tier read (1 reader, median) | tier ÷ fio |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for size, bs in (("1MiB", "1M"), ("32MiB", "32M")):
+        gj = os.path.join(raw, "get", f"get-{size}.json")
+        get = json.load(open(gj)) if os.path.exists(gj) else {"cases": [], "server_stat": {}}
+        st = get.get("server_stat", {})
+        share = st.get("flash_hits", 0) / max(st.get("blocks_hit", 0), 1)
+        for conns in (1, 8):
+            f = fio_gbs(os.path.join(raw, "fio", f"read-{bs}-{conns}.json"))
+            g = next((c["gb_per_sec"] for c in get["cases"] if c["conns"] == conns), None)
+            t = tier.get(f"BenchmarkFlashRead/auto/{size}")
+            tcell = f"{statistics.median(t):.2f}" if (t and conns == 1) else ""
+            tratio = f"{statistics.median(t) / f:.2f}×" if (t and conns == 1) else ""
+            if g is None:
+                print(f"| {size} | {conns} | {f:.2f} | NOT_RUN | | | | {tcell} | {tratio} |")
+                continue
+            verdict = "PASS" if g / f >= 0.9 else "MISS"
+            print(f"| {size} | {conns} | {f:.2f} | {g:.2f} | {share:.0%} (whole file) | {g / f:.2f}× | {verdict} | {tcell} | {tratio} |")
+    print("\nThe GET rows move each block over loopback TCP too (a DRAM hit among them is not a flash read: see the share); the tier rows are the read alone.\n")
+    print("## Publishing a flash hit into DRAM (one reader; ns per block, medians)\n")
+    print("| block | read into an aligned buffer | read into a hot-tier slot, publish, pin, release | extra | target < 10% |")
+    print("|---|---|---|---|---|")
+    for size in ("1MiB", "32MiB"):
+        r = tier.get(f"BenchmarkFlashRead/auto/{size}")
+        p = tier.get(f"BenchmarkFlashRefillPublish/auto/{size}")
+        if not r or not p:
+            print(f"| {size} | NOT_RUN | | | |")
+            continue
+        rr, pp = statistics.median(r), statistics.median(p)
+        extra = rr / pp - 1  # GB/s: time ratio is the inverse
+        print(f"| {size} | {rr:.2f} GB/s | {pp:.2f} GB/s | {extra:+.1%} | {'PASS' if extra < 0.10 else 'MISS'} |")
+    print("\n## PUT 1 MiB at 8 connections: the flash tier behind DRAM, against none\n")
+    runs = {"flash": [], "none": []}
+    declined, written = 0, 0
+    for p in sorted(glob.glob(os.path.join(raw, "put", "put-*.json"))):
+        mode = os.path.basename(p).split("-")[1]
+        d = json.load(open(p))
+        runs[mode] += [c["gb_per_sec"] for c in d["cases"]]
+        if mode == "flash":
+            declined += d["server_stat"].get("flash_declined_full", 0)
+            written += d["server_stat"].get("flash_blocks_written", 0)
+    if runs["flash"] and runs["none"]:
+        f, n = statistics.median(runs["flash"]), statistics.median(runs["none"])
+        print("| behind DRAM | GB/s per rep | median |")
+        print("|---|---|---|")
+        print(f"| flash | {', '.join(f'{x:.2f}' for x in runs['flash'])} | {f:.2f} |")
+        print(f"| nothing | {', '.join(f'{x:.2f}' for x in runs['none'])} | {n:.2f} |")
+        print(f"\nWith flash ÷ without: {f / n:.2f}× (target: at least 0.95×: {'PASS' if f / n >= 0.95 else 'MISS'}). "
+              f"Blocks written to flash: {written}; evicted blocks the writer could not take (flash_declined_full): {declined} "
+              f"({'kept up' if declined == 0 else 'did not keep up'}).")
+    else:
+        print("NOT_RUN")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
