@@ -332,3 +332,7 @@ func (t *Tier) Close() error {
 	})
 	return t.closeErr
 }
+
+// Local implements lower.Local: the flash tier is on this host, so a
+// LOOKUP with a lease reads its blocks into DRAM and leases them.
+func (t *Tier) Local() bool { return true }

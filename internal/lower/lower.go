@@ -79,3 +79,26 @@ func ReadAll(ctx context.Context, t Tier, ns identity.Namespace, d identity.Name
 	}
 	return buf, nil
 }
+
+// Local is implemented by a tier on this host (the flash tier): its reads
+// take about as long as a network round trip, so a LOOKUP that asks for a
+// lease reads its blocks into DRAM first and the lease holds them. The
+// cold tier is not local: a lease never waits for S3.
+type Local interface {
+	Local() bool
+}
+
+// PresentLocal reports whether a local tier of t (t itself, or one of a
+// chain's) holds the block.
+func PresentLocal(t Tier, d identity.NamespaceDigest, key identity.BlockKey) bool {
+	if c, ok := t.(*Chain); ok {
+		for _, u := range c.tiers {
+			if PresentLocal(u, d, key) {
+				return true
+			}
+		}
+		return false
+	}
+	l, ok := t.(Local)
+	return ok && l.Local() && t.Present(d, key)
+}

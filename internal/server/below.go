@@ -6,6 +6,7 @@ import (
 
 	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/api/wire"
+	"github.com/gpucache/gpucache/internal/lower"
 )
 
 // coldDeleteTimeout bounds the part below DRAM of one DELETE request, all
@@ -34,6 +35,34 @@ func (c *conn) coldRun(d identity.NamespaceDigest, keys []identity.BlockKey, hit
 		hits++
 	}
 	return hits
+}
+
+// promoteLocal reads into DRAM the blocks of keys' leading run that DRAM
+// misses and a local tier below it (flash: lower.Local) holds, through the
+// same single-flight as a GET (refillMiss), so that the lease a LOOKUP
+// asks for holds them too. It stops at the first block neither DRAM nor a
+// local tier holds: a cold block is refilled by the GET, never by a
+// LOOKUP. A block that cannot be read (or is evicted again at once) just
+// ends the leased run early; coldRun still counts it as present.
+func (c *conn) promoteLocal(d identity.NamespaceDigest, keys []identity.BlockKey) {
+	lo := c.s.cfg.Lower
+	if lo == nil || c.ns.Tenant == "" {
+		return
+	}
+	for i := range keys {
+		if n, _, _ := c.s.store.Lookup(d, keys[i:i+1], 0, false); n == 1 {
+			continue
+		}
+		if !lower.PresentLocal(lo, d, keys[i]) {
+			return
+		}
+		v, ok := c.refillMiss(d, keys[i])
+		if !ok {
+			return
+		}
+		c.s.store.Release(v)
+		c.s.stats.promoted.Add(1)
+	}
 }
 
 // coldDelete hides key below DRAM (flash and cold) once its DRAM copy is

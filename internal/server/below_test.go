@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/api/wire"
+	"github.com/gpucache/gpucache/internal/lower"
 	"github.com/gpucache/gpucache/internal/testfix"
 )
 
@@ -111,6 +113,68 @@ func TestLookupCountsColdBlocks(t *testing.T) {
 	o := helloConn(t, ts.addr, "other")
 	if l := o.lookup(mustCanonical(t, testNamespace("other")), 0, keys[1:3]); l.Hits != 0 {
 		t.Fatalf("another tenant: %d hits", l.Hits)
+	}
+}
+
+// TestLeaseHoldsLocalTierBlocks: a LOOKUP that asks for a lease reads the
+// blocks of its run that DRAM misses and a local tier (flash) holds into
+// DRAM first, so the lease pins them and the GET needs no read below; a
+// tier that is not local (cold) is never read by a LOOKUP.
+func TestLeaseHoldsLocalTierBlocks(t *testing.T) {
+	ns := testNamespace("acme")
+	d, _ := ns.Digest()
+	blob := mustCanonical(t, ns)
+	ids := tenantChain(t, "acme", 9, 4)
+	below := map[identity.BlockKey][]byte{}
+	for i, id := range ids[1:3] {
+		below[mustKey(t, id)] = testfix.Payload(4096, byte(10+i))
+	}
+	for _, local := range []bool{true, false} {
+		var refills atomic.Int32
+		ts := startServer(t, func(c *Config) {
+			c.Lower = &tierFuncs{local: local,
+				present: func(_ identity.NamespaceDigest, k identity.BlockKey) bool { _, ok := below[k]; return ok },
+				refill: func(_ context.Context, _ identity.Namespace, k identity.BlockKey, alloc lower.Alloc) (int, bool) {
+					refills.Add(1)
+					p, ok := below[k]
+					if !ok {
+						return 0, false
+					}
+					dst, ok := alloc(len(p))
+					if !ok {
+						return 0, false
+					}
+					return copy(dst, p), true
+				}}
+		})
+		c := helloConn(t, ts.addr, "acme")
+		// Block 0 in DRAM, 1-2 below, 3 nowhere.
+		if st := c.put(blob, ids[0], testfix.Payload(4096, 1)); st != wire.StatusStored {
+			t.Fatalf("put: %s", st)
+		}
+		keys := wireKeysOf(t, ids...)
+		l := c.lookup(blob, 10_000, keys)
+		if l.Hits != 3 || l.LeaseID == 0 {
+			t.Fatalf("local %v: lookup hits %d lease %d, want 3 hits and a lease", local, l.Hits, l.LeaseID)
+		}
+		_, busy := ts.store.Delete(d, mustKey(t, ids[2]))
+		if busy != local {
+			t.Fatalf("local %v: block 2 leased %v; a lease holds a local tier's blocks, never a cold one's", local, busy)
+		}
+		if got := refills.Load(); (got == 2) != local || (!local && got != 0) {
+			t.Fatalf("local %v: %d reads below DRAM during the LOOKUP", local, got)
+		}
+		if local {
+			resp, _, _ := c.get(blob, l.LeaseID, mustKey(t, ids[0]), mustKey(t, ids[1]), mustKey(t, ids[2]))
+			for i, b := range resp.Blocks {
+				if b.Status != wire.StatusHit {
+					t.Fatalf("GET under the lease: block %d %s", i, b.Status)
+				}
+			}
+			if got := refills.Load(); got != 2 {
+				t.Fatalf("the GET read below DRAM again (%d reads): the lease should have held the blocks", got)
+			}
+		}
 	}
 }
 

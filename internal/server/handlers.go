@@ -196,12 +196,15 @@ func (c *conn) handleLookup(h wire.Header, body []byte) error {
 	// The lease is charged to the session's tenant: past its share of the
 	// hot tier (hot.Config.TenantHoldBytes, TenantLeases) the hits are
 	// answered without a lease (LeaseID 0), as when MaxLeases are live.
+	if req.LeaseTTLMillis > 0 {
+		c.promoteLocal(ns, keys) // below.go: flash blocks of the run into DRAM, so the lease holds them
+	}
 	hits, id, granted := c.s.store.LookupFor(c.tenant, ns, keys, ttl, req.LeaseTTLMillis > 0)
 	if id != 0 {
 		c.s.addLease(id, c.tenant, granted)
 	}
-	// Blocks after the DRAM run that the cold tier holds count as hits
-	// too (the lease covers the DRAM run only): coldpresence.go.
+	// Blocks after the DRAM run that a tier below holds count as hits
+	// too (the lease covers the DRAM run only): below.go.
 	hits = c.coldRun(ns, keys, hits)
 	resp := wire.LookupResponse{Hits: uint32(hits), LeaseID: uint64(id), LeaseTTLMillis: uint32(granted / time.Millisecond)}
 	c.reply(h, &resp)

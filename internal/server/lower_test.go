@@ -16,6 +16,7 @@ type tierFuncs struct {
 	del         func(ctx context.Context, ns identity.Namespace, d identity.NamespaceDigest, key identity.BlockKey) error
 	stored      func(id identity.CacheIdentity, d identity.NamespaceDigest, key identity.BlockKey)
 	tenantStats func(tenant string) []wire.StatEntry
+	local       bool // lower.Local: a tier on this host (flash)
 }
 
 var _ lower.Tier = (*tierFuncs)(nil)
@@ -56,3 +57,5 @@ func (f *tierFuncs) TenantStats(tenant string) []wire.StatEntry {
 }
 
 func (f *tierFuncs) Stats() []wire.StatEntry { return nil }
+
+func (f *tierFuncs) Local() bool { return f.local }

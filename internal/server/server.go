@@ -549,6 +549,7 @@ type counters struct {
 	blocksMiss      atomic.Uint64
 	coldHits        atomic.Uint64 // hot misses refilled from the cold tier
 	coldMisses      atomic.Uint64 // hot misses the cold tier did not have
+	promoted        atomic.Uint64 // blocks a leasing LOOKUP read into DRAM from a local tier below
 	keyMismatch     atomic.Uint64 // PUT and FILL_COMMIT blocks refused KEY_MISMATCH
 	authFailures    atomic.Uint64 // failed HELLOs
 	denied          atomic.Uint64 // requests the ACL refused

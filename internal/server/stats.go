@@ -86,6 +86,7 @@ func (s *Server) Stats() []wire.StatEntry {
 		{Name: "blocks_miss", Value: s.stats.blocksMiss.Load()},
 		{Name: "cold_refill_hits", Value: s.stats.coldHits.Load()},
 		{Name: "cold_refill_misses", Value: s.stats.coldMisses.Load()},
+		{Name: "lookup_promoted", Value: s.stats.promoted.Load()},
 		{Name: "key_mismatches", Value: s.stats.keyMismatch.Load()},
 		{Name: "auth_failures", Value: s.stats.authFailures.Load()},
 		{Name: "acl_denied", Value: s.stats.denied.Load()},
