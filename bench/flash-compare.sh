@@ -12,13 +12,13 @@
 #              BenchmarkFlashRefillPublish/auto: one pread into an aligned slot
 #              and its checksum; the same through a hot-tier slot, published
 #              and pinned (one reader: the 1-connection case)
-#   get        gpucache-bench bench --op get through gpucached with a 128 MiB
+#   get        gpucache-bench bench --op get through gpucached with a 256 MiB
 #              DRAM tier over a 2 GiB working set on flash (cold tier off): most
 #              GETs miss DRAM and are read from flash (STAT flash_hits says how many)
 #   put        gpucache-bench bench --op put, 1 MiB, 8 connections, through a
-#              128 MiB DRAM tier: with the flash tier behind it and without,
-#              interleaved REPS times (flash_declined_full says whether the
-#              writer kept up)
+#              256 MiB DRAM tier: with the flash tier behind it and without,
+#              with no cold tier and with the fs cold tier (the default), interleaved
+#              REPS times (flash_declined_full says whether the writer kept up)
 #
 # Usage: bench/flash-compare.sh            (DIR defaults to ./.cache/flash-bench: a real disk, not tmpfs)
 # Environment: DIR, DURATION (5), REPS (3), OUT (bench/results)
@@ -78,8 +78,8 @@ start_gpucached() { # start_gpucached NAME ARGS...: a node on a fresh flash dir
 	shift
 	free_port GPC_PORT
 	rm -rf "$DIR/gpucached"
-	"$BIN/gpucached" --listen "127.0.0.1:$GPC_PORT" --admin-listen off --cold-store off --hot-capacity 128MiB \
-		--hot-max-class 32MiB --max-frame 40MiB --drain-timeout 2s "$@" >"$RAW/logs/gpucached-$name.log" 2>&1 3>&- &
+	"$BIN/gpucached" --listen "127.0.0.1:$GPC_PORT" --admin-listen off --cold-store off --hot-capacity 256MiB \
+		--hot-max-class 32MiB --tenant-hold-bytes 256MiB --max-frame 40MiB --drain-timeout 2s "$@" >"$RAW/logs/gpucached-$name.log" 2>&1 3>&- &
 	GPC_PID=$!
 	PIDS+=("$GPC_PID")
 	wait_port "$GPC_PORT" "$GPC_PID" 60 || die "gpucached did not start (see logs/gpucached-$name.log)"
@@ -96,9 +96,14 @@ for size in 1MiB 32MiB; do
 done
 
 for ((r = 1; r <= REPS; r++)); do
-	for mode in flash none; do
+	for mode in flash none coldflash cold; do
 		args=()
-		[[ $mode == flash ]] && args=("${FLASH[@]}")
+		case $mode in
+		flash) args=("${FLASH[@]}") ;;
+		coldflash) args=("${FLASH[@]}" --cold-store fs --cold-dir "$DIR/cold") ;;
+		cold) args=(--cold-store fs --cold-dir "$DIR/cold") ;;
+		esac
+		rm -rf "$DIR/cold"
 		start_gpucached "put-$mode-$r" "${args[@]}"
 		log "put 1MiB 8 conns, $mode behind DRAM, rep $r"
 		"$BIN/gpucache-bench" bench --addr "127.0.0.1:$GPC_PORT" --op put --sizes 1MiB --conns 8 --keys 64 \

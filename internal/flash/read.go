@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"time"
 
 	"github.com/gpucache/gpucache/api/identity"
@@ -54,8 +55,8 @@ func (t *Tier) Refill(ctx context.Context, ns identity.Namespace, d identity.Nam
 		t.st.misses.Add(1)
 		return 0, false
 	}
-	err := t.readPayload(ctx, seg, off+recHeaderSize, buf)
-	if err == nil && payloadSum(&h, buf) != h.sum {
+	sum, err := t.readSummed(ctx, seg, off+recHeaderSize, buf, identitySum(&h))
+	if err == nil && sum != h.sum {
 		err = &CorruptError{Path: seg.path, Off: off, Reason: fmt.Sprintf("payload checksum mismatch for %s/%s", d, key)}
 	}
 	if err != nil {
@@ -92,6 +93,43 @@ func (t *Tier) readPayload(ctx context.Context, seg *segment, off int64, buf []b
 	}
 	t.st.readBytes.Add(uint64(len(buf)))
 	return nil
+}
+
+// pipeChunk is the piece a large payload is read in (readSummed);
+// payloads up to twice it are read in one call.
+const pipeChunk = 4 << 20
+
+// readSummed reads buf at off of seg and returns the CRC-32C of its bytes
+// continuing crc. A payload larger than two chunks is read as chunks, all
+// in flight at once (as deep a queue as one large read gives the disk),
+// and each chunk is checksummed, in order, as soon as it has arrived, so
+// the checksum costs almost no time after the last byte: one read call
+// and then the whole checksum made a 32 MiB refill about a tenth slower
+// than the disk's sequential read.
+func (t *Tier) readSummed(ctx context.Context, seg *segment, off int64, buf []byte, crc uint32) (uint32, error) {
+	if len(buf) <= 2*pipeChunk {
+		if err := t.readPayload(ctx, seg, off, buf); err != nil {
+			return 0, err
+		}
+		return crc32.Update(crc, castagnoli, buf), nil
+	}
+	n := (len(buf) + pipeChunk - 1) / pipeChunk
+	errs := make([]chan error, n)
+	for i := range n {
+		errs[i] = make(chan error, 1)
+		chunk := buf[i*pipeChunk : min((i+1)*pipeChunk, len(buf))]
+		go func() { errs[i] <- t.readPayload(ctx, seg, off+int64(i*pipeChunk), chunk) }()
+	}
+	var first error
+	for i := range n {
+		if err := <-errs[i]; err != nil && first == nil {
+			first = err
+		}
+		if first == nil {
+			crc = crc32.Update(crc, castagnoli, buf[i*pipeChunk:min((i+1)*pipeChunk, len(buf))])
+		}
+	}
+	return crc, first
 }
 
 // readFailed drops e after a read of it failed (when it is still the
