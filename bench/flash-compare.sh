@@ -24,6 +24,7 @@
 # Environment: DIR, DURATION (5), REPS (3), OUT (bench/results)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+ROOT=$PWD
 . bench/log.sh flash-compare
 USED_PORTS=" 9400 9401 "
 . bench/lib.sh
@@ -64,11 +65,14 @@ for bs in 1M 32M; do
 			--output-format=json >"$RAW/fio/read-$bs-$jobs.json"
 	done
 done
+log "fio write bs=1M jobs=1 (the disk's write rate, against the PUT rate)"
+fio --name=write --filename="$FIOFILE" --rw=write --direct=1 --ioengine=psync --bs=1M --size=2G --time_based --runtime="$DUR" \
+	--output-format=json >"$RAW/fio/write-1M-1.json"
 rm -f "$FIOFILE"
 
 # --- the tier: one reader ----------------------------------------------------------
 log "go benchmarks: BenchmarkFlashRead, BenchmarkFlashRefillPublish (auto: O_DIRECT here)"
-TMPDIR=$DIR go test -run '^$' -bench 'BenchmarkFlash(Read|RefillPublish)$/auto' -benchtime=30x -count="$REPS" ./internal/flash/ \
+TMPDIR=$DIR go test -run '^$' -bench 'BenchmarkFlash(Read|RefillPublish)$/auto' -benchtime=1s -count=$((REPS + 2)) ./internal/flash/ \
 	>"$RAW/tier/bench.txt" 2>&1 || log "the go benchmarks failed (see tier/bench.txt)"
 
 # --- gpucached ---------------------------------------------------------------------

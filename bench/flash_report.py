@@ -71,6 +71,11 @@ def main(raw):
         extra = rr / pp - 1  # GB/s: time ratio is the inverse
         print(f"| {size} | {rr:.2f} GB/s | {pp:.2f} GB/s | {extra:+.1%} | {'PASS' if extra < 0.10 else 'MISS'} |")
     print("\n## PUT 1 MiB at 8 connections: the flash tier behind DRAM, against none\n")
+    wpath = os.path.join(raw, "fio", "write-1M-1.json")
+    if os.path.exists(wpath):
+        with open(wpath) as f:
+            w = json.load(f)["jobs"][0]["write"]["bw_bytes"] / 1e9
+        print(f"The disk's own write rate in this run (fio, 1 MiB, O_DIRECT, 1 job): {w:.2f} GB/s.\n")
     runs = {}
     declined, written = {}, {}
     for p in sorted(glob.glob(os.path.join(raw, "put", "put-*.json"))):
