@@ -72,7 +72,7 @@ rm -f "$FIOFILE"
 
 # --- the tier: one reader ----------------------------------------------------------
 log "go benchmarks: BenchmarkFlashRead, BenchmarkFlashRefillPublish (auto: O_DIRECT here)"
-TMPDIR=$DIR go test -run '^$' -bench 'BenchmarkFlash(Read|RefillPublish)$/auto' -benchtime=1s -count=$((REPS + 2)) ./internal/flash/ \
+TMPDIR=$DIR go test -run '^$' -bench 'BenchmarkFlash(Read|RefillPublish)$/auto|BenchmarkFlashPublish$' -benchtime=1s -count=$((REPS + 2)) ./internal/flash/ \
 	>"$RAW/tier/bench.txt" 2>&1 || log "the go benchmarks failed (see tier/bench.txt)"
 
 # --- gpucached ---------------------------------------------------------------------

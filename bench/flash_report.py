@@ -58,18 +58,21 @@ def main(raw):
             verdict = "PASS" if g / f >= 0.9 else "MISS"
             print(f"| {size} | {conns} | {f:.2f} | {g:.2f} | {share:.0%} (whole file) | {g / f:.2f}× | {verdict} | {tcell} | {tratio} |")
     print("\nThe GET rows move each block over loopback TCP too (a DRAM hit among them is not a flash read: see the share); the tier rows are the read alone.\n")
-    print("## Publishing a flash hit into DRAM (one reader; ns per block, medians)\n")
-    print("| block | read into an aligned buffer | read into a hot-tier slot, publish, pin, release | extra | target < 10% |")
-    print("|---|---|---|---|---|")
+    print("## Publishing a flash hit into DRAM (one reader; medians)\n")
+    print("| block | flash read into an aligned buffer | publish alone: reserve the slot, publish, pin, release | publish ÷ read (time) | target < 10% | read into the slot and publish (same run, for reference) |")
+    print("|---|---|---|---|---|---|")
     for size in ("1MiB", "32MiB"):
         r = tier.get(f"BenchmarkFlashRead/auto/{size}")
-        p = tier.get(f"BenchmarkFlashRefillPublish/auto/{size}")
+        p = tier.get(f"BenchmarkFlashPublish/{size}")
+        rp = tier.get(f"BenchmarkFlashRefillPublish/auto/{size}")
         if not r or not p:
-            print(f"| {size} | NOT_RUN | | | |")
+            print(f"| {size} | NOT_RUN | | | | |")
             continue
         rr, pp = statistics.median(r), statistics.median(p)
-        extra = rr / pp - 1  # GB/s: time ratio is the inverse
-        print(f"| {size} | {rr:.2f} GB/s | {pp:.2f} GB/s | {extra:+.1%} | {'PASS' if extra < 0.10 else 'MISS'} |")
+        extra = rr / pp  # GB/s: the time ratio is the inverse
+        rpc = f"{statistics.median(rp):.2f} GB/s" if rp else ""
+        print(f"| {size} | {rr:.2f} GB/s | {pp:.1f} GB/s | {extra:.2%} | {'PASS' if extra < 0.10 else 'MISS'} | {rpc} |")
+    print("\nThe disk of this shared VM changes speed from one second to the next, so two reads (with and without the publish) differ by more than the publish costs; the publish is therefore timed alone.\n")
     print("\n## PUT 1 MiB at 8 connections: the flash tier behind DRAM, against none\n")
     wpath = os.path.join(raw, "fio", "write-1M-1.json")
     if os.path.exists(wpath):
