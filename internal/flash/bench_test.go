@@ -100,11 +100,7 @@ func BenchmarkFlashRefillPublish(b *testing.B) {
 			if err := tr.Flush(context.Background()); err != nil {
 				b.Fatal(err)
 			}
-			store, err := hot.New(hot.Config{CapacityBytes: int64(4 * size), MinClass: 16 << 10, MaxClass: size, SlabBytes: 2 * size, Prefault: hot.PrefaultPopulate})
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { store.Close() })
+			store := benchStore(b, size)
 			ns := testfix.RawNamespace("bench", "m1")
 			b.SetBytes(int64(size))
 			for i := 0; b.Loop(); i++ {
@@ -118,12 +114,7 @@ func BenchmarkFlashRefillPublish(b *testing.B) {
 				if _, ok := tr.Refill(context.Background(), ns, d, key, alloc); !ok {
 					b.Fatal("miss")
 				}
-				v, ok := store.CommitAcquire(r)
-				if !ok {
-					b.Fatal("not published")
-				}
-				store.Release(v)
-				store.Delete(d, key)
+				publish(b, store, r, d, key)
 			}
 		})
 	}
@@ -137,11 +128,7 @@ func BenchmarkFlashRefillPublish(b *testing.B) {
 func BenchmarkFlashPublish(b *testing.B) {
 	for _, size := range []int{1 * mib, 32 * mib} {
 		b.Run(fmt.Sprintf("%dMiB", size/mib), func(b *testing.B) {
-			store, err := hot.New(hot.Config{CapacityBytes: int64(4 * size), MinClass: 16 << 10, MaxClass: size, SlabBytes: 2 * size, Prefault: hot.PrefaultPopulate})
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { store.Close() })
+			store := benchStore(b, size)
 			var d identity.NamespaceDigest
 			b.SetBytes(int64(size))
 			for i := 0; b.Loop(); i++ {
@@ -150,15 +137,32 @@ func BenchmarkFlashPublish(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				v, ok := store.CommitAcquire(r)
-				if !ok {
-					b.Fatal("not published")
-				}
-				store.Release(v)
-				store.Delete(d, key)
+				publish(b, store, r, d, key)
 			}
 		})
 	}
+}
+
+// benchStore is a hot store with room for a few blocks of size.
+func benchStore(b *testing.B, size int) *hot.Store {
+	b.Helper()
+	store, err := hot.New(hot.Config{CapacityBytes: int64(4 * size), MinClass: 16 << 10, MaxClass: size, SlabBytes: 2 * size, Prefault: hot.PrefaultPopulate})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { store.Close() })
+	return store
+}
+
+// publish publishes and pins the reserved block, releases it and deletes
+// it, so the next read of its key misses DRAM again.
+func publish(b *testing.B, store *hot.Store, r hot.Reservation, d identity.NamespaceDigest, key identity.BlockKey) {
+	v, ok := store.CommitAcquire(r)
+	if !ok {
+		b.Fatal("not published")
+	}
+	store.Release(v)
+	store.Delete(d, key)
 }
 
 // BenchmarkFlashWrite offers 1 MiB blocks through Evicted and writes them
