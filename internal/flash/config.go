@@ -54,7 +54,8 @@ type Config struct {
 	SegmentBytes int64
 	// WriteBuffer bounds the payload bytes of evicted blocks queued in
 	// memory for the writer; when it is full Evicted declines (and counts
-	// flash_declined_full). A block larger than it is always declined.
+	// flash_declined_full). A block larger than it is always declined
+	// (flash_declined_large).
 	// Default 64 MiB.
 	WriteBuffer int64
 	// TenantQuotas bounds, per tenant, the payload bytes of the blocks the

@@ -163,8 +163,8 @@ func (t *Tier) offer(d identity.NamespaceDigest, key, parent identity.BlockKey, 
 		declined = &t.st.declinedDegraded
 	case !known:
 		declined = &t.st.declinedUnknown
-	case n > t.maxPayload:
-		declined = &t.st.declinedLarge
+	case n > t.maxPayload || n > t.cfg.WriteBuffer:
+		declined = &t.st.declinedLarge // never fits: not Full, which Spill would retry after a Flush
 	case q > 0 && n > q:
 		declined = &t.st.declinedQuota
 	case t.mu.staged+n > t.cfg.WriteBuffer:
