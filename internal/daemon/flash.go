@@ -67,8 +67,10 @@ func (n *Node) flashDegraded() string {
 
 // spillToFlash writes the blocks DRAM still holds to the flash tier on a
 // drain, within budget: flash is faster than the cold store, and a
-// restarted node serves them at once. It returns how many blocks went and
-// whether the whole of DRAM was walked.
+// restarted node serves them at once. It logs how many blocks went, and
+// whether the whole of DRAM was walked; blocks flash declines (a tenant it
+// does not know, a degraded disk) are skipped, and the cold spill after it
+// (with flash_cold: through) still offers them to the cold tier.
 func spillToFlash(ctx context.Context, budget time.Duration, ft *flash.Tier, store *hot.Store, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
