@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/pprof"
+	"strconv"
 	"strings"
 	"sync/atomic"
 
@@ -65,6 +66,7 @@ type Handler struct {
 	ready    atomic.Bool
 	authz    atomic.Pointer[Authorizer]
 	degraded atomic.Pointer[func() string]
+	control  atomic.Pointer[func() (ControlMode, string)]
 	tenants  atomic.Pointer[func() []TenantUsage] // tenants.go
 	certs    atomic.Pointer[func() []CertExpiry]  // certexpiry.go
 }
@@ -93,21 +95,7 @@ func New(stats StatsFunc) *Handler {
 	h.mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n"))
 	})
-	h.mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !h.ready.Load() {
-			http.Error(w, "not ready\n", http.StatusServiceUnavailable)
-			return
-		}
-		if f := h.degraded.Load(); f != nil {
-			if why := (*f)(); why != "" {
-				// Still 200: a degraded node serves (its hot tier hits,
-				// its faults are misses), so a load balancer keeps it.
-				w.Write([]byte("ready, degraded: " + why + "\n"))
-				return
-			}
-		}
-		w.Write([]byte("ready\n"))
-	})
+	h.mux.HandleFunc("/readyz", h.readyz)
 	h.mux.Handle("/debug/pprof/", h.protect(http.HandlerFunc(pprof.Index)))
 	h.mux.Handle("/debug/pprof/cmdline", h.protect(http.HandlerFunc(pprof.Cmdline)))
 	h.mux.Handle("/debug/pprof/profile", h.protect(http.HandlerFunc(pprof.Profile)))
@@ -170,13 +158,87 @@ func (h *Handler) protectActor(fn func(w http.ResponseWriter, r *http.Request, a
 	})
 }
 
-// SetReady sets what /readyz answers.
+// SetReady sets whether the node is up (false while it starts and once it
+// drains: /readyz answers 503 "not ready" whatever the control mode).
 func (h *Handler) SetReady(ready bool) { h.ready.Store(ready) }
 
 // SetDegraded installs what /readyz asks, when ready, for a reason the node
 // is degraded ("" when it is not). A degraded node is still ready: /readyz
 // answers 200 with "ready, degraded: <reason>".
 func (h *Handler) SetDegraded(why func() string) { h.degraded.Store(&why) }
+
+// ControlMode is what a clustered node's control plane lets it serve, as
+// /readyz reports it; the values are STAT control_mode's.
+type ControlMode uint8
+
+const (
+	// ControlLive: etcd answers; the node serves reads and writes.
+	ControlLive ControlMode = iota
+	// ControlReadOnly: etcd is unreachable; the node serves reads of the
+	// keys it owned under the last known view and refuses writes.
+	ControlReadOnly
+	// ControlUnknown: etcd has been unreachable past control_grace; the
+	// owner of every key is unknown and the node serves nothing.
+	ControlUnknown
+)
+
+// SetControl installs what /readyz asks, when ready, for the node's control
+// mode and, when it is not live, why. Without it (a single node) the mode
+// is live. /readyz then answers, by mode:
+//
+//	live       200 "ready" (or "ready, degraded: <reason>", SetDegraded)
+//	read-only  200 "ready-read-only: <reason>"; with ?write=1 (a probe for
+//	           nodes that must take writes) 503 "not ready for writes:
+//	           read-only (<reason>)"
+//	unknown    503 "not ready: control plane unreachable for longer than
+//	           control_grace"
+func (h *Handler) SetControl(mode func() (ControlMode, string)) { h.control.Store(&mode) }
+
+// readyz is GET /readyz: 503 while starting or draining (SetReady), then
+// by control mode (SetControl), then degraded or not (SetDegraded).
+func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
+	if !h.ready.Load() {
+		http.Error(w, "not ready", http.StatusServiceUnavailable)
+		return
+	}
+	write := false
+	if v := r.URL.Query().Get("write"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			http.Error(w, "readyz: write="+strconv.Quote(v)+" is not a boolean; use /readyz?write=1 to ask whether the node takes writes", http.StatusBadRequest)
+			return
+		}
+		write = b
+	}
+	mode, why := ControlLive, ""
+	if f := h.control.Load(); f != nil {
+		mode, why = (*f)()
+	}
+	switch mode {
+	case ControlLive:
+	case ControlReadOnly:
+		if write {
+			http.Error(w, "not ready for writes: read-only ("+why+")", http.StatusServiceUnavailable)
+			return
+		}
+		// Still 200: reads of the keys the node owned are served, and a
+		// reader's load balancer keeps it; ?write=1 is for writers.
+		w.Write([]byte("ready-read-only: " + why + "\n"))
+		return
+	default: // unknown: every read is a miss, every write refused
+		http.Error(w, "not ready: control plane unreachable for longer than control_grace", http.StatusServiceUnavailable)
+		return
+	}
+	if f := h.degraded.Load(); f != nil {
+		if why := (*f)(); why != "" {
+			// Still 200: a degraded node serves (its hot tier hits,
+			// its faults are misses), so a load balancer keeps it.
+			w.Write([]byte("ready, degraded: " + why + "\n"))
+			return
+		}
+	}
+	w.Write([]byte("ready\n"))
+}
 
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }

@@ -58,3 +58,55 @@ func TestColdMetricKinds(t *testing.T) {
 		}
 	}
 }
+
+// TestReadyzControlModes: /readyz by control mode. Live is ready (with the
+// degraded reason when there is one); read-only is ready for readers with
+// a body of its own, and not ready for writers (?write=1); unknown (past
+// control_grace: nothing is served) is not ready; starting or draining is
+// not ready whatever the mode.
+func TestReadyzControlModes(t *testing.T) {
+	h := New(func() []wire.StatEntry { return nil })
+	mode, why := ControlLive, ""
+	h.SetControl(func() (ControlMode, string) { return mode, why })
+	degraded := ""
+	h.SetDegraded(func() string { return degraded })
+	h.SetReady(true)
+	const reason = "etcd unreachable: context deadline exceeded"
+	for _, tc := range []struct {
+		name     string
+		mode     ControlMode
+		why      string
+		degraded string
+		path     string
+		code     int
+		body     string
+	}{
+		{"live", ControlLive, "", "", "/readyz", 200, "ready\n"},
+		{"live, writer", ControlLive, "", "", "/readyz?write=1", 200, "ready\n"},
+		{"live, degraded", ControlLive, "", "cold tier unreachable", "/readyz?write=1", 200, "ready, degraded: cold tier unreachable\n"},
+		{"read-only", ControlReadOnly, reason, "", "/readyz", 200, "ready-read-only: " + reason + "\n"},
+		{"read-only, write=0", ControlReadOnly, reason, "", "/readyz?write=0", 200, "ready-read-only: " + reason + "\n"},
+		{"read-only, writer", ControlReadOnly, reason, "", "/readyz?write=1", 503, "not ready for writes: read-only (" + reason + ")\n"},
+		{"read-only, writer, true", ControlReadOnly, reason, "", "/readyz?write=true", 503, "not ready for writes: read-only (" + reason + ")\n"},
+		{"read-only and degraded", ControlReadOnly, reason, "cold tier unreachable", "/readyz", 200, "ready-read-only: " + reason + "\n"},
+		{"unknown", ControlUnknown, reason, "", "/readyz", 503, "not ready: control plane unreachable for longer than control_grace\n"},
+		{"unknown, writer", ControlUnknown, reason, "", "/readyz?write=1", 503, "not ready: control plane unreachable for longer than control_grace\n"},
+	} {
+		mode, why, degraded = tc.mode, tc.why, tc.degraded
+		if code, body := get(t, h, tc.path); code != tc.code || body != tc.body {
+			t.Errorf("%s: GET %s = %d %q, want %d %q", tc.name, tc.path, code, body, tc.code, tc.body)
+		}
+	}
+	mode, why, degraded = ControlReadOnly, reason, ""
+	if code, body := get(t, h, "/readyz?write=maybe"); code != http.StatusBadRequest || !strings.Contains(body, "?write=1") {
+		t.Errorf("bad write value: %d %q", code, body)
+	}
+	// Starting or draining: 503 "not ready" in every mode.
+	h.SetReady(false)
+	for _, m := range []ControlMode{ControlLive, ControlReadOnly, ControlUnknown} {
+		mode = m
+		if code, body := get(t, h, "/readyz"); code != http.StatusServiceUnavailable || body != "not ready\n" {
+			t.Errorf("draining in mode %d: %d %q", m, code, body)
+		}
+	}
+}

@@ -9,11 +9,13 @@ import (
 	"math"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/gpucache/gpucache/internal/admin"
 	"github.com/gpucache/gpucache/internal/config"
 	"github.com/gpucache/gpucache/internal/control"
 	"github.com/gpucache/gpucache/internal/control/etcdmember"
@@ -33,6 +35,10 @@ type clusterNode struct {
 	cluster *server.Cluster
 	faults  *degrade.Registry
 	onMode  func(server.ControlMode)
+	// unreachable is why the control plane is not live (the last failed
+	// probe's error), "" while it is: /readyz's reason (readiness). Set
+	// before the mode it explains.
+	unreachable atomic.Pointer[string]
 
 	mu sync.Mutex
 	m  *etcdmember.Membership // replaced when the lease is lost and the node rejoins
@@ -261,6 +267,11 @@ func (n *clusterNode) health(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		why := ""
+		if next != server.ControlLive {
+			why = fmt.Sprintf("etcd unreachable since %s (%v)", lastOK.UTC().Format(time.RFC3339), err)
+		}
+		n.unreachable.Store(&why)
 		if next != mode {
 			mode = next
 			n.cluster.SetMode(mode)
@@ -274,6 +285,22 @@ func (n *clusterNode) health(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// readiness is /readyz's control mode and, when it is not live, why
+// (admin.Handler.SetControl).
+func (n *clusterNode) readiness() (admin.ControlMode, string) {
+	why := ""
+	if p := n.unreachable.Load(); p != nil {
+		why = *p
+	}
+	switch n.cluster.Mode() {
+	case server.ControlLive:
+		return admin.ControlLive, ""
+	case server.ControlReadOnly:
+		return admin.ControlReadOnly, why
+	}
+	return admin.ControlUnknown, why
 }
 
 // drain marks this node draining (it owns no key from the next epoch and

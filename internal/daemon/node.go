@@ -427,6 +427,7 @@ func (n *Node) startAdmin(context.Context) error {
 	}
 	adm.HandleAdmin("reload", n.handleReload)
 	if n.member != nil {
+		adm.SetControl(n.member.readiness) // /readyz by control mode: live, read-only, unknown
 		n.member.routes(adm, n.requestDrain)
 	} else {
 		staticRoutes(adm, cfg, n.addrs.Data) // GET /cluster: the one-member static view
