@@ -89,6 +89,9 @@ func doctorWith(ctx context.Context, args []string, std Stdio, getenv func(strin
 		// A flag gpucached does not know, or a malformed value.
 		return UsageErr("%v", err)
 	}
+	if env.Getenv == nil {
+		env.Getenv = getenv // the secrets' environment variables, as config.Load read it
+	}
 	rep := doctor.Run(ctx, cfg, err, env)
 	if asJSON {
 		err = rep.WriteJSON(std.Out)

@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gpucache/gpucache/internal/doctor"
 )
 
 func runMain(t *testing.T, args ...string) (stdout, stderr string, code int) {
@@ -109,5 +112,40 @@ func TestDoctorCommand(t *testing.T) {
 	}
 	if _, errs, code := runMain(t, "docter"); code != 2 || !strings.Contains(errs, `did you mean "doctor"`) {
 		t.Errorf("typo: %d %q", code, errs)
+	}
+}
+
+// TestDoctorReadsSecrets: `gpucache doctor --config` reads the secrets the
+// config names, through the environment it runs in, as gpucached does: an
+// unset secret_env variable or a 1-byte secret file is a FAIL config line
+// (exit 1) naming the tenant, the secret and what to do; with the variable
+// set and a real secret the config is OK.
+func TestDoctorReadsSecrets(t *testing.T) {
+	dir := t.TempDir()
+	short := filepath.Join(dir, "short.secret")
+	if err := os.WriteFile(short, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := "max_conns: 64\naudit_log: off\ntenants:\n  - name: acme\n    secrets:\n"
+	for _, tc := range []struct {
+		name, secret string
+		env          map[string]string
+		code         int
+		want         string
+	}{
+		{"env unset", "{id: a, env: ACME_SECRET}", nil, 1, `FAIL             config                 gpucached would refuse it: tenant "acme": gpucache/config: invalid config: secret "a": environment variable ACME_SECRET is not set`},
+		{"1-byte file", "{id: a, file: " + short + "}", nil, 1, `secret "a" is 1 bytes; use at least 16 random bytes (e.g. openssl rand -hex 32)`},
+		{"env set", "{id: a, env: ACME_SECRET}", map[string]string{"ACME_SECRET": "acme-secret-0123456789abcdef"}, 0, "OK               config                 valid"},
+	} {
+		cfgFile := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "_")+".yaml")
+		if err := os.WriteFile(cfgFile, []byte(base+"      - "+tc.secret+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		getenv := func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok }
+		err := doctorWith(context.Background(), []string{"--config", cfgFile}, Stdio{Out: &out, Err: &out}, getenv, doctor.Env{})
+		if code := Exit(Stdio{Out: io.Discard, Err: io.Discard}, "gpucache", "doctor", err); code != tc.code || !strings.Contains(out.String(), tc.want) {
+			t.Errorf("%s: exit %d, want %d and %q in\n%s", tc.name, code, tc.code, tc.want, out.String())
+		}
 	}
 }

@@ -2,34 +2,11 @@ package daemon
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/gpucache/gpucache/internal/cold/crypt"
 	"github.com/gpucache/gpucache/internal/cold/tier"
 	"github.com/gpucache/gpucache/internal/config"
 )
-
-// coldKeyringOf builds the cold tier's encryption keyring (ADR 0019) from
-// cold_encryption_keys: the last key is current, the others still decrypt
-// (a peer or an older pack may use them). Nil when no key is configured.
-func coldKeyringOf(cfg config.Config, getenv func(string) (string, bool)) (*crypt.Keyring, error) {
-	n := len(cfg.ColdEncryptionKeys)
-	if n == 0 {
-		return nil, nil
-	}
-	r := crypt.New(nil)
-	order := append([]config.SecretConfig{cfg.ColdEncryptionKeys[n-1]}, cfg.ColdEncryptionKeys[:n-1]...) // the first Add is current
-	for _, k := range order {
-		b, _, err := k.Read(getenv)
-		if err != nil {
-			return nil, fmt.Errorf("cold_encryption_keys: %w", err)
-		}
-		if err := r.Add(k.ID, b, time.Time{}); err != nil {
-			return nil, fmt.Errorf("%w: cold_encryption_keys: key %q: %w (use at least %d random bytes, e.g. openssl rand -hex 32)", config.ErrInvalid, k.ID, err, crypt.MinSecretLen)
-		}
-	}
-	return r, nil
-}
 
 // rotateColdKey makes the last of next's cold_encryption_keys current when
 // it is not already: the previous key keeps decrypting for

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpucache/gpucache/internal/config"
+	"github.com/gpucache/gpucache/internal/security/nodesec"
 )
 
 // TestEncryptedColdTierAudited: with cold_encryption_keys (and zstd) the
@@ -71,7 +72,7 @@ func TestColdCryptConfigRefused(t *testing.T) {
 	c.ColdStore, c.ColdDir = "fs", t.TempDir()
 	c.ColdEncryptionKeys = []config.SecretConfig{{ID: "c1", Env: "SHORT"}}
 	opts := Options{Getenv: func(k string) (string, bool) { return "tooshort", true }}
-	if _, err := coldKeyringOf(c, opts.Getenv); !errors.Is(err, config.ErrInvalid) || !strings.Contains(err.Error(), "openssl rand -hex 32") {
+	if _, err := nodesec.ColdKeyring(c, opts.Getenv); !errors.Is(err, config.ErrInvalid) || !strings.Contains(err.Error(), "openssl rand -hex 32") {
 		t.Fatalf("short key: %v", err)
 	}
 	for _, mod := range []func(*config.Config){

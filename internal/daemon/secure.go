@@ -18,9 +18,9 @@ import (
 	"github.com/gpucache/gpucache/internal/config"
 	"github.com/gpucache/gpucache/internal/security"
 	"github.com/gpucache/gpucache/internal/security/acl"
-	"github.com/gpucache/gpucache/internal/security/antireplay"
 	"github.com/gpucache/gpucache/internal/security/audit"
 	"github.com/gpucache/gpucache/internal/security/auth"
+	"github.com/gpucache/gpucache/internal/security/nodesec"
 	"github.com/gpucache/gpucache/internal/security/ratelimit"
 	"github.com/gpucache/gpucache/internal/security/seal"
 	"github.com/gpucache/gpucache/internal/security/tlsconf"
@@ -86,111 +86,22 @@ func newSecure(cfg config.Config, log *slog.Logger, stderr io.Writer, getenv fun
 		return nil, err
 	}
 	s := &secure{audit: al, log: log, getenv: getenv, closeFn: closeFn, cur: cfg, recent: recent}
-	fail := func(err error) (*secure, error) { closeFn(); return nil, err }
-	pol, err := buildPolicy(cfg, getenv, nil)
+	// nodesec.Load is what gpucache doctor runs: the same secrets read,
+	// the same checks, the same errors.
+	m, err := nodesec.Load(cfg, getenv)
 	if err != nil {
-		return fail(err)
+		closeFn()
+		return nil, err
 	}
-	w, err := antireplay.New(antireplay.Config{Window: cfg.ReplayWindow, MaxFuture: cfg.ReplayMaxFuture,
-		MaxNonces: cfg.ReplayMaxNonces, TenantNonces: cfg.TenantNonces()})
-	if err != nil {
-		return fail(err)
+	if s.guard, err = security.NewGuard(m.Policy, m.Replay, al, nil); err != nil {
+		closeFn()
+		return nil, err
 	}
-	if s.guard, err = security.NewGuard(pol, w, al, nil); err != nil {
-		return fail(err)
-	}
-	if len(cfg.SealKeys) > 0 {
-		if s.keyring, err = keyringOf(cfg, getenv); err != nil {
-			return fail(err)
-		}
-	}
-	if s.coldKeys, err = coldKeyringOf(cfg, getenv); err != nil {
-		return fail(err)
-	}
-	if cfg.TLSEnabled() {
-		if s.tls, err = tlsconf.NewServer(tlsconf.Files{CertFile: cfg.TLSCert, KeyFile: cfg.TLSKey, ClientCAFile: cfg.TLSClientCA}); err != nil {
-			return fail(err)
-		}
-		if s.adminTLS, err = tlsconf.NewServer(adminTLSFiles(cfg)); err != nil {
-			return fail(fmt.Errorf("admin listener: %w", err))
-		}
-	}
+	s.keyring, s.coldKeys, s.tls, s.adminTLS = m.Seal, m.Cold, m.TLS, m.AdminTLS
 	return s, nil
 }
 
-// keyringOf builds a keyring whose current key is the last one listed; the
-// others still verify (a peer or an older manifest may use them).
-func keyringOf(cfg config.Config, getenv func(string) (string, bool)) (*seal.Keyring, error) {
-	r := seal.New(nil)
-	n := len(cfg.SealKeys)
-	order := append([]config.SecretConfig{cfg.SealKeys[n-1]}, cfg.SealKeys[:n-1]...) // the first Add is current
-	for _, k := range order {
-		b, _, err := k.Read(getenv)
-		if err != nil {
-			return nil, fmt.Errorf("seal_keys: %w", err)
-		}
-		if err := r.Add(seal.KeyID(k.ID), b, time.Time{}); err != nil {
-			return nil, fmt.Errorf("seal_keys: key %q: %w (use at least %d random bytes, e.g. openssl rand -hex 32)", k.ID, err, seal.MinSecretLen)
-		}
-	}
-	return r, nil
-}
-
 func (s *secure) Close() error { return s.closeFn() }
-
-// limitsOf returns the rate limits the config's tenants define.
-func limitsOf(cfg config.Config) map[string]ratelimit.Limit {
-	limits := make(map[string]ratelimit.Limit)
-	for _, t := range cfg.Tenants {
-		if t.OpsPerSec > 0 || t.BytesPerSec > 0 {
-			limits[t.Name] = ratelimit.Limit{OpsPerSec: t.OpsPerSec, OpsBurst: t.OpsBurst,
-				BytesPerSec: float64(t.BytesPerSec), BytesBurst: int64(t.BytesBurst)}
-		}
-	}
-	return limits
-}
-
-// buildPolicy turns the config's tenants into a policy. reuse, when set, is
-// the running limiter, kept (with the tenants' bucket state) because no
-// limit changed.
-func buildPolicy(cfg config.Config, getenv func(string) (string, bool), reuse *ratelimit.Limiter) (*security.Policy, error) {
-	if !cfg.AuthEnabled() {
-		return &security.Policy{}, nil
-	}
-	tenants := make([]auth.Tenant, 0, len(cfg.Tenants))
-	for _, t := range cfg.Tenants {
-		at := auth.Tenant{Name: t.Name, CertNames: t.CertNames, UnixUIDs: t.UnixUIDs}
-		for _, sc := range t.Secrets {
-			b, exp, err := sc.Read(getenv)
-			if err != nil {
-				return nil, fmt.Errorf("tenant %q: %w", t.Name, err)
-			}
-			at.Secrets = append(at.Secrets, auth.Credential{ID: sc.ID, Secret: b, NotAfter: exp})
-		}
-		tenants = append(tenants, at)
-	}
-	tab, err := auth.NewTable(tenants)
-	if err != nil {
-		return nil, err
-	}
-	rules, err := cfg.ACLRules()
-	if err != nil {
-		return nil, err
-	}
-	pol, err := acl.NewPolicy(rules...)
-	if err != nil {
-		return nil, err
-	}
-	p := &security.Policy{Auth: tab, ACL: pol}
-	if limits := limitsOf(cfg); len(limits) > 0 {
-		if reuse != nil {
-			p.Limiter = reuse
-		} else if p.Limiter, err = ratelimit.New(ratelimit.Config{Tenants: limits}); err != nil {
-			return nil, err
-		}
-	}
-	return p, nil
-}
 
 // reload applies a new config: tenants, secrets, rights and limits; seal
 // keys; TLS certificates. Settings that need a restart are reported, not
@@ -240,10 +151,10 @@ func (s *secure) prepareReload(prev, next config.Config) (*security.Policy, erro
 		return nil, fmt.Errorf("%d tenants, but the running replay window holds nonces for %d (replay_max_nonces / replay_tenant_nonces at start): raise replay_max_nonces and restart", len(next.Tenants), fit)
 	}
 	var reuse *ratelimit.Limiter
-	if reflect.DeepEqual(limitsOf(prev), limitsOf(next)) {
+	if reflect.DeepEqual(nodesec.Limits(prev), nodesec.Limits(next)) {
 		reuse = s.guard.Policy().Limiter
 	}
-	pol, err := buildPolicy(next, s.getenv, reuse)
+	pol, err := nodesec.Policy(next, s.getenv, reuse)
 	if err != nil {
 		return nil, err
 	}
@@ -358,20 +269,6 @@ func (s *secure) authorizeAdmin(r *http.Request) (string, error) {
 }
 
 // tlsConfig returns the listeners' TLS config, or nil.
-// adminTLSFiles is the admin listener's TLS: the data listener's
-// certificate, and client certificates optional, verified against
-// admin_tls_client_ca (default tls_client_ca; "none": not asked for).
-func adminTLSFiles(cfg config.Config) tlsconf.Files {
-	ca := cfg.AdminTLSClientCA
-	switch ca {
-	case "":
-		ca = cfg.TLSClientCA
-	case "none":
-		ca = ""
-	}
-	return tlsconf.Files{CertFile: cfg.TLSCert, KeyFile: cfg.TLSKey, ClientCAFile: ca, ClientCertOptional: true}
-}
-
 // adminTLSConfig is the admin listener's TLS config, or nil without TLS.
 func (s *secure) adminTLSConfig() *tls.Config {
 	if s.adminTLS == nil {

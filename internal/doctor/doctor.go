@@ -25,10 +25,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"syscall"
 	"time"
 
 	"github.com/gpucache/gpucache/internal/config"
+	"github.com/gpucache/gpucache/internal/security/nodesec"
 )
 
 // Status is a check's verdict.
@@ -133,6 +135,9 @@ type Env struct {
 	// (the memlock check then matters). Default transport.RDMA().Linked,
 	// false in every build, rdma_nixl included.
 	RDMALinked *bool
+	// Getenv reads the secrets the config names by env (secret_env,
+	// seal and cold keys), as gpucached does. Default os.LookupEnv.
+	Getenv func(string) (string, bool)
 }
 
 // DefaultTimeout is Env.Timeout's default.
@@ -154,6 +159,9 @@ func (e Env) withDefaults() Env {
 	if e.Now == nil {
 		e.Now = time.Now
 	}
+	if e.Getenv == nil {
+		e.Getenv = os.LookupEnv
+	}
 	if e.Timeout <= 0 {
 		e.Timeout = DefaultTimeout
 	}
@@ -170,12 +178,20 @@ func getrlimit(resource int) (uint64, uint64, error) {
 
 // Run runs every check against cfg. cfgErr is the error loading cfg
 // returned (config.Load), or nil: a configuration that does not validate
-// is a FAIL line, and the other checks still run on what was loaded. The
+// is a FAIL line, and the other checks still run on what was loaded. A
+// configuration that validates is then checked as gpucached checks it at
+// start (nodesec.Load): every tenant secret, seal key and cold encryption
+// key is read from its file or environment variable (env.Getenv) and
+// checked, and the TLS files are loaded; a refusal is the config FAIL line,
+// with gpucached's own message. The
 // network checks are bounded by env.Timeout each and by ctx.
 func Run(ctx context.Context, cfg config.Config, cfgErr error, env Env) Report {
 	env = env.withDefaults()
 	var r Report
 	add := func(cs ...Check) { r.Checks = append(r.Checks, cs...) }
+	if cfgErr == nil {
+		_, cfgErr = nodesec.Load(cfg, env.Getenv)
+	}
 	if cfgErr != nil {
 		add(Check{Name: "config", Status: Fail, Detail: "gpucached would refuse it: " + cfgErr.Error()})
 	} else {
