@@ -31,9 +31,11 @@ Commands:
   get      read one block into a file:    gpucache get --key-text demo -o out.bin
   lookup   count the cached leading blocks of a token chain
   delete   remove one block
-  stat     print the server's counters (--json for JSON)
-  ping     measure the round trip to the server
+  stat     print the server's counters (--json for JSON); with --cluster,
+           every member's, one section each
+  ping     measure the round trip to the server; with --cluster, to every member
   members  print the node's view of the cluster: epoch, members, owner shares
+           (with --cluster, the view of the first seed that answers)
   admin    cold-tier lifecycle on a node: inventory, purge --tenant, expire, backfill
            (gpucache admin --help)
   doctor   what this machine and this node's config can do: CPU, limits, NUMA,
@@ -47,8 +49,10 @@ cold-demo, dpu-demo) are a second command, gpucache-bench: see
 
 Common flags (every command but version):
   --addr host:port   server address (env GPUCACHE_ADDR; default 127.0.0.1:9400)
-  --cluster h:p,...  seed addresses of a cluster: put, get, lookup and delete
-                     route each key to its owner (env GPUCACHE_CLUSTER)
+  --cluster h:p,...  seed addresses of a cluster, used instead of --addr: put,
+                     get, lookup and delete route each key to its owner;
+                     members asks a seed; stat and ping go to every member
+                     (env GPUCACHE_CLUSTER)
   --tenant name      session tenant (env GPUCACHE_TENANT; default "default",
                      or the tenant the server derives from --secret-file or
                      the client certificate)

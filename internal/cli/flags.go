@@ -28,7 +28,7 @@ type ConnFlags struct {
 // Register defines the flags in fs.
 func (c *ConnFlags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.addr, "addr", EnvOr("GPUCACHE_ADDR", client.DefaultAddr), "`host:port` of the server, or unix:PATH for its Unix socket (env GPUCACHE_ADDR)")
-	fs.StringVar(&c.cluster, "cluster", os.Getenv("GPUCACHE_CLUSTER"), "comma-separated `host:port` seeds of a cluster; data commands route each key to its owner (env GPUCACHE_CLUSTER)")
+	fs.StringVar(&c.cluster, "cluster", os.Getenv("GPUCACHE_CLUSTER"), "comma-separated `host:port` seeds of a cluster, used instead of --addr: data commands route each key to its owner, members asks a seed, stat and ping go to every member (env GPUCACHE_CLUSTER)")
 	fs.StringVar(&c.tenant, "tenant", os.Getenv("GPUCACHE_TENANT"), "session tenant (env GPUCACHE_TENANT; default \"default\", or the tenant the server derives from --secret-file or the client certificate)")
 	fs.DurationVar(&c.timeout, "timeout", client.DefaultRequestTimeout, "per-request timeout")
 	fs.StringVar(&c.secretFile, "secret-file", os.Getenv("GPUCACHE_SECRET_FILE"), "`file` holding the tenant's bearer secret (env GPUCACHE_SECRET_FILE); the tenant comes from the server's answer")
