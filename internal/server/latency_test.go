@@ -212,7 +212,7 @@ func TestLatencyObserveAllocatesNothing(t *testing.T) {
 	}); n != 0 {
 		t.Fatalf("%v allocations per timed request, want 0", n)
 	}
-	if got := s.lat.req[latGet][tierFlash].counts; got[0].Load()+got[1].Load() == 0 {
+	if got := &s.lat.req[latGet][tierFlash].counts; got[0].Load()+got[1].Load() == 0 {
 		t.Fatal("nothing was observed")
 	}
 }
