@@ -69,6 +69,8 @@ type Handler struct {
 	control  atomic.Pointer[func() (ControlMode, string)]
 	tenants  atomic.Pointer[func() []TenantUsage] // tenants.go
 	certs    atomic.Pointer[func() []CertExpiry]  // certexpiry.go
+	// histograms are the server's latency histograms (histograms.go).
+	histograms atomic.Pointer[func() []Histogram]
 }
 
 // Authorizer decides whether a request to a protected endpoint (pprof and
@@ -90,6 +92,7 @@ func New(stats StatsFunc) *Handler {
 		collector{stats: stats},
 		tenantCollector{h: h},
 		certCollector{h: h},
+		histogramCollector{h: h},
 	)
 	h.mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	h.mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {

@@ -65,6 +65,19 @@ func TestDeployQueriesExportedMetrics(t *testing.T) {
 	for _, l := range strings.Split(body, "\n") {
 		if f := strings.Fields(l); len(f) == 4 && f[1] == "TYPE" {
 			exported[f[2]] = true
+			if f[3] == "histogram" { // queried by its series
+				exported[f[2]+"_bucket"], exported[f[2]+"_sum"], exported[f[2]+"_count"] = true, true, true
+			}
+		}
+	}
+	// The latency histograms, with the server's bucket layout (16 µs
+	// doubling to 2^20·16 µs, then +Inf).
+	for _, want := range []string{`gpucache_request_seconds_bucket{op="get",tier="dram",le="1.6e-05"} `,
+		`gpucache_request_seconds_bucket{op="resp_get",tier="forwarded",le="16.777216"} `,
+		`gpucache_request_seconds_bucket{op="put",tier="dram",le="+Inf"} `,
+		`gpucache_fill_wait_seconds_count{outcome="finished",path="refill"} `} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
 		}
 	}
 	raw, err := os.ReadFile("../../deploy/grafana/gpucache-dashboard.json")

@@ -422,6 +422,8 @@ func (n *Node) startAdmin(context.Context) error {
 	adm.SetCertExpiry(sec.certExpiry)                                    // gpucache_tls_cert_expiry_timestamp_seconds
 	n.tenantUse = newTenantMetrics(cfg, n.store, n.cold.tier, sec.guard) // tenantusage.go: per-tenant /metrics
 	adm.SetTenantUsage(n.tenantUse.usage)
+	// latency.go: gpucache_request_seconds, gpucache_fill_wait_seconds
+	adm.SetHistograms(latencyHistograms(n.srv))
 	if n.life != nil { // gpucache admin inventory|purge|expire|backfill
 		adm.RegisterLifecycle(n.life.lc)
 	}

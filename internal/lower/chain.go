@@ -47,6 +47,13 @@ func (c *Chain) Tiers() []Tier { return c.tiers }
 // slot leaves it to the next: alloc is offered again with the same slot,
 // so one Refill reserves at most one slot whichever tier hits.
 func (c *Chain) Refill(ctx context.Context, ns identity.Namespace, d identity.NamespaceDigest, key identity.BlockKey, alloc Alloc) (int, bool) {
+	n, by := c.refillFrom(ctx, ns, d, key, alloc)
+	return n, by != nil
+}
+
+// refillFrom is Refill that reports the tier that hit (a leaf: a nested
+// chain reports its own tier that hit), nil on a miss.
+func (c *Chain) refillFrom(ctx context.Context, ns identity.Namespace, d identity.NamespaceDigest, key identity.BlockKey, alloc Alloc) (int, Tier) {
 	var slot []byte
 	asked, reserved := false, false
 	once := func(n int) ([]byte, bool) {
@@ -65,13 +72,13 @@ func (c *Chain) Refill(ctx context.Context, ns identity.Namespace, d identity.Na
 	}
 	for _, t := range c.tiers {
 		if ctx.Err() != nil || (asked && !reserved) {
-			return 0, false // no slot: no lower tier can do better
+			return 0, nil // no slot: no lower tier can do better
 		}
-		if n, ok := t.Refill(ctx, ns, d, key, once); ok {
-			return n, true
+		if n, by := RefillFrom(ctx, t, ns, d, key, once); by != nil {
+			return n, by
 		}
 	}
-	return 0, false
+	return 0, nil
 }
 
 // Present reports whether any tier holds the block.

@@ -88,6 +88,28 @@ type Local interface {
 	Local() bool
 }
 
+// IsLocal reports whether t is a local tier (Local, and says so).
+func IsLocal(t Tier) bool {
+	l, ok := t.(Local)
+	return ok && l.Local()
+}
+
+// RefillFrom refills (ns, key) through t, as t.Refill does, and reports
+// which tier served it: t itself, or for a Chain the chain's tier that
+// hit (never a Chain); nil on a miss. The server labels its latency
+// metrics with it: a local tier (IsLocal) is the flash tier, any other
+// the cold tier.
+func RefillFrom(ctx context.Context, t Tier, ns identity.Namespace, d identity.NamespaceDigest, key identity.BlockKey, alloc Alloc) (n int, by Tier) {
+	if c, ok := t.(*Chain); ok {
+		return c.refillFrom(ctx, ns, d, key, alloc)
+	}
+	n, hit := t.Refill(ctx, ns, d, key, alloc)
+	if !hit {
+		return 0, nil
+	}
+	return n, t
+}
+
 // PresentLocal reports whether a local tier of t (t itself, or one of a
 // chain's) holds the block.
 func PresentLocal(t Tier, d identity.NamespaceDigest, key identity.BlockKey) bool {
@@ -99,6 +121,5 @@ func PresentLocal(t Tier, d identity.NamespaceDigest, key identity.BlockKey) boo
 		}
 		return false
 	}
-	l, ok := t.(Local)
-	return ok && l.Local() && t.Present(d, key)
+	return IsLocal(t) && t.Present(d, key)
 }

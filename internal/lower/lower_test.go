@@ -59,3 +59,30 @@ func TestChainOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestRefillFromNamesTier: RefillFrom reports the chain's tier that served
+// a refill (the upper tier for what it holds, the lower one otherwise,
+// through a nested chain too), the tier itself when it is not a chain,
+// and nil on a miss; the server labels its latency histograms with it.
+func TestRefillFromNamesTier(t *testing.T) {
+	ctx := context.Background()
+	blocks := lowertest.Chain(t, "acme", "m1", 3, 600<<10)
+	up, mid, down := &lowertest.Mem{Name: "upper", Limit: 1 << 20}, &lowertest.Mem{Name: "mid", Limit: 1 << 20}, &lowertest.Mem{Name: "lower"}
+	c := lower.NewChain(false, up, lower.NewChain(false, mid, down))
+	lowertest.Put(up, blocks[0])
+	lowertest.Put(down, blocks[1])
+	alloc := func(n int) ([]byte, bool) { return make([]byte, n), true }
+	for i, want := range []lower.Tier{up, down, nil} {
+		b := blocks[i]
+		n, by := lower.RefillFrom(ctx, c, b.ID.Namespace, b.Digest, b.Key, alloc)
+		if by != want || (want != nil && n != len(b.Payload)) {
+			t.Fatalf("block %d: served by %v (%d bytes), want %v", i, by, n, want)
+		}
+	}
+	if _, by := lower.RefillFrom(ctx, down, blocks[1].ID.Namespace, blocks[1].Digest, blocks[1].Key, alloc); by != down {
+		t.Fatalf("a tier that is not a chain: served by %v, want itself", by)
+	}
+	if lower.IsLocal(up) {
+		t.Fatal("a Mem tier is not local")
+	}
+}

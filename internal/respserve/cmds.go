@@ -178,6 +178,7 @@ func (rc *respConn) forwardSet(b Block, inline []byte, n int64) error {
 		}
 	}
 	rc.e.stats.forwarded.Add(1)
+	rc.forwarded = true
 	ctx, cancel := rc.forwardCtx()
 	stored, existed, err := rc.e.cfg.Forwarder.Set(ctx, rc.request(b), buf)
 	cancel()
@@ -239,6 +240,7 @@ func (rc *respConn) get(k []byte) error {
 	}
 	if rc.remote(b.Key) {
 		rc.e.stats.forwarded.Add(1)
+		rc.forwarded = true
 		ctx, cancel := rc.forwardCtx()
 		defer cancel()
 		hit, _ := rc.e.cfg.Forwarder.Get(ctx, rc.request(b), write)

@@ -122,7 +122,24 @@ type Blocks interface {
 	Miss()
 	// StoredRemote counts n bytes of a value stored at the key's owner.
 	StoredRemote(n int64)
+	// Begin starts timing a GET or SET command, once its arguments are
+	// read (a SET's value streams in during it); End ends it once its
+	// reply is written or queued, forwarded when the key's owner served
+	// it. The server records the time in its latency histograms, by the
+	// tier that served the command (which Load learns).
+	Begin(cmd Timed)
+	End(forwarded bool)
 }
+
+// Timed is a RESP command the server times (Blocks.Begin).
+type Timed uint8
+
+const (
+	// TimedGet is GET.
+	TimedGet Timed = iota
+	// TimedSet is SET.
+	TimedSet
+)
 
 // StoreResult is the outcome of Blocks.Store.
 type StoreResult int

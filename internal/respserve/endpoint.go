@@ -124,6 +124,9 @@ type respConn struct {
 	ns     identity.Namespace
 	nsDig  identity.NamespaceDigest
 	quit   bool
+	// forwarded is set when the command being timed went to the key's
+	// owner (Blocks.End).
+	forwarded bool
 	// open is true in open mode: no AUTH needed.
 	open bool
 }
@@ -206,6 +209,12 @@ func trimProtocol(err error) string {
 		return m[len(p):]
 	}
 	return m
+}
+
+// begin starts timing a GET or SET (Blocks.Begin).
+func (rc *respConn) begin(cmd Timed) {
+	rc.forwarded = false
+	rc.c.Begin(cmd)
 }
 
 // flush writes the queued replies.
@@ -366,13 +375,19 @@ func (rc *respConn) dispatch(cmd resp.Command) error {
 	case "CONFIG":
 		rc.config(args, cmd.Pending)
 	case "SET":
-		return rc.set(args, cmd.Pending)
+		rc.begin(TimedSet)
+		err := rc.set(args, cmd.Pending)
+		rc.c.End(rc.forwarded)
+		return err
 	case "GET":
 		if nargs != 1 || cmd.Pending >= 0 {
 			rc.errorf("ERR wrong number of arguments for 'get' command")
 			return nil
 		}
-		return rc.get(args[0])
+		rc.begin(TimedGet)
+		err := rc.get(args[0])
+		rc.c.End(rc.forwarded)
+		return err
 	case "EXISTS":
 		if nargs < 1 || cmd.Pending >= 0 {
 			rc.errorf("ERR wrong number of arguments for 'exists' command")

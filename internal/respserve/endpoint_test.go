@@ -99,6 +99,8 @@ func (f *fakeConn) Delete(b Block) bool {
 func (f *fakeConn) Hit(int, bool)      { f.hits++ }
 func (f *fakeConn) Miss()              { f.misses++ }
 func (f *fakeConn) StoredRemote(int64) {}
+func (f *fakeConn) Begin(Timed)        {}
+func (f *fakeConn) End(bool)           {}
 
 // serve runs one connection over a pipe: it writes in, reads every reply
 // until the endpoint closes the connection, and returns them.

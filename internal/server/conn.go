@@ -13,7 +13,6 @@ import (
 
 	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/api/wire"
-	"github.com/gpucache/gpucache/internal/directory"
 	"github.com/gpucache/gpucache/internal/hot"
 	"github.com/gpucache/gpucache/internal/security/acl"
 )
@@ -59,6 +58,7 @@ type conn struct {
 		bufs    net.Buffers  // consumed by WriteTo; guarded by the mutex
 	}
 	inline [1]*response // reader-owned
+	timing reqTiming    // reader-owned: the request being timed (latency.go)
 
 	id    uint64 // owner id in the directory
 	fills fillState
@@ -132,7 +132,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 		slots: make(chan struct{}, inflight),
 		id:    s.connIDs.Add(1),
 	}
-	c.fills.waiters = make(map[uint64]*directory.Waiter)
+	c.fills.waiters = make(map[uint64]joined)
 	c.fills.leads = make(map[wire.FillToken]struct{})
 	c.fills.done = make(chan struct{})
 	return c
@@ -429,6 +429,7 @@ func (r *response) finish(h wire.Header, flags wire.Flags, payload uint64) {
 // behind the others (so responses stay in order) and goes on reading, and
 // the writer coalesces pipelined responses into one writev.
 func (c *conn) send(r *response) {
+	c.endTiming()
 	if c.w.pending.Load() == 0 && c.br.Buffered() == 0 {
 		// Only the reader adds to pending, so zero means the writer is idle
 		// and has released c.w.

@@ -21,6 +21,13 @@ import (
 // Finished notice always finds the block. Waiters long-poll with WAIT,
 // which is answered from its own goroutine so the connection keeps reading.
 
+// joined is a fill the session joined (ACQUIRE JOINED) and when, for the
+// fill-wait histogram.
+type joined struct {
+	w  *directory.Waiter
+	at time.Time
+}
+
 // maxWait caps a WAIT's timeout.
 const maxWait = 30 * time.Second
 
@@ -28,7 +35,7 @@ const maxWait = 30 * time.Second
 // WAITs parked on them.
 type fillState struct {
 	mu      sync.Mutex
-	waiters map[uint64]*directory.Waiter // guarded by mu; by fill id
+	waiters map[uint64]joined // guarded by mu; by fill id
 	// leads are the turns this session was given (ACQUIRE LEAD, WAIT
 	// PROMOTED); FILL_COMMIT and FILL_ABORT accept no other token, so a
 	// session cannot end another session's (or tenant's) turn by guessing.
@@ -80,10 +87,10 @@ func (c *conn) handleAcquire(h wire.Header, body []byte) error {
 		case directory.Joined:
 			e.Outcome, e.Token = wire.AcquireJoined, wire.FillToken{Fill: uint64(res.Waiter.Fill())}
 			c.fills.mu.Lock()
-			if old := c.fills.waiters[uint64(res.Waiter.Fill())]; old != nil {
-				old.Cancel() // the same session joined the same fill twice: keep one place
+			if old := c.fills.waiters[uint64(res.Waiter.Fill())]; old.w != nil {
+				old.w.Cancel() // the same session joined the same fill twice: keep one place
 			}
-			c.fills.waiters[uint64(res.Waiter.Fill())] = res.Waiter
+			c.fills.waiters[uint64(res.Waiter.Fill())] = joined{w: res.Waiter, at: time.Now()}
 			c.fills.mu.Unlock()
 			if h := c.s.cfg.Hooks.Joined; h != nil {
 				h()
@@ -327,7 +334,7 @@ func (c *conn) handleWait(h wire.Header, body []byte) error {
 		return err
 	}
 	timeout := min(time.Duration(req.TimeoutMillis)*time.Millisecond, maxWait)
-	ws := make([]*directory.Waiter, len(req.Fills))
+	ws := make([]joined, len(req.Fills))
 	c.fills.mu.Lock()
 	for i, f := range req.Fills {
 		ws[i] = c.fills.waiters[f]
@@ -340,7 +347,8 @@ func (c *conn) handleWait(h wire.Header, body []byte) error {
 		timer := time.NewTimer(timeout)
 		defer timer.Stop()
 		expired := false
-		for i, w := range ws {
+		for i, j := range ws {
+			w := j.w
 			e := &resp.Entries[i]
 			if w == nil {
 				e.Kind = wire.NoticeFailed // not a fill this session waits on: compute it
@@ -352,8 +360,9 @@ func (c *conn) handleWait(h wire.Header, body []byte) error {
 			}
 			took := func(n directory.Notice) {
 				*e = waitEntry(n)
+				c.s.lat.fillWait(fillAcquire, noticeOutcome(n.Kind), time.Since(j.at))
 				c.fills.mu.Lock()
-				if c.fills.waiters[uint64(w.Fill())] == w {
+				if c.fills.waiters[uint64(w.Fill())].w == w {
 					delete(c.fills.waiters, uint64(w.Fill()))
 				}
 				if e.Kind == wire.NoticePromoted {
@@ -390,6 +399,17 @@ func (c *conn) handleWait(h wire.Header, body []byte) error {
 	return nil
 }
 
+// noticeOutcome is how a fill wait that took a notice of kind k ended.
+func noticeOutcome(k directory.NoticeKind) fillOutcome {
+	switch k {
+	case directory.Finished:
+		return fillFinished
+	case directory.Promoted:
+		return fillPromoted
+	}
+	return fillFailed
+}
+
 func waitEntry(n directory.Notice) wire.WaitEntry {
 	switch n.Kind {
 	case directory.Finished:
@@ -417,8 +437,8 @@ func (c *conn) leaveFills() {
 	close(c.fills.done)
 	c.fills.wg.Wait()
 	c.fills.mu.Lock()
-	for _, w := range c.fills.waiters {
-		w.Cancel()
+	for _, j := range c.fills.waiters {
+		j.w.Cancel()
 	}
 	clear(c.fills.waiters)
 	clear(c.fills.leads)

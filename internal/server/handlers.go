@@ -31,6 +31,7 @@ func (c *conn) bodyMax(op wire.Opcode) uint32 {
 // in-flight slot is taken. It returns an error only when the stream broke.
 func (c *conn) handle(h wire.Header) error {
 	c.s.stats.requests[h.Op].Add(1)
+	c.startTiming(opLat[h.Op]) // ended when the response is handed to the writer (send)
 	if hk := c.s.cfg.Hooks.Handling; hk != nil {
 		hk(h.Op.String())
 	}

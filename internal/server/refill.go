@@ -7,6 +7,7 @@ import (
 	"github.com/gpucache/gpucache/api/identity"
 	"github.com/gpucache/gpucache/internal/directory"
 	"github.com/gpucache/gpucache/internal/hot"
+	"github.com/gpucache/gpucache/internal/lower"
 )
 
 // coldTimeout bounds one refill from below DRAM (flash, then the cold
@@ -22,6 +23,7 @@ const coldTimeout = 2 * time.Second
 //	                                        (flash, then cold) into a reserved slot ─► CommitAcquire
 func (c *conn) acquireOrRefill(d identity.NamespaceDigest, key identity.BlockKey) (hot.View, bool) {
 	if v, ok := c.s.store.Acquire(d, key); ok {
+		c.served(tierDRAM)
 		return v, true
 	}
 	return c.refillMiss(d, key)
@@ -41,19 +43,32 @@ func (c *conn) refillMiss(d identity.NamespaceDigest, key identity.BlockKey) (ho
 		func() bool { hits, _, _ := c.s.store.Lookup(d, one, 0, false); return hits == 1 })
 	switch res.Outcome {
 	case directory.Hit:
-		return c.s.store.Acquire(d, key)
+		v, ok := c.s.store.Acquire(d, key)
+		if ok {
+			c.served(tierDRAM)
+		}
+		return v, ok
 	case directory.Joined:
+		start := time.Now()
 		t := time.NewTimer(coldTimeout)
 		defer t.Stop()
 		select {
 		case n := <-res.Waiter.C():
+			c.s.lat.fillWait(fillRefill, noticeOutcome(n.Kind), time.Since(start))
 			if n.Kind == directory.Finished {
-				return c.s.store.Acquire(d, key)
+				v, ok := c.s.store.Acquire(d, key)
+				if ok {
+					// Another session's refill brought it: labelled by
+					// where it is below DRAM.
+					c.served(c.belowTier(d, key))
+				}
+				return v, ok
 			}
 			if n.Kind == directory.Promoted {
 				c.s.dir.Fail(n.Token) // let the next waiter try; this GET answers miss
 			}
 		case <-t.C:
+			c.s.lat.fillWait(fillRefill, fillTimeout, time.Since(start))
 			res.Waiter.Cancel()
 		}
 		return hot.View{}, false
@@ -84,7 +99,8 @@ func (c *conn) refillMiss(d identity.NamespaceDigest, key identity.BlockKey) (ho
 		return r.Buf, true
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), coldTimeout)
-	n, ok := lo.Refill(ctx, c.ns, d, key, alloc)
+	n, by := lower.RefillFrom(ctx, lo, c.ns, d, key, alloc)
+	ok := by != nil
 	cancel()
 	if !ok || !reserved || n != len(r.Buf) {
 		if reserved {
@@ -110,8 +126,27 @@ func (c *conn) refillMiss(d identity.NamespaceDigest, key identity.BlockKey) (ho
 	c.s.dir.Finish(tok)
 	if ok {
 		c.s.stats.coldHits.Add(1)
+		c.served(tierOf(by))
 	}
 	return v, ok
+}
+
+// tierOf is the latency label of the tier below DRAM that served a
+// refill: a local tier is flash, any other the cold tier.
+func tierOf(by lower.Tier) latTier {
+	if lower.IsLocal(by) {
+		return tierFlash
+	}
+	return tierCold
+}
+
+// belowTier is the latency label of a block another session refilled:
+// flash when a local tier holds it, else cold.
+func (c *conn) belowTier(d identity.NamespaceDigest, key identity.BlockKey) latTier {
+	if lower.PresentLocal(c.s.cfg.Lower, d, key) {
+		return tierFlash
+	}
+	return tierCold
 }
 
 // stored announces a block committed to DRAM to the tiers below, so they

@@ -303,3 +303,18 @@ func (rc *respConn) Miss() {
 }
 
 func (rc *respConn) StoredRemote(n int64) { rc.c.sess.counters.bytesIn.Add(uint64(n)) }
+
+func (rc *respConn) Begin(cmd respserve.Timed) {
+	op := latRESPGet
+	if cmd == respserve.TimedSet {
+		op = latRESPSet
+	}
+	rc.c.startTiming(op)
+}
+
+func (rc *respConn) End(forwarded bool) {
+	if forwarded {
+		rc.c.timing.tier = tierForwarded
+	}
+	rc.c.endTiming()
+}

@@ -268,6 +268,7 @@ type Server struct {
 	sealer  *hotSealer // nil unless Config.HotSeal
 	log     *slog.Logger
 	stats   counters
+	lat     latencies           // latency histograms (latency.go)
 	bufs    *reqbuf.Budget      // request buffers of every connection
 	resp    *respserve.Endpoint // the RESP endpoint (resp.go)
 	// panicLogged is set once a connection panic's stack was logged.
