@@ -70,6 +70,14 @@ type Options struct {
 	// LifecycleStore, when set, wraps the cold store the admin lifecycle
 	// operations use (tests interrupt a purge with it).
 	LifecycleStore func(cold.Store) cold.Store
+	// ColdStore, when set, wraps the cold store the cold tier uses (tests
+	// hold its writes with it).
+	ColdStore func(cold.Store) cold.Store
+	// DrainDeadline, when set, makes the drain's deadlines instead of
+	// context.WithTimeout (tests decide when each passes): "drain" is
+	// drain_timeout less its margin, bounding the whole stop; "spill" is
+	// half of drain_timeout, bounding the spill.
+	DrainDeadline func(what string, parent context.Context, d time.Duration) (context.Context, context.CancelFunc)
 }
 
 // serverConfig is the server's config for the node: limits, timeouts,
@@ -128,24 +136,62 @@ func (n *Node) logServing() {
 		"classes", cfg.HotMinClass.String()+".."+cfg.HotMaxClass.String(), "prefault", cfg.HotPrefault, "policy", cfg.HotPolicy, "version", Version)
 }
 
-// spillBlocks runs the drain spill (tier.Tier.Spill) over the hot
-// tier, bounded by budget within ctx, and logs what it did. A spill cut
-// short loses nothing that was not already going to be lost: the blocks
-// it did not write are recomputed, as without a spill.
-func spillBlocks(ctx context.Context, budget time.Duration, ct *tier.Tier, store *hot.Store, log *slog.Logger) {
-	ctx, cancel := context.WithTimeout(ctx, budget)
-	defer cancel()
+// spillBlocks runs the drain spill (tier.Tier.Spill) over the hot tier
+// within ctx (the spill's deadline), logs what it did and returns how many
+// blocks it copied into packs. Packs the deadline left queued are written
+// by the drain's final flush (coldDrain), which logs what was written in
+// the end. A spill cut short loses nothing that was not already going to
+// be lost: the blocks it did not write are recomputed, as without a spill.
+func spillBlocks(ctx context.Context, ct *tier.Tier, store *hot.Store, log *slog.Logger) int {
 	start := time.Now()
 	rep := ct.Spill(ctx, func(from uint32, max int, fn func(ns identity.NamespaceDigest, key, parent identity.BlockKey, tokens uint32, payload []byte) bool) (uint32, bool) {
 		return store.Export(from, max, fn)
 	})
 	attrs := []any{"blocks", rep.Blocks, "bytes", rep.Bytes, "skipped", rep.Skipped, "packs", rep.Packs,
-		"failed", rep.Failed, "pending", rep.Pending, "took", time.Since(start).Round(time.Millisecond)}
-	if rep.Complete && rep.Failed == 0 {
+		"failed", rep.Failed, "queued", rep.Pending, "took", time.Since(start).Round(time.Millisecond)}
+	switch {
+	case rep.Failed > 0 || !rep.Walked:
+		log.Warn("drain spill incomplete: the blocks not copied or not written will be recomputed (the drain's last line counts them)", append(attrs, "err", rep.Err)...)
+	case rep.Complete && rep.Pending == 0:
 		log.Info("drain spill: DRAM blocks written to the cold tier", attrs...)
+	default:
+		// Every block was copied into a pack; the spill's deadline (or a
+		// stalled store) left some packs queued for the final flush.
+		log.Info("drain spill: DRAM blocks copied to the cold tier; the packs queued are written by the final flush", append(attrs, "reason", rep.Err)...)
+	}
+	return rep.Blocks
+}
+
+// coldDrain counts what a drain wrote to the cold tier, from the spill to
+// its final flush, for the drain's last cold tier line.
+type coldDrain struct {
+	ct      *tier.Tier
+	start   time.Time
+	written uint64 // ct.Stats().BlocksWritten when the drain started
+	packs   uint64 // ct.Stats().SinkCompleted when the drain started
+	spilled int    // blocks the spill copied into packs
+}
+
+func newColdDrain(ct *tier.Tier) *coldDrain {
+	st := ct.Stats()
+	return &coldDrain{ct: ct, start: time.Now(), written: st.BlocksWritten, packs: st.SinkCompleted}
+}
+
+// flush writes what the cold tier holds, within ctx.
+func (d *coldDrain) flush(ctx context.Context) { d.ct.Flush(ctx, true) }
+
+// report logs what the drain wrote to the cold tier and, if the deadline
+// (or the store) left some unwritten, how many blocks will be recomputed.
+func (d *coldDrain) report(log *slog.Logger) {
+	st := d.ct.Stats()
+	lost := st.BatchedBlocks + st.SinkBlocks
+	attrs := []any{"blocks_written", st.BlocksWritten - d.written, "packs_written", st.SinkCompleted - d.packs,
+		"blocks_spilled", d.spilled, "blocks_lost", lost, "packs_lost", st.SinkPending, "took", time.Since(d.start).Round(time.Millisecond)}
+	if lost == 0 && st.SinkPending == 0 {
+		log.Info("drain: cold tier flushed", attrs...)
 		return
 	}
-	log.Warn("drain spill incomplete: the blocks not written will be recomputed", append(attrs, "err", rep.Err)...)
+	log.Warn("drain: cold tier not flushed by the drain's deadline: the blocks lost will be recomputed", attrs...)
 }
 
 // hotPolicy builds the hot tier's policy named by hot_policy: nil for the

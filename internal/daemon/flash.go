@@ -41,7 +41,7 @@ func (n *Node) startFlash(context.Context) error {
 		return fmt.Errorf("flash tier: flash_dir %s: %w", cfg.FlashDir, err)
 	}
 	n.onClose(func() {
-		if err := ft.Close(); err != nil {
+		if err := ft.CloseContext(n.closeCtx()); err != nil {
 			n.log.Warn("flash tier: close", "err", err)
 		}
 	})
@@ -66,14 +66,13 @@ func (n *Node) flashDegraded() string {
 }
 
 // spillToFlash writes the blocks DRAM still holds to the flash tier on a
-// drain, within budget: flash is faster than the cold store, and a
+// drain, within ctx: flash is faster than the cold store, and a
 // restarted node serves them at once. It logs how many blocks went, and
 // whether the whole of DRAM was walked; blocks flash declines (a tenant it
 // does not know, a degraded disk) are skipped, and the cold spill after it
-// (with flash_cold: through) still offers them to the cold tier.
-func spillToFlash(ctx context.Context, budget time.Duration, ft *flash.Tier, store *hot.Store, log *slog.Logger) {
-	ctx, cancel := context.WithTimeout(ctx, budget)
-	defer cancel()
+// (with flash_cold: through) still offers them to the cold tier. ctx is
+// the spill's deadline.
+func spillToFlash(ctx context.Context, ft *flash.Tier, store *hot.Store, log *slog.Logger) {
 	start := time.Now()
 	log.Info("drain spill: writing DRAM to the flash tier")
 	var cursor uint32

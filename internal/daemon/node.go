@@ -78,6 +78,8 @@ type Node struct {
 	// when a Close's context ends, cuts it short.
 	drainCtx context.Context
 	cutDrain context.CancelFunc
+	// stopCtx is the drain's deadline, for release (closeCtx); set by run.
+	stopCtx context.Context
 
 	ready chan struct{} // closed when the node serves
 	done  chan struct{} // closed when the node has stopped and released everything
@@ -189,8 +191,22 @@ func (n *Node) run() {
 	defer close(n.done)
 	defer n.cutDrain()
 	n.err = n.wait()
-	n.drain()
+	// One deadline for the drain and the tiers' closes after it
+	// (closeCtx): the whole stop keeps drain_timeout.
+	dctx, cancel := n.deadline("drain", n.drainCtx, n.cfg.DrainTimeout-drainMargin(n.cfg.DrainTimeout))
+	defer cancel()
+	n.drain(dctx)
+	n.stopCtx = dctx
 	n.release()
+}
+
+// closeCtx bounds what the phases' undo flushes: the drain's deadline once
+// the node drained, none when a failed Start releases it.
+func (n *Node) closeCtx() context.Context {
+	if n.stopCtx != nil {
+		return n.stopCtx
+	}
+	return context.Background()
 }
 
 // wait serves SIGHUP reloads until the node is to stop; it returns why
@@ -265,6 +281,9 @@ func (n *Node) startCold(ctx context.Context) error {
 		return err
 	}
 	n.onClose(releaseStore)
+	if n.opts.ColdStore != nil {
+		store = n.opts.ColdStore(store)
+	}
 	tcfg, err := coldTierConfig(n.cfg, store, n.log, n.sec, n.opts.Faults)
 	if err != nil {
 		return err
@@ -317,7 +336,8 @@ func (n *Node) startHot(context.Context) error {
 }
 
 // startColdLoop runs the cold tier's write-behind, index and usage loops
-// (coldNode.run); stopping them flushes what is pending.
+// (coldNode.run); the drain flushes what is pending (coldDrain), not the
+// loop's stop.
 func (n *Node) startColdLoop(context.Context) error {
 	ct := n.cold.tier
 	if ct == nil {
@@ -330,9 +350,11 @@ func (n *Node) startColdLoop(context.Context) error {
 		n.cold.run(ctx, n.cfg.ColdFlushInterval)
 	}()
 	n.onClose(func() {
+		// The drain flushed within its deadline (coldDrain): Close first,
+		// so the loop stops without a final flush of its own, unbounded.
+		ct.Close()
 		stop()
 		<-done
-		ct.Close()
 	})
 	return nil
 }
@@ -573,35 +595,57 @@ func (n *Node) handleReload(w http.ResponseWriter, _ *http.Request, actor string
 	w.Write([]byte("reloaded\n"))
 }
 
-// drain turns readiness off, spills DRAM to the cold tier when asked to,
-// leaves the cluster, and gives connections drain_timeout to finish; then
-// the listeners are closed.
-func (n *Node) drain() {
-	n.adm.SetReady(false)
-	dctx, cancel := context.WithTimeout(n.drainCtx, n.cfg.DrainTimeout)
-	defer cancel()
-	ct := n.cold.tier
-	spillBudget := n.cfg.DrainTimeout / 2
-	if n.flash != nil && n.cfg.ColdSpillOnDrain {
-		// Flash first: it is faster than the cold store, and this node,
-		// restarted, serves from it at once (flash.go).
-		start := time.Now()
-		spillToFlash(dctx, spillBudget, n.flash, n.store, n.log)
-		spillBudget -= time.Since(start)
+// drainMargin is the part of drain_timeout the drain's steps leave to
+// releasing the node after them (closing the tiers, the listeners, the
+// cluster client), so that the whole stop keeps drain_timeout on a loaded
+// machine: a tenth of it, at most a second.
+func drainMargin(timeout time.Duration) time.Duration { return min(timeout/10, time.Second) }
+
+// deadline bounds parent by d: context.WithTimeout, unless a test sets
+// Options.DrainDeadline to decide itself when the deadline named what
+// passes ("drain" or "spill").
+func (n *Node) deadline(what string, parent context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if n.opts.DrainDeadline != nil {
+		return n.opts.DrainDeadline(what, parent, d)
 	}
-	coldSpill := n.flash == nil || n.cfg.FlashCold == config.FlashColdThrough
-	if ct != nil && n.cfg.ColdWriteBehind && n.cfg.ColdSpillOnDrain && coldSpill && spillBudget > 0 {
-		// While this node still owns its keys, hand what DRAM holds to the
-		// cold tier: the next owners (or this node, restarted) refill it.
-		spillBlocks(dctx, spillBudget, ct, n.store, n.log)
+	return context.WithTimeout(parent, d)
+}
+
+// drain turns readiness off, spills DRAM to the flash and cold tiers when
+// asked to, leaves the cluster, gives connections the rest of ctx to
+// finish, closes the listeners, and flushes the flash and cold tiers
+// within ctx. Every step is bounded by ctx (drain_timeout less
+// drainMargin), the spill by half of drain_timeout: what is not written by
+// then is recomputed, and the log says how many blocks that is.
+func (n *Node) drain(dctx context.Context) {
+	n.adm.SetReady(false)
+	ct := n.cold.tier
+	var cd *coldDrain
+	if ct != nil && n.cfg.ColdWriteBehind {
+		cd = newColdDrain(ct)
+	}
+	if n.cfg.ColdSpillOnDrain && (n.flash != nil || cd != nil) {
+		sctx, cancel := n.deadline("spill", dctx, n.cfg.DrainTimeout/2)
+		if n.flash != nil {
+			// Flash first: it is faster than the cold store, and this node,
+			// restarted, serves from it at once (flash.go).
+			spillToFlash(sctx, n.flash, n.store, n.log)
+		}
+		coldSpill := n.flash == nil || n.cfg.FlashCold == config.FlashColdThrough
+		if cd != nil && coldSpill && sctx.Err() == nil {
+			// While this node still owns its keys, hand what DRAM holds to the
+			// cold tier: the next owners (or this node, restarted) refill it.
+			cd.spilled = spillBlocks(sctx, ct, n.store, n.log)
+		}
+		cancel()
 	}
 	if n.member != nil {
 		// Leave the cluster before closing connections: mark draining (no
 		// new fills, keys move to the other members under a new epoch),
 		// let granted fills finish, flush the cold tier, deregister.
 		var flush func(context.Context)
-		if ct != nil {
-			flush = func(ctx context.Context) { ct.Flush(ctx, true) }
+		if cd != nil {
+			flush = cd.flush
 		}
 		if err := n.member.drain(dctx, n.srv, flush); err != nil {
 			n.log.Warn("cluster drain failed; the node's lease expires on its own", "err", err)
@@ -616,6 +660,18 @@ func (n *Node) drain() {
 	}
 	if n.hs != nil {
 		n.hs.Shutdown(dctx)
+	}
+	// The final flushes: what the connections and evictions queued since
+	// the spill, and the spill's packs its deadline left queued. The
+	// tiers' closes (release) write nothing past dctx.
+	if n.flash != nil {
+		if err := n.flash.Flush(dctx); err != nil {
+			n.log.Warn("drain: flash tier not flushed; the records not written are recomputed", "err", err)
+		}
+	}
+	if cd != nil {
+		cd.flush(dctx)
+		cd.report(n.log)
 	}
 	n.log.Info("gpucached stopped")
 }

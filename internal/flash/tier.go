@@ -299,8 +299,13 @@ func (t *Tier) Flush(ctx context.Context) error {
 
 // Close flushes what is queued (unless the tier is degraded), stops the
 // writer and the reclaimer and closes the files. A caller that needs a
-// bound on the flush calls Flush with a deadline first.
-func (t *Tier) Close() error {
+// bound on the flush uses CloseContext.
+func (t *Tier) Close() error { return t.CloseContext(context.Background()) }
+
+// CloseContext is Close with its flush bounded by ctx: once ctx ends, the
+// records still queued are not written (logged as such), and the writer
+// stops after the write it is in.
+func (t *Tier) CloseContext(ctx context.Context) error {
 	t.closeOnce.Do(func() {
 		t.mu.Lock()
 		t.mu.closing = true
@@ -308,7 +313,7 @@ func (t *Tier) Close() error {
 		t.mu.Unlock()
 		var err error
 		if !degraded {
-			err = t.Flush(context.Background())
+			err = t.Flush(ctx)
 		}
 		close(t.stop)
 		t.wg.Wait()

@@ -127,6 +127,10 @@ type Stats struct {
 	Puts               uint64 // store Put calls
 	PutsExisting       uint64 // content-addressed Puts answered ErrExists and accepted (same key, same content)
 	PointersSuperseded uint64 // pointer writes skipped because a later job had claimed the pointer
+
+	// PendingPointers counts the distinct pointer keys of the pending
+	// jobs: with one pointer per block, their blocks.
+	PendingPointers int
 }
 
 // state is where an entry is in its life.
@@ -436,6 +440,7 @@ func (s *Sink) Stats() Stats {
 		PutsExisting:       s.putsExisting.Load(),
 		PointersSuperseded: s.superseded.Load(),
 	}
+	st.PendingPointers = len(s.mu.pointers)
 	if s.mu.writing != nil {
 		st.Writing = 1
 	}

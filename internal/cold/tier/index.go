@@ -265,6 +265,7 @@ func (p publishStore) Put(ctx context.Context, key string, body []byte, opts col
 			p.t.hide.lift(f)
 			p.t.idx.add(f)
 		}
+		p.t.st.blocksWritten.Add(1)
 	}
 	return err
 }

@@ -38,6 +38,10 @@ type SpillReport struct {
 	Pending int   // pack jobs still queued when Spill returned
 	// Complete: the whole hot tier was walked and every flush round ran.
 	Complete bool
+	// Walked: the whole hot tier was walked (every block it held copied
+	// into a pack or skipped), even if the last flush was cut short: the
+	// packs still queued (Pending) are written by a later Flush.
+	Walked bool
 	// Err is why Spill stopped early: ctx's error, ErrSpillStalled, or a
 	// flush error.
 	Err error
@@ -105,6 +109,7 @@ func (t *Tier) Spill(ctx context.Context, export Exporter) SpillReport {
 			return true
 		})
 		cur = next
+		rep.Walked = !more
 		if full || !more {
 			if !flush() {
 				return rep

@@ -247,3 +247,69 @@ func BenchmarkSpill(b *testing.B) {
 		})
 	}
 }
+
+// TestSpillLeavesPacksForTheFinalFlush: a store whose writes hang (the
+// s3_slow failpoint, until the caller's deadline) holds the spill to its
+// deadline: every block is copied into a pack (Walked) but none is
+// written, and Stats counts those blocks as queued; a later Flush writes
+// them and counts them written. A Flush whose ctx has ended builds no
+// pack, and a Run stopped by Close does not flush on its way out.
+func TestSpillLeavesPacksForTheFinalFlush(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reg := &degrade.Registry{}
+		const n, size = 20, 32 << 10
+		tr := newTier(t, memAsS3{cold.NewMem()}, func(c *Config) {
+			c.Faults, c.Sink.PutTimeout = reg, time.Minute
+		})
+		f := newSpillFixture(t, tr, n, size)
+		disarm := reg.Arm(degrade.S3Slow, degrade.Hang)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		rep := tr.Spill(ctx, f.export)
+		cancel()
+		disarm()
+		if !rep.Walked || rep.Complete || rep.Blocks != n || rep.Packs != 0 || rep.Pending != 3 || !errors.Is(rep.Err, context.DeadlineExceeded) {
+			t.Fatalf("spill against a hanging store: %+v", rep)
+		}
+		if st := tr.Stats(); st.SinkBlocks != n || st.SinkPending != 3 || st.BlocksWritten != 0 || st.BatchedBlocks != 0 {
+			t.Fatalf("after the spill: %d blocks queued in %d packs, %d written, %d batched", st.SinkBlocks, st.SinkPending, st.BlocksWritten, st.BatchedBlocks)
+		}
+		if r := tr.Flush(context.Background(), true); r.Completed != 3 || r.Remaining != 0 {
+			t.Fatalf("final flush: %+v", r)
+		}
+		if st := tr.Stats(); st.SinkBlocks != 0 || st.BlocksWritten != n {
+			t.Fatalf("after the final flush: %d blocks queued, %d written", st.SinkBlocks, st.BlocksWritten)
+		}
+
+		// Evicted blocks wait in a batch: a Flush past its deadline leaves
+		// them there, and so does a Run stopped by Close.
+		d := mustDigest(t, f.ns)
+		for i, k := range f.keys[:4] {
+			tr.Remember(f.ids[i])
+			tr.Evicted(d, k, f.ids[i].Parent, 0, payloadOf(k, size))
+		}
+		ended, cancel := context.WithCancel(context.Background())
+		cancel()
+		tr.Flush(ended, true)
+		if st := tr.Stats(); st.BatchedBlocks != 4 || st.PacksBuilt != 3 {
+			t.Fatalf("a flush past its deadline: %d blocks batched, %d packs built", st.BatchedBlocks, st.PacksBuilt)
+		}
+		runCtx, stop := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); tr.Run(runCtx, time.Hour) }()
+		tr.Close()
+		stop()
+		<-done
+		if st := tr.Stats(); st.BatchedBlocks != 4 || st.PacksBuilt != 3 {
+			t.Fatalf("Run stopped by Close flushed: %d blocks batched, %d packs built", st.BatchedBlocks, st.PacksBuilt)
+		}
+	})
+}
+
+func mustDigest(t *testing.T, ns identity.Namespace) identity.NamespaceDigest {
+	t.Helper()
+	d, err := ns.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}

@@ -208,6 +208,9 @@ type Stats struct {
 	Spilled         uint64 // blocks still cached copied for write-behind by Spill
 	PendingBytes    int64  // budget bytes of the blocks in batches, not yet packed
 	SinkCompleted   uint64 // packs written
+	BlocksWritten   uint64 // blocks published: their pointers written
+	BatchedBlocks   int    // blocks copied into batches, not yet packed
+	SinkBlocks      int    // blocks of the packs queued on the sink, not yet written
 	SinkFailed      uint64 // packs the sink failed (permanent error, or three charged attempts)
 	RememberedBytes int64
 
@@ -279,6 +282,7 @@ type Tier struct {
 		refillIntegrity, spilled                                      atomic.Uint64
 		packsGivenUp, blocksGivenUp, bytesGivenUp                     atomic.Uint64
 		deletes, deleteErrors                                         atomic.Uint64
+		blocksWritten                                                 atomic.Uint64
 	}
 }
 
@@ -474,7 +478,10 @@ func (t *Tier) Reclaim(ctx context.Context) lifecycle.Report {
 }
 
 // Run flushes batches every interval, reclaims every ReclaimInterval, and
-// flushes everything on the way out, until ctx ends or Close.
+// flushes everything on the way out, until ctx ends or Close. A Run
+// stopped by Close (even one whose ctx has ended too) returns without that
+// final flush: a caller with a deadline flushes with Flush(ctx, true)
+// first, then closes, then ends ctx.
 func (t *Tier) Run(ctx context.Context, interval time.Duration) {
 	tk := time.NewTicker(interval)
 	defer tk.Stop()
@@ -491,6 +498,11 @@ func (t *Tier) Run(ctx context.Context, interval time.Duration) {
 		case <-tk.C:
 			t.flush(ctx, true, false)
 		case <-ctx.Done():
+			select {
+			case <-t.stop: // Close came first: its caller flushed, within its own deadline
+				return
+			default:
+			}
 			t.Flush(context.Background(), true)
 			return
 		case <-t.stop:
@@ -558,6 +570,10 @@ func (t *Tier) refillChecked(ns identity.Namespace, key identity.BlockKey, read 
 func (t *Tier) Stats() Stats {
 	t.mu.Lock()
 	pending, remembered := t.mu.pending, int64(len(t.mu.tokens)*4)
+	batched := 0
+	for _, b := range t.mu.batches {
+		batched += len(b.blocks)
+	}
 	t.mu.Unlock()
 	ss := t.sk.Stats()
 	return Stats{
@@ -570,6 +586,7 @@ func (t *Tier) Stats() Stats {
 		PacksBuilt: t.st.packsBuilt.Load(), PacksQueued: t.st.packsQueued.Load(), PackErrors: t.st.packErrors.Load(),
 		RefillHits: t.st.refillHits.Load(), RefillMisses: t.st.refillMisses.Load(), RefillIntegrity: t.st.refillIntegrity.Load(),
 		Spilled: t.st.spilled.Load(), PendingBytes: pending, SinkCompleted: ss.Completed, SinkFailed: ss.FailedTotal, RememberedBytes: remembered,
+		BlocksWritten: t.st.blocksWritten.Load(), BatchedBlocks: batched, SinkBlocks: ss.PendingPointers,
 
 		IndexEntries: t.idx.entries.Load(), IndexMax: t.idx.max, IndexFull: t.idx.full.Load(), IndexReady: t.idx.ready.Load(),
 		IndexHits: t.idx.hits.Load(), IndexListed: t.idx.listed.Load(), IndexLoads: t.idx.loads.Load(), IndexLoadErrors: t.idx.loadErr.Load(),

@@ -194,7 +194,8 @@ func (t *Tier) verify(j *sink.Job) error {
 // Flush turns every pending batch (all of them when force, else only full
 // ones) into packs, queues them and drains the sink once, probing the
 // store at once even if the sink found it down (sink.DrainNow). Packs the
-// sink failed are then given up. It returns the sink's drain report.
+// sink failed are then given up. It returns the sink's drain report. With
+// ctx already ended it builds no pack: the batches stay as they are.
 func (t *Tier) Flush(ctx context.Context, force bool) sink.Report {
 	return t.flush(ctx, force, true)
 }
@@ -205,7 +206,9 @@ func (t *Tier) flush(ctx context.Context, force, now bool) sink.Report {
 	t.flushMu.Lock()
 	defer t.flushMu.Unlock()
 	var lost lossReport
-	t.queueReady(ctx, force, &lost)
+	if ctx.Err() == nil { // past the deadline the blocks stay batched, counted in Stats
+		t.queueReady(ctx, force, &lost)
+	}
 	var rep sink.Report
 	if now {
 		rep = t.sk.DrainNow(ctx)
