@@ -17,4 +17,9 @@
 // entries (README, licences, module files, the source tree), on disk
 // outside .gitignore and in git's index, so working notes such as
 // STATUS-*.md cannot be committed there again.
+//
+// testscript_test.go: scripts/test's arguments. --help prints the usage,
+// an unknown argument exits 2, --list and --fast --list name the stages
+// (the full run has the end-to-end and engine stages, --fast names them as
+// skipped), and .ci/run runs the whole suite, not --fast.
 package lint
