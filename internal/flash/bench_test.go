@@ -36,6 +36,26 @@ func benchTier(b *testing.B, direct string, size int) (*Tier, identity.Namespace
 	return tr, d
 }
 
+// benchFilled is benchTier with n blocks of size written to flash (64
+// MiB of them, at least 4), keys benchKey(0..n-1).
+func benchFilled(b *testing.B, direct string, size int) (*Tier, identity.NamespaceDigest, int) {
+	b.Helper()
+	tr, d := benchTier(b, direct, size)
+	n := max(4, (64*mib)/size)
+	payload := testfix.Payload(size, 1)
+	for i := range n {
+		for !tr.Evicted(d, benchKey(i), identity.BlockKey{}, 16, payload) {
+			if err := tr.Flush(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	if err := tr.Flush(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	return tr, d, n
+}
+
 func benchKey(i int) identity.BlockKey {
 	var k identity.BlockKey
 	binary.LittleEndian.PutUint64(k[:], uint64(i)+1)
@@ -49,19 +69,7 @@ func BenchmarkFlashRead(b *testing.B) {
 	for _, mode := range []string{DirectAuto, DirectOff} {
 		for _, size := range []int{1 * mib, 32 * mib} {
 			b.Run(fmt.Sprintf("%s/%dMiB", mode, size/mib), func(b *testing.B) {
-				tr, d := benchTier(b, mode, size)
-				n := max(4, (64*mib)/size)
-				payload := testfix.Payload(size, 1)
-				for i := range n {
-					for !tr.Evicted(d, benchKey(i), identity.BlockKey{}, 16, payload) {
-						if err := tr.Flush(context.Background()); err != nil {
-							b.Fatal(err)
-						}
-					}
-				}
-				if err := tr.Flush(context.Background()); err != nil {
-					b.Fatal(err)
-				}
+				tr, d, n := benchFilled(b, mode, size)
 				if mode == DirectAuto && !tr.Direct() {
 					b.Logf("auto mode is buffered here")
 				}
@@ -87,19 +95,7 @@ func BenchmarkFlashRead(b *testing.B) {
 func BenchmarkFlashRefillPublish(b *testing.B) {
 	for _, size := range []int{1 * mib, 32 * mib} {
 		b.Run(fmt.Sprintf("%s/%dMiB", DirectAuto, size/mib), func(b *testing.B) {
-			tr, d := benchTier(b, DirectAuto, size)
-			n := max(4, (64*mib)/size)
-			payload := testfix.Payload(size, 1)
-			for i := range n {
-				for !tr.Evicted(d, benchKey(i), identity.BlockKey{}, 16, payload) {
-					if err := tr.Flush(context.Background()); err != nil {
-						b.Fatal(err)
-					}
-				}
-			}
-			if err := tr.Flush(context.Background()); err != nil {
-				b.Fatal(err)
-			}
+			tr, d, n := benchFilled(b, DirectAuto, size)
 			store := benchStore(b, size)
 			ns := testfix.RawNamespace("bench", "m1")
 			b.SetBytes(int64(size))

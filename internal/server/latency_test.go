@@ -24,14 +24,18 @@ func latencyCounts(s *Server) map[string]uint64 {
 }
 
 // memTier is a tierFuncs over a map, local (flash) or not (cold); gate,
-// when set, holds every refill until it is closed.
-func memTier(local bool, gate <-chan struct{}, blocks map[identity.BlockKey][]byte) *tierFuncs {
+// when set, holds every refill until it is closed, after saying on
+// entered (when set) that the refill started.
+func memTier(local bool, gate <-chan struct{}, entered chan<- struct{}, blocks map[identity.BlockKey][]byte) *tierFuncs {
 	return &tierFuncs{local: local,
 		present: func(_ identity.NamespaceDigest, key identity.BlockKey) bool { _, ok := blocks[key]; return ok },
 		refill: func(_ context.Context, _ identity.Namespace, key identity.BlockKey, alloc lower.Alloc) (int, bool) {
 			b, ok := blocks[key]
 			if !ok {
 				return 0, false
+			}
+			if entered != nil {
+				entered <- struct{}{}
 			}
 			if gate != nil {
 				<-gate
@@ -59,11 +63,18 @@ func TestLatencyHistogramsByOpAndTier(t *testing.T) {
 	}
 	payload := testfix.Payload(20<<10, 5)
 	gate := make(chan struct{})
+	entered, joined := make(chan struct{}, 1), make(chan struct{}, 1)
 	flash := map[identity.BlockKey][]byte{keys[2]: payload}
 	cold := map[identity.BlockKey][]byte{keys[3]: payload}
 	gated := map[identity.BlockKey][]byte{keys[5]: payload}
 	ts := startServer(t, func(c *Config) {
-		c.Lower = lower.NewChain(false, memTier(true, nil, flash), memTier(true, gate, gated), memTier(false, nil, cold))
+		c.Lower = lower.NewChain(false, memTier(true, nil, nil, flash), memTier(true, gate, entered, gated), memTier(false, nil, nil, cold))
+		c.Hooks = &Hooks{Joined: func() {
+			select {
+			case joined <- struct{}{}:
+			default: // the ACQUIRE join later on is not waited for
+			}
+		}}
 	})
 	blob := mustCanonical(t, testNamespace("acme"))
 	a, b := helloConn(t, ts.addr, "acme"), helloConn(t, ts.addr, "acme")
@@ -90,23 +101,17 @@ func TestLatencyHistogramsByOpAndTier(t *testing.T) {
 	// it; both read the block once the gate opens.
 	var wg sync.WaitGroup
 	hits := make([]wire.Status, 2)
-	joins := ts.srv.dir.Stats().Joins
 	for i, c := range []*rawConn{a, b} {
-		leads := ts.srv.dir.Stats().Leads
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			resp, _, _ := c.get(blob, 0, keys[5])
 			hits[i] = resp.Blocks[0].Status
 		}()
-		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-			st := ts.srv.dir.Stats()
-			if (i == 0 && st.Leads > leads) || (i == 1 && st.Joins > joins) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("GET %d never reached the fill directory: %+v", i, st)
-			}
+		if i == 0 {
+			<-entered // a leads: its refill is held at the gate
+		} else {
+			<-joined // b joined a's refill
 		}
 	}
 	close(gate)

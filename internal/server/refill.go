@@ -49,6 +49,9 @@ func (c *conn) refillMiss(d identity.NamespaceDigest, key identity.BlockKey) (ho
 		}
 		return v, ok
 	case directory.Joined:
+		if h := c.s.cfg.Hooks.Joined; h != nil {
+			h()
+		}
 		start := time.Now()
 		t := time.NewTimer(coldTimeout)
 		defer t.Stop()

@@ -141,7 +141,8 @@ type Hooks struct {
 	ConnClosed func()
 	// BeforeWrite is called by a connection's writer before each write.
 	BeforeWrite func()
-	// Joined is called each time ACQUIRE makes a session wait on a fill.
+	// Joined is called each time ACQUIRE makes a session wait on a fill,
+	// and each time a GET's refill joins another session's (refillMiss).
 	Joined func()
 	// Reserved is called after each PUT or FILL_COMMIT block's hot-tier
 	// reservation, with the session's tenant and the reservation's error
