@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -48,10 +49,11 @@ func TestLocalClusterRecipe(t *testing.T) {
 		t.Skip(msg)
 	}
 	dir := t.TempDir()
-	script := func(args ...string) (stdout string, code int) {
+	// scriptEnv runs the script with extra environment; script without.
+	scriptEnv := func(env []string, args ...string) (stdout, stderr string, code int) {
 		t.Helper()
 		c := exec.Command("bash", append([]string{localClusterScript}, append(args, "--dir", dir)...)...)
-		c.Env = append(os.Environ(), "GPUCACHE_ETCD="+etcd, "GPUCACHE_VERSITYGW="+vgw)
+		c.Env = append(append(os.Environ(), "GPUCACHE_ETCD="+etcd, "GPUCACHE_VERSITYGW="+vgw), env...)
 		var out, errb strings.Builder
 		c.Stdout, c.Stderr = &out, &errb
 		err := c.Run()
@@ -63,7 +65,12 @@ func TestLocalClusterRecipe(t *testing.T) {
 			t.Fatalf("local-cluster %s: %v", args[0], err)
 		}
 		t.Logf("local-cluster %s: exit %d\n%s%s", strings.Join(args, " "), code, out.String(), errb.String())
-		return out.String(), code
+		return out.String(), errb.String(), code
+	}
+	script := func(args ...string) (string, int) {
+		t.Helper()
+		out, _, code := scriptEnv(nil, args...)
+		return out, code
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -75,6 +82,18 @@ func TestLocalClusterRecipe(t *testing.T) {
 		}
 		script("down") // always: stops whatever up started, even half of it
 	})
+
+	// A node that cannot start: up names it, prints its log's tail and
+	// stops etcd and versitygw, which had started.
+	_, errs, code := scriptEnv([]string{"LOCAL_CLUSTER_HOT_CAPACITY=lots"}, "up", "--base-port", "auto")
+	for _, want := range []string{"gpu-1 exited before ready for writes", `invalid value "lots" for flag -hot-capacity`, "stopped versitygw (pid ", "stopped etcd (pid "} {
+		if code != 1 || !strings.Contains(errs, want) {
+			t.Errorf("up with a bad hot capacity: exit %d, want 1 and %q on stderr", code, want)
+		}
+	}
+	if _, code := script("status"); code != 3 {
+		t.Fatalf("status after a failed up: exit %d, want 3 (nothing running)", code)
+	}
 
 	// --base-port auto: other tests and daemons on this machine may hold
 	// the default 9410-9441.
@@ -220,6 +239,31 @@ func TestLocalClusterScriptArguments(t *testing.T) {
 	}
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("status, down or a refused up created %s (%v)", dir, err)
+	}
+
+	// A busy port of the layout is named before anything is looked up,
+	// built or started.
+	var ln net.Listener
+	for ln == nil {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Addr().(*net.TCPAddr).Port+31 <= 65535 {
+			ln = l
+			defer ln.Close()
+		} else {
+			l.Close()
+		}
+	}
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	out, err := exec.Command("bash", localClusterScript, "up", "--dir", dir, "--base-port", port).CombinedOutput()
+	want := "port " + port + " on 127.0.0.1 is in use"
+	if ee := (*exec.ExitError)(nil); !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), want) || strings.Contains(string(out), "building") {
+		t.Errorf("up on a busy port: %v, want exit 1 and %q, nothing built:\n%s", err, want, out)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("up refused for a busy port created %s (%v)", dir, err)
 	}
 }
 
