@@ -191,7 +191,7 @@ func (c *conn) hello(ctx context.Context) error {
 		}
 		return ioErr(err)
 	} else if string(p) == "HTTP" {
-		return fmt.Errorf("%w: %s answered HTTP: that is an HTTP port (a node's admin listener, usually :9401), not a gpucache data port (usually :9400)", ErrNotDataPort, c.cfg.Addr)
+		return fmt.Errorf("%w: %s answered HTTP: it is an HTTP port, such as a node's admin listener (usually :9401); the data port is usually :9400", ErrNotDataPort, c.cfg.Addr)
 	}
 	if _, err := io.ReadFull(c.br, c.hb[:]); err != nil {
 		return ioErr(err)
