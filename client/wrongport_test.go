@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -47,31 +48,21 @@ func TestDialHTTPPort(t *testing.T) {
 
 // TestDialSilentPeer: a peer that accepts the connection and never answers
 // HELLO fails with ErrTimeout after the dial timeout, and the error says
-// what the client expected there.
+// what the client expected there. The peer is an in-memory pipe that
+// reads and never writes, so only HELLO can time out.
 func TestDialSilentPeer(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err == nil {
-			accepted <- c
-		}
-		close(accepted)
-	}()
-	defer func() {
-		if c := <-accepted; c != nil {
-			c.Close()
-		}
-	}()
-	_, err = Dial(context.Background(), Config{Addr: ln.Addr().String(), DialTimeout: 50 * time.Millisecond})
+	const addr = "10.9.9.9:9401"
+	peer, local := net.Pipe()
+	drained := make(chan struct{})
+	go func() { defer close(drained); io.Copy(io.Discard, peer) }()
+	defer func() { peer.Close(); <-drained }()
+	cfg := Config{Addr: addr, DialTimeout: 50 * time.Millisecond}
+	cfg.hooks = &hooks{dial: func(context.Context, string) (net.Conn, error) { return local, nil }}
+	_, err := Dial(context.Background(), cfg)
 	if !errors.Is(err, ErrTimeout) || errors.Is(err, ErrNotDataPort) {
 		t.Fatalf("Dial of a silent peer: %v, want ErrTimeout", err)
 	}
-	for _, want := range []string{ln.Addr().String() + " accepted the connection but did not answer the gpucache HELLO", "data port (usually :9400)"} {
+	for _, want := range []string{addr + " accepted the connection but did not answer the gpucache HELLO", "data port (usually :9400)"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
