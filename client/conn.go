@@ -142,7 +142,7 @@ func dial(parent context.Context, cfg *Config) (*conn, error) {
 	c.sem = make(chan struct{}, n)
 	c.wlock = make(chan struct{}, 1)
 	c.mu.pending = make(map[uint64]*call)
-	c.next.Store(1) // HELLO used id 1
+	c.next.Store(1) // calls use ids from 2 on; HELLO's (helloID) is done
 	go c.readLoop()
 	if cfg.hooks != nil && cfg.hooks.dialed != nil {
 		cfg.hooks.dialed()
@@ -169,7 +169,7 @@ func (c *conn) hello(ctx context.Context) error {
 	}
 	b := make([]byte, wire.HeaderSize, 128+len(c.cfg.Secret))
 	b = req.AppendTo(b)
-	wire.Header{Version: wire.FrameVersion, Op: wire.OpHello, RequestID: 1, BodyLen: uint32(len(b) - wire.HeaderSize)}.Encode(b)
+	wire.Header{Version: wire.FrameVersion, Op: wire.OpHello, RequestID: helloID, BodyLen: uint32(len(b) - wire.HeaderSize)}.Encode(b)
 	ioErr := func(err error) error {
 		if ctx.Err() != nil || errors.Is(err, os.ErrDeadlineExceeded) {
 			return ctxError(ctx)
@@ -179,6 +179,20 @@ func (c *conn) hello(ctx context.Context) error {
 	if _, err := c.nc.Write(b); err != nil {
 		return ioErr(err)
 	}
+	// The answer's first bytes tell a gpucache node from an HTTP server
+	// (an admin port given as the data address), which answers the
+	// HELLO's first line (see helloID) with a status line.
+	if p, err := c.br.Peek(len(wire.Magic)); err != nil {
+		if errors.Is(ctx.Err(), context.Canceled) {
+			return ctxError(ctx)
+		}
+		if ctx.Err() != nil || errors.Is(err, os.ErrDeadlineExceeded) {
+			return fmt.Errorf("%w (%s)", ctxError(ctx), c.silentHint())
+		}
+		return ioErr(err)
+	} else if string(p) == "HTTP" {
+		return fmt.Errorf("%w: %s answered HTTP: it is an HTTP port, such as a node's admin listener (usually :9401); the data port is usually :9400", ErrNotDataPort, c.cfg.Addr)
+	}
 	if _, err := io.ReadFull(c.br, c.hb[:]); err != nil {
 		return ioErr(err)
 	}
@@ -186,7 +200,7 @@ func (c *conn) hello(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if h.Op != wire.OpHello || h.RequestID != 1 || h.BodyLen > controlBodyMax {
+	if h.Op != wire.OpHello || h.RequestID != helloID || h.BodyLen > controlBodyMax {
 		return fmt.Errorf("%w: HELLO answered by %s id %d with %d bytes", ErrProtocol, h.Op, h.RequestID, h.BodyLen)
 	}
 	body := make([]byte, h.BodyLen)
@@ -228,6 +242,24 @@ func (c *conn) hello(ctx context.Context) error {
 		c.limits.MaxPayload = def.MaxPayload
 	}
 	return c.nc.SetDeadline(time.Time{})
+}
+
+// helloID is HELLO's request id: 10, the byte '\n', which is the frame's
+// ninth byte (the id is little-endian). A line-oriented server that is not
+// gpucache, such as the HTTP admin listener, then reads a whole (bad)
+// request line and answers at once ("HTTP/1.1 400 Bad Request"), which
+// hello reports as ErrNotDataPort, where with no newline it would wait
+// for more until the dial timed out. The protocol lets the client choose
+// every request id.
+const helloID = 10
+
+// silentHint says what a peer that accepted the connection but did not
+// answer HELLO may be, for the timeout error.
+func (c *conn) silentHint() string {
+	if c.cfg.Network == "unix" {
+		return fmt.Sprintf("%s accepted the connection but did not answer the gpucache HELLO: is a gpucache node serving this socket?", c.cfg.Addr)
+	}
+	return fmt.Sprintf("%s accepted the connection but did not answer the gpucache HELLO: is it a gpucache data port (usually :9400)? An HTTP port, such as the admin listener (usually :9401), may stay silent", c.cfg.Addr)
 }
 
 // checkHeader decodes c.hb as a response header of version 1.

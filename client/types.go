@@ -205,6 +205,10 @@ var (
 	// ErrInvalid reports invalid arguments: a namespace that does not
 	// validate, an empty key list, a bad config.
 	ErrInvalid = errors.New("gpucache/client: invalid argument")
+	// ErrNotDataPort reports a peer that answered HELLO in another
+	// protocol: HTTP, from a node's admin listener (usually :9401) rather
+	// than its data port (usually :9400). Dialing it again will not help.
+	ErrNotDataPort = errors.New("gpucache/client: not a gpucache data port")
 	// ErrUnsupported reports an operation the session's protocol version
 	// does not have (MEMBERS on a version-1 server).
 	ErrUnsupported = errors.New("gpucache/client: not supported by the server's protocol version")

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -127,7 +128,9 @@ type auditRow struct {
 
 func parseAuditLine(line string) auditRow {
 	var m map[string]any
-	if err := json.Unmarshal([]byte(line), &m); err != nil {
+	dec := json.NewDecoder(strings.NewReader(line))
+	dec.UseNumber() // sizes and counts print as integers, not 2.68e+08
+	if err := dec.Decode(&m); err != nil || m == nil {
 		return auditRow{Details: line}
 	}
 	str := func(k string) string {
@@ -148,20 +151,42 @@ func parseAuditLine(line string) auditRow {
 	for _, k := range []string{"level", "msg", "audit"} {
 		delete(m, k)
 	}
+	var parts []string
+	appendDetails(&parts, "", m)
+	r.Details = strings.Join(parts, " ")
+	return r
+}
+
+// appendDetails appends m's fields to parts as key=value, sorted by key:
+// an empty value is left out, an object's fields are flattened ("details",
+// the audit event's own group, without a prefix; others as parent.key), and
+// a value with a space or quote is quoted.
+func appendDetails(parts *[]string, prefix string, m map[string]any) {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	var b strings.Builder
-	for i, k := range keys {
-		if i > 0 {
-			b.WriteByte(' ')
+	for _, k := range keys {
+		switch v := m[k].(type) {
+		case nil:
+		case map[string]any:
+			sub := prefix + k + "."
+			if prefix == "" && k == "details" {
+				sub = ""
+			}
+			appendDetails(parts, sub, v)
+		default:
+			s := fmt.Sprint(v)
+			if s == "" {
+				continue
+			}
+			if strings.ContainsAny(s, " \t\n\"=") {
+				s = strconv.Quote(s)
+			}
+			*parts = append(*parts, prefix+k+"="+s)
 		}
-		fmt.Fprintf(&b, "%s=%v", k, m[k])
 	}
-	r.Details = b.String()
-	return r
 }
 
 // HandlePage serves the status page at GET /.

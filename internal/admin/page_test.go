@@ -205,3 +205,32 @@ func TestRecentLinesBound(t *testing.T) {
 		t.Fatalf("lines: %d %q %q", len(l), l[1], l[2])
 	}
 }
+
+// An audit event's details group renders as its fields, key=value, with
+// empty ones left out and numbers as integers: never "details=map[tenant:]"
+// or "2.68435716e+08".
+func TestPageAuditDetails(t *testing.T) {
+	h := New(pageStats)
+	h.SetAuthorizer(func(*http.Request) (string, error) { return "local", nil })
+	audit := NewRecentLines(3)
+	audit.Write([]byte(`{"time":"2026-12-06T07:09:09.522Z","level":"INFO","msg":"admin action","audit":true,"event":"admin_action","actor":"local","action":"inventory","details":{"tenant":""}}` + "\n"))
+	audit.Write([]byte(`{"event":"admin_action","actor":"ops","action":"backfill","details":{"tenant":"acme","bytes_read":268435716,"note":"two words"}}` + "\n"))
+	h.HandlePage(PageSource{Node: "gpu-1", Audit: audit})
+	code, body := getAs(h, "/", "")
+	if code != 200 {
+		t.Fatalf("GET /: %d %s", code, body)
+	}
+	for _, s := range []string{
+		`<td>07:09:09.522</td><td>admin_action</td><td></td><td>action=inventory actor=local</td>`,
+		`<td>admin_action</td><td></td><td>action=backfill actor=ops bytes_read=268435716 note=&#34;two words&#34; tenant=acme</td>`,
+	} {
+		if !strings.Contains(body, s) {
+			t.Errorf("page lacks %q", s)
+		}
+	}
+	for _, s := range []string{"map[", "e+08", "details="} {
+		if strings.Contains(body, s) {
+			t.Errorf("page shows %q", s)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -10,13 +11,16 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
+	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/internal/config"
 )
 
@@ -123,7 +127,40 @@ func (f adminFlags) request(sub string) (method, path string, q url.Values, err 
 	return method, path, q, nil
 }
 
-func (f adminFlags) client() (*http.Client, error) {
+// sniffer notes whether the peer of an admin connection answered in the
+// gpucache protocol (its frames start with wire.Magic): the data port
+// given as --admin. An HTTP client would only see a malformed status line.
+type sniffer struct{ dataPort atomic.Bool }
+
+func (s *sniffer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &sniffConn{Conn: nc, s: s}, nil
+}
+
+// sniffConn records the first bytes read from its peer. The transport
+// reads a connection from one goroutine.
+type sniffConn struct {
+	net.Conn
+	s    *sniffer
+	head []byte // the first bytes read, up to len(wire.Magic)
+}
+
+func (c *sniffConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if k := len(wire.Magic) - len(c.head); k > 0 && n > 0 {
+		c.head = append(c.head, p[:min(k, n)]...)
+		if string(c.head) == wire.Magic {
+			c.s.dataPort.Store(true)
+		}
+	}
+	return n, err
+}
+
+func (f adminFlags) client(sn *sniffer) (*http.Client, error) {
 	tc := &tls.Config{MinVersion: tls.VersionTLS12}
 	if f.cacert != "" {
 		pem, err := os.ReadFile(f.cacert)
@@ -143,7 +180,7 @@ func (f adminFlags) client() (*http.Client, error) {
 		}
 		tc.Certificates = []tls.Certificate{c}
 	}
-	return &http.Client{Transport: &http.Transport{TLSClientConfig: tc, Proxy: nil}}, nil
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: tc, Proxy: nil, DialContext: sn.dial}}, nil
 }
 
 // adminCall sends one lifecycle request and relays its NDJSON answer:
@@ -168,13 +205,20 @@ func adminCall(ctx context.Context, f adminFlags, method, path string, q url.Val
 		}
 		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
 	}
-	hc, err := f.client()
+	var sn sniffer
+	hc, err := f.client(&sn)
 	if err != nil {
 		return err
 	}
 	defer hc.CloseIdleConnections()
 	resp, err := hc.Do(req)
-	if err != nil {
+	switch {
+	case err == nil:
+	case sn.dataPort.Load():
+		return fmt.Errorf("%w: %s is a gpucache data port, not the admin port (admin is usually :9401; data commands take it as --addr)", errUnavailable, req.URL.Host)
+	case untrustedCert(err):
+		return fmt.Errorf("%w: admin listener %s: its certificate is not trusted by --cacert %q: pass the CA that signed it (%w)", errRefused, base, f.cacert, err)
+	default:
 		return fmt.Errorf("%w: admin listener %s: %w", errUnavailable, base, err)
 	}
 	defer resp.Body.Close()
@@ -230,13 +274,18 @@ func readAnswer(body io.Reader, path string, asJSON bool, std Stdio) error {
 	return fmt.Errorf("admin %s: the node closed the answer before a result (safe to run again)", path)
 }
 
+// printResult prints an admin result as text (or, with asJSON, as sent).
+// Numbers are decoded as json.Number, so byte counts print as integers,
+// with binary units beside them ("268435716 B (256.0 MiB)").
 func printResult(w io.Writer, raw json.RawMessage, asJSON bool) error {
 	if asJSON {
 		_, err := fmt.Fprintf(w, "%s\n", raw)
 		return err
 	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
 	var v any
-	if err := json.Unmarshal(raw, &v); err != nil {
+	if err := dec.Decode(&v); err != nil {
 		return err
 	}
 	switch v := v.(type) {
@@ -248,17 +297,12 @@ func printResult(w io.Writer, raw json.RawMessage, asJSON bool) error {
 		}
 		for _, e := range v {
 			m, _ := e.(map[string]any)
-			fmt.Fprintf(w, "tenant=%q namespace=%v model=%q packs=%v manifests=%v pointers=%v\n",
+			fmt.Fprintf(w, "tenant=%q namespace=%v model=%q packs=%s; manifests=%s; pointers=%s\n",
 				m["tenant"], m["namespace"], m["model_id"], kind(m["packs"]), kind(m["manifests"]), kind(m["pointers"]))
 		}
 	case map[string]any:
-		keys := make([]string, 0, len(v))
-		for k := range v {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			fmt.Fprintf(w, "%s: %v\n", k, v[k])
+		for _, k := range sortedKeys(v) {
+			fmt.Fprintf(w, "%s: %s\n", k, fmtValue(k, v[k]))
 		}
 	default:
 		fmt.Fprintf(w, "%s\n", raw)
@@ -266,7 +310,58 @@ func printResult(w io.Writer, raw json.RawMessage, asJSON bool) error {
 	return nil
 }
 
+// kind prints an inventory count: "3 objects, 268435716 B (256.0 MiB)".
 func kind(v any) string {
 	m, _ := v.(map[string]any)
-	return fmt.Sprintf("%v(%vB)", m["objects"], m["bytes"])
+	noun := "objects"
+	if fmt.Sprint(m["objects"]) == "1" {
+		noun = "object"
+	}
+	return fmt.Sprintf("%v %s, %s", m["objects"], noun, humanBytes(m["bytes"]))
+}
+
+// fmtValue prints one result field; a field named for bytes gets binary
+// units too, and an object its fields as {k=v ...}.
+func fmtValue(key string, v any) string {
+	switch v := v.(type) {
+	case map[string]any:
+		parts := make([]string, 0, len(v))
+		for _, k := range sortedKeys(v) {
+			parts = append(parts, k+"="+fmtValue(k, v[k]))
+		}
+		return "{" + strings.Join(parts, " ") + "}"
+	case json.Number:
+		if strings.Contains(key, "bytes") {
+			return humanBytes(v)
+		}
+	}
+	return fmt.Sprint(v)
+}
+
+func sortedKeys(m map[string]any) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// humanBytes prints a byte count exactly, then in the largest binary unit
+// it reaches when that is KiB or more: "268435716 B (256.0 MiB)".
+func humanBytes(v any) string {
+	num, _ := v.(json.Number)
+	n, err := num.Int64()
+	if err != nil {
+		return fmt.Sprintf("%v B", v)
+	}
+	units := []string{"KiB", "MiB", "GiB", "TiB", "PiB"}
+	if n < 1<<10 {
+		return fmt.Sprintf("%d B", n)
+	}
+	u, f := 0, float64(n)/(1<<10)
+	for u < len(units)-1 && f >= 1<<10 {
+		u, f = u+1, f/(1<<10)
+	}
+	return fmt.Sprintf("%d B (%.1f %s)", n, f, units[u])
 }

@@ -71,10 +71,12 @@ Exit codes:
   0  done; a GET hit
   1  miss: a GET or DELETE found no block
   2  usage error (bad flags or arguments)
-  3  refused by the server: authentication, rights, quota, size limits, capacity
-  4  unavailable: unreachable, timed out, draining, read-only (a PUT to a
-     node that lost its control plane: retry later or use another node), or
-     the key is owned by another cluster member (use --cluster)
+  3  refused: authentication (the server's, or a server certificate that
+     --tls-ca does not verify), rights, quota, size limits, capacity
+  4  unavailable: unreachable, timed out, not a data port (an HTTP admin
+     port), draining, read-only (a PUT to a node that lost its control
+     plane: retry later or use another node), the key is owned by another
+     cluster member (use --cluster), or its owner cannot be reached
   5  any other failure (a local file, a protocol error)
 
 Run 'gpucache <command> --help' for a command's flags.

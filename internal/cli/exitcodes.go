@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"strings"
@@ -15,8 +17,8 @@ const (
 	exitOK          = 0 // done; a GET hit
 	exitMiss        = 1 // a GET (or DELETE) found no block
 	exitUsage       = 2 // bad flags or arguments
-	exitRefused     = 3 // the server refused: authentication, rights, quota, limits, capacity
-	exitUnavailable = 4 // no answer: unreachable, timed out, draining, read-only, or the key's owner is elsewhere
+	exitRefused     = 3 // the server refused: authentication (either way: a server certificate --tls-ca does not verify too), rights, quota, limits, capacity
+	exitUnavailable = 4 // no answer: unreachable, timed out, not a data port, draining, read-only, or the key's owner is elsewhere
 	exitFailed      = 5 // any other failure (a local file, a protocol error, a server bug)
 )
 
@@ -43,6 +45,10 @@ func classify(err error) (code int, label string) {
 		return exitUnavailable, ""
 	case errors.Is(err, ErrReported):
 		return exitFailed, ""
+	case untrustedCert(err):
+		// The client refused the server's certificate: authentication
+		// failed, as when the server refuses the client's.
+		return exitRefused, "refused"
 	}
 	var we *wire.Error
 	if errors.As(err, &we) {
@@ -54,10 +60,25 @@ func classify(err error) (code int, label string) {
 			return exitUnavailable, "unavailable"
 		}
 	}
-	if errors.Is(err, client.ErrUnavailable) || errors.Is(err, client.ErrTimeout) || errors.Is(err, client.ErrClosed) {
+	if errors.Is(err, client.ErrUnavailable) || errors.Is(err, client.ErrTimeout) || errors.Is(err, client.ErrClosed) ||
+		errors.Is(err, client.ErrNotDataPort) {
 		return exitUnavailable, "unavailable"
 	}
 	return exitFailed, ""
+}
+
+// untrustedCert reports whether err is a TLS handshake that failed because
+// the client could not verify the server's certificate: signed by a CA
+// that --tls-ca (--cacert) does not hold, issued for another name, or
+// expired.
+func untrustedCert(err error) bool {
+	var (
+		cv *tls.CertificateVerificationError
+		ua x509.UnknownAuthorityError
+		hn x509.HostnameError
+		ci x509.CertificateInvalidError
+	)
+	return errors.As(err, &cv) || errors.As(err, &ua) || errors.As(err, &hn) || errors.As(err, &ci)
 }
 
 // reportErr prints err as one line for command cmd of program prog and

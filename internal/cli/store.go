@@ -37,6 +37,69 @@ type clusterStore struct {
 func (c *clusterStore) Limits() client.Limits { return c.limits }
 func (c *clusterStore) Tenant() string        { return c.tenant }
 
+// A cluster degrades a key whose owner cannot be reached (a node killed
+// but still in the view until its lease expires): Get answers a miss with
+// the dial error, Put NO_SPACE, Lookup a shorter run. For the one key of a
+// command, these methods turn that into an error that names the owner.
+
+func (c *clusterStore) Get(ctx context.Context, ns client.Namespace, keys []client.BlockKey, opts ...client.GetOption) []client.GetResult {
+	res := c.Cluster.Get(ctx, ns, keys, opts...)
+	for i := range res {
+		if !res[i].Hit && errors.Is(res[i].Reason, client.ErrUnavailable) {
+			res[i].Reason = c.ownerDown(keys[i], res[i].Reason)
+		}
+	}
+	return res
+}
+
+func (c *clusterStore) Put(ctx context.Context, ns client.Namespace, blocks []client.PutBlock) ([]client.Status, error) {
+	before := c.Stats().Unreachable
+	st, err := c.Cluster.Put(ctx, ns, blocks)
+	if err == nil && c.Stats().Unreachable > before {
+		for i, s := range st {
+			if s == client.StatusNoSpace {
+				return st, c.ownerDown(blocks[i].Key, nil)
+			}
+		}
+	}
+	return st, err
+}
+
+func (c *clusterStore) Delete(ctx context.Context, ns client.Namespace, keys []client.BlockKey) ([]client.Status, error) {
+	st, err := c.Cluster.Delete(ctx, ns, keys)
+	if errors.Is(err, client.ErrUnavailable) && len(keys) == 1 {
+		err = c.ownerDown(keys[0], err)
+	}
+	return st, err
+}
+
+func (c *clusterStore) Lookup(ctx context.Context, ns client.Namespace, keys []client.BlockKey, leaseTTL time.Duration) (int, client.LeaseID, error) {
+	before := c.Stats().Unreachable
+	n, lease, err := c.Cluster.Lookup(ctx, ns, keys, leaseTTL)
+	if err == nil && n < len(keys) && c.Stats().Unreachable > before {
+		return n, lease, c.ownerDown(keys[n], nil)
+	}
+	return n, lease, err
+}
+
+// ownerDown is the error for key, whose owner could not be reached (cause,
+// when known, says how): it names the owner, member id and address.
+func (c *clusterStore) ownerDown(key client.BlockKey, cause error) error {
+	epoch := c.View().Epoch
+	m, ok := c.Owner(key)
+	if !ok {
+		if cause == nil {
+			return fmt.Errorf("%w: no active member owns the key (view epoch %d; 'gpucache members' lists the view)", errUnavailable, epoch)
+		}
+		return fmt.Errorf("%w: no active member owns the key (view epoch %d; 'gpucache members' lists the view): %w", errUnavailable, epoch, cause)
+	}
+	const then = "stopped or killed? Its keys move to the other members when its lease expires and the view drops it ('gpucache members' lists the view)"
+	if cause == nil {
+		return fmt.Errorf("%w: the key's owner, member %s at %s (view epoch %d), could not be reached: %s", errUnavailable, m.ID, m.Addr, epoch, then)
+	}
+	return fmt.Errorf("%w: the key's owner, member %s at %s (view epoch %d), could not be reached (%w): %s", errUnavailable, m.ID, m.Addr, epoch, cause, then)
+}
+
 // Seeds splits the --cluster list.
 func (c *ConnFlags) Seeds() []string {
 	var out []string
@@ -87,8 +150,16 @@ func (c *ConnFlags) connect(ctx context.Context) (store, error) {
 }
 
 // explain adds what the user can do to a dial error: a plaintext client
-// against a TLS listener is told that the server expects TLS.
+// against a TLS listener is told that the server expects TLS, a client
+// that cannot verify the server's certificate which flag names the CA, and
+// a client pointed at an HTTP port that it is not the data port.
 func (c *ConnFlags) explain(ctx context.Context, addr string, err error) error {
+	if errors.Is(err, client.ErrNotDataPort) {
+		return fmt.Errorf("%w (for the admin listener use 'gpucache admin --admin URL')", err)
+	}
+	if untrustedCert(err) {
+		return fmt.Errorf("%s's certificate is not trusted by --tls-ca %s: pass the CA that signed the server's certificate, and an address that its certificate names (%w)", addr, c.tlsCA, err)
+	}
 	if c.tlsCA != "" && isTLSAlert(err) {
 		// The server ended the handshake: it refused the client's
 		// certificate, or the lack of one (mTLS). A refusal, not an outage.

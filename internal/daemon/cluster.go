@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -223,15 +224,53 @@ func (n *clusterNode) run(ctx context.Context, srv *server.Server) {
 }
 
 func (n *clusterNode) apply(srv *server.Server, v control.View) {
-	prev := n.cluster.View().Epoch()
+	prev := n.cluster.View()
 	fenced, err := srv.AdvanceView(v)
 	if err != nil {
 		n.log.Error("cannot advance the directory epoch", "epoch", v.Epoch(), "err", err)
 	}
-	if v.Epoch() > prev {
-		_, member := v.Member(n.self.ID)
-		n.log.Info("cluster view", "epoch", v.Epoch(), "members", v.Len(), "self_member", member, "fills_fenced", fenced)
+	if v.Epoch() > prev.Epoch() {
+		logViewChange(n.log, prev, v, n.self.ID, fenced)
 	}
+}
+
+// logViewChange logs one "cluster view" line for a new view: its epoch and
+// the previous one, and which members joined, left (a member whose lease
+// expired: stopped, killed or cut off from etcd) or started draining, each
+// as id@addr, so an operator reading one node's log sees who went away.
+func logViewChange(log *slog.Logger, prev, next control.View, self control.MemberID, fenced int) {
+	var joined, left, draining []string
+	name := func(m control.Member) string { return string(m.ID) + "@" + m.Addr }
+	for _, m := range next.Members() {
+		old, ok := prev.Member(m.ID)
+		switch {
+		case !ok || old.Addr != m.Addr:
+			joined = append(joined, name(m))
+		case m.Draining && !old.Draining:
+			draining = append(draining, name(m))
+		}
+	}
+	for _, m := range prev.Members() {
+		if now, ok := next.Member(m.ID); !ok || now.Addr != m.Addr {
+			left = append(left, name(m))
+		}
+	}
+	_, member := next.Member(self)
+	attrs := []any{"epoch", next.Epoch(), "prev_epoch", prev.Epoch(), "members", next.Len()}
+	for _, g := range []struct {
+		key string
+		ids []string
+	}{{"joined", joined}, {"left", left}, {"draining", draining}} {
+		if len(g.ids) > 0 {
+			attrs = append(attrs, g.key, strings.Join(g.ids, ","))
+		}
+	}
+	attrs = append(attrs, "self_member", member, "fills_fenced", fenced)
+	lvl := slog.LevelInfo
+	if len(left) > 0 {
+		lvl = slog.LevelWarn // keys moved: the members that left owned them
+	}
+	log.Log(context.Background(), lvl, "cluster view", attrs...)
 }
 
 // health probes etcd every ControlProbe and sets the control mode: live

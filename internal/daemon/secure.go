@@ -255,7 +255,7 @@ func (s *secure) authorizeAdmin(r *http.Request) (string, error) {
 	case r.TLS != nil && len(tlsconf.PeerNames(*r.TLS)) > 0:
 		sess, err = p.Auth.Cert(tlsconf.PeerNames(*r.TLS))
 	default:
-		err = fmt.Errorf("%w: %w", auth.ErrUnauthenticated, auth.ErrNoCredential)
+		err = auth.ErrNoCredential
 	}
 	if err != nil {
 		s.audit.AuthFailure("", auth.Reason(err), r.RemoteAddr)

@@ -154,7 +154,7 @@ func (rc *respConn) Admit() respserve.Admission {
 		c.sess.epoch = ep
 	}
 	if !c.sess.NotAfter.IsZero() && !g.Now().Before(c.sess.NotAfter) {
-		c.endSession(fmt.Errorf("%w: %w", auth.ErrUnauthenticated, auth.ErrExpired))
+		c.endSession(auth.ErrExpired)
 		return respserve.SessionEnded
 	}
 	c.sess.counters.requests.Add(1)

@@ -106,7 +106,9 @@ func (c *conn) helloSession(req *wire.HelloRequest) (auth.Session, error) {
 		// A Unix-socket peer's uid comes from the kernel (SO_PEERCRED).
 		s, err = p.Auth.UnixPeer(c.peer.uid)
 	default:
-		err = fmt.Errorf("%w: %w: send a bearer secret in HELLO or connect with a client certificate", auth.ErrUnauthenticated, auth.ErrNoCredential)
+		// ErrNoCredential already wraps ErrUnauthenticated: wrapping both
+		// would print the "gpucache/auth: unauthenticated" prefix twice.
+		err = fmt.Errorf("%w: send a bearer secret in HELLO or connect with a client certificate", auth.ErrNoCredential)
 	}
 	if err == nil && req.Tenant != "" && req.Tenant != s.Tenant {
 		err = fmt.Errorf("%w: HELLO names tenant %q but the credential belongs to another tenant", auth.ErrUnauthenticated, req.Tenant)
@@ -172,7 +174,7 @@ func (c *conn) admit(op wire.Opcode, stamp *antireplay.Stamp) error {
 		c.nsBlob = nil // rights may have changed: check the namespace again
 	}
 	if !c.sess.NotAfter.IsZero() && !g.Now().Before(c.sess.NotAfter) {
-		return c.endSession(fmt.Errorf("%w: %w", auth.ErrUnauthenticated, auth.ErrExpired))
+		return c.endSession(auth.ErrExpired)
 	}
 	c.sess.counters.requests.Add(1)
 	if p.Limiter != nil {

@@ -106,7 +106,9 @@ func (s *Server) Close() error {
 	if err := s.Srv.Shutdown(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("shutdown: %w", err))
 	}
-	if err := <-s.served; err != nil {
+	// ErrClosed: Shutdown came before Serve started (a Stop right after
+	// Start), as the unix listener's below.
+	if err := <-s.served; err != nil && !errors.Is(err, server.ErrClosed) {
 		errs = append(errs, fmt.Errorf("serve: %w", err))
 	}
 	if s.unix != nil {
