@@ -112,6 +112,9 @@ class Pool:
 # ---- one connection ----
 
 CLIENT_NAME = "gpucache-py/0.1"
+
+# HELLO_ID is HELLO's request id: 10, the byte '\n' (see Conn.dial).
+HELLO_ID = 10
 _IOV_MAX = 512  # buffers per sendmsg call (Linux IOV_MAX is 1024)
 _MAX_ERROR_BODY = 2 + 2 + wire.MAX_STRING_LEN + 8
 _SCRATCH = 64 << 10  # bytes read at a time when discarding a payload
@@ -198,6 +201,12 @@ class Conn:
                 sock = ssl_context.wrap_socket(sock, server_hostname=server_hostname or host)
             c = cls(sock, addr, max_frame)
             c.deadline = deadline
+            # HELLO goes out with request id HELLO_ID (10, the byte '\n'),
+            # as the Go client's does: a peer that speaks HTTP (such as a
+            # node's admin listener) then reads a whole, bad request line
+            # and answers at once, which read_header reports as not a data
+            # port, instead of both sides waiting out the deadline.
+            c._rid = HELLO_ID - 1
             auth = bool(secret) or ssl_context is not None
             body = wire.hello_request(1, wire.VERSION_MAX, tenant, CLIENT_NAME, auth=auth,
                                       auth_kind=wire.AUTH_BEARER if secret else wire.AUTH_NONE,
@@ -343,6 +352,14 @@ class Conn:
 
     def read_header(self, op: int, rid: int) -> wire.Header:
         self.recv_into(memoryview(self._hdr))
+        if self.hello is None and bytes(self._hdr[:4]) != wire.MAGIC:
+            # The answer to HELLO is not a gpucache frame: an HTTP status
+            # line, an HTML error page (an HTTP/0.9 answer) or anything else.
+            head = bytes(self._hdr[:4])
+            what = "HTTP" if head in (b"HTTP", b"<!DO", b"<htm", b"<HTM") else "%r" % head
+            raise ConnectionFailed("not a gpucache data port", (
+                "%s answered %s: it is not a gpucache data port (the data port is usually :9400; "
+                "an HTTP port, such as a node's admin listener, is usually :9401)") % (self.addr, what))
         h = wire.decode_header(bytes(self._hdr))
         if not h.flags & wire.FLAG_RESPONSE or h.flags & ~(wire.FLAG_RESPONSE | wire.FLAG_ERROR):
             raise MalformedError("gpucache/wire: response flags %#x" % h.flags)

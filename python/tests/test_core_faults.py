@@ -294,3 +294,33 @@ class WrongEpoch(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class NotADataPort(unittest.TestCase):
+    """An address that is an HTTP port (a node's admin listener) fails at
+    once with a reason that says so, not after the request's deadline."""
+
+    def test_http_port(self):
+        import http.server
+
+        class Quiet(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+        srv = http.server.HTTPServer(("127.0.0.1", 0), Quiet)
+        th = threading.Thread(target=srv.serve_forever)
+        th.start()
+        try:
+            # A deadline of an hour: the answer must come from the HTTP
+            # reply, not from waiting the deadline out.
+            c = Client(["127.0.0.1:%d" % srv.server_address[1]], tenant="acme", timeout=3600.0)
+            with self.assertRaises(Exception) as cm:
+                c.ping()
+            c.close()
+        finally:
+            srv.shutdown()
+            srv.server_close()
+            th.join()
+        msg = str(cm.exception)
+        self.assertIn("not a gpucache data port", msg)
+        self.assertIn("answered HTTP", msg)
