@@ -1,4 +1,4 @@
-package client
+package clienttest_test
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/gpucache/gpucache/api/wire"
+	. "github.com/gpucache/gpucache/client"
 	"github.com/gpucache/gpucache/internal/control"
 	"github.com/gpucache/gpucache/internal/server"
 	"github.com/gpucache/gpucache/internal/server/servertest"

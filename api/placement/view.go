@@ -1,4 +1,4 @@
-package control
+package placement
 
 import (
 	"errors"
@@ -6,30 +6,15 @@ import (
 	"sort"
 )
 
-// Sentinel errors. Callers test them with errors.Is; the wrapped message
-// says which member, domain or epoch was at fault.
+// Sentinel errors of NewView. Callers test them with errors.Is; the
+// wrapped message says which member was at fault.
 var (
 	// ErrInvalidMember: a member has an empty ID, address or fault domain,
 	// or no capacity.
-	ErrInvalidMember = errors.New("gpucache/control: invalid member")
-	// ErrDuplicateMember: two members share an ID, or Join names an ID that
-	// is already a member.
-	ErrDuplicateMember = errors.New("gpucache/control: duplicate member id")
-	// ErrUnknownMember: Leave or Drain names an ID that is not a member.
-	ErrUnknownMember = errors.New("gpucache/control: unknown member")
-	// ErrUnknownDomain: PlanIsolate names a fault domain with no members.
-	ErrUnknownDomain = errors.New("gpucache/control: unknown fault domain")
-	// ErrEpochMismatch: a compare-and-swap expected an epoch that is no
-	// longer current; nothing changed. Re-read and retry.
-	ErrEpochMismatch = errors.New("gpucache/control: epoch mismatch")
-	// ErrEpochOverflow: the change needs more epoch increments than remain
-	// before the epoch overflows (or than the caller's budget allows);
-	// nothing changed.
-	ErrEpochOverflow = errors.New("gpucache/control: epoch budget exhausted")
-	// ErrNoMembers: a static membership was given no member.
-	ErrNoMembers = errors.New("gpucache/control: no members")
-	// ErrClosed: the membership is closed.
-	ErrClosed = errors.New("gpucache/control: closed")
+	ErrInvalidMember = errors.New("gpucache/placement: invalid member")
+	// ErrDuplicateMember: two members share an ID (the control plane also
+	// returns it when a join names an ID that is already a member).
+	ErrDuplicateMember = errors.New("gpucache/placement: duplicate member id")
 )
 
 // MemberID names a node. It is stable across restarts of the node and is

@@ -1,9 +1,10 @@
-package client
+package clienttest_test
 
 import (
 	"testing"
 
 	"github.com/gpucache/gpucache/api/wire"
+	. "github.com/gpucache/gpucache/client"
 	"github.com/gpucache/gpucache/internal/server"
 )
 

@@ -1,4 +1,4 @@
-package client
+package clienttest_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpucache/gpucache/api/wire"
+	. "github.com/gpucache/gpucache/client"
 	"github.com/gpucache/gpucache/internal/server/servertest"
 )
 

@@ -1,4 +1,4 @@
-package client
+package clienttest_test
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gpucache/gpucache/api/wire"
+	. "github.com/gpucache/gpucache/client"
 	"github.com/gpucache/gpucache/internal/server"
 	"github.com/gpucache/gpucache/internal/server/servertest"
 )

@@ -1,10 +1,11 @@
-package client
+package clienttest_test
 
 import (
 	"context"
 	"testing"
 
 	"github.com/gpucache/gpucache/api/wire"
+	. "github.com/gpucache/gpucache/client"
 	"github.com/gpucache/gpucache/internal/server/servertest"
 )
 

@@ -1,4 +1,4 @@
-package client
+package clienttest_test
 
 import (
 	"bytes"
@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/gpucache/gpucache/api/wire"
+	. "github.com/gpucache/gpucache/client"
 )
 
 // startUnix runs a real server with a Unix-socket listener too.

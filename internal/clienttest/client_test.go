@@ -1,8 +1,7 @@
-package client
+package clienttest_test
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"runtime"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpucache/gpucache/api/wire"
+	. "github.com/gpucache/gpucache/client"
 )
 
 func dialTest(t *testing.T, addr string, mod func(*Config)) *Client {
@@ -262,37 +262,6 @@ func TestBatchSplit(t *testing.T) {
 	}
 }
 
-// After the server restarts, the dead connections are redialed lazily.
-func TestRedialAfterRestart(t *testing.T) {
-	rs := startServer(t, "127.0.0.1:0", wire.Limits{})
-	addr := rs.Addr
-	dials := make(chan struct{}, 16)
-	c := dialTest(t, addr, func(c *Config) {
-		c.Conns = 1
-		c.hooks = &hooks{dialed: func() { dials <- struct{}{} }}
-	})
-	<-dials
-	ctx := testCtx(t)
-	ns := testNS("acme")
-	blocks := testBlocks(t, ns, 1, 1000, 9)
-	if _, err := c.Put(ctx, ns, blocks); err != nil {
-		t.Fatal(err)
-	}
-	rs.Stop()
-	// The server is gone: reads are misses, not hangs.
-	if r := c.Get(ctx, ns, keysOf(blocks))[0]; r.Hit || !errors.Is(r.Reason, ErrUnavailable) {
-		t.Fatalf("get with server down: %+v", r)
-	}
-	startServer(t, addr, wire.Limits{})
-	if _, err := c.Put(ctx, ns, blocks); err != nil {
-		t.Fatalf("put after restart: %v", err)
-	}
-	<-dials
-	if r := c.Get(ctx, ns, keysOf(blocks))[0]; !r.Hit {
-		t.Fatalf("get after restart: %v", r.Reason)
-	}
-}
-
 func TestClosedClient(t *testing.T) {
 	rs := startServer(t, "127.0.0.1:0", wire.Limits{})
 	c := dialTest(t, rs.Addr, nil)
@@ -304,32 +273,6 @@ func TestClosedClient(t *testing.T) {
 	}
 	if r := c.Get(ctx, testNS("acme"), make([]BlockKey, 1))[0]; !errors.Is(r.Reason, ErrClosed) {
 		t.Fatalf("get after close: %+v", r)
-	}
-}
-
-func TestDialErrors(t *testing.T) {
-	// Nothing listens: ErrUnavailable.
-	fs := newFake(t, nil)
-	addr := fs.addr()
-	fs.close()
-	if _, err := Dial(testCtx(t), Config{Addr: addr}); !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("dial closed port: %v", err)
-	}
-	if _, err := Dial(testCtx(t), Config{Conns: -1}); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("bad config: %v", err)
-	}
-	// A server that never answers HELLO: ErrTimeout within the deadline.
-	silent := newFake(t, nil)
-	silent.silent = true
-	silent.start()
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	start := time.Now()
-	if _, err := Dial(ctx, Config{Addr: silent.addr()}); !errors.Is(err, ErrTimeout) {
-		t.Fatalf("dial silent server: %v", err)
-	}
-	if d := time.Since(start); d > 2*time.Second {
-		t.Fatalf("dial took %v", d)
 	}
 }
 
@@ -374,30 +317,5 @@ func TestNoPayloadCopies(t *testing.T) {
 		}
 	}); n > 32<<10 {
 		t.Errorf("Put allocates %d bytes per call", n)
-	}
-}
-
-func TestGetBatchEnd(t *testing.T) {
-	lim := Limits{MaxBatch: 8, MaxFrame: 1 << 20, MaxPayload: 256 << 10}
-	keys := make([]BlockKey, 20)
-	// Unknown sizes: every block may be MaxPayload, so 3 fit a frame.
-	if end := getBatchEnd(lim, keys, nil, 0); end != 3 {
-		t.Fatalf("end %d, want 3", end)
-	}
-	// Known buffers of 64 KiB: MaxBatch binds first.
-	dst := make([][]byte, 20)
-	for i := range dst {
-		dst[i] = make([]byte, 64<<10)
-	}
-	if end := getBatchEnd(lim, keys, dst, 4); end != 12 {
-		t.Fatalf("end %d, want 12", end)
-	}
-	if end := getBatchEnd(lim, keys, dst, 16); end != 20 {
-		t.Fatalf("end %d, want 20", end)
-	}
-	// A frame too small for even one block still sends one key.
-	lim.MaxFrame = 10
-	if end := getBatchEnd(lim, keys, nil, 0); end != 1 {
-		t.Fatalf("end %d, want 1", end)
 	}
 }
