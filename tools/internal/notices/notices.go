@@ -60,8 +60,12 @@ func goList(ctx context.Context, root, bin, goos, goarch string) (map[string]Mod
 	cmd := exec.CommandContext(ctx, "go", "list", "-deps", "-json", bin)
 	cmd.Dir = root
 	// The default build: no tags from the caller's GOFLAGS, the module
-	// graph as go.mod and go.sum say (no network).
-	cmd.Env = append(os.Environ(), "GOOS="+goos, "GOARCH="+goarch, "GOFLAGS=-mod=readonly", "CGO_ENABLED=1")
+	// graph as go.mod and go.sum say (no network), in the repository's
+	// workspace (go.work, ADR 0028) even when the caller set GOWORK=off:
+	// the binaries are built from the root, where the api, client and
+	// tools modules are main modules, not dependencies.
+	cmd.Env = append(os.Environ(), "GOOS="+goos, "GOARCH="+goarch, "GOFLAGS=-mod=readonly", "CGO_ENABLED=1",
+		"GOWORK="+filepath.Join(root, "go.work"))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
