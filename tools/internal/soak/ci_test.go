@@ -33,8 +33,11 @@ func (w *testLog) Write(p []byte) (int, error) {
 func buildBinaries(t *testing.T) (gpucached, helper string) {
 	t.Helper()
 	dir := t.TempDir()
-	for _, cmd := range []string{"gpucached", "gpucache-bench"} {
-		out, err := exec.Command("go", "build", "-o", filepath.Join(dir, cmd), "github.com/gpucache/gpucache/cmd/"+cmd).CombinedOutput()
+	for cmd, pkg := range map[string]string{
+		"gpucached":      "github.com/gpucache/gpucache/cmd/gpucached",
+		"gpucache-bench": "github.com/gpucache/gpucache/tools/cmd/gpucache-bench",
+	} {
+		out, err := exec.Command("go", "build", "-o", filepath.Join(dir, cmd), pkg).CombinedOutput()
 		if err != nil {
 			t.Fatalf("build %s: %v\n%s", cmd, err, out)
 		}
