@@ -51,7 +51,8 @@ func TestClusterDialUnreachableSeedBounded(t *testing.T) {
 	}
 }
 
-// After the server restarts, the dead connections are redialed lazily.
+// After the server restarts (a fake node that keeps what PUT stores,
+// restarted on the same port), the dead connections are redialed lazily.
 func TestRedialAfterRestart(t *testing.T) {
 	st := newBlockStore(t)
 	fs := newFake(t, st.handle).start()
