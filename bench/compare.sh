@@ -192,8 +192,8 @@ log "building gpucached, gpucache and the report"
 BIN=$(mktemp -d "${TMPDIR:-/tmp}/gpucache-compare.XXXXXX")
 WORKDIR=$BIN
 go build -o "$BIN/gpucached" ./cmd/gpucached
-go build -o "$BIN/gpucache-bench" ./cmd/gpucache-bench
-go build -o "$BIN/report" ./bench/report
+go build -o "$BIN/gpucache-bench" ./tools/cmd/gpucache-bench
+go build -o "$BIN/report" ./tools/bench/report
 
 # --- 1. iperf3 ---------------------------------------------------------------
 
@@ -341,7 +341,7 @@ run_gpucache() {
 # runtime would run no GC cycle under that load; to sample the stop-the-world
 # pauses there, a side loop forces a cycle every GC_FORCE_MS ms once the hold
 # is in (GET /debug/pprof/heap?gc=1 runs runtime.GC). The server's STAT gives
-# the pause histogram's p99, split into stopping and total (see bench/report).
+# the pause histogram's p99, split into stopping and total (see tools/bench/report).
 [[ $GC_FORCE_MS =~ ^[0-9]+$ ]] || die "GC_FORCE_MS must be a whole number of ms, got '$GC_FORCE_MS'"
 gc_force() { # gc_force ADMIN HOLD_BYTES BENCH_PID OUTFILE: force GC cycles while the bench runs
 	local admin=$1 want=$2 bpid=$3 out=$4 n=0 cached last=0 still=0

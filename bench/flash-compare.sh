@@ -41,7 +41,7 @@ WORKDIR=$(mktemp -d "${TMPDIR:-/tmp}/gpucache-flash.XXXXXX")
 BIN=$WORKDIR
 log "building gpucached and gpucache-bench; raw files in $RAW"
 go build -o "$BIN/gpucached" ./cmd/gpucached
-go build -o "$BIN/gpucache-bench" ./cmd/gpucache-bench
+go build -o "$BIN/gpucache-bench" ./tools/cmd/gpucache-bench
 {
 	machine_info
 	printf 'dir\t%s\n' "$DIR"

@@ -49,7 +49,7 @@ if [[ -n ${GPUCACHED:-} ]]; then
 else
 	go build -o "$BIN/gpucached" ./cmd/gpucached
 fi
-go build -o "$BIN/gpucache-bench" ./cmd/gpucache-bench
+go build -o "$BIN/gpucache-bench" ./tools/cmd/gpucache-bench
 
 size_to_bytes() { # size_to_bytes 4GiB -> 4294967296
 	case $1 in

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/gen-traces.sh — writes the standard spread of generated Mooncake
-# traces (internal/workload) to DIR, one per shape plus two arrival variants, and
+# traces (tools/internal/workload) to DIR, one per shape plus two arrival variants, and
 # their statistics to DIR/stats.txt. Traces are not committed: this script
 # is the record; the same REQUESTS and SEED write the same bytes.
 #
@@ -50,7 +50,7 @@ DIR=$(cd "$DIR" && pwd)
 
 BIN=$(mktemp -d)
 trap 'rm -rf "$BIN"' EXIT
-(cd "$ROOT" && go build -o "$BIN/gpucache-bench" ./cmd/gpucache-bench)
+(cd "$ROOT" && go build -o "$BIN/gpucache-bench" ./tools/cmd/gpucache-bench)
 
 TRACES=(
 	"chat --shape chat"

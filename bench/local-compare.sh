@@ -159,7 +159,7 @@ WORKDIR=$(mktemp -d "${TMPDIR:-/tmp}/gpucache-local.XXXXXX")
 BIN=$WORKDIR
 log "building gpucached and gpucache-bench"
 go build -o "$BIN/gpucached" ./cmd/gpucached
-go build -o "$BIN/gpucache-bench" ./cmd/gpucache-bench
+go build -o "$BIN/gpucache-bench" ./tools/cmd/gpucache-bench
 
 py_rev() {
 	git -C "$PY_PATH" describe --always --dirty 2>/dev/null || echo "not a git tree"

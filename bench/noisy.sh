@@ -131,7 +131,7 @@ BIN=$TMP/bin
 mkdir -p "$BIN"
 log "building gpucached and gpucache"
 go build -o "$BIN/gpucached" ./cmd/gpucached
-go build -o "$BIN/gpucache-bench" ./cmd/gpucache-bench
+go build -o "$BIN/gpucache-bench" ./tools/cmd/gpucache-bench
 
 for t in victim noisy ops; do
 	random_secret "$TMP/$t.secret"

@@ -45,7 +45,7 @@ done
 if [[ -z ${BIN:-} ]]; then
 	BIN=$OUT/bin
 	log "building gpucached and gpucache-bench into $BIN"
-	go build -o "$BIN/" ./cmd/gpucached ./cmd/gpucache-bench
+	go build -o "$BIN/" ./cmd/gpucached ./tools/cmd/gpucache-bench
 fi
 case $SIZE in
 *KiB) BYTES=$((${SIZE%KiB} * 1024)) ;;

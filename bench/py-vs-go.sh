@@ -27,7 +27,7 @@ work="$(mktemp -d)"
 trap 'kill "$dpid" 2>/dev/null || true; wait "$dpid" 2>/dev/null || true; rm -rf "$work"' EXIT
 
 go build -o "$work/gpucached" ./cmd/gpucached
-go build -o "$work/gpucache-bench" ./cmd/gpucache-bench
+go build -o "$work/gpucache-bench" ./tools/cmd/gpucache-bench
 "$work/gpucached" --listen 127.0.0.1:0 --admin-listen off --cold-store off --hot-capacity 2GiB 2>"$work/d.log" &
 dpid=$!
 for _ in $(seq 1 200); do

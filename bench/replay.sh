@@ -90,7 +90,7 @@ BIN=$TMP/bin
 mkdir -p "$BIN"
 log "building gpucached and gpucache"
 go build -o "$BIN/gpucached" ./cmd/gpucached
-go build -o "$BIN/gpucache-bench" ./cmd/gpucache-bench
+go build -o "$BIN/gpucache-bench" ./tools/cmd/gpucache-bench
 
 # The hot tier that holds exactly the simulator's capacity in blocks: one
 # size class that the payload fills, a slab that divides the capacity.

@@ -88,7 +88,7 @@ mkdir -p "$BIN"
 
 log "building gpucached and gpucache"
 go build -o "$BIN/gpucached" ./cmd/gpucached
-go build -o "$BIN/gpucache-bench" ./cmd/gpucache-bench
+go build -o "$BIN/gpucache-bench" ./tools/cmd/gpucache-bench
 VGW=${GPUCACHE_VERSITYGW:-}
 if [[ -z $VGW ]]; then
 	log "versitygw: scripts/s3-server install (builds it once)"

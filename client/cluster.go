@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gpucache/gpucache/internal/control"
+	"github.com/gpucache/gpucache/api/placement"
 )
 
 // DefaultRefreshInterval is ClusterConfig.RefreshInterval's default.
@@ -60,7 +60,7 @@ type ClusterStats struct {
 // Cluster is a client of a gpucache cluster: it fetches the cluster's view
 // (MEMBERS), splits every batch by the owner of each key and sends the
 // parts to their owners in parallel, over one Client per member, dialed
-// lazily. Placement is the cluster's own (internal/control: weighted
+// lazily. Placement is the cluster's own (api/placement: weighted
 // rendezvous hashing over the view's active members), so a client and the
 // nodes agree on the owner of every key under the same epoch.
 //
@@ -108,7 +108,7 @@ type Cluster struct {
 // routing is one immutable routing state: a cluster view, or the single
 // node every key goes to.
 type routing struct {
-	view   control.View
+	view   placement.View
 	pub    View
 	single string // address of the single node; "" under a cluster view
 }
@@ -192,7 +192,7 @@ func (c *Cluster) Owner(key BlockKey) (Member, bool) {
 	if rt == nil || rt.single != "" {
 		return Member{}, false
 	}
-	m, ok := control.Owner(rt.view, key)
+	m, ok := placement.Owner(rt.view, key)
 	if !ok {
 		return Member{}, false
 	}

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpucache/gpucache/internal/control"
+	"github.com/gpucache/gpucache/api/placement"
 )
 
 // client returns the Client of addr, dialing it on first use. While the
@@ -200,7 +200,7 @@ func groupByOwner(rt *routing, keys []BlockKey, idx []int) (groups map[string][]
 		sub[k] = keys[i]
 	}
 	groups = make(map[string][]int)
-	for id, ks := range control.Route(rt.view, sub) {
+	for id, ks := range placement.Route(rt.view, sub) {
 		m, _ := rt.view.Member(id)
 		g := groups[m.Addr]
 		for _, k := range ks {

@@ -15,8 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gpucache/gpucache/api/stamp"
 	"github.com/gpucache/gpucache/api/wire"
-	"github.com/gpucache/gpucache/internal/security/antireplay"
 )
 
 const (
@@ -363,7 +363,7 @@ func (c *conn) start(ctx context.Context, cl *call, f *frame) (inFlight bool, er
 		var nonce [16]byte
 		copy(nonce[:8], c.noncePrefix[:])
 		binary.LittleEndian.PutUint64(nonce[8:], c.nonceSeq)
-		b = antireplay.NewStamp(time.Now(), nonce).Append(b)
+		b = stamp.New(time.Now(), nonce).Append(b)
 	}
 	b = f.enc(b)
 	bodyLen := len(b) - wire.HeaderSize + f.payloadLen

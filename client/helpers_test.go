@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/gpucache/gpucache/api/wire"
-	"github.com/gpucache/gpucache/internal/server/servertest"
 )
 
 // testCtx bounds a whole test's calls.
@@ -21,10 +20,18 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-// startServer runs a real server on addr ("127.0.0.1:0" for any port) and
-// stops it when the test ends, unless the test stops it first.
-func startServer(t *testing.T, addr string, limits wire.Limits) *servertest.Server {
-	return servertest.Start(t, addr, limits)
+func dialTest(t *testing.T, addr string, mod func(*Config)) *Client {
+	t.Helper()
+	cfg := Config{Addr: addr, Tenant: "acme", Conns: 2}
+	if mod != nil {
+		mod(&cfg)
+	}
+	c, err := Dial(testCtx(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }
 
 func testNS(tenant string) Namespace {
@@ -84,7 +91,13 @@ type fakeConn struct {
 
 func newFake(t testing.TB, handle func(fc *fakeConn, h wire.Header, body []byte)) *fakeServer {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return newFakeAt(t, "127.0.0.1:0", handle)
+}
+
+// newFakeAt is newFake listening on addr (a restart on a known port).
+func newFakeAt(t testing.TB, addr string, handle func(fc *fakeConn, h wire.Header, body []byte)) *fakeServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,3 +209,62 @@ func decodeGet(t testing.TB, body []byte) wire.GetRequest {
 }
 
 func pattern(n int, b byte) []byte { return bytes.Repeat([]byte{b}, n) }
+
+// blockStore is the handler of a fake node that keeps what PUT stores and
+// answers GET from it: enough for the tests of the client's own connection
+// handling that need whole answers (redial, answers in pieces). The tests
+// against a real server live in the product module (internal/clienttest),
+// which the client module does not require (ADR 0028).
+type blockStore struct {
+	t  testing.TB
+	mu sync.Mutex
+	m  map[wire.Key][]byte
+}
+
+func newBlockStore(t testing.TB) *blockStore {
+	return &blockStore{t: t, m: map[wire.Key][]byte{}}
+}
+
+func (st *blockStore) handle(fc *fakeConn, h wire.Header, body []byte) {
+	switch h.Op {
+	case wire.OpPut:
+		var prefix [4]byte
+		copy(prefix[:], body)
+		n, err := wire.MetaLen(prefix, uint32(len(body)))
+		if err != nil {
+			st.t.Errorf("PUT body: %v", err)
+			return
+		}
+		var req wire.PutRequest
+		total, err := req.Decode(body[4:4+n], wire.DefaultMaxBatch)
+		payload := body[4+n:]
+		if err == nil {
+			err = wire.CheckPayload(total, uint32(len(body)), n)
+		}
+		if err != nil {
+			st.t.Errorf("PUT request does not decode: %v", err)
+			return
+		}
+		statuses := make([]wire.Status, len(req.Blocks))
+		st.mu.Lock()
+		for i, b := range req.Blocks {
+			st.m[b.Key] = bytes.Clone(payload[:b.Len])
+			payload = payload[b.Len:]
+			statuses[i] = wire.StatusStored
+		}
+		st.mu.Unlock()
+		resp := wire.StatusResponse{Statuses: statuses}
+		fc.reply(h, 0, resp.AppendTo(nil))
+	case wire.OpGet:
+		req := decodeGet(st.t, body)
+		payloads := make([][]byte, len(req.Keys))
+		st.mu.Lock()
+		for i, k := range req.Keys {
+			payloads[i] = st.m[k]
+		}
+		st.mu.Unlock()
+		fc.reply(h, 0, getAnswer(payloads))
+	default:
+		st.t.Errorf("blockStore: unexpected op %v", h.Op)
+	}
+}

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gpucache/gpucache/api/placement"
 	"github.com/gpucache/gpucache/api/wire"
-	"github.com/gpucache/gpucache/internal/control"
 )
 
 // View is a node's view of the cluster, as MEMBERS returns it: the epoch
@@ -68,18 +68,18 @@ func (c *Client) Members(ctx context.Context) (View, error) {
 	return v, nil
 }
 
-// controlView converts v to the control plane's view, whose placement
-// (control.Route, control.Owner) is the one every node checks ownership
+// controlView converts v to api/placement's view, whose placement
+// (placement.Route, placement.Owner) is the one every node checks ownership
 // with.
-func controlView(v View) (control.View, error) {
-	ms := make([]control.Member, len(v.Members))
+func controlView(v View) (placement.View, error) {
+	ms := make([]placement.Member, len(v.Members))
 	for i, m := range v.Members {
-		ms[i] = control.Member{ID: control.MemberID(m.ID), Addr: m.Addr, FaultDomain: m.FaultDomain,
+		ms[i] = placement.Member{ID: placement.MemberID(m.ID), Addr: m.Addr, FaultDomain: m.FaultDomain,
 			ProtoVersion: m.ProtoVersion, CapacityBytes: m.CapacityBytes, Draining: m.Draining}
 	}
-	cv, err := control.NewView(v.Epoch, ms)
+	cv, err := placement.NewView(v.Epoch, ms)
 	if err != nil {
-		return control.View{}, fmt.Errorf("%w: view of epoch %d: %w", ErrProtocol, v.Epoch, err)
+		return placement.View{}, fmt.Errorf("%w: view of epoch %d: %w", ErrProtocol, v.Epoch, err)
 	}
 	return cv, nil
 }

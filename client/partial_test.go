@@ -5,9 +5,6 @@ import (
 	"context"
 	"net"
 	"testing"
-
-	"github.com/gpucache/gpucache/api/wire"
-	"github.com/gpucache/gpucache/internal/testfix"
 )
 
 // Answers that arrive in pieces of every size around the read buffer's
@@ -15,9 +12,9 @@ import (
 // delivered whole and exact, by Get and GetInto, for blocks smaller and
 // larger than the buffer.
 func TestAnswersInPieces(t *testing.T) {
-	rs := startServer(t, "127.0.0.1:0", wire.Limits{})
+	fs := newFake(t, newBlockStore(t).handle).start()
 	sizes := []int{1, 5, readBufSize - 3, 2, readBufSize + 9, 64 << 10, 13, 3*readBufSize + 1}
-	c := dialTest(t, rs.Addr, func(cfg *Config) {
+	c := dialTest(t, fs.addr(), func(cfg *Config) {
 		cfg.Conns = 1
 		cfg.hooks = &hooks{dial: func(ctx context.Context, addr string) (net.Conn, error) {
 			var d net.Dialer
@@ -25,7 +22,7 @@ func TestAnswersInPieces(t *testing.T) {
 			if err != nil {
 				return nil, err
 			}
-			return &testfix.ChoppyConn{Conn: nc, Sizes: sizes}, nil
+			return &choppyConn{Conn: nc, sizes: sizes}, nil
 		}}
 	})
 	ns := testNS("acme")
@@ -79,4 +76,19 @@ func TestAnswersInPieces(t *testing.T) {
 			}
 		}
 	}
+}
+
+// choppyConn returns at most sizes[i] bytes from its i-th read (cycling),
+// so answers arrive split at many offsets. (The product module's tests use
+// internal/testfix.ChoppyConn; the client module cannot import it.)
+type choppyConn struct {
+	net.Conn
+	sizes []int
+	i     int // reads so far
+}
+
+func (c *choppyConn) Read(p []byte) (int, error) {
+	n := c.sizes[c.i%len(c.sizes)]
+	c.i++
+	return c.Conn.Read(p[:min(len(p), n)])
 }

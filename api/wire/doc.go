@@ -1,7 +1,7 @@
 // Package wire specifies the gpucache wire protocol, versions 1 to 5, and
 // implements its codec. This comment is the normative specification and
 // its one source: docs/PROTOCOL.md is generated from it (go run
-// ./internal/tools/protodoc, or go generate ./api/wire), and a test fails
+// ./tools/internal/protodoc, or go generate ./api/wire), and a test fails
 // when the two differ. api/wire/testdata/golden_frames.json holds a whole
 // frame of every message, in hex, with its decoded fields ("Worked
 // examples" below).
@@ -695,4 +695,4 @@
 // registered host pools with it.
 package wire
 
-//go:generate go run ../../internal/tools/protodoc
+//go:generate go run ../../tools/internal/protodoc

@@ -211,7 +211,7 @@
 // are answered the same in every mode.
 //
 // Placement. The owner of a key is computed by the weighted rendezvous
-// contract in internal/control/placement.go. It is part of the wire
+// contract in api/placement/placement.go. It is part of the wire
 // contract: clients and nodes of every version and language compute exactly
 // this, and changing any step moves keys and needs a protocol version bump.
 // For member m of the view (id, capacity as in MEMBERS) and a key:
@@ -236,7 +236,7 @@
 // differ in the last bit can disagree only when two scores are within an ulp
 // of each other, and the disagreement costs a WRONG_EPOCH round trip and
 // then a miss, never a wrong payload.
-// internal/control/testdata/placement_golden.json gives golden vectors.
+// api/placement/testdata/placement_golden.json gives golden vectors.
 //
 // # Limits
 //

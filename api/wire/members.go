@@ -16,7 +16,7 @@ const (
 )
 
 // MemberInfo is one member of a MEMBERS response: what a client needs to
-// compute placement (the contract in internal/control/placement.go: ID and
+// compute placement (the contract in api/placement/placement.go: ID and
 // capacity) and to dial the owner.
 type MemberInfo struct {
 	ID            string

@@ -8,7 +8,7 @@ import (
 
 // TestDepsLeaveOutServer: the client command links neither the server, the
 // hot tier, the daemon nor the load tools and their plotting (gonum): those
-// are cmd/gpucache-bench's. Subpackages count too (internal/hot/x would
+// are tools/cmd/gpucache-bench's. Subpackages count too (internal/hot/x would
 // be the hot tier's code). It asks `go list -deps`, which go test puts on
 // PATH.
 func TestDepsLeaveOutServer(t *testing.T) {
@@ -23,7 +23,7 @@ func TestDepsLeaveOutServer(t *testing.T) {
 	const mod = "github.com/gpucache/gpucache/"
 	banned := map[string]bool{}
 	for _, p := range []string{"internal/server", "internal/hot", "internal/daemon", "internal/directory",
-		"internal/bench", "internal/soak", "internal/replay/plot", "internal/benchcli"} {
+		"tools/internal/bench", "tools/internal/soak", "tools/internal/replay/plot", "tools/internal/benchcli"} {
 		banned[mod+p] = true
 	}
 	deps := strings.Fields(string(out))

@@ -24,7 +24,7 @@ func TestCLIAgainstEtcdCluster(t *testing.T) {
 	etcd := etcdtest.Start(t)
 	bin := buildDaemon(t)
 	binDir := t.TempDir()
-	if out, err := exec.Command("go", "build", "-o", binDir+"/", "github.com/gpucache/gpucache/cmd/gpucache", "github.com/gpucache/gpucache/cmd/gpucache-bench").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", binDir+"/", "github.com/gpucache/gpucache/cmd/gpucache", "github.com/gpucache/gpucache/tools/cmd/gpucache-bench").CombinedOutput(); err != nil {
 		t.Fatalf("build gpucache, gpucache-bench: %v\n%s", err, out)
 	}
 	n1 := clusterNode(t, bin, etcd.Endpoint, "n1", "rack-a")

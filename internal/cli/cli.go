@@ -86,7 +86,7 @@ Run 'gpucache <command> --help' for a command's flags.
 var commands = []string{"put", "get", "lookup", "delete", "stat", "ping", "members", "admin", "doctor", "version", "help"}
 
 // MovedCommands are the demos and load tools that gpucache-bench runs
-// (internal/benchcli): gpucache does not link the server, the hot tier or
+// (tools/internal/benchcli): gpucache does not link the server, the hot tier or
 // the plotting code they need.
 var MovedCommands = []string{"bench", "noisy", "replay", "soak", "report", "shard-demo", "cold-demo", "dpu-demo"}
 

@@ -24,15 +24,10 @@
 //
 // # Placement contract
 //
-// Placement is weighted rendezvous (highest random weight) hashing of a
-// BlockKey over the view's active (non-draining) members; see the contract
-// at the top of placement.go and the golden vectors in
-// testdata/placement_golden.json. It is wire level: clients route batches
-// with Route and nodes check ownership with Owner, and both must compute the
-// same owner under the same epoch. Any change to the hash, the seed, the
-// weight or the tie-break is a protocol version bump. Weighted HRW gives
-// member m a share w(m)/sum(w) of the keys; adding a member moves only the
-// keys it now owns (to it), removing or draining one moves only its keys.
+// The view and the placement contract (weighted rendezvous hashing: Owner,
+// Route) live in the public package api/placement, which the client module
+// shares; View, Member, NewView, Owner and Route here are its names under
+// the control plane's vocabulary (ADR 0028).
 //
 // # What the etcd implementation must mirror
 //

@@ -35,7 +35,7 @@ func PlanIsolate(v View, domain string, epochBudget uint64) (Plan, error) {
 		return Plan{}, fmt.Errorf("%w: empty fault domain", ErrUnknownDomain)
 	}
 	var victims, remaining []Member
-	for _, m := range v.members {
+	for _, m := range v.Members() {
 		if m.FaultDomain == domain {
 			victims = append(victims, m)
 		} else {
@@ -45,13 +45,13 @@ func PlanIsolate(v View, domain string, epochBudget uint64) (Plan, error) {
 	if len(victims) == 0 {
 		return Plan{}, fmt.Errorf("%w: %q", ErrUnknownDomain, domain)
 	}
-	budget := min(epochBudget, math.MaxUint64-v.epoch)
+	budget := min(epochBudget, math.MaxUint64-v.Epoch())
 	need := uint64(len(victims))
 	if need > budget {
 		return Plan{}, fmt.Errorf("%w: isolating domain %q needs %d epoch increments (one per member), %d left at epoch %d",
-			ErrEpochOverflow, domain, need, budget, v.epoch)
+			ErrEpochOverflow, domain, need, budget, v.Epoch())
 	}
-	return Plan{Domain: domain, From: v.epoch, To: v.epoch + need, Victims: victims, Remaining: remaining}, nil
+	return Plan{Domain: domain, From: v.Epoch(), To: v.Epoch() + need, Victims: victims, Remaining: remaining}, nil
 }
 
 // View is the view the plan leads to.

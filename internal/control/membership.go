@@ -162,7 +162,7 @@ func (m *Memory) commit(expect, steps uint64, next []Member) (View, error) {
 	if m.closed {
 		return m.view, ErrClosed
 	}
-	cur := m.view.epoch
+	cur := m.view.Epoch()
 	if cur != expect {
 		return m.view, fmt.Errorf("%w: expected %d, current %d", ErrEpochMismatch, expect, cur)
 	}

@@ -26,6 +26,9 @@ var rootAllowed = map[string]bool{
 	"THIRD_PARTY_NOTICES": true,
 	"go.mod":              true,
 	"go.sum":              true,
+	"go.work":             true, // the workspace of the modules (ADR 0028)
+	"go.work.sum":         true,
+	"tools":               true, // the tools' module (ADR 0028)
 	"api":                 true,
 	"bench":               true,
 	"client":              true,

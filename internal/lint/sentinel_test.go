@@ -19,7 +19,7 @@ import (
 var exempt = map[string]string{
 	// The CLI's exit-class markers: their text is the word the command
 	// prints ("gpucache get: miss: not cached: ..."); only the two
-	// commands (internal/cli, internal/benchcli) use them.
+	// commands (internal/cli, tools/internal/benchcli) use them.
 	"internal/cli.ErrUsage":       "CLI output marker",
 	"internal/cli.ErrReported":    "CLI output marker",
 	"internal/cli.errMiss":        "CLI output marker",

@@ -46,7 +46,7 @@ const AdaptiveName = "adaptive"
 // For every sampled access the shadows are compared in pairs: won[i][j]
 // counts the accesses that were prefix hits in shadow i but not in j, and
 // wonSaved[i][j] the attention work (AttentionCost, the compute-saved
-// model of internal/replay) those hits saved. The tallies run from the
+// model of tools/internal/replay) those hits saved. The tallies run from the
 // start, because what is judged — the hit ratio over a trace, or over a
 // daemon's life — is a ratio of totals. The objective is the prefix-hit
 // ratio subject to saving at least LRU's compute:

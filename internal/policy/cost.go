@@ -12,7 +12,7 @@ const CostName = "cost"
 //	t·blockTokens·p + t·(t+1)/2
 //
 // token-pairs. The trace simulator weighs its compute-saved figure by this
-// model (internal/replay), and Cost ranks blocks by it, so the two agree on
+// model (tools/internal/replay), and Cost ranks blocks by it, so the two agree on
 // what a block is worth.
 func AttentionCost(p, t, blockTokens uint32) float64 {
 	ft := float64(t)

@@ -1,6 +1,6 @@
 // Package policy holds the hot tier's admission and eviction policies.
 // One implementation serves both the hot store (internal/hot,
-// Config.Policy) and the trace simulator (internal/replay), so that the
+// Config.Policy) and the trace simulator (tools/internal/replay), so that the
 // simulator measures the code the daemon runs.
 //
 // A cache (the store, or the simulator) owns the blocks and names each by a

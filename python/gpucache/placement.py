@@ -1,7 +1,7 @@
 """Weighted rendezvous placement: which member of a cluster view owns a key.
 
 This is part of the wire contract (api/wire/doc.go, "Placement"; Go
-internal/control/placement.go) and matches internal/control/testdata/
+api/placement/placement.go) and matches api/placement/testdata/
 placement_golden.json:
 
     seed(m)  = FNV-1a 64 over the bytes of m.id

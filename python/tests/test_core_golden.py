@@ -103,7 +103,7 @@ class OpaqueGolden(unittest.TestCase):
 
 class PlacementGolden(unittest.TestCase):
     def test_placement_vectors(self):
-        g = load("internal", "control", "testdata", "placement_golden.json")
+        g = load("api", "placement", "testdata", "placement_golden.json")
         members = [placement.Member(m["id"], m["addr"], m["fault_domain"], m["proto_version"], m["capacity_bytes"],
                                     placement.MEMBER_DRAINING if m["draining"] else 0) for m in g["members"]]
         for m in g["members"]:

@@ -1,57 +1,26 @@
 package antireplay
 
 import (
-	"encoding/binary"
-	"errors"
-	"fmt"
-	"math"
 	"time"
+
+	"github.com/gpucache/gpucache/api/stamp"
 )
 
-// ErrMalformed reports a stamp that does not parse.
-var ErrMalformed = errors.New("gpucache/antireplay: malformed stamp")
+// The stamp's encoding lives in the public package api/stamp, shared with
+// the client module (ADR 0028); these are its names here.
 
-// StampSize is the wire size of a Stamp.
-const StampSize = 24
+// ErrMalformed reports a stamp that does not parse (stamp.ErrMalformed).
+var ErrMalformed = stamp.ErrMalformed
 
-// Stamp is the replay-protection header of one mutating request.
-//
-// Wire layout, 24 bytes; the timestamp is little-endian, like every integer
-// of the wire protocol (api/wire/doc.go; ADR 0012):
-//
-//	u64 timestamp, unix nanoseconds, top bit clear (0 ≤ t ≤ 2^63-1)
-//	16-byte nonce, random per request, copied as is
-//
-// testdata/stamp_golden.json pins the exact bytes.
-type Stamp struct {
-	UnixNano int64
-	Nonce    [16]byte
-}
+// StampSize is the wire size of a Stamp (stamp.Size).
+const StampSize = stamp.Size
 
-// NewStamp returns a stamp for t with the given nonce.
-func NewStamp(t time.Time, nonce [16]byte) Stamp { return Stamp{UnixNano: t.UnixNano(), Nonce: nonce} }
+// Stamp is the replay-protection header of one mutating request
+// (stamp.Stamp).
+type Stamp = stamp.Stamp
 
-// Append appends the 24-byte encoding of s to dst. It panics on a negative
-// timestamp (before 1970), which has no encoding.
-func (s Stamp) Append(dst []byte) []byte {
-	if s.UnixNano < 0 {
-		panic("gpucache/antireplay: negative stamp timestamp")
-	}
-	dst = binary.LittleEndian.AppendUint64(dst, uint64(s.UnixNano))
-	return append(dst, s.Nonce[:]...)
-}
+// NewStamp returns a stamp for t with the given nonce (stamp.New).
+func NewStamp(t time.Time, nonce [16]byte) Stamp { return stamp.New(t, nonce) }
 
-// ParseStamp parses exactly StampSize bytes. The encoding is canonical:
-// a parsed stamp re-encodes to b. The result does not alias b.
-func ParseStamp(b []byte) (Stamp, error) {
-	if len(b) != StampSize {
-		return Stamp{}, fmt.Errorf("%w: %d bytes, want %d", ErrMalformed, len(b), StampSize)
-	}
-	u := binary.LittleEndian.Uint64(b)
-	if u > math.MaxInt64 {
-		return Stamp{}, fmt.Errorf("%w: timestamp top bit (byte 7) set; the timestamp is little-endian", ErrMalformed)
-	}
-	s := Stamp{UnixNano: int64(u)}
-	copy(s.Nonce[:], b[8:])
-	return s, nil
-}
+// ParseStamp parses exactly StampSize bytes (stamp.Parse).
+func ParseStamp(b []byte) (Stamp, error) { return stamp.Parse(b) }
