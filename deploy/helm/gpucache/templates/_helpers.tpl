@@ -57,14 +57,23 @@ refused: the chart's sizing works in binary units.
 {{- end -}}
 
 {{/*
-gpucache.memory: the pod's memory request and limit in MiB (rounded up):
-hot_capacity + hot_capacity × 256 / hot_min_class + resources.memoryOverhead.
+gpucache.memoryMi: the pod's memory request and limit in MiB (rounded up):
+  hot_capacity + hot_capacity × 256 B / hot_min_class + resources.memoryOverhead
+and with the flash tier
+  + flash.capacity × 200 B / hot_min_class + 2 × flash_write_buffer
+(the flash index at about 200 B a block when every block is of the
+smallest class, ADR 0027; its write buffer on the Go heap).
 */}}
 {{- define "gpucache.memoryMi" -}}
 {{- $hot := include "gpucache.bytes" (dict "name" "config.hot_capacity" "v" (default "1GiB" .Values.config.hot_capacity)) | int64 -}}
 {{- $min := include "gpucache.bytes" (dict "name" "config.hot_min_class" "v" (default "16KiB" .Values.config.hot_min_class)) | int64 -}}
 {{- $over := include "gpucache.bytes" (dict "name" "resources.memoryOverhead" "v" .Values.resources.memoryOverhead) | int64 -}}
 {{- $total := add $hot (div (mul $hot 256) $min) $over -}}
+{{- if .Values.flash.enabled -}}
+{{- $fcap := include "gpucache.bytes" (dict "name" "flash.capacity" "v" .Values.flash.capacity) | int64 -}}
+{{- $fbuf := include "gpucache.bytes" (dict "name" "config.flash_write_buffer" "v" (default "64MiB" .Values.config.flash_write_buffer)) | int64 -}}
+{{- $total = add $total (div (mul $fcap 200) $min) (mul $fbuf 2) -}}
+{{- end -}}
 {{- div (add $total 1048575) 1048576 -}}
 {{- end -}}
 

@@ -1,0 +1,271 @@
+package check
+
+import (
+	"bufio"
+	"bytes"
+	"debug/buildinfo"
+	"debug/elf"
+	"io"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/gpucache/gpucache/internal/version"
+)
+
+const repoRoot = "../.."
+
+// imageUID is the distroless nonroot user the image runs as.
+const imageUID = 65532
+
+// dockerignore reads the root .dockerignore's patterns.
+func dockerignore(t *testing.T) []string {
+	t.Helper()
+	var pats []string
+	sc := bufio.NewScanner(bytes.NewReader(readFile(t, filepath.Join(repoRoot, ".dockerignore"))))
+	for sc.Scan() {
+		if l := strings.TrimSpace(sc.Text()); l != "" && !strings.HasPrefix(l, "#") {
+			if strings.HasPrefix(l, "!") {
+				t.Fatalf(".dockerignore: %q: this check knows no exceptions (!); keep the file to plain patterns", l)
+			}
+			pats = append(pats, l)
+		}
+	}
+	return pats
+}
+
+// ignored says whether .dockerignore's patterns leave f (slash-separated,
+// relative to the root) out of the build context: a pattern names a file
+// or a directory and everything under it; **/ matches any directories.
+func ignored(pats []string, f string) bool {
+	for _, p := range pats {
+		rest, any := strings.CutPrefix(p, "**/")
+		parts := strings.Split(f, "/")
+		for i := range parts {
+			for j := i + 1; j <= len(parts); j++ {
+				if i > 0 && !any {
+					break
+				}
+				if ok, _ := path.Match(rest, strings.Join(parts[i:j], "/")); ok {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// buildContext copies the files docker build would send (those git would
+// commit, less .dockerignore's) into a new directory.
+func buildContext(t *testing.T) string {
+	t.Helper()
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git is not installed: the build context cannot be listed")
+	}
+	cmd := exec.Command("git", "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+	cmd.Dir = repoRoot
+	out, err := cmd.Output()
+	if err != nil {
+		t.Skipf("not a git work tree (%v): the build context cannot be listed", err)
+	}
+	pats := dockerignore(t)
+	ctx := t.TempDir()
+	n := 0
+	for f := range strings.SplitSeq(strings.TrimRight(string(out), "\x00"), "\x00") {
+		if ignored(pats, f) {
+			continue
+		}
+		src := filepath.Join(repoRoot, filepath.FromSlash(f))
+		fi, err := os.Lstat(src)
+		if os.IsNotExist(err) {
+			continue // deleted in the work tree, not yet in the index
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !fi.Mode().IsRegular() {
+			continue
+		}
+		dst := filepath.Join(ctx, filepath.FromSlash(f))
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := copyFile(src, dst, fi.Mode().Perm()); err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	t.Logf("build context: %d files", n)
+	return ctx
+}
+
+func copyFile(src, dst string, mode os.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// TestDockerignoreMatching: the context filter leaves out what the
+// patterns name, and only that.
+func TestDockerignoreMatching(t *testing.T) {
+	pats := []string{".git", "docs", "bench/results", "**/*.test", "**/__pycache__"}
+	for f, want := range map[string]bool{
+		".git/HEAD": true, "docs/OPERATIONS.md": true, "bench/results/x.json": true, "a/b/c.test": true,
+		"python/x/__pycache__/y.pyc": true, "go.mod": false, "cmd/gpucached/main.go": false,
+		"bench/compare.sh": false, "internal/docs/x.go": false, ".gitignore": false,
+	} {
+		if got := ignored(pats, f); got != want {
+			t.Errorf("%s: ignored %v, want %v", f, got, want)
+		}
+	}
+}
+
+// TestImageBuildScript runs the image's build step, deploy/docker/build.sh,
+// on a copy of the build context docker would get (.dockerignore applied),
+// as the Dockerfile's build stage does, and checks the binary it makes:
+// static, built without cgo and with -trimpath, and runnable by the
+// image's non-root uid. The image itself is not built here: there is no
+// container runtime on these machines (NOT_RUN_IMAGE_BUILD).
+func TestImageBuildScript(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the build takes a minute or two with a cold cache")
+	}
+	ctx := buildContext(t)
+	out := t.TempDir()
+	cmd := exec.Command("./deploy/docker/build.sh", out)
+	cmd.Dir = ctx
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("deploy/docker/build.sh: %v\n%s", err, b)
+	}
+	bin := filepath.Join(out, "gpucached")
+
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP || p.Type == elf.PT_DYNAMIC {
+			t.Errorf("program header %s: the binary is dynamically linked; the distroless static image has no libc", p.Type)
+		}
+	}
+	if libs, _ := f.ImportedLibraries(); len(libs) > 0 {
+		t.Errorf("shared libraries needed: %v", libs)
+	}
+	bi, err := buildinfo.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings := map[string]string{}
+	for _, s := range bi.Settings {
+		settings[s.Key] = s.Value
+	}
+	if bi.Path != "github.com/gpucache/gpucache/cmd/gpucached" || settings["CGO_ENABLED"] != "0" || settings["-trimpath"] != "true" || settings["GOOS"] != "linux" {
+		t.Errorf("build info: path %s, CGO_ENABLED=%q, -trimpath=%q, GOOS=%q; want cmd/gpucached, 0, true, linux",
+			bi.Path, settings["CGO_ENABLED"], settings["-trimpath"], settings["GOOS"])
+	}
+
+	// Run it as the image's user where this test may switch users.
+	run := exec.Command(bin, "--version")
+	if os.Geteuid() == 0 {
+		for d := out; d != filepath.Dir(d) && d != os.TempDir(); d = filepath.Dir(d) {
+			if err := os.Chmod(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		run.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: imageUID, Gid: imageUID}}
+	} else {
+		t.Logf("not root: gpucached runs as uid %d, not switched to %d", os.Geteuid(), imageUID)
+	}
+	b, err := run.CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(b), "gpucached "+version.Number+" ") {
+		t.Errorf("gpucached --version as uid %d: %v: %q", imageUID, err, b)
+	}
+	t.Logf("%s", bytes.TrimSpace(b))
+}
+
+// TestDockerfile: the Dockerfile's stages are what the build script test
+// and the chart assume: the build stage runs deploy/docker/build.sh /out,
+// the final stage is distroless static as uid 65532 (the chart's
+// runAsUser) with the binary as its entrypoint (the chart passes only
+// args), exposing the chart's default ports.
+func TestDockerfile(t *testing.T) {
+	var froms, runs, users, exposes, entry, copies []string
+	args := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(readFile(t, filepath.Join(repoRoot, "Dockerfile"))))
+	for sc.Scan() {
+		l := strings.TrimSpace(sc.Text())
+		if l == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		ins, rest, _ := strings.Cut(l, " ")
+		switch strings.ToUpper(ins) {
+		case "ARG":
+			k, v, _ := strings.Cut(rest, "=")
+			args[k] = v
+		case "FROM":
+			froms = append(froms, os.Expand(rest, func(k string) string { return args[k] }))
+		case "RUN":
+			runs = append(runs, rest)
+		case "USER":
+			users = append(users, rest)
+		case "EXPOSE":
+			exposes = append(exposes, strings.Fields(rest)...)
+		case "ENTRYPOINT":
+			entry = append(entry, rest)
+		case "COPY":
+			copies = append(copies, rest)
+		}
+	}
+	if len(froms) != 2 || !regexp.MustCompile(`^golang:1\.26\S* AS build$`).MatchString(froms[0]) ||
+		froms[1] != "gcr.io/distroless/static-debian12:nonroot" {
+		t.Errorf("stages %q: want golang:1.26 AS build, then gcr.io/distroless/static-debian12:nonroot", froms)
+	}
+	if !slices.Contains(runs, "deploy/docker/build.sh /out") {
+		t.Errorf("RUN %q: the build stage must run deploy/docker/build.sh /out (what TestImageBuildScript tests)", runs)
+	}
+	if !slices.Contains(copies, "--from=build /out/gpucached /gpucached") {
+		t.Errorf("COPY %q: want the built binary alone copied to /gpucached", copies)
+	}
+	if len(users) != 1 || users[0] != "65532:65532" {
+		t.Errorf("USER %q: want 65532:65532 (distroless nonroot, numeric so runAsNonRoot can verify it)", users)
+	}
+	if len(entry) != 1 || entry[0] != `["/gpucached"]` {
+		t.Errorf("ENTRYPOINT %q: want [\"/gpucached\"]", entry)
+	}
+	var values struct {
+		Ports struct{ Data, Admin int }
+	}
+	if err := yaml.Unmarshal(readFile(t, filepath.Join(chartDir, "values.yaml")), &values); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []int{values.Ports.Data, values.Ports.Admin} {
+		if !slices.Contains(exposes, strconv.Itoa(p)) {
+			t.Errorf("EXPOSE %q lacks the chart's port %d", exposes, p)
+		}
+	}
+	tmpl := readFile(t, filepath.Join(chartDir, "templates", "_pod.tpl"))
+	if !bytes.Contains(tmpl, []byte("runAsUser: 65532")) || bytes.Contains(tmpl, []byte("command:")) {
+		t.Error("the chart's pod must run as uid 65532 and keep the image's entrypoint (args only)")
+	}
+}
