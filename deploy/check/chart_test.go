@@ -56,17 +56,19 @@ func helmTemplate(t *testing.T, args ...string) (string, error) {
 	return out.String(), nil
 }
 
-// tlsFiles writes a CA and a server certificate for the pool's names.
-func tlsFiles(t *testing.T) (cert, key, ca string) {
+// tlsFiles writes a CA, a server certificate for the pool's names and a
+// client certificate (gpucached's, for etcd).
+func tlsFiles(t *testing.T) (cert, key, ca, clientCert, clientKey string) {
 	dir := t.TempDir()
 	c := tlstest.NewCA(t, "gpucache-ca")
 	cert, key = c.IssueFiles(t, dir, "server", "gc-gpucache", tlstest.ServerAuth(),
 		tlstest.DNS("gc-gpucache", "*.gc-gpucache-headless.cache.svc"), tlstest.IP(net.IPv4(10, 0, 0, 7)))
+	clientCert, clientKey = c.IssueFiles(t, dir, "client", "gpucached", tlstest.ClientAuth())
 	ca = filepath.Join(dir, "ca.crt")
 	if err := os.WriteFile(ca, c.CertPEM(), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return cert, key, ca
+	return cert, key, ca, clientCert, clientKey
 }
 
 func readFile(t *testing.T, p string) []byte {
@@ -108,7 +110,7 @@ type want struct {
 }
 
 func cases(t *testing.T) []chartCase {
-	cert, key, ca := tlsFiles(t)
+	cert, key, ca, clientCert, clientKey := tlsFiles(t)
 	const overhead = 3584 * mib // values.yaml resources.memoryOverhead
 	return []chartCase{
 		{
@@ -127,6 +129,24 @@ func cases(t *testing.T) []chartCase {
 				"--set", "probes.readinessRequiresWrites=true",
 				"--set", "config.hot_capacity=2GiB", "--set", "config.flash_segment=128MiB"},
 			want: want{kind: "DaemonSet", tls: true, readyz: "/readyz?write=1", flash: "hostPath", serviceMonitor: true, overhead: overhead},
+		},
+		{
+			// The defaults with TLS, an S3 cold tier and a cluster: the
+			// default memoryOverhead must cover their bound
+			// (docs/OPERATIONS.md, "Kubernetes").
+			name: "daemonset cluster s3 tls",
+			args: []string{"--set", "etcd.endpoints={https://etcd:2379}",
+				"--set", "etcd.tls.existingSecret=etcd-client", "--set", "etcd.tls.clientCert=true",
+				"--set", "etcd.username=gpucache", "--set", "etcd.passwordSecret=etcd-auth",
+				"--set", "coldStore=s3", "--set", "s3.endpoint=http://minio:9000", "--set", "s3.bucket=kv",
+				"--set", "tls.enabled=true", "--set", "tls.existingSecret=gpucache-tls",
+				"--set", "serviceMonitor.enabled=true", "--set-json", `serviceMonitor.tlsConfig={"insecureSkipVerify":true}`},
+			secrets: []*corev1.Secret{
+				existing("gpucache-tls", corev1.SecretTypeTLS, map[string]string{"tls.crt": string(readFile(t, cert)), "tls.key": string(readFile(t, key))}),
+				existing("etcd-client", corev1.SecretTypeTLS, map[string]string{"tls.crt": string(readFile(t, clientCert)), "tls.key": string(readFile(t, clientKey)), "ca.crt": string(readFile(t, ca))}),
+				existing("etcd-auth", corev1.SecretTypeOpaque, map[string]string{"password": "etcd-password-0123"}),
+			},
+			want: want{kind: "DaemonSet", tls: true, readyz: "/readyz", serviceMonitor: true, overhead: overhead},
 		},
 		{
 			// The shared pool: etcd, S3 with credentials, tenants, TLS,
@@ -473,6 +493,7 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{[]string{"--set", "tenants.list[0].name=ops", "--set", "tenants.list[0].secrets[0].id=s1", "--set", "tenants.list[0].secrets[0].file=/x"}, "give only its id"},
 		{[]string{"--set", "tls.enabled=true"}, "tls.existingSecret"},
 		{[]string{"--set", "coldStore=fs"}, "want off or s3"},
+		{[]string{"--set", "etcd.endpoints={http://e:2379}", "--set", "etcd.username=u"}, "etcd.passwordSecret"},
 		{[]string{"--set", "coldStore=s3"}, "s3.endpoint and s3.bucket"},
 		{[]string{"--set", "flash.enabled=true", "--set", "flash.volume=localPV"}, "needs workload statefulset"},
 		{[]string{"--set", "workload=statefulset", "--set", "etcd.endpoints={http://e:2379}", "--set", "flash.enabled=true",
@@ -497,6 +518,7 @@ func TestCheckCatchesRefusedConfigs(t *testing.T) {
 		{[]string{"--set", "config.no_such_setting=1"}, "no_such_setting"},
 		{[]string{"--set", "tenants.secretValues.ops\\.s1=short"}, "tenant \"ops\""},
 		{[]string{"--set", "sealKeys.ids={k1}", "--set", "sealKeys.values.k1=short"}, "seal_keys"},
+		{[]string{"--set", "etcd.endpoints={https://e:2379}"}, "set etcd_ca"},
 	} {
 		out, err := helmTemplate(t, c.args...)
 		if err != nil {

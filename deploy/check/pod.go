@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpucache/gpucache/internal/config"
 	"github.com/gpucache/gpucache/internal/security/nodesec"
+	"github.com/gpucache/gpucache/internal/security/tlsconf"
 )
 
 // Downward is what the downward API gives the pod in this check
@@ -232,8 +233,8 @@ func (p *Pod) Getenv(k string) (string, bool) {
 // the pod's args and environment: config.Load (the file, GPUCACHE_*
 // variables, flags; then Validate), nodesec.Load (every tenant secret,
 // seal key, cold encryption key and TLS file read and checked) and, in a
-// cluster, config.Member (the member identity). Its error is gpucached's
-// own.
+// cluster, config.Member (the member identity) and the etcd client's TLS
+// files and password file. Its error is gpucached's own.
 func (p *Pod) Start() (config.Config, error) {
 	cfg, err := config.Load(p.Args, p.Getenv, io.Discard)
 	if err != nil {
@@ -244,6 +245,16 @@ func (p *Pod) Start() (config.Config, error) {
 	}
 	if cfg.Clustered() {
 		if _, _, _, err := cfg.Member(cfg.Listen); err != nil {
+			return cfg, err
+		}
+		// What internal/daemon's etcdClientConfig reads before it dials
+		// etcd: the TLS files and the password file.
+		if cfg.EtcdCA != "" {
+			if _, err := tlsconf.NewClient(tlsconf.ClientFiles{CAFile: cfg.EtcdCA, CertFile: cfg.EtcdCert, KeyFile: cfg.EtcdKey}); err != nil {
+				return cfg, fmt.Errorf("etcd TLS: %w", err)
+			}
+		}
+		if _, err := cfg.EtcdPassword(); err != nil {
 			return cfg, err
 		}
 	}

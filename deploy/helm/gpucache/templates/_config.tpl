@@ -6,7 +6,7 @@ Every secret is a file the pod mounts from a Secret, never a value here.
 {{- define "gpucache.config" -}}
 {{- $v := .Values -}}
 {{- $cfg := deepCopy (default dict $v.config) -}}
-{{- $managed := list "listen" "admin_listen" "tenants" "tls_cert" "tls_key" "tls_client_ca" "seal_keys" "cold_encryption_keys" "cold_store" "cold_dir" "s3_endpoint" "s3_bucket" "s3_prefix" "s3_region" "s3_path_style" "s3_access_key" "s3_secret_key" "etcd_endpoints" "etcd_prefix" "flash_dir" "flash_capacity" "node_id" "advertise_addr" "fault_domain" -}}
+{{- $managed := list "listen" "admin_listen" "tenants" "tls_cert" "tls_key" "tls_client_ca" "seal_keys" "cold_encryption_keys" "cold_store" "cold_dir" "s3_endpoint" "s3_bucket" "s3_prefix" "s3_region" "s3_path_style" "s3_access_key" "s3_secret_key" "etcd_endpoints" "etcd_prefix" "etcd_ca" "etcd_cert" "etcd_key" "etcd_username" "etcd_password_file" "flash_dir" "flash_capacity" "node_id" "advertise_addr" "fault_domain" -}}
 {{- range $k := $managed -}}
 {{- if hasKey $cfg $k -}}
 {{- fail (printf "config.%s is set by the chart: use its values instead (see values.yaml: ports, tenants, tls, sealKeys, coldEncryptionKeys, coldStore, s3, etcd, flash)" $k) -}}
@@ -62,6 +62,20 @@ Every secret is a file the pod mounts from a Secret, never a value here.
 {{- if $v.etcd.endpoints -}}
 {{- $_ := set $cfg "etcd_endpoints" (join "," $v.etcd.endpoints) -}}
 {{- $_ := set $cfg "etcd_prefix" $v.etcd.prefix -}}
+{{- if $v.etcd.tls.existingSecret -}}
+{{- $_ := set $cfg "etcd_ca" "/etc/gpucache/etcd/ca.crt" -}}
+{{- if $v.etcd.tls.clientCert -}}
+{{- $_ := set $cfg "etcd_cert" "/etc/gpucache/etcd/tls.crt" -}}
+{{- $_ := set $cfg "etcd_key" "/etc/gpucache/etcd/tls.key" -}}
+{{- end -}}
+{{- end -}}
+{{- if $v.etcd.username -}}
+{{- $_ := set $cfg "etcd_username" $v.etcd.username -}}
+{{- $_ := set $cfg "etcd_password_file" (printf "/etc/gpucache/etcd-auth/%s" $v.etcd.passwordKey) -}}
+{{- if not $v.etcd.passwordSecret -}}
+{{- fail "etcd.username needs etcd.passwordSecret (a Secret holding the password under etcd.passwordKey)" -}}
+{{- end -}}
+{{- end -}}
 {{- else if eq (include "gpucache.workload" .) "statefulset" -}}
 {{- fail "workload statefulset is a shared pool: set etcd.endpoints (its nodes find each other and split the keys through etcd)" -}}
 {{- end -}}

@@ -151,6 +151,16 @@ spec:
           mountPath: /etc/gpucache/coldkeys
           readOnly: true
         {{- end }}
+        {{- if and $v.etcd.endpoints $v.etcd.tls.existingSecret }}
+        - name: etcd-tls
+          mountPath: /etc/gpucache/etcd
+          readOnly: true
+        {{- end }}
+        {{- if and $v.etcd.endpoints $v.etcd.username }}
+        - name: etcd-auth
+          mountPath: /etc/gpucache/etcd-auth
+          readOnly: true
+        {{- end }}
         {{- if $v.flash.enabled }}
         - name: flash
           mountPath: /var/lib/gpucache/flash
@@ -180,6 +190,21 @@ spec:
       secret:
         secretName: {{ include "gpucache.coldKeySecret" . }}
         defaultMode: 0400
+    {{- end }}
+    {{- if and $v.etcd.endpoints $v.etcd.tls.existingSecret }}
+    - name: etcd-tls
+      secret:
+        secretName: {{ $v.etcd.tls.existingSecret }}
+        defaultMode: 0400
+    {{- end }}
+    {{- if and $v.etcd.endpoints $v.etcd.username }}
+    - name: etcd-auth
+      secret:
+        secretName: {{ $v.etcd.passwordSecret }}
+        defaultMode: 0400
+        items:
+          - key: {{ $v.etcd.passwordKey }}
+            path: {{ $v.etcd.passwordKey }}
     {{- end }}
     {{- if and $v.flash.enabled (eq $v.flash.volume "hostPath") }}
     - name: flash
