@@ -5,7 +5,9 @@ import (
 	"bytes"
 	"debug/buildinfo"
 	"debug/elf"
+	"encoding/json"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path"
@@ -18,6 +20,7 @@ import (
 	"testing"
 
 	"go.yaml.in/yaml/v3"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gpucache/gpucache/internal/version"
 )
@@ -147,17 +150,8 @@ func TestDockerignoreMatching(t *testing.T) {
 // image's non-root uid. The image itself is not built here: there is no
 // container runtime on these machines (NOT_RUN_IMAGE_BUILD).
 func TestImageBuildScript(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: the build takes a minute or two with a cold cache")
-	}
-	ctx := buildContext(t)
-	out := t.TempDir()
-	cmd := exec.Command("./deploy/docker/build.sh", out)
-	cmd.Dir = ctx
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("deploy/docker/build.sh: %v\n%s", err, b)
-	}
-	bin := filepath.Join(out, "gpucached")
+	bin := buildImageBinary(t)
+	out := filepath.Dir(bin)
 
 	f, err := elf.Open(bin)
 	if err != nil {
@@ -188,11 +182,7 @@ func TestImageBuildScript(t *testing.T) {
 	// Run it as the image's user where this test may switch users.
 	run := exec.Command(bin, "--version")
 	if os.Geteuid() == 0 {
-		for d := out; d != filepath.Dir(d) && d != os.TempDir(); d = filepath.Dir(d) {
-			if err := os.Chmod(d, 0o755); err != nil {
-				t.Fatal(err)
-			}
-		}
+		openToAll(t, out)
 		run.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: imageUID, Gid: imageUID}}
 	} else {
 		t.Logf("not root: gpucached runs as uid %d, not switched to %d", os.Geteuid(), imageUID)
@@ -202,6 +192,161 @@ func TestImageBuildScript(t *testing.T) {
 		t.Errorf("gpucached --version as uid %d: %v: %q", imageUID, err, b)
 	}
 	t.Logf("%s", bytes.TrimSpace(b))
+}
+
+// buildImageBinary runs deploy/docker/build.sh on a copy of the build
+// context and returns the binary's path.
+func buildImageBinary(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: the build takes a minute or two with a cold cache")
+	}
+	ctx := buildContext(t)
+	out := t.TempDir()
+	cmd := exec.Command("./deploy/docker/build.sh", out)
+	cmd.Dir = ctx
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("deploy/docker/build.sh: %v\n%s", err, b)
+	}
+	return filepath.Join(out, "gpucached")
+}
+
+// openToAll makes dir and its parents up to the temporary directory
+// traversable, so another uid reaches what lies under it.
+func openToAll(t *testing.T, dir string) {
+	t.Helper()
+	for d := dir; d != filepath.Dir(d) && d != os.TempDir(); d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestImageServesTheChartsPod runs the image's binary as the image's uid
+// on the chart's pod laid out as the kubelet would (Secrets group-owned by
+// the pod's fsGroup, the flash directory owned by uid 65532 as the chart's
+// README tells the operator), with the pod's environment and args only,
+// and asks the admin listener what the chart's probes ask: /healthz and
+// /readyz (and /readyz?write=1) answer 200; SIGTERM drains and exits 0.
+// Only the listen addresses are changed (127.0.0.1:0, flags after the
+// pod's args), so that it never collides with another test's ports; the
+// pod's own (0.0.0.0:9400, :9401) are checked by TestChart.
+func TestImageServesTheChartsPod(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("not root: cannot run as the image's uid or give the pod's files to its fsGroup")
+	}
+	bin := buildImageBinary(t)
+	out, err := helmTemplate(t, "--set", "config.hot_capacity=128MiB", "--set", "flash.enabled=true",
+		"--set", "flash.capacity=512MiB", "--set", "config.flash_segment=128MiB", "--set", "sealKeys.ids={k1}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := Decode(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tmpl corev1.PodTemplateSpec
+	for _, d := range m.DaemonSets {
+		tmpl = d.Spec.Template
+	}
+	root := t.TempDir()
+	pod, err := Layout(root, tmpl, m.Secrets, m.ConfigMaps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := pod.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(cfg.FlashDir, imageUID, imageUID); err != nil {
+		t.Fatal(err)
+	}
+	openToAll(t, filepath.Dir(bin))
+	openToAll(t, root)
+	if err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			err = os.Chmod(p, 0o755)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	env := []string{}
+	for k, v := range pod.Env {
+		env = append(env, k+"="+v)
+	}
+	d := exec.Command(bin, append(slices.Clone(pod.Args), "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0")...)
+	d.Env, d.Dir = env, "/"
+	d.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: imageUID, Gid: imageUID, Groups: []uint32{uint32(*tmpl.Spec.SecurityContext.FSGroup)}}}
+	stderr, err := d.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 64)
+	exited := make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+		exited <- d.Wait()
+	}()
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			d.Process.Kill()
+			for range lines {
+			}
+			<-exited
+		}
+	})
+	var admin string
+	var log []string
+	for l := range lines {
+		log = append(log, l)
+		var e struct{ Msg, Admin string }
+		if json.Unmarshal([]byte(l), &e) == nil && e.Msg == "gpucached serving" {
+			admin = e.Admin
+			break
+		}
+	}
+	if admin == "" {
+		err := <-exited
+		stopped = true
+		t.Fatalf("gpucached exited before serving (%v):\n%s", err, strings.Join(log, "\n"))
+	}
+	go func() { // keep reading the log so the daemon never blocks on it
+		for l := range lines {
+			_ = l
+		}
+	}()
+	hc := &http.Client{}
+	defer hc.CloseIdleConnections()
+	for _, path := range []string{"/healthz", "/readyz", "/readyz?write=1"} {
+		resp, err := hc.Get("http://" + admin + path)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("%s: %d %q; the chart's probe wants 200", path, resp.StatusCode, body)
+		}
+		t.Logf("%s: %d %s", path, resp.StatusCode, bytes.TrimSpace(body))
+	}
+	hc.CloseIdleConnections()
+	if err := d.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	stopped = true
+	if err := <-exited; err != nil {
+		t.Errorf("after SIGTERM: %v; want a drain and exit 0", err)
+	}
 }
 
 // TestDockerfile: the Dockerfile's stages are what the build script test

@@ -101,6 +101,9 @@ func Layout(root string, tmpl corev1.PodTemplateSpec, secrets map[string]*corev1
 				if err := os.WriteFile(filepath.Join(data, k), val, mode); err != nil {
 					return nil, err
 				}
+				if err := fsGroupOwn(tmpl, filepath.Join(data, k), mode); err != nil {
+					return nil, err
+				}
 				if err := os.Symlink(filepath.Join("..data", k), filepath.Join(dir, k)); err != nil {
 					return nil, err
 				}
@@ -155,6 +158,22 @@ func Layout(root string, tmpl corev1.PodTemplateSpec, secrets map[string]*corev1
 		}
 	}
 	return p, nil
+}
+
+// fsGroupOwn does to a Secret's file what the kubelet does under the
+// pod's fsGroup: the file's group becomes fsGroup and its mode gains
+// group read (r--r----- OR'd in), so a non-root runAsUser reads it
+// through the group. Only root can give a file away; otherwise the files
+// stay this user's.
+func fsGroupOwn(tmpl corev1.PodTemplateSpec, f string, mode os.FileMode) error {
+	sc := tmpl.Spec.SecurityContext
+	if sc == nil || sc.FSGroup == nil || os.Geteuid() != 0 {
+		return nil
+	}
+	if err := os.Chown(f, 0, int(*sc.FSGroup)); err != nil {
+		return err
+	}
+	return os.Chmod(f, mode|0o440)
 }
 
 // secretData is a Secret's data as the kubelet writes it: data, with
