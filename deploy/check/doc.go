@@ -6,4 +6,13 @@
 // dependencies; it requires the root module through a replace directive
 // and calls gpucached's own config loading and secret checks
 // (internal/config, internal/security/nodesec).
+//
+// Run it as scripts/test's deploy stage does:
+//
+//	scripts/helm install
+//	cd deploy/check && GOWORK=off go test -race ./...
+//
+// GOWORK=off: the module is on purpose not in a go.work, so the
+// Kubernetes modules stay out of the workspace's builds; it resolves this
+// repository's modules through its own replace directives.
 package check
