@@ -19,8 +19,10 @@ import (
 // is a deliberate change to this list.
 var rootAllowed = map[string]bool{
 	".ci":                 true,
+	".dockerignore":       true, // the image's build context (Dockerfile)
 	".git":                true, // a directory in a clone, a file in a worktree
 	".gitignore":          true,
+	"Dockerfile":          true, // the gpucached image (ADR 0029)
 	"LICENSE":             true,
 	"README.md":           true,
 	"THIRD_PARTY_NOTICES": true,
