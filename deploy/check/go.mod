@@ -14,6 +14,7 @@ require (
 require (
 	github.com/fxamacker/cbor/v2 v2.9.3 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
+	github.com/gpucache/gpucache/api v0.0.0-00010101000000-000000000000 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/klauspost/compress v1.20.1 // indirect
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
@@ -32,4 +33,8 @@ require (
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
 
-replace github.com/gpucache/gpucache => ../..
+replace (
+	github.com/gpucache/gpucache => ../..
+	github.com/gpucache/gpucache/api => ../../api
+	github.com/gpucache/gpucache/client => ../../client
+)
