@@ -199,6 +199,24 @@ class RedisPyProtocol(unittest.TestCase):
         finally:
             r.close()
 
+    def test_transactional_pipeline_names_the_alternative(self):
+        # redis-py's default pipeline() sends MULTI ... EXEC; gpucache has
+        # no transactions (docs/RESP.md, Known limits). The error that
+        # execute() raises says what works instead.
+        r = redis.Redis.from_url(url(TENANT_A, SECRET_A))
+        try:
+            key = lmcache_key(unique("transaction"))
+            p = r.pipeline()
+            p.set(key + "metadata", metadata(CHUNK))
+            p.exists(key + "metadata")
+            with self.assertRaises(redis.ResponseError) as cm:
+                p.execute()
+            self.assertIn("has no transactions", str(cm.exception))
+            self.assertIn("pipeline(transaction=False)", str(cm.exception))
+            self.assertTrue(r.ping())  # the connection stays usable
+        finally:
+            r.close()
+
     def test_ping_and_select(self):
         r = redis.Redis.from_url(url(TENANT_A, SECRET_A) + "/0")
         try:
