@@ -85,7 +85,7 @@ class Checks:
         self.assertIn("pages hit 16", self.text)
 
 
-@unittest.skipIf(torch is None, "torch is not installed")
+@unittest.skipIf(torch is None, "torch is not installed: apt-get install python3-torch (scripts/test installs it)")
 class LocalStoreTest(Checks, unittest.TestCase):
     """Engines share the demo's in-process page store (the stand-in backend)."""
 
@@ -97,8 +97,8 @@ class LocalStoreTest(Checks, unittest.TestCase):
         cls.text = prefix_reuse.report(cls.res)
 
 
-@unittest.skipIf(torch is None, "torch is not installed")
-@unittest.skipUnless(HAVE_CLIENT and shutil.which("go") or os.environ.get("GPUCACHE_BIN"), "no gpucache.Client or no Go toolchain")
+@unittest.skipIf(torch is None, "torch is not installed: apt-get install python3-torch (scripts/test installs it)")
+@unittest.skipUnless(HAVE_CLIENT and shutil.which("go") or os.environ.get("GPUCACHE_BIN"), "no Go toolchain to build gpucached: install Go 1.26, or set GPUCACHE_BIN to a built gpucached")
 class DaemonTest(Checks, unittest.TestCase):
     """Engines talk to a real gpucached through gpucache.sglang.GpucacheStorage."""
 
@@ -133,7 +133,7 @@ class DaemonTest(Checks, unittest.TestCase):
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
 
-@unittest.skipIf(torch is None, "torch is not installed")
+@unittest.skipIf(torch is None, "torch is not installed: apt-get install python3-torch (scripts/test installs it)")
 class OptionsTest(unittest.TestCase):
     def test_bad_options_are_refused(self):
         from gpucache.demo import prefix_reuse

@@ -112,7 +112,7 @@ class Connector:
         await self.pool.disconnect()
 
 
-@unittest.skipUnless(ADDR, "GPUCACHE_RESP_ADDR is not set (run by cmd/gpucached/resp_clients_test.go)")
+@unittest.skipUnless(ADDR, "GPUCACHE_RESP_ADDR is not set: these need gpucached's RESP endpoint with examples/lmcache/llama3-8b.yaml; go test -run TestRESPRedisPy ./cmd/gpucached starts one and runs them")
 class LMCacheInProcessLayout(unittest.TestCase):
     def test_two_key_chunk_round_trip(self):
         async def run():
@@ -175,7 +175,7 @@ class LMCacheInProcessLayout(unittest.TestCase):
         asyncio.run(run())
 
 
-@unittest.skipUnless(ADDR, "GPUCACHE_RESP_ADDR is not set (run by cmd/gpucached/resp_clients_test.go)")
+@unittest.skipUnless(ADDR, "GPUCACHE_RESP_ADDR is not set: these need gpucached's RESP endpoint with examples/lmcache/llama3-8b.yaml; go test -run TestRESPRedisPy ./cmd/gpucached starts one and runs them")
 class RedisPyProtocol(unittest.TestCase):
     def test_pipelining(self):
         r = redis.Redis.from_url(url(TENANT_A, SECRET_A))
