@@ -33,13 +33,9 @@ except ImportError:
 # the checks are the same.
 SMALL = dict(prompt=320, shared=256, new=64, decode=8, runs=1, sf_prompt=160)
 
-DAEMON_CONFIG = """hot_max_class: 1MiB
-tenants:
-  - name: tenant-a
-    secrets: [{id: a-1, env: GPUCACHE_PYDEMO_SECRET_A}]
-  - name: tenant-b
-    secrets: [{id: b-1, env: GPUCACHE_PYDEMO_SECRET_B}]
-"""
+REPO = os.path.dirname(os.path.dirname(HERE))
+# The two-tenant config the README's gpucache-mode commands use.
+DEMO_CONFIG = os.path.join(REPO, "examples", "demo", "two-tenants.yaml")
 
 
 class Checks:
@@ -107,16 +103,17 @@ class DaemonTest(Checks, unittest.TestCase):
         from gpucache.demo import prefix_reuse
         from gpucached import Daemon
 
+        # As the README says: the shipped config, started in a directory
+        # that holds the two secret files it names.
         cls.tmp = tempfile.mkdtemp(prefix="gpucache-pydemo-")
         extras = []
         for t in ("a", "b"):
-            secret = secrets.token_hex(32)
-            os.environ["GPUCACHE_PYDEMO_SECRET_" + t.upper()] = secret
-            path = os.path.join(cls.tmp, t + ".secret")
+            path = os.path.join(cls.tmp, "tenant-%s.secret" % t)
             with open(path, "w") as f:
-                f.write(secret)
+                f.write(secrets.token_hex(32) + "\n")
+            os.chmod(path, 0o600)
             extras.append({"tenant": "tenant-" + t, "secret_file": path})
-        cls.daemon = Daemon.start(config=DAEMON_CONFIG)
+        cls.daemon = Daemon.start(extra_args=["--config", DEMO_CONFIG], workdir=cls.tmp)
         for e in extras:
             e["addrs"] = [cls.daemon.addr]
         try:
