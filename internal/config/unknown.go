@@ -65,18 +65,28 @@ func editDistance(a, b string) int {
 	return prev[len(b)]
 }
 
+// FlagError is a command-line flag Load could not parse: unknown, without
+// its value, or with a malformed one. It is not ErrInvalid, which means a
+// config that parsed but is refused.
+type FlagError struct{ msg string }
+
+func (e *FlagError) Error() string { return e.msg }
+
 // flagError turns the flag package's parse error into one line that says
 // what to do: an unknown flag names the closest real one.
 func flagError(err error, flags []string) error {
 	name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: -")
 	if !ok {
-		return fmt.Errorf("%w: %v (gpucached --help lists every flag)", ErrInvalid, err)
+		// "invalid value ... for flag -x: ...", "flag needs an argument: -x":
+		// name the flag as it is documented, with two dashes.
+		msg := strings.NewReplacer("for flag -", "for flag --", "argument: -", "argument: --").Replace(err.Error())
+		return &FlagError{msg + " (gpucached --help lists every flag)"}
 	}
 	msg := "unknown flag --" + name
 	if s := Suggest(name, flags); s != "" {
 		msg += "; did you mean --" + s + "?"
 	}
-	return fmt.Errorf("%w: %s (gpucached --help lists every flag)", ErrInvalid, msg)
+	return &FlagError{msg + " (gpucached --help lists every flag)"}
 }
 
 var unknownField = regexp.MustCompile(`^line (\d+): field (.+) not found in type (\S+)$`)

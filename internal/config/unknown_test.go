@@ -34,15 +34,16 @@ func TestUnknownFlagIsOneLine(t *testing.T) {
 	var out strings.Builder
 	_, err := Load([]string{"--hot-capcity", "2GiB"}, env(nil), &out)
 	want := "unknown flag --hot-capcity; did you mean --hot-capacity? (gpucached --help lists every flag)"
-	if !errors.Is(err, ErrInvalid) || !strings.HasSuffix(err.Error(), want) || out.Len() != 0 {
-		t.Fatalf("err %v, usage written %d bytes; want ErrInvalid ending %q and no usage", err, out.Len(), want)
+	var fe *FlagError
+	if !errors.As(err, &fe) || errors.Is(err, ErrInvalid) || err.Error() != want || out.Len() != 0 {
+		t.Fatalf("err %v, usage written %d bytes; want a FlagError %q and no usage", err, out.Len(), want)
 	}
 	_, err = Load([]string{"--frobnicate"}, env(nil), &out)
 	if err == nil || strings.Contains(err.Error(), "did you mean") || !strings.Contains(err.Error(), "unknown flag --frobnicate (gpucached --help") {
 		t.Fatalf("unknown flag with no near match: %v", err)
 	}
 	_, err = Load([]string{"--hot-capacity"}, env(nil), &out)
-	if err == nil || !strings.Contains(err.Error(), "flag needs an argument") || out.Len() != 0 {
+	if err == nil || err.Error() != "flag needs an argument: --hot-capacity (gpucached --help lists every flag)" || out.Len() != 0 {
 		t.Fatalf("flag without value: %v, usage %d bytes", err, out.Len())
 	}
 }

@@ -181,8 +181,8 @@ func TestMainUsage(t *testing.T) {
 	var out, errOut strings.Builder
 	code := Main([]string{"--hot-capcity", "2GiB"}, &out, &errOut)
 	want := "unknown flag --hot-capcity; did you mean --hot-capacity? (gpucached --help lists every flag)\n"
-	if code != 2 || out.Len() != 0 || strings.Count(errOut.String(), "\n") != 1 || !strings.HasSuffix(errOut.String(), want) {
-		t.Fatalf("typo'd flag: exit %d, stdout %q, stderr %q; want one line ending %q", code, out.String(), errOut.String(), want)
+	if code != 2 || out.Len() != 0 || errOut.String() != "gpucached: "+want {
+		t.Fatalf("typo'd flag: exit %d, stdout %q, stderr %q; want gpucached: %q", code, out.String(), errOut.String(), want)
 	}
 }
 
