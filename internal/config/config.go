@@ -25,7 +25,11 @@ var ErrInvalid = errors.New("gpucache/config: invalid config")
 // first: Default(), the YAML file named by --config (or GPUCACHE_CONFIG),
 // GPUCACHE_* environment variables, then command-line flags. Every field has
 // a YAML key, an environment variable (GPUCACHE_ + the key in upper case) and
-// a flag (the key with '-' for '_').
+// a flag (the key with '-' for '_'). An unknown flag or YAML key is refused
+// with the closest real one. Other GPUCACHE_* variables are allowed when
+// another gpucache program reads them (OtherEnv: GPUCACHE_ADDR, the CLI's,
+// ...) or a secret's env names them; one a typo away from a setting's
+// variable refuses to start (exit 2), any other is logged as ignored.
 type Config struct {
 	// Listen is the data-plane address. Default 127.0.0.1:9400.
 	Listen string `yaml:"listen"`
