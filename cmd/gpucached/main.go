@@ -6,4 +6,4 @@ import (
 	"github.com/gpucache/gpucache/internal/daemon"
 )
 
-func main() { os.Exit(daemon.Main(os.Args[1:], os.Stderr)) }
+func main() { os.Exit(daemon.Main(os.Args[1:], os.Stdout, os.Stderr)) }

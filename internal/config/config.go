@@ -25,7 +25,11 @@ var ErrInvalid = errors.New("gpucache/config: invalid config")
 // first: Default(), the YAML file named by --config (or GPUCACHE_CONFIG),
 // GPUCACHE_* environment variables, then command-line flags. Every field has
 // a YAML key, an environment variable (GPUCACHE_ + the key in upper case) and
-// a flag (the key with '-' for '_').
+// a flag (the key with '-' for '_'). An unknown flag or YAML key is refused
+// with the closest real one. Other GPUCACHE_* variables are allowed when
+// another gpucache program reads them (OtherEnv: GPUCACHE_ADDR, the CLI's,
+// ...) or a secret's env names them; one a typo away from a setting's
+// variable refuses to start (exit 2), any other is logged as ignored.
 type Config struct {
 	// Listen is the data-plane address. Default 127.0.0.1:9400.
 	Listen string `yaml:"listen"`
@@ -525,7 +529,8 @@ func FlagName(key string) string { return strings.ReplaceAll(key, "_", "-") }
 
 // Load builds a Config from defaults, the config file, the environment
 // (looked up with getenv) and args, then validates it. A --help request
-// returns flag.ErrHelp after printing usage to out.
+// returns flag.ErrHelp after printing usage to out (gpucached passes
+// stdout); nothing else is written to out.
 func Load(args []string, getenv func(string) (string, bool), out io.Writer) (Config, error) {
 	c := Default()
 	// The config file comes first, so find it before parsing flags.
@@ -553,17 +558,22 @@ func Load(args []string, getenv func(string) (string, bool), out io.Writer) (Con
 		}
 	}
 	fs := flag.NewFlagSet("gpucached", flag.ContinueOnError)
-	fs.SetOutput(out)
+	// A parse error is one line (flagError), not the whole usage.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	fs.String("config", path, "YAML config file (env GPUCACHE_CONFIG)")
+	names := []string{"config", "help", "version"}
 	for _, f := range c.fields() {
 		fs.Var(f.val, FlagName(f.key), f.usage+" (env "+EnvName(f.key)+")")
+		names = append(names, FlagName(f.key))
 	}
-	fs.Usage = func() {
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintf(out, "Usage: gpucached [flags]\n\nRuns one gpucache node. With no flags: data on %s, admin on %s, %s DRAM hot tier.\n\nFlags:\n", Default().Listen, Default().AdminListen, Default().HotCapacity)
+		fs.SetOutput(out)
 		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
 		return c, err
+	} else if err != nil {
+		return c, flagError(err, names)
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("%w: unexpected argument %q", ErrInvalid, fs.Arg(0))
@@ -579,7 +589,7 @@ func (c *Config) loadFile(path string) error {
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("%w: config file %s: %v", ErrInvalid, path, err)
+		return yamlError(path, err)
 	}
 	return nil
 }
@@ -639,7 +649,7 @@ func (c Config) validateHot() error {
 		return invalidf("hot_capacity %s is smaller than one %s block (hot_max_class)", c.HotCapacity, c.HotMaxClass)
 	}
 	if mem, ok := MemTotal(); ok && uint64(c.HotCapacity) > mem {
-		return invalidf("hot_capacity %s is larger than this machine's memory (%s)", c.HotCapacity, ByteSize(mem))
+		return invalidf("hot_capacity %s is larger than this machine's memory (%s)", c.HotCapacity, ByteSize(mem).Human())
 	}
 	if c.HotSlab < c.HotMinClass {
 		return invalidf("hot_slab %s is smaller than hot_min_class %s", c.HotSlab, c.HotMinClass)

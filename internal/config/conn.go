@@ -44,8 +44,8 @@ func (c Config) validateConn() error {
 		return invalidf("admin_max_conns %d not in 1..%d", c.AdminMaxConns, 1<<16)
 	}
 	if min := MinRequestBuffers(c.MaxBatch); c.RequestBuffers < min {
-		return invalidf("request_buffers %s cannot hold the largest request table with max_batch %d: it needs at least %s",
-			c.RequestBuffers, c.MaxBatch, min)
+		return invalidf("request_buffers %s cannot hold the largest request table with max_batch %d: it needs at least %s (%d bytes)",
+			c.RequestBuffers, c.MaxBatch, min.Human(), int64(min))
 	}
 	return nil
 }

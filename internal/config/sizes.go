@@ -42,3 +42,22 @@ func SizeAttrs(cfg Config) []any {
 	}
 	return out
 }
+
+// Human formats the size for a message: its exact form when that is a
+// whole number of a binary unit ("64MiB"), else the nearest binary unit
+// with one decimal ("23.5 GiB"), never a long count of KiB.
+func (b ByteSize) Human() string {
+	if s := b.String(); strings.HasSuffix(s, "iB") && len(s)-len("KiB") <= 4 {
+		return s
+	}
+	n := float64(b)
+	for _, u := range []struct {
+		name string
+		mult float64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n >= u.mult {
+			return fmt.Sprintf("%.1f %s", n/u.mult, u.name)
+		}
+	}
+	return fmt.Sprintf("%d bytes", int64(b))
+}

@@ -89,8 +89,8 @@ func (c Config) validateTenantShares() error {
 		return fmt.Errorf("%w: tenant_fills %d must be 0 (a fair share) or 1..%d", ErrInvalid, c.TenantFills, FillSlots)
 	}
 	if min := MinRequestBuffers(c.MaxBatch); c.TenantRequestBuffers != 0 && (c.TenantRequestBuffers < min || c.TenantRequestBuffers > c.RequestBuffers) {
-		return fmt.Errorf("%w: tenant_request_buffers %s must be 0 (a fair share) or between the largest request table's %s (max_batch %d) and request_buffers %s",
-			ErrInvalid, c.TenantRequestBuffers, min, c.MaxBatch, c.RequestBuffers)
+		return fmt.Errorf("%w: tenant_request_buffers %s must be 0 (a fair share) or between the largest request table's %s (%d bytes; max_batch %d) and request_buffers %s",
+			ErrInvalid, c.TenantRequestBuffers, min.Human(), int64(min), c.MaxBatch, c.RequestBuffers)
 	}
 	for _, t := range c.Tenants {
 		if q := t.DRAMQuota; q != 0 && (q < c.HotMaxClass || q > c.HotCapacity) {

@@ -154,17 +154,46 @@ func TestStartupErrorsAreClear(t *testing.T) {
 }
 
 func TestMainExitCodes(t *testing.T) {
-	var sb strings.Builder
-	if code := Main([]string{"--hot-capacity", "lots"}, &sb); code != 2 || !strings.Contains(sb.String(), "bad size") {
+	var out, sb strings.Builder
+	if code := Main([]string{"--hot-capacity", "lots"}, &out, &sb); code != 2 || !strings.Contains(sb.String(), "bad size") {
 		t.Fatalf("bad flag: exit %d, %q", code, sb.String())
 	}
 	sb.Reset()
-	if code := Main([]string{"--version"}, &sb); code != 0 || strings.TrimSpace(sb.String()) != version.Line("gpucached") {
+	if code := Main([]string{"--version"}, &out, &sb); code != 0 || strings.TrimSpace(sb.String()) != version.Line("gpucached") {
 		t.Fatalf("version: exit %d, %q", code, sb.String())
 	}
 	sb.Reset()
-	if code := Main([]string{"--listen", "0.0.0.0:9400"}, &sb); code != 2 || !strings.Contains(sb.String(), "loopback") {
+	if code := Main([]string{"--listen", "0.0.0.0:9400"}, &out, &sb); code != 2 || !strings.Contains(sb.String(), "loopback") {
 		t.Fatalf("remote bind: exit %d, %q", code, sb.String())
+	}
+}
+
+// TestMainUsage: --help is an answer (stdout, exit 0); a typo'd flag is one
+// line on stderr that names the flag meant (exit 2), not the usage.
+func TestMainUsage(t *testing.T) {
+	for _, arg := range []string{"--help", "-h"} {
+		var out, errOut strings.Builder
+		if code := Main([]string{arg}, &out, &errOut); code != 0 || !strings.HasPrefix(out.String(), "Usage: gpucached") ||
+			!strings.Contains(out.String(), "-hot-capacity") || errOut.Len() != 0 {
+			t.Fatalf("%s: exit %d, stdout %d bytes %.40q, stderr %q", arg, code, out.Len(), out.String(), errOut.String())
+		}
+	}
+	var out, errOut strings.Builder
+	code := Main([]string{"--hot-capcity", "2GiB"}, &out, &errOut)
+	want := "unknown flag --hot-capcity; did you mean --hot-capacity? (gpucached --help lists every flag)\n"
+	if code != 2 || out.Len() != 0 || errOut.String() != "gpucached: "+want {
+		t.Fatalf("typo'd flag: exit %d, stdout %q, stderr %q; want gpucached: %q", code, out.String(), errOut.String(), want)
+	}
+}
+
+// TestMainRefusesTypoedEnv: a GPUCACHE_* variable one edit from a setting
+// stops the daemon before it starts, naming the setting meant.
+func TestMainRefusesTypoedEnv(t *testing.T) {
+	t.Setenv("GPUCACHE_HOT_CAPCITY", "2GiB")
+	var out, errOut strings.Builder
+	code := Main([]string{"--listen", "127.0.0.1:0", "--admin-listen", "off", "--cold-store", "off"}, &out, &errOut)
+	if code != 2 || !strings.Contains(errOut.String(), "GPUCACHE_HOT_CAPCITY is not a gpucached setting; did you mean GPUCACHE_HOT_CAPACITY?") {
+		t.Fatalf("exit %d, stderr %q", code, errOut.String())
 	}
 }
 

@@ -16,17 +16,23 @@ import (
 )
 
 // Main is the whole gpucached command: it loads the config, starts the
-// node, drains it on SIGINT or SIGTERM, and returns the exit code.
-func Main(args []string, stderr io.Writer) int {
+// node, drains it on SIGINT or SIGTERM, and returns the exit code: 0, 1
+// when the node fails, 2 for a bad flag, setting or environment variable.
+// --help writes the usage to stdout; everything else goes to stderr.
+func Main(args []string, stdout, stderr io.Writer) int {
 	for _, a := range args {
 		if a == "--version" || a == "-version" {
 			fmt.Fprintln(stderr, version.Line("gpucached"))
 			return 0
 		}
 	}
-	cfg, err := config.Load(args, os.LookupEnv, stderr)
+	cfg, err := config.Load(args, os.LookupEnv, stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
+	}
+	var envWarnings []string
+	if err == nil {
+		envWarnings, err = config.CheckEnv(cfg, os.Environ())
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "gpucached:", err)
@@ -35,6 +41,9 @@ func Main(args []string, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	logger := NewLogger(cfg, stderr)
+	for _, w := range envWarnings {
+		logger.Warn(w)
+	}
 	if _, set := os.LookupEnv("GOGC"); !set {
 		// The payload lives off-heap: keep the tiny Go heap from starting
 		// a GC cycle every few MiB of request garbage (gcfloor.go).

@@ -16,9 +16,9 @@ import (
 func logTenantShares(log *slog.Logger, cfg config.Config) {
 	hold := cfg.TenantHoldCap()
 	reqbuf := cfg.TenantRequestBufferCap()
-	log.Info("per-tenant caps", "tenant_shares", cfg.TenantShares(), "tenant_hold_bytes", config.ByteSize(hold).String(),
+	log.Info("per-tenant caps", "tenant_shares", cfg.TenantShares(), "tenant_hold_bytes", config.ByteSize(hold).Human(),
 		"tenant_leases", cfg.TenantLeaseCap(hot.DefaultMaxLeases), "tenant_fills", cfg.TenantFillCap(),
-		"tenant_request_buffers", config.ByteSize(reqbuf).String())
+		"tenant_request_buffers", config.ByteSize(reqbuf).Human())
 	if cfg.TenantHoldBytes == 0 && hold*int64(cfg.TenantShares()) > int64(cfg.HotCapacity) {
 		log.Warn("hot_capacity is too small to give every tenant a share of at least one hot_max_class block: "+
 			"the tenants' shares overlap, so one tenant's leases and PUTs in flight can crowd out others; "+

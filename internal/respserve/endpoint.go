@@ -400,6 +400,11 @@ func (rc *respConn) dispatch(cmd resp.Command) error {
 			return nil
 		}
 		rc.del(args)
+	case "MULTI", "EXEC", "DISCARD", "WATCH", "UNWATCH":
+		// redis-py's pipeline() wraps its commands in MULTI/EXEC by
+		// default: say what to use instead (docs/RESP.md, Known limits).
+		rc.errorf("ERR %s is not supported: gpucache's RESP endpoint has no transactions, so commands sent between MULTI and EXEC run one by one; "+
+			"send them without MULTI/EXEC (redis-py: pipeline(transaction=False))", name)
 	default:
 		rc.errorf("ERR unknown command '%s'", printable(cmd.Args[0]))
 	}

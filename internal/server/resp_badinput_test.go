@@ -97,6 +97,26 @@ func TestRESPUnknownCommandKeepsConnection(t *testing.T) {
 	}
 }
 
+// TestRESPTransactionsSayWhatToUse: MULTI, EXEC and the other transaction
+// commands answer an error that names the non-transactional pipeline
+// (redis-py's default pipeline() sends MULTI ... EXEC); the commands between
+// them run, and the connection stays in sync.
+func TestRESPTransactionsSayWhatToUse(t *testing.T) {
+	f := startBad(t)
+	c := dialRESP(t, f.addr)
+	authAs(t, c, "acme", secretA)
+	for _, cmd := range [][]string{{"MULTI"}, {"exec"}, {"DISCARD"}, {"WATCH", mpKey(1)}, {"UNWATCH"}} {
+		want := "-ERR " + strings.ToUpper(cmd[0]) + " is not supported: gpucache's RESP endpoint has no transactions, so commands sent between MULTI and EXEC run one by one; " +
+			"send them without MULTI/EXEC (redis-py: pipeline(transaction=False))\r\n"
+		if got := c.do(cmd...); got != want {
+			t.Fatalf("%s: %q\nwant %q", cmd[0], got, want)
+		}
+	}
+	if got := c.do("EXISTS", mpKey(1)); got != ":0\r\n" {
+		t.Fatalf("EXISTS after the refusals: %q", got)
+	}
+}
+
 // TestRESPBeforeAuth: nothing but AUTH, PING, QUIT and HELLO before AUTH.
 func TestRESPBeforeAuth(t *testing.T) {
 	f := startBad(t)

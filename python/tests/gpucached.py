@@ -60,11 +60,13 @@ class Daemon:
         self.unix_addr = None  # "unix:/path" when the Unix listener is on
 
     @classmethod
-    def start(cls, extra_args=(), config=None, timeout=60.0, unix=False):
+    def start(cls, extra_args=(), config=None, timeout=60.0, unix=False, workdir=None):
         """Start gpucached and wait (at most timeout s) for its serving line.
         With unix, it also listens on a Unix socket in its work directory
-        (unix_listen; d.unix_addr is "unix:<path>")."""
-        workdir = tempfile.mkdtemp(prefix="gpucached-")
+        (unix_listen; d.unix_addr is "unix:<path>"). workdir, when given, is
+        that directory (files a config names by relative path go there; stop
+        removes it); by default a new temporary one."""
+        workdir = workdir or tempfile.mkdtemp(prefix="gpucached-")
         args = [binary(), "--listen", "127.0.0.1:0", "--admin-listen", "off", "--cold-store", "off",
                 "--hot-capacity", "256MiB"]
         sock = os.path.join(workdir, "gpucached.sock") if unix else None

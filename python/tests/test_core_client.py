@@ -107,7 +107,7 @@ class RoundTrip(unittest.TestCase):
         self.assertEqual((res[0].hit, res[0].reason), (False, "over_budget"))
         self.assertTrue(res[1].hit)
 
-    @unittest.skipIf(numpy is None, "numpy missing")
+    @unittest.skipIf(numpy is None, "numpy is not installed: apt-get install python3-numpy (scripts/test installs it)")
     def test_numpy_in_and_out(self):
         ns = ns_for(model="np")
         ids = identities(ns, list(range(8)))
@@ -118,7 +118,7 @@ class RoundTrip(unittest.TestCase):
         self.assertTrue(all(r.hit for r in res))
         self.assertTrue(numpy.array_equal(src, dst))
 
-    @unittest.skipIf(torch is None, "torch missing")
+    @unittest.skipIf(torch is None, "torch is not installed: apt-get install python3-torch (scripts/test installs it)")
     def test_torch_bf16_and_ctypes(self):
         ns = ns_for(model="torch")
         ids = identities(ns, list(range(8)))

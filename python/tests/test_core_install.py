@@ -15,7 +15,7 @@ class OfflineInstall(unittest.TestCase):
     def test_pip_install_no_index(self):
         r = subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True)
         if r.returncode != 0:
-            self.skipTest("pip is not installed for %s" % sys.executable)
+            self.skipTest("pip is not installed for %s: apt-get install python3-pip" % sys.executable)
         target = tempfile.mkdtemp(prefix="gpucache-pip-")
         try:
             env = dict(os.environ, PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1")

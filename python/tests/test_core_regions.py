@@ -379,7 +379,7 @@ class ClientRegions(unittest.TestCase):
 
     def test_tensor_slices(self):
         if torch is None:
-            self.skipTest("torch not installed")
+            self.skipTest("torch is not installed: apt-get install python3-torch (scripts/test installs it)")
         srv, c = self.start()
         ids, data = self.store(c, [8192] * 3)
         self.assertEqual(c.put(NS, list(zip(ids, data))), [Status.STORED] * 3)

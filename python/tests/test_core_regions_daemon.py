@@ -159,7 +159,7 @@ class ThroughRegions(unittest.TestCase):
             import numpy
             import torch
         except ImportError:
-            self.skipTest("numpy and torch not installed")
+            self.skipTest("neither numpy nor torch is installed: apt-get install python3-numpy python3-torch (scripts/test installs them)")
         ns = ns_for("views")
         ids = blocks("views", 8)
         buf = self.c.allocate(8 * 65536)

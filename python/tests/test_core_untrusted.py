@@ -146,7 +146,7 @@ class LyingServer:
 class Untrusted(unittest.TestCase):
     def setUp(self):
         if not os.path.exists("/proc/self/status"):
-            self.skipTest("needs /proc/self/status to measure memory")
+            self.skipTest("needs /proc/self/status to measure memory: run on Linux with /proc mounted")
         self.servers = []
 
     def tearDown(self):

@@ -24,7 +24,7 @@ def _cfg(**kw):
     return m.ModelConfig(**base)
 
 
-@unittest.skipIf(torch is None, "torch is not installed")
+@unittest.skipIf(torch is None, "torch is not installed: apt-get install python3-torch (scripts/test installs it)")
 class ModelTest(unittest.TestCase):
     def setUp(self):
         torch.set_num_threads(1)
@@ -81,7 +81,7 @@ class ModelTest(unittest.TestCase):
             m.HostPool(self.cfg, 6)
 
 
-@unittest.skipIf(torch is None, "torch is not installed")
+@unittest.skipIf(torch is None, "torch is not installed: apt-get install python3-torch (scripts/test installs it)")
 class HostPoolTest(unittest.TestCase):
     def setUp(self):
         self.cfg = _cfg()
@@ -128,7 +128,7 @@ class HostPoolTest(unittest.TestCase):
 
 
 class PageHashTest(unittest.TestCase):
-    @unittest.skipIf(torch is None, "torch is not installed")
+    @unittest.skipIf(torch is None, "torch is not installed: apt-get install python3-torch (scripts/test installs it)")
     def test_sglang_page_key_chain(self):
         first = hashlib.sha256(b"".join(t.to_bytes(4, "little") for t in (1, 2, 3, 4))).hexdigest()
         self.assertEqual(page_hash([1, 2, 3, 4], None), first)

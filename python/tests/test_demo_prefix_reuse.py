@@ -33,13 +33,9 @@ except ImportError:
 # the checks are the same.
 SMALL = dict(prompt=320, shared=256, new=64, decode=8, runs=1, sf_prompt=160)
 
-DAEMON_CONFIG = """hot_max_class: 1MiB
-tenants:
-  - name: tenant-a
-    secrets: [{id: a-1, env: GPUCACHE_PYDEMO_SECRET_A}]
-  - name: tenant-b
-    secrets: [{id: b-1, env: GPUCACHE_PYDEMO_SECRET_B}]
-"""
+REPO = os.path.dirname(os.path.dirname(HERE))
+# The two-tenant config the README's gpucache-mode commands use.
+DEMO_CONFIG = os.path.join(REPO, "examples", "demo", "two-tenants.yaml")
 
 
 class Checks:
@@ -85,7 +81,7 @@ class Checks:
         self.assertIn("pages hit 16", self.text)
 
 
-@unittest.skipIf(torch is None, "torch is not installed")
+@unittest.skipIf(torch is None, "torch is not installed: apt-get install python3-torch (scripts/test installs it)")
 class LocalStoreTest(Checks, unittest.TestCase):
     """Engines share the demo's in-process page store (the stand-in backend)."""
 
@@ -97,8 +93,8 @@ class LocalStoreTest(Checks, unittest.TestCase):
         cls.text = prefix_reuse.report(cls.res)
 
 
-@unittest.skipIf(torch is None, "torch is not installed")
-@unittest.skipUnless(HAVE_CLIENT and shutil.which("go") or os.environ.get("GPUCACHE_BIN"), "no gpucache.Client or no Go toolchain")
+@unittest.skipIf(torch is None, "torch is not installed: apt-get install python3-torch (scripts/test installs it)")
+@unittest.skipUnless(HAVE_CLIENT and shutil.which("go") or os.environ.get("GPUCACHE_BIN"), "no Go toolchain to build gpucached: install Go 1.26, or set GPUCACHE_BIN to a built gpucached")
 class DaemonTest(Checks, unittest.TestCase):
     """Engines talk to a real gpucached through gpucache.sglang.GpucacheStorage."""
 
@@ -107,16 +103,17 @@ class DaemonTest(Checks, unittest.TestCase):
         from gpucache.demo import prefix_reuse
         from gpucached import Daemon
 
+        # As the README says: the shipped config, started in a directory
+        # that holds the two secret files it names.
         cls.tmp = tempfile.mkdtemp(prefix="gpucache-pydemo-")
         extras = []
         for t in ("a", "b"):
-            secret = secrets.token_hex(32)
-            os.environ["GPUCACHE_PYDEMO_SECRET_" + t.upper()] = secret
-            path = os.path.join(cls.tmp, t + ".secret")
+            path = os.path.join(cls.tmp, "tenant-%s.secret" % t)
             with open(path, "w") as f:
-                f.write(secret)
+                f.write(secrets.token_hex(32) + "\n")
+            os.chmod(path, 0o600)
             extras.append({"tenant": "tenant-" + t, "secret_file": path})
-        cls.daemon = Daemon.start(config=DAEMON_CONFIG)
+        cls.daemon = Daemon.start(extra_args=["--config", DEMO_CONFIG], workdir=cls.tmp)
         for e in extras:
             e["addrs"] = [cls.daemon.addr]
         try:
@@ -133,7 +130,7 @@ class DaemonTest(Checks, unittest.TestCase):
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
 
-@unittest.skipIf(torch is None, "torch is not installed")
+@unittest.skipIf(torch is None, "torch is not installed: apt-get install python3-torch (scripts/test installs it)")
 class OptionsTest(unittest.TestCase):
     def test_bad_options_are_refused(self):
         from gpucache.demo import prefix_reuse

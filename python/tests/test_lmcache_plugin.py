@@ -57,7 +57,7 @@ def hits_of(res, n):
     return [i for i in range(n) if res.test(i)]  # LMCache's Bitmap
 
 
-@unittest.skipIf(gl.HAVE_LMCACHE, "LMCache is installed: engine_tests/test_lmcache.py drives the real classes")
+@unittest.skipIf(gl.HAVE_LMCACHE, "LMCache is installed: engine_tests/test_lmcache.py runs the real classes instead")
 class AdapterTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):

@@ -12,7 +12,11 @@ where <key> is `model@world_size@worker_id@chunk_hash_hex@dtype`. A put SETs
 kv_bytes, then metadata; a lookup is EXISTS <key>metadata; a get reads
 metadata, then kv_bytes, and DELs a metadata whose kv_bytes is gone.
 
-Run by cmd/gpucached/resp_clients_test.go, which starts gpucached and passes:
+Without GPUCACHE_RESP_ADDR, setUpModule starts a gpucached itself
+(tests/gpucached.py) with examples/lmcache/llama3-8b.yaml, its two tenants'
+secrets and a RESP listener, so the Python suite runs these tests instead of
+skipping them. cmd/gpucached/resp_clients_test.go (TestRESPRedisPy) starts
+gpucached its own way and passes:
     GPUCACHE_RESP_ADDR        host:port of the RESP listener
     GPUCACHE_RESP_TENANT_A/B  tenant names (AUTH user)
     GPUCACHE_RESP_SECRET_A/B  their secrets (AUTH password)
@@ -32,7 +36,10 @@ server and C++ RESP client, and the gpucache.lmcache plugin).
 import asyncio
 import hashlib
 import os
+import secrets
+import shutil
 import struct
+import sys
 import unittest
 
 import redis
@@ -51,6 +58,50 @@ CHUNK = int(os.environ.get("GPUCACHE_RESP_CHUNK", str(32 << 20)))
 # [2, layers, tokens, kv_heads * head_dim].
 DTYPE_BF16 = 3
 FMT_KV_2LTD = 1
+
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples", "lmcache", "llama3-8b.yaml")
+_daemon = None
+
+
+def setUpModule():
+    """Without GPUCACHE_RESP_ADDR: start gpucached with the LMCache example
+    config (tenants team-a and team-b, 32 MiB chunks of Llama-3-8B) and a
+    RESP listener on a free port."""
+    global ADDR, TENANT_A, SECRET_A, TENANT_B, SECRET_B, _daemon
+    if ADDR:
+        return
+    if not (shutil.which("go") or os.environ.get("GPUCACHE_BIN")):
+        raise unittest.SkipTest("GPUCACHE_RESP_ADDR is not set and there is no Go toolchain to build gpucached: "
+                                "install Go 1.26, set GPUCACHE_BIN to a built gpucached, "
+                                "or run go test -run TestRESPRedisPy ./cmd/gpucached")
+    sys.path.insert(0, HERE)
+    from gpucached import Daemon
+
+    env = {"GPUCACHE_TEAM_A_SECRET": secrets.token_hex(32), "GPUCACHE_TEAM_B_SECRET": secrets.token_hex(32)}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)  # the config reads the secrets from the environment
+    try:
+        _daemon = Daemon.start(extra_args=["--config", EXAMPLE, "--resp-listen", "127.0.0.1:0",
+                                           "--hot-capacity", "1GiB", "--audit-log", "off"])
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    if not _daemon.resp_addr:
+        _daemon.stop()
+        raise AssertionError("gpucached logged no RESP2 listener:\n" + _daemon.log()[-2000:])
+    ADDR = _daemon.resp_addr
+    TENANT_A, SECRET_A = "team-a", env["GPUCACHE_TEAM_A_SECRET"]
+    TENANT_B, SECRET_B = "team-b", env["GPUCACHE_TEAM_B_SECRET"]
+
+
+def tearDownModule():
+    if _daemon is not None:
+        _daemon.stop()
 
 
 def url(tenant, secret):
@@ -112,7 +163,6 @@ class Connector:
         await self.pool.disconnect()
 
 
-@unittest.skipUnless(ADDR, "GPUCACHE_RESP_ADDR is not set (run by cmd/gpucached/resp_clients_test.go)")
 class LMCacheInProcessLayout(unittest.TestCase):
     def test_two_key_chunk_round_trip(self):
         async def run():
@@ -175,7 +225,6 @@ class LMCacheInProcessLayout(unittest.TestCase):
         asyncio.run(run())
 
 
-@unittest.skipUnless(ADDR, "GPUCACHE_RESP_ADDR is not set (run by cmd/gpucached/resp_clients_test.go)")
 class RedisPyProtocol(unittest.TestCase):
     def test_pipelining(self):
         r = redis.Redis.from_url(url(TENANT_A, SECRET_A))
@@ -196,6 +245,24 @@ class RedisPyProtocol(unittest.TestCase):
             self.assertEqual(res[3], metadata(CHUNK))
             self.assertTrue(res[4] == data, "pipelined GET returned other bytes")
             self.assertEqual(res[5:], [None, 2, 0])
+        finally:
+            r.close()
+
+    def test_transactional_pipeline_names_the_alternative(self):
+        # redis-py's default pipeline() sends MULTI ... EXEC; gpucache has
+        # no transactions (docs/RESP.md, Known limits). The error that
+        # execute() raises says what works instead.
+        r = redis.Redis.from_url(url(TENANT_A, SECRET_A))
+        try:
+            key = lmcache_key(unique("transaction"))
+            p = r.pipeline()
+            p.set(key + "metadata", metadata(CHUNK))
+            p.exists(key + "metadata")
+            with self.assertRaises(redis.ResponseError) as cm:
+                p.execute()
+            self.assertIn("has no transactions", str(cm.exception))
+            self.assertIn("pipeline(transaction=False)", str(cm.exception))
+            self.assertTrue(r.ping())  # the connection stays usable
         finally:
             r.close()
 

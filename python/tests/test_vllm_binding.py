@@ -125,7 +125,7 @@ class BindingTest(unittest.TestCase):
 
     def test_without_vllm_the_stand_ins_are_used(self):
         if importlib.util.find_spec("vllm") is not None:
-            self.skipTest("vLLM is installed here")
+            self.skipTest("vLLM is installed here: engine_tests/test_vllm_*.py run the real classes instead")
         mod = load_with({})
         self.assertFalse(mod.HAVE_VLLM)
         self.assertTrue(dataclasses.is_dataclass(mod.JobMetadata))

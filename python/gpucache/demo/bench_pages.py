@@ -12,7 +12,9 @@ import statistics
 import sys
 import time
 
-import torch
+from gpucache.demo import exit_without_torch, require_torch
+
+torch = exit_without_torch("python -m gpucache.demo.bench_pages") if __name__ == "__main__" else require_torch()
 
 from gpucache.demo.engine import StorageConfig, page_hash
 from gpucache.demo.model import HostPool, ModelConfig

@@ -17,7 +17,9 @@ import multiprocessing
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-import torch
+from gpucache.demo import require_torch
+
+torch = require_torch()
 
 from gpucache.demo.model import HostPool, ModelConfig, TinyDecoder
 

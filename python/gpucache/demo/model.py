@@ -24,7 +24,9 @@ import math
 import threading
 from typing import List, Optional, Sequence, Tuple
 
-import torch
+from gpucache.demo import require_torch
+
+torch = require_torch()
 
 KV = List[Tuple[torch.Tensor, torch.Tensor]]
 

@@ -2,8 +2,11 @@
 
     PYTHONPATH=python /usr/bin/python3 -m gpucache.demo.prefix_reuse            # local stand-in store
     PYTHONPATH=python /usr/bin/python3 -m gpucache.demo.prefix_reuse --store gpucache \\
-        --extra-config '{"addrs":["127.0.0.1:9400"],"tenant":"a","secret_file":"/path/a"}' \\
-        --extra-config-b '{"addrs":["127.0.0.1:9400"],"tenant":"b","secret_file":"/path/b"}'
+        --extra-config '{"addrs":["127.0.0.1:9400"],"tenant":"tenant-a","secret_file":"/path/tenant-a.secret"}' \\
+        --extra-config-b '{"addrs":["127.0.0.1:9400"],"tenant":"tenant-b","secret_file":"/path/tenant-b.secret"}'
+
+The gpucache mode needs a gpucached with those two tenants:
+examples/demo/two-tenants.yaml (python/README.md has the commands).
 
 The scenario:
   1. Engine A prefills a PROMPT-token prompt and backs its pages up.
@@ -31,7 +34,9 @@ import statistics
 import sys
 from typing import Any, Dict, List, Optional
 
-import torch
+from gpucache.demo import exit_without_torch, require_torch
+
+torch = exit_without_torch("python -m gpucache.demo.prefix_reuse") if __name__ == "__main__" else require_torch()
 
 from gpucache.demo.engine import EngineProcess, EngineSpec, max_logit_diff
 from gpucache.demo.model import ModelConfig
