@@ -86,7 +86,7 @@ func TestLocalClusterRecipe(t *testing.T) {
 	// A node that cannot start: up names it, prints its log's tail and
 	// stops etcd and versitygw, which had started.
 	_, errs, code := scriptEnv([]string{"LOCAL_CLUSTER_HOT_CAPACITY=lots"}, "up", "--base-port", "auto")
-	for _, want := range []string{"gpu-1 exited before ready for writes", `invalid value "lots" for flag -hot-capacity`, "stopped versitygw (pid ", "stopped etcd (pid "} {
+	for _, want := range []string{"gpu-1 exited before ready for writes", `invalid value "lots" for flag --hot-capacity`, "stopped versitygw (pid ", "stopped etcd (pid "} {
 		if code != 1 || !strings.Contains(errs, want) {
 			t.Errorf("up with a bad hot capacity: exit %d, want 1 and %q on stderr", code, want)
 		}

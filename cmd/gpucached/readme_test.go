@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/gpucache/gpucache/internal/cold/s3store/s3test"
 )
 
 // The README's shell blocks are marked for TestReadmeRunsVerbatim. The
@@ -205,6 +207,17 @@ func TestReadmeRunsVerbatim(t *testing.T) {
 	if os.Getenv("GPUCACHE_ETCD") == "" {
 		needTool(t, "etcd", "etcd-server") // the cluster block's scripts/local-cluster
 	}
+	vgw, err := s3test.Binary() // the cluster block's S3 server
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vgw == "" {
+		msg := "versitygw not found: run scripts/s3-server install (or set GPUCACHE_VERSITYGW to the binary)"
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
 	goTool := needTool(t, "go", "golang-go")
 	root, err := filepath.Abs("../..")
 	if err != nil {
@@ -249,11 +262,10 @@ func TestReadmeRunsVerbatim(t *testing.T) {
 	// The cluster block's scripts/local-cluster takes etcd and versitygw
 	// from these when set (the end-to-end stage sets GPUCACHE_VERSITYGW),
 	// as a reader's shell would; otherwise from PATH and .cache/bin.
-	for _, k := range []string{"GPUCACHE_VERSITYGW", "GPUCACHE_ETCD"} {
-		if v := os.Getenv(k); v != "" {
-			sh.Env = append(sh.Env, k+"="+v)
-		}
+	if v := os.Getenv("GPUCACHE_ETCD"); v != "" {
+		sh.Env = append(sh.Env, "GPUCACHE_ETCD="+v)
 	}
+	sh.Env = append(sh.Env, "GPUCACHE_VERSITYGW="+vgw)
 	sh.Env = append(sh.Env, "TMPDIR="+tmp, "GOFLAGS=-trimpath",
 		"PATH="+filepath.Dir(goTool)+string(os.PathListSeparator)+os.Getenv("PATH"))
 	sh.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -21,6 +21,9 @@ var OtherEnv = []string{
 	"GPUCACHE_ADDRS",
 	// scripts/test and the tests it runs
 	"GPUCACHE_RACE", "GPUCACHE_VERSITYGW", "GPUCACHE_CHROMIUM", "GPUCACHE_BIN", "GPUCACHE_GPUCACHED",
+	"GPUCACHE_HELM", "GPUCACHE_RESP_ADDR",
+	// scripts/local-cluster (and the tests that run it)
+	"GPUCACHE_ETCD",
 }
 
 // CheckEnv checks the GPUCACHE_* variables of environ (os.Environ's
