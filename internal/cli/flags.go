@@ -33,8 +33,12 @@ func (c *ConnFlags) Register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.timeout, "timeout", client.DefaultRequestTimeout, "per-request timeout")
 	fs.StringVar(&c.secretFile, "secret-file", os.Getenv("GPUCACHE_SECRET_FILE"), "`file` holding the tenant's bearer secret (env GPUCACHE_SECRET_FILE); the tenant comes from the server's answer")
 	fs.StringVar(&c.tlsCA, "tls-ca", os.Getenv("GPUCACHE_TLS_CA"), "CA bundle `file` that verifies the server; turns TLS on (env GPUCACHE_TLS_CA)")
-	fs.StringVar(&c.tlsCert, "tls-cert", os.Getenv("GPUCACHE_TLS_CERT"), "client certificate `file` for mTLS (env GPUCACHE_TLS_CERT)")
-	fs.StringVar(&c.tlsKey, "tls-key", os.Getenv("GPUCACHE_TLS_KEY"), "client key `file` for mTLS (env GPUCACHE_TLS_KEY)")
+	// GPUCACHE_CLIENT_CERT and GPUCACHE_CLIENT_KEY, not GPUCACHE_TLS_CERT and
+	// GPUCACHE_TLS_KEY: those are gpucached's settings (its own server
+	// certificate), and a shell that exported them for the CLI would start
+	// gpucached with the client's certificate.
+	fs.StringVar(&c.tlsCert, "tls-cert", os.Getenv("GPUCACHE_CLIENT_CERT"), "client certificate `file` for mTLS (env GPUCACHE_CLIENT_CERT)")
+	fs.StringVar(&c.tlsKey, "tls-key", os.Getenv("GPUCACHE_CLIENT_KEY"), "client key `file` for mTLS (env GPUCACHE_CLIENT_KEY)")
 	fs.StringVar(&c.tlsServerName, "tls-server-name", "", "name to verify in the server certificate (default: the --addr host)")
 }
 

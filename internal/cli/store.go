@@ -164,7 +164,7 @@ func (c *ConnFlags) explain(ctx context.Context, addr string, err error) error {
 		// The server ended the handshake: it refused the client's
 		// certificate, or the lack of one (mTLS). A refusal, not an outage.
 		if strings.Contains(err.Error(), "certificate required") {
-			return fmt.Errorf("%w: %s requires a client certificate (mTLS): pass --tls-cert FILE --tls-key FILE (env GPUCACHE_TLS_CERT, GPUCACHE_TLS_KEY) (%v)", errRefused, addr, err)
+			return fmt.Errorf("%w: %s requires a client certificate (mTLS): pass --tls-cert FILE --tls-key FILE (env GPUCACHE_CLIENT_CERT, GPUCACHE_CLIENT_KEY) (%v)", errRefused, addr, err)
 		}
 		return fmt.Errorf("%w: %s did not accept the TLS handshake (a client certificate it does not trust, or expired?) (%v)", errRefused, addr, err)
 	}

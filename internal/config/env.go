@@ -16,7 +16,7 @@ var OtherEnv = []string{
 	"GPUCACHE_CONFIG", // gpucached: the YAML file (--config)
 	// the gpucache CLI (its --help names each)
 	"GPUCACHE_ADDR", "GPUCACHE_CLUSTER", "GPUCACHE_TENANT", "GPUCACHE_SECRET_FILE",
-	"GPUCACHE_TLS_CA", "GPUCACHE_ADMIN", "GPUCACHE_ADMIN_TOKEN_FILE",
+	"GPUCACHE_TLS_CA", "GPUCACHE_CLIENT_CERT", "GPUCACHE_CLIENT_KEY", "GPUCACHE_ADMIN", "GPUCACHE_ADMIN_TOKEN_FILE",
 	// the Python package's adapters
 	"GPUCACHE_ADDRS",
 	// scripts/test and the tests it runs
