@@ -54,7 +54,21 @@ type doctorJSON struct {
 // human table, --json in the shape capabilities.json records, the node's
 // config from a --config file plus gpucached's flags, and the exit codes
 // (0 without a FAIL, 1 with one, 2 for a usage error).
+// unsetGpucacheEnv removes the GPUCACHE_* variables of the test's
+// environment for the test (restored after it): doctor checks them as
+// gpucached does (config.CheckEnv), so a stray one in a developer's shell
+// would turn the config line into a WARN.
+func unsetGpucacheEnv(t *testing.T) {
+	for _, kv := range os.Environ() {
+		if k, v, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "GPUCACHE_") {
+			t.Setenv(k, v) // restored after the test
+			os.Unsetenv(k)
+		}
+	}
+}
+
 func TestDoctorCommand(t *testing.T) {
+	unsetGpucacheEnv(t)
 	// max_conns 64: RLIMIT_NOFILE holds it on any test machine.
 	out, errs, code := runMain(t, "doctor", "--max-conns", "64")
 	if code != 0 || !strings.Contains(out, "OK               config") || !strings.Contains(out, " NOT_RUN_HARDWARE\n") {
@@ -133,6 +147,7 @@ func TestDoctorCommand(t *testing.T) {
 // (exit 1) naming the tenant, the secret and what to do; with the variable
 // set and a real secret the config is OK.
 func TestDoctorReadsSecrets(t *testing.T) {
+	unsetGpucacheEnv(t)
 	dir := t.TempDir()
 	short := filepath.Join(dir, "short.secret")
 	if err := os.WriteFile(short, []byte("x"), 0o600); err != nil {

@@ -58,7 +58,7 @@ func TestDoctorRefusesWhatTheDaemonRefuses(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			rep := doctor.Run(t.Context(), cfg, nil, doctor.Env{Getenv: getenv})
+			rep := doctor.Run(t.Context(), cfg, nil, doctor.Env{Getenv: getenv, Environ: func() []string { return nil }})
 			line, ok := rep.Find("config", "")
 			if !ok {
 				t.Fatal("no config line")
@@ -76,5 +76,38 @@ func TestDoctorRefusesWhatTheDaemonRefuses(t *testing.T) {
 				t.Fatalf("doctor: %s %q, want FAIL %q", line.Status, line.Detail, want)
 			}
 		})
+	}
+}
+
+// TestDoctorChecksEnvLikeTheDaemon: a GPUCACHE_* variable a typo away from
+// a setting makes gpucached refuse to start (config.CheckEnv in Main), so
+// doctor's config line is FAIL with the same message; one gpucached would
+// only log makes it a WARN that quotes the log line.
+func TestDoctorChecksEnvLikeTheDaemon(t *testing.T) {
+	cfg, err := config.Load([]string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--cold-store", "off"}, func(string) (string, bool) { return "", false }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	typo := []string{"GPUCACHE_HOT_CAPCITY=2GiB", "PATH=/usr/bin"}
+	_, daemonErr := config.CheckEnv(cfg, typo)
+	if daemonErr == nil {
+		t.Fatal("config.CheckEnv accepted GPUCACHE_HOT_CAPCITY")
+	}
+	run := func(environ []string) doctor.Check {
+		rep := doctor.Run(t.Context(), cfg, nil, doctor.Env{Getenv: func(string) (string, bool) { return "", false }, Environ: func() []string { return environ }})
+		line, ok := rep.Find("config", "")
+		if !ok {
+			t.Fatal("no config line")
+		}
+		return line
+	}
+	if line := run(typo); line.Status != doctor.Fail || line.Detail != "gpucached would refuse it: "+daemonErr.Error() {
+		t.Fatalf("typo'd variable: doctor %s %q, want FAIL with %q", line.Status, line.Detail, daemonErr)
+	}
+	if line := run([]string{"GPUCACHE_SOMETHING_ELSE=1"}); line.Status != doctor.Warn || !strings.Contains(line.Detail, "GPUCACHE_SOMETHING_ELSE") {
+		t.Fatalf("unknown variable: doctor %s %q, want WARN naming it", line.Status, line.Detail)
+	}
+	if line := run([]string{"GPUCACHE_ADDR=127.0.0.1:9400", "GPUCACHE_HOT_CAPACITY=2GiB"}); line.Status != doctor.OK {
+		t.Fatalf("known variables: doctor %s %q, want OK", line.Status, line.Detail)
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 
@@ -138,6 +139,9 @@ type Env struct {
 	// Getenv reads the secrets the config names by env (secret_env,
 	// seal and cold keys), as gpucached does. Default os.LookupEnv.
 	Getenv func(string) (string, bool)
+	// Environ lists the environment (os.Environ's form; os.Environ when
+	// nil) for gpucached's check of GPUCACHE_* variables (config.CheckEnv).
+	Environ func() []string
 }
 
 // DefaultTimeout is Env.Timeout's default.
@@ -162,6 +166,9 @@ func (e Env) withDefaults() Env {
 	if e.Getenv == nil {
 		e.Getenv = os.LookupEnv
 	}
+	if e.Environ == nil {
+		e.Environ = os.Environ
+	}
 	if e.Timeout <= 0 {
 		e.Timeout = DefaultTimeout
 	}
@@ -183,7 +190,8 @@ func getrlimit(resource int) (uint64, uint64, error) {
 // start (nodesec.Load): every tenant secret, seal key and cold encryption
 // key is read from its file or environment variable (env.Getenv) and
 // checked, and the TLS files are loaded; a refusal is the config FAIL line,
-// with gpucached's own message. The
+// with gpucached's own message, as is a GPUCACHE_* variable a typo away
+// from a setting (config.CheckEnv; one it would only log is a WARN). The
 // network checks are bounded by env.Timeout each and by ctx.
 func Run(ctx context.Context, cfg config.Config, cfgErr error, env Env) Report {
 	env = env.withDefaults()
@@ -192,9 +200,16 @@ func Run(ctx context.Context, cfg config.Config, cfgErr error, env Env) Report {
 	if cfgErr == nil {
 		_, cfgErr = nodesec.Load(cfg, env.Getenv)
 	}
-	if cfgErr != nil {
+	var envWarnings []string
+	if cfgErr == nil {
+		envWarnings, cfgErr = config.CheckEnv(cfg, env.Environ())
+	}
+	switch {
+	case cfgErr != nil:
 		add(Check{Name: "config", Status: Fail, Detail: "gpucached would refuse it: " + cfgErr.Error()})
-	} else {
+	case len(envWarnings) > 0:
+		add(Check{Name: "config", Status: Warn, Detail: "valid; gpucached would log: " + strings.Join(envWarnings, "; ")})
+	default:
 		add(Check{Name: "config", Status: OK, Detail: "valid"})
 	}
 	add(cpuChecks(env)...)

@@ -17,7 +17,17 @@ import (
 	"github.com/gpucache/gpucache/internal/config"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain runs the tests without the GPUCACHE_* variables of the shell
+// that started them: Run checks them as gpucached does (config.CheckEnv),
+// and a stray one would turn the config line into a WARN.
+func TestMain(m *testing.M) {
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "GPUCACHE_") {
+			os.Unsetenv(k)
+		}
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // wantNames is the line set of a single-node config: fixed, in order.
 var wantNames = []string{"config", "cpu_sha_ni", "cpu_aes_ni", "cpu_avx2", "memory", "hugepages",
