@@ -161,8 +161,13 @@
 // # Request ids and pipelining
 //
 // The client chooses each request's id. The server copies the request's id
-// and opcode into the header of the response. While a request is in flight
-// on a connection, the client must not reuse its id there. The server does
+// and opcode into the header of the response. (The Go and Python clients
+// give HELLO id 10: its low byte, the frame's ninth, is `\n`, so a
+// line-oriented server that is not gpucache, such as an HTTP admin
+// listener, sees a whole request line and answers at once, and the client
+// reports the wrong port instead of waiting for its dial timeout.) While a
+// request is in flight on a connection, the client must not reuse its id
+// there. The server does
 // not check that ids are unique.
 //
 // A client may pipeline: it may send further requests without waiting for
