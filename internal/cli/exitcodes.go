@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpucache/gpucache/api/wire"
 	"github.com/gpucache/gpucache/client"
+	"github.com/gpucache/gpucache/internal/config"
 )
 
 // Exit codes, documented in Usage. A script tells a miss from a refusal
@@ -104,30 +105,9 @@ func reportErr(std Stdio, prog, cmd string, err error) int {
 func Nearest(s string, candidates []string) (string, bool) {
 	best, bestD := "", len(s)/2+2
 	for _, c := range candidates {
-		if d := editDistance(s, c); d < bestD {
+		if d := config.EditDistance(s, c); d < bestD {
 			best, bestD = c, d
 		}
 	}
 	return best, best != "" && bestD <= max(2, len(s)/3)
-}
-
-// editDistance is the Levenshtein distance between a and b.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

@@ -27,7 +27,7 @@ func Suggest(name string, candidates []string) string {
 		if c == name {
 			continue
 		}
-		d := editDistance(name, c)
+		d := EditDistance(name, c)
 		if norm(c) == norm(name) {
 			d = 0
 		}
@@ -38,10 +38,11 @@ func Suggest(name string, candidates []string) string {
 	return best
 }
 
-// editDistance is the Damerau-Levenshtein distance (optimal string
+// EditDistance is the Damerau-Levenshtein distance (optimal string
 // alignment) between a and b: insertions, deletions, substitutions and
-// transpositions of two neighbours each count one.
-func editDistance(a, b string) int {
+// transpositions of two neighbours each count one. gpucached's and the
+// gpucache CLI's "did you mean" suggestions both use it.
+func EditDistance(a, b string) int {
 	prev2 := make([]int, len(b)+1)
 	prev := make([]int, len(b)+1)
 	cur := make([]int, len(b)+1)
