@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"io/fs"
@@ -10,7 +9,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/gpucache/gpucache/internal/cold/s3store/s3test"
@@ -268,39 +266,7 @@ func TestReadmeRunsVerbatim(t *testing.T) {
 	sh.Env = append(sh.Env, "GPUCACHE_VERSITYGW="+vgw)
 	sh.Env = append(sh.Env, "TMPDIR="+tmp, "GOFLAGS=-trimpath",
 		"PATH="+filepath.Dir(goTool)+string(os.PathListSeparator)+os.Getenv("PATH"))
-	sh.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	stdin, err := sh.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sh.Stdout, sh.Stderr = pw, pw
-	if err := sh.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pw.Close()
-	lines := make(chan string, 256)
-	readDone := make(chan struct{})
-	go func() {
-		defer close(readDone)
-		defer close(lines)
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-	}()
-	t.Cleanup(func() {
-		syscall.Kill(-sh.Process.Pid, syscall.SIGKILL)
-		sh.Wait()
-		for range lines {
-		}
-		<-readDone
-		pr.Close()
-	})
+	stdin, lines := bashSession(t, sh)
 	var transcript strings.Builder
 	fail := func(format string, args ...any) {
 		t.Helper()

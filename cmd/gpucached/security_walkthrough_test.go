@@ -127,42 +127,7 @@ func TestSecurityWalkthrough(t *testing.T) {
 		}
 	}
 	sh.Env = append(sh.Env, "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
-	sh.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	stdin, err := sh.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	// bash's stdout and stderr, and the background daemon's, in one pipe:
-	// the order of lines is the order they were written.
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sh.Stdout, sh.Stderr = pw, pw
-	if err := sh.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pw.Close()
-	lines := make(chan string, 256)
-	readDone := make(chan struct{})
-	go func() {
-		defer close(readDone)
-		defer close(lines)
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-	}()
-	t.Cleanup(func() {
-		// bash and what it started (the daemon) share its process group.
-		syscall.Kill(-sh.Process.Pid, syscall.SIGKILL)
-		sh.Wait()
-		for range lines {
-		}
-		<-readDone
-		pr.Close()
-	})
+	stdin, lines := bashSession(t, sh)
 	var transcript strings.Builder
 	fail := func(format string, args ...any) {
 		t.Helper()
@@ -230,4 +195,48 @@ func TestSecurityWalkthrough(t *testing.T) {
 	}
 	expect(6, "gpucached exited 0")
 	t.Logf("transcript:\n%s", transcript.String())
+}
+
+// bashSession starts sh (walkShell's bash, its Dir and Env set) in a
+// process group of its own, with its stdout and stderr, and those of the
+// daemons it starts in the background, in one pipe: the order of lines is
+// the order they were written. It returns bash's stdin and its output a
+// line at a time; the test's cleanup kills the group and drains the rest.
+func bashSession(t *testing.T, sh *exec.Cmd) (io.WriteCloser, <-chan string) {
+	t.Helper()
+	sh.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdin, err := sh.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh.Stdout, sh.Stderr = pw, pw
+	if err := sh.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	lines := make(chan string, 256)
+	readDone := make(chan struct{})
+	go func() {
+		defer close(readDone)
+		defer close(lines)
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	t.Cleanup(func() {
+		// bash and what it started (the daemon) share its process group.
+		syscall.Kill(-sh.Process.Pid, syscall.SIGKILL)
+		sh.Wait()
+		for range lines {
+		}
+		<-readDone
+		pr.Close()
+	})
+	return stdin, lines
 }
