@@ -190,6 +190,11 @@ type Config struct {
 	// policy.Names() (internal/policy; gpucached --help lists them). A
 	// block the policy refuses answers NO_SPACE. Default builtin.
 	HotPolicy string `yaml:"hot_policy"`
+	// HotCostModel is the model (policy.CostModels) by which the cost
+	// policy prices a block's prefill FLOPs: 2 × parameters per token plus
+	// attention over its context. Only the ratio of the two parts matters,
+	// so a model of a similar shape serves. Default llama-3-8b.
+	HotCostModel string `yaml:"hot_cost_model"`
 	// LeaseTTL is the lease TTL when a client asks for 0: a LOOKUP lease
 	// pins its blocks until a GET under it or its expiry. Default 5s.
 	LeaseTTL time.Duration `yaml:"lease_ttl"`
@@ -389,6 +394,7 @@ func Default() Config {
 		HotSlab:           64 << 20,
 		HotPrefault:       "populate",
 		HotPolicy:         BuiltinHotPolicy,
+		HotCostModel:      policy.DefaultCostModel.Name,
 		LeaseTTL:          5 * time.Second,
 		MaxLeaseTTL:       30 * time.Second,
 		MaxConns:          4096,
@@ -464,6 +470,7 @@ func (c *Config) fields() []field {
 		{"hot_slab", "size of one mmap'd slab", &c.HotSlab},
 		{"hot_prefault", "slab prefault mode: populate, hugepage, none", (*strVal)(&c.HotPrefault)},
 		{"hot_policy", "hot tier admission/eviction policy: " + strings.Join(HotPolicies(), ", "), (*strVal)(&c.HotPolicy)},
+		{"hot_cost_model", "model the cost policy prices prefill by: " + strings.Join(policy.CostModels(), ", "), (*strVal)(&c.HotCostModel)},
 		{"lease_ttl", "default lease TTL", (*durVal)(&c.LeaseTTL)},
 		{"max_lease_ttl", "longest lease TTL granted", (*durVal)(&c.MaxLeaseTTL)},
 		{"tenant_hold_bytes", "hot-tier bytes one tenant may hold in leases and PUTs in flight (0: fair share)", &c.TenantHoldBytes},
@@ -657,6 +664,9 @@ func (c Config) validateHot() error {
 	}
 	if !slices.Contains(HotPolicies(), c.HotPolicy) {
 		return invalidf("hot_policy %q is not one of %s", c.HotPolicy, strings.Join(HotPolicies(), ", "))
+	}
+	if _, err := policy.CostModelByName(c.HotCostModel); err != nil {
+		return invalidf("hot_cost_model %q is not one of %s (pick the model of a shape closest to the one served)", c.HotCostModel, strings.Join(policy.CostModels(), ", "))
 	}
 	return nil
 }

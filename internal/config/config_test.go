@@ -206,6 +206,25 @@ func TestHotPolicy(t *testing.T) {
 	}
 }
 
+// TestHotCostModel: hot_cost_model defaults to llama-3-8b, accepts every
+// named model, and refuses an unknown one naming the accepted values.
+func TestHotCostModel(t *testing.T) {
+	c, err := Load(nil, env(nil), io.Discard)
+	if err != nil || c.HotCostModel != "llama-3-8b" {
+		t.Fatalf("default: %q %v", c.HotCostModel, err)
+	}
+	for _, name := range policy.CostModels() {
+		if c, err := Load([]string{"--hot-cost-model", name}, env(nil), io.Discard); err != nil || c.HotCostModel != name {
+			t.Errorf("flag %s: %q %v", name, c.HotCostModel, err)
+		}
+	}
+	_, err = Load(nil, env(map[string]string{"GPUCACHE_HOT_COST_MODEL": "gpt-5"}), io.Discard)
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `hot_cost_model "gpt-5"`) ||
+		!strings.Contains(err.Error(), strings.Join(policy.CostModels(), ", ")) {
+		t.Fatalf("unknown model: %v", err)
+	}
+}
+
 // TestReplayValidation: the replay settings are in range, and with
 // authentication the nonce memory holds every configured tenant's budget.
 func TestReplayValidation(t *testing.T) {
