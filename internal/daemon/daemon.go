@@ -200,10 +200,14 @@ func hotPolicy(cfg config.Config) (policy.Policy, error) {
 	if cfg.HotPolicy == config.BuiltinHotPolicy {
 		return nil, nil
 	}
-	if cfg.HotPolicy == policy.CostName {
+	switch cfg.HotPolicy {
+	case policy.CostName, policy.AdaptiveName:
 		m, err := policy.CostModelByName(cfg.HotCostModel)
 		if err != nil {
 			return nil, fmt.Errorf("hot_cost_model: %w", err)
+		}
+		if cfg.HotPolicy == policy.AdaptiveName {
+			return policy.NewAdaptiveModel(m), nil
 		}
 		return policy.NewCostModel(m), nil
 	}

@@ -66,7 +66,6 @@ func Simulate(reqs []Request, policyName string, frac float64, progress func(don
 // SimulateModel is Simulate with model pricing Result.ModelComputeSaved
 // and the blocks of the "cost" policy.
 func SimulateModel(reqs []Request, policyName string, frac float64, model policy.CostModel, progress func(done int)) (Result, error) {
-	start := time.Now()
 	if math.IsNaN(frac) || frac <= 0 || math.IsInf(frac, 0) {
 		return Result{}, fmt.Errorf("replay: capacity fraction %v is not positive", frac)
 	}
@@ -74,6 +73,13 @@ func SimulateModel(reqs []Request, policyName string, frac float64, model policy
 	if err != nil {
 		return Result{}, err
 	}
+	return simulate(reqs, policyName, pol, opt, next, frac, model, progress)
+}
+
+// simulate is SimulateModel with the policy built: pol, and for OptName
+// the oracle and the next uses.
+func simulate(reqs []Request, policyName string, pol policy.Policy, opt *optPolicy, next []uint64, frac float64, model policy.CostModel, progress func(done int)) (Result, error) {
+	start := time.Now()
 	unique := UniqueBlocks(reqs)
 	capacity := int(frac * float64(unique))
 	res := Result{Policy: policyName, CapacityFrac: frac, Capacity: capacity, Requests: len(reqs), CostModel: model.Name}
@@ -113,7 +119,8 @@ func SimulateModel(reqs []Request, policyName string, frac float64, model policy
 
 // simPolicy returns the policy named name; for OptName also the oracle
 // and the next use of every access of reqs.
-// The "cost" policy prices blocks by model.
+// The "cost" policy prices blocks by model, and "adaptive" weighs its
+// evidence (and its cost candidate) by it.
 func simPolicy(name string, reqs []Request, model policy.CostModel) (policy.Policy, *optPolicy, []uint64, error) {
 	switch name {
 	case OptName:
@@ -121,6 +128,8 @@ func simPolicy(name string, reqs []Request, model policy.CostModel) (policy.Poli
 		return opt, opt, nextUses(reqs), nil
 	case policy.CostName:
 		return policy.NewCostModel(model), nil, nil, nil
+	case policy.AdaptiveName:
+		return policy.NewAdaptiveModel(model), nil, nil, nil
 	}
 	p, err := policy.New(name)
 	if err != nil {
