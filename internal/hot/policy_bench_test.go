@@ -1,6 +1,7 @@
 package hot
 
 import (
+	"runtime"
 	"testing"
 
 	"github.com/gpucache/gpucache/internal/policy"
@@ -23,13 +24,22 @@ const policyBenchBlocks = 1 << 20
 // Blocks are written as a prefix trace writes them: chains of 16, each
 // block naming its parent, at positions 0..15, 512 tokens. Keys are
 // unique, so the adaptive policy samples them into its shadows.
+// heap-B/block is the Go heap after the fill (and a GC) per resident
+// block: the store's index and entries, plus the policy's state.
 func BenchmarkPolicyAccess(b *testing.B) {
 	for _, name := range []string{"builtin", "prefix", policy.CostName, policy.AdaptiveName} {
 		for _, op := range []string{"hit", "miss"} {
 			b.Run(name+"/"+op, func(b *testing.B) {
 				s := policyBenchStore(b, name)
 				ns := nsOf(1)
+				var ms runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&ms)
+				// The Go heap per resident block (the slabs are not on it):
+				// the store's index and entries, and the policy's state.
+				heap := float64(ms.HeapAlloc) / policyBenchBlocks
 				b.ReportAllocs()
+				defer func() { b.ReportMetric(heap, "heap-B/block") }()
 				if op == "hit" {
 					i := uint64(0)
 					for b.Loop() {
