@@ -188,7 +188,13 @@ type Config struct {
 	// HotPolicy is the hot tier's admission and eviction policy: "builtin"
 	// (the prefix-aware LRU built into the store) or one of
 	// policy.Names() (internal/policy; gpucached --help lists them). A
-	// block the policy refuses answers NO_SPACE. Default builtin.
+	// block the policy refuses answers NO_SPACE. Default adaptive: it
+	// follows whichever of lru, prefix, chainttl and cost its sampled
+	// shadow caches show to save the most prefill compute (priced by
+	// hot_cost_model) without losing prefix hits, and LRU until one does;
+	// over 58 traces it saved more compute than prefix (close to builtin)
+	// on every one and never fell below 0.99× LRU (docs/BENCHMARKS.md,
+	// ADR 0021).
 	HotPolicy string `yaml:"hot_policy"`
 	// HotCostModel is the model (policy.CostModels) by which the cost
 	// policy prices a block's prefill FLOPs: 2 × parameters per token plus
@@ -393,7 +399,7 @@ func Default() Config {
 		HotMaxClass:       64 << 20,
 		HotSlab:           64 << 20,
 		HotPrefault:       "populate",
-		HotPolicy:         BuiltinHotPolicy,
+		HotPolicy:         policy.AdaptiveName,
 		HotCostModel:      policy.DefaultCostModel.Name,
 		LeaseTTL:          5 * time.Second,
 		MaxLeaseTTL:       30 * time.Second,

@@ -112,7 +112,7 @@ func (f *replayFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.scale, "scale", live.DefaultScale, "live, print-capacity: block payload = 64 MiB (Llama-3-8B fp16, 512 tokens) / `factor`")
 	fs.Float64Var(&f.speedup, "speedup", 0, "live: divide the trace's inter-arrival times by `X` (0: as fast as --conns allow)")
 	fs.Float64Var(&f.capacityFrac, "capacity-frac", 0.10, "live, print-capacity: the daemon's capacity as a `fraction` of the replayed requests' unique blocks")
-	fs.StringVar(&f.simPolicy, "sim-policy", "lru", "live: simulator `policy` to compare with (the daemon's --hot-policy)")
+	fs.StringVar(&f.simPolicy, "sim-policy", policy.AdaptiveName, "live: simulator `policy` to compare with (the daemon's --hot-policy, default adaptive)")
 	fs.StringVar(&f.policyName, "policy-name", "", "live: the daemon's policy, for the report")
 	fs.IntVar(&f.conns, "conns", 4, "live: requests in flight (and client connections)")
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", 0, "live: lease each looked-up run until its GET (0: no lease)")
