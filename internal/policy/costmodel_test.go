@@ -79,7 +79,8 @@ func TestCostModelByName(t *testing.T) {
 // worth a deeper block) goes before c1, which entered above the
 // inflation b1's eviction left: A's next turn hits a1..a3. Under the
 // attention-only weights a4 is worth 7× a first block, so c1 goes
-// instead and A hits all four.
+// instead and A hits all four. Adaptive, the default policy, has no
+// evidence yet on so short a trace and evicts as LRU does.
 func TestCostOrderAgainstLRU(t *testing.T) {
 	type req []uint64 // block hashes; block i of a request is at position i
 	trace := []req{{1, 2, 3, 4}, {10}, {20}, {1, 2, 3, 4}}
@@ -133,6 +134,14 @@ func TestCostOrderAgainstLRU(t *testing.T) {
 	hits, out := replay(NewCostModel(AttentionOnly))
 	if !slices.Equal(hits, []int{0, 0, 0, 4}) || !slices.Equal(out[:2], []uint64{10, 20}) {
 		t.Errorf("cost (attention): hits %v, evicted %v; want A's next turn to hit 4 blocks, b1 then c1 evicted first", hits, out)
+	}
+	// adaptive, the default, evicts as LRU does here: four requests are
+	// no significant evidence for any candidate (TestAdaptiveReachesLeader
+	// shows it leaving LRU on a trace long enough).
+	ad := NewAdaptive()
+	hits, out = replay(ad)
+	if !slices.Equal(hits, lruHits) || !slices.Equal(out, lruOut) || ad.Following() != "lru" {
+		t.Errorf("adaptive: hits %v, evicted %v, following %s; want LRU's %v, %v", hits, out, ad.Following(), lruHits, lruOut)
 	}
 }
 
