@@ -109,7 +109,11 @@ GPC_ARGS=(--listen "127.0.0.1:$PORT" --admin-listen off --cold-store off --audit
 	--hot-capacity "$hot_capacity" --hot-min-class "$hot_min_class" --hot-max-class "$hot_max_class"
 	--hot-slab "$hot_slab" --hot-prefault "$PREFAULT")
 DAEMON_POLICY=$POLICY
-if "$BIN/gpucached" --help 2>&1 | grep -q -- '-hot-policy'; then
+# The help is read whole before it is searched: grep -q stops at the
+# first match, and the pipe's writer, killed by SIGPIPE, fails the pipeline
+# under pipefail once the help outgrows the pipe buffer.
+help=$("$BIN/gpucached" --help 2>&1 || true)
+if grep -q -- '-hot-policy' <<<"$help"; then
 	GPC_ARGS+=(--hot-policy "$POLICY")
 else
 	DAEMON_POLICY=builtin

@@ -192,8 +192,19 @@ type Config struct {
 	// HotPolicy is the hot tier's admission and eviction policy: "builtin"
 	// (the prefix-aware LRU built into the store) or one of
 	// policy.Names() (internal/policy; gpucached --help lists them). A
-	// block the policy refuses answers NO_SPACE. Default builtin.
+	// block the policy refuses answers NO_SPACE. Default adaptive: it
+	// follows whichever of lru, prefix, chainttl and cost its sampled
+	// shadow caches show to save the most prefill compute (priced by
+	// hot_cost_model) without losing prefix hits, and LRU until one does;
+	// over 58 traces it saved more compute than prefix (close to builtin)
+	// on every one and never fell below 0.99× LRU (docs/BENCHMARKS.md,
+	// ADR 0021).
 	HotPolicy string `yaml:"hot_policy"`
+	// HotCostModel is the model (policy.CostModels) by which the cost
+	// policy prices a block's prefill FLOPs: 2 × parameters per token plus
+	// attention over its context. Only the ratio of the two parts matters,
+	// so a model of a similar shape serves. Default llama-3-8b.
+	HotCostModel string `yaml:"hot_cost_model"`
 	// LeaseTTL is the lease TTL when a client asks for 0: a LOOKUP lease
 	// pins its blocks until a GET under it or its expiry. Default 5s.
 	LeaseTTL time.Duration `yaml:"lease_ttl"`
@@ -392,7 +403,8 @@ func Default() Config {
 		HotMaxClass:       64 << 20,
 		HotSlab:           64 << 20,
 		HotPrefault:       "populate",
-		HotPolicy:         BuiltinHotPolicy,
+		HotPolicy:         policy.AdaptiveName,
+		HotCostModel:      policy.DefaultCostModel.Name,
 		LeaseTTL:          5 * time.Second,
 		MaxLeaseTTL:       30 * time.Second,
 		MaxConns:          4096,
@@ -468,6 +480,7 @@ func (c *Config) fields() []field {
 		{"hot_slab", "size of one mmap'd slab", &c.HotSlab},
 		{"hot_prefault", "slab prefault mode: populate, hugepage, none", (*strVal)(&c.HotPrefault)},
 		{"hot_policy", "hot tier admission/eviction policy: " + strings.Join(HotPolicies(), ", "), (*strVal)(&c.HotPolicy)},
+		{"hot_cost_model", "model the cost policy prices prefill by: " + strings.Join(policy.CostModels(), ", "), (*strVal)(&c.HotCostModel)},
 		{"lease_ttl", "default lease TTL", (*durVal)(&c.LeaseTTL)},
 		{"max_lease_ttl", "longest lease TTL granted", (*durVal)(&c.MaxLeaseTTL)},
 		{"tenant_hold_bytes", "hot-tier bytes one tenant may hold in leases and PUTs in flight (0: fair share)", &c.TenantHoldBytes},
@@ -667,6 +680,9 @@ func (c Config) validateHot() error {
 	}
 	if !slices.Contains(HotPolicies(), c.HotPolicy) {
 		return invalidf("hot_policy %q is not one of %s", c.HotPolicy, strings.Join(HotPolicies(), ", "))
+	}
+	if _, err := policy.CostModelByName(c.HotCostModel); err != nil {
+		return invalidf("hot_cost_model %q is not one of %s (pick the model of a shape closest to the one served)", c.HotCostModel, strings.Join(policy.CostModels(), ", "))
 	}
 	return nil
 }

@@ -133,7 +133,7 @@ func (n *Node) logServing() {
 	log.Info("size settings", config.SizeAttrs(cfg)...)
 	log.Info("gpucached serving", "data", n.addrs.Data, "admin", n.addrs.Admin, "cold", coldDesc, "hot_capacity", cfg.HotCapacity.String(),
 		"auth", authDesc(cfg), "tls", tlsDesc(cfg), "sealed", len(cfg.SealKeys) > 0,
-		"classes", cfg.HotMinClass.String()+".."+cfg.HotMaxClass.String(), "prefault", cfg.HotPrefault, "policy", cfg.HotPolicy, "version", Version)
+		"classes", cfg.HotMinClass.String()+".."+cfg.HotMaxClass.String(), "prefault", cfg.HotPrefault, "policy", cfg.HotPolicy, "cost_model", cfg.HotCostModel, "version", Version)
 }
 
 // spillBlocks runs the drain spill (tier.Tier.Spill) over the hot tier
@@ -199,6 +199,17 @@ func (d *coldDrain) report(log *slog.Logger) {
 func hotPolicy(cfg config.Config) (policy.Policy, error) {
 	if cfg.HotPolicy == config.BuiltinHotPolicy {
 		return nil, nil
+	}
+	switch cfg.HotPolicy {
+	case policy.CostName, policy.AdaptiveName:
+		m, err := policy.CostModelByName(cfg.HotCostModel)
+		if err != nil {
+			return nil, fmt.Errorf("hot_cost_model: %w", err)
+		}
+		if cfg.HotPolicy == policy.AdaptiveName {
+			return policy.NewAdaptiveModel(m), nil
+		}
+		return policy.NewCostModel(m), nil
 	}
 	p, err := policy.New(cfg.HotPolicy)
 	if err != nil {

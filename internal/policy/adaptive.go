@@ -6,9 +6,9 @@ import "math"
 const AdaptiveName = "adaptive"
 
 // Adaptive follows whichever of a few candidate policies the evidence so
-// far shows, with statistical significance, to give more prefix hits than
-// LRU without saving less compute; until then, and whenever that lead is
-// gone, it follows LRU. It has no parameter fitted to a workload: every
+// far shows, with statistical significance, to save more prefill compute
+// (priced by a CostModel) than LRU without losing prefix hits; until then,
+// and once the evidence turns significantly against it, it follows LRU. It has no parameter fitted to a workload: every
 // constant below is a sample size, a memory bound or a conventional
 // significance level (ADR 0021).
 //
@@ -45,19 +45,24 @@ const AdaptiveName = "adaptive"
 //
 // For every sampled access the shadows are compared in pairs: won[i][j]
 // counts the accesses that were prefix hits in shadow i but not in j, and
-// wonSaved[i][j] the attention work (AttentionCost, the compute-saved
-// model of tools/internal/replay) those hits saved. The tallies run from the
-// start, because what is judged — the hit ratio over a trace, or over a
-// daemon's life — is a ratio of totals. The objective is the prefix-hit
-// ratio subject to saving at least LRU's compute:
+// wonSaved[i][j] the prefill work those hits saved, priced by the cost
+// model as Cost prices blocks (BlockFLOPs / (4·Layers·Hidden): the per-token
+// linear cost and the attention; the simulator's realistic compute saved,
+// tools/internal/replay). The tallies run from the start, because what is
+// judged — the compute saved over a trace, or over a daemon's life — is a
+// ratio of totals. The objective is the compute saved, subject to keeping
+// LRU's prefix hits within floorTolerance:
 //
-//   - a candidate is followed when its saved work is at least LRU's and
-//     its lead in hits over LRU, and over the followed candidate, exceeds
-//     zScore standard deviations of a null lead (McNemar's test: the
-//     variance of the lead of two paired counts is their number of
-//     discordant accesses);
-//   - the followed candidate is dropped for LRU as soon as its lead over
-//     LRU in hits or in saved work is gone.
+//   - a candidate is followed when its lead in saved work over LRU, and
+//     over the followed candidate, exceeds zScore standard deviations of a
+//     null lead (McNemar's test: the variance of the lead of two paired
+//     counts is their number of discordant accesses), and its hits are
+//     shown at zScore to be no fewer than LRU's less floorTolerance;
+//   - the followed candidate is dropped for LRU only when the evidence
+//     turns against it as strongly: LRU's lead in saved work, or its lead
+//     in hits beyond floorTolerance, exceeds zScore standard deviations.
+//     Leaving on a mere point estimate made the policy flap between a
+//     candidate and LRU on short traces, which cost more than either.
 //
 // Comparisons run once per shadow capacity of sampled accesses: a switch
 // shows in the cache's contents only after about one turnover, so
@@ -94,7 +99,7 @@ type Adaptive struct {
 
 	// The evidence, over every sampled access since the start: won[i][j]
 	// counts the accesses that were prefix hits in shadow i but not in
-	// shadow j, wonSaved[i][j] the attention work those hits saved.
+	// shadow j, wonSaved[i][j] the work (cost model) those hits saved.
 	// The variances of those tallies' differences under the hypothesis
 	// that i and j do equally well: accesses of one chain are not
 	// independent (once a shadow's chain breaks, it misses the rest of the
@@ -102,12 +107,14 @@ type Adaptive struct {
 	// discordant blocks of one chain, and a run of length L adds L² (of
 	// work W, W²), accumulated block by block (see record).
 	won, wonSaved, wonVar, savedVar [numCandidates][numCandidates]float64
-	savedTotal                      [numCandidates]float64 // by shadow: attention work its sampled hits saved
+	savedTotal                      [numCandidates]float64 // by shadow: the work its sampled hits saved
+	hitTotal                        [numCandidates]float64 // by shadow: its sampled prefix hits
+	crossover                       float64                // the cost model's Crossover (see Cost.weight)
 	runs                            []chainRun             // by ID; written for sampled blocks
 }
 
 // chainRun is the state, at a sampled block's last access, of its chain
-// up to it: how deep it is in sampled blocks and their attention work,
+// up to it: how deep it is in sampled blocks and their work,
 // and, by shadow, where that shadow's prefix hits ended (the depth and
 // work before its first miss; depth itself while it still hits).
 type chainRun struct {
@@ -145,9 +152,10 @@ const (
 	// (a one-sided false-positive rate of about 0.1% per comparison). It
 	// was chosen before any trace was run, not tuned.
 	zScore = 3
-	// floorTolerance is the share of LRU's saved attention work a
-	// candidate may fall short by and still count as saving as much: the
-	// tolerance of the policy's floor (never below 0.99× LRU; ADR 0021).
+	// floorTolerance is the share of LRU's sampled prefix hits a
+	// candidate may fall short by and still count as hitting as often:
+	// the tolerance of the policy's floor (never below 0.99× LRU; ADR
+	// 0021).
 	floorTolerance = 0.01
 	// numCandidates is the number of candidates; at most 8, one bit each
 	// of ameta.alive.
@@ -155,19 +163,24 @@ const (
 )
 
 // adaptiveCandidates are Adaptive's candidates; the first is the fallback.
-var adaptiveCandidates = [...]func() Policy{
-	func() Policy { return NewLRU() },
-	func() Policy { return NewPrefix() },
-	func() Policy { return NewChainTTL() },
-	func() Policy { return NewCost() },
+var adaptiveCandidates = [...]func(CostModel) Policy{
+	func(CostModel) Policy { return NewLRU() },
+	func(CostModel) Policy { return NewPrefix() },
+	func(CostModel) Policy { return NewChainTTL() },
+	func(m CostModel) Policy { return NewCostModel(m) },
 }
 
-// NewAdaptive returns an empty adaptive policy, following LRU.
-func NewAdaptive() *Adaptive {
-	p := &Adaptive{capacity: -1}
+// NewAdaptive returns an empty adaptive policy, following LRU, that
+// weighs saved work by DefaultCostModel.
+func NewAdaptive() *Adaptive { return NewAdaptiveModel(DefaultCostModel) }
+
+// NewAdaptiveModel returns an empty adaptive policy, following LRU, that
+// weighs saved work (and its cost candidate's blocks) by m.
+func NewAdaptiveModel(m CostModel) *Adaptive {
+	p := &Adaptive{capacity: -1, crossover: m.Crossover()}
 	for _, c := range adaptiveCandidates {
-		p.cands = append(p.cands, c())
-		p.shadows.add(c())
+		p.cands = append(p.cands, c(m))
+		p.shadows.add(c(m))
 	}
 	return p
 }
@@ -306,12 +319,13 @@ func (p *Adaptive) access(id ID) {
 		ancKey = ae.key
 	}
 	b := Block{Position: e.pos, Tokens: e.tokens, Partial: e.partial, Key: e.key}
-	cost := AttentionCost(e.pos, e.tokens, p.blockTokens)
+	cost := p.crossover*float64(e.tokens) + AttentionCost(e.pos, e.tokens, p.blockTokens)
 	capacity := p.shadowCapacity()
 	out := p.shadows.access(b, ancKey, capacity) & alive
 	for i := range numCandidates {
 		if out&(1<<i) != 0 {
 			p.savedTotal[i] += cost
+			p.hitTotal[i]++
 		}
 	}
 	var prev chainRun
@@ -331,7 +345,7 @@ func (p *Adaptive) access(id ID) {
 // nearest sampled ancestor's (zero at a chain's start), and adds the
 // access to the pairwise tallies: was and hit hold, by shadow, whether the
 // chain was whole before the block and whether the block was a prefix hit;
-// cost is the attention work a hit on it saves.
+// cost is the work (cost model) a hit on it saves.
 //
 // A discordant access (i hit, j missed) extends the run that began after
 // j's chain broke, at depth missDepth[j]: the k-th block of a run adds
@@ -375,7 +389,7 @@ func (p *Adaptive) hitLead(i, j int) (lead, variance float64) {
 	return p.won[i][j] - p.won[j][i], p.wonVar[i][j] + p.wonVar[j][i]
 }
 
-// savedLead is i's lead over j in the attention work sampled hits saved,
+// savedLead is i's lead over j in the work (cost model) sampled hits saved,
 // and its variance under the same hypothesis.
 func (p *Adaptive) savedLead(i, j int) (lead, variance float64) {
 	return p.wonSaved[i][j] - p.wonSaved[j][i], p.savedVar[i][j] + p.savedVar[j][i]
@@ -387,29 +401,30 @@ func significant(lead, variance float64) bool {
 }
 
 // compare picks the candidate to follow, from every sampled access since
-// the start (what is judged — the hit ratio over a trace, or over a
+// the start (what is judged — the compute saved over a trace, or over a
 // daemon's life — is a ratio of totals, so the evidence is too). The
-// objective is the prefix-hit ratio, subject to saving no less attention
-// work than LRU, within floorTolerance of LRU's saved work; LRU is the
-// default, and each move away from it needs significant evidence:
+// objective is the prefill compute saved, priced by the cost model,
+// subject to losing no more than floorTolerance of LRU's prefix hits; LRU
+// is the default, and each move away from it needs significant evidence:
 //
 //   - a candidate is followed instead of LRU (or of the followed one) when
-//     both its lead in sampled prefix hits over LRU (and over the followed
-//     one) and its saved work plus floorTolerance of LRU's, minus LRU's,
-//     exceed zScore standard deviations: a superiority test on hits and a
-//     non-inferiority test on compute. Among several, the one with the
-//     largest lead in hits over LRU;
-//   - the followed candidate falls back to LRU when either estimate is
-//     gone: its lead in hits is no longer positive, or its saved work is
-//     below LRU's by more than floorTolerance.
+//     both its lead in sampled saved work over LRU (and over the followed
+//     one) and its prefix hits plus floorTolerance of LRU's, minus LRU's,
+//     exceed zScore standard deviations: a superiority test on compute
+//     and a non-inferiority test on hits. Among several, the one with the
+//     largest lead in saved work over LRU;
+//   - the followed candidate falls back to LRU when the evidence is
+//     significantly against it: LRU's lead in saved work, or LRU's hits
+//     beyond floorTolerance, exceed zScore standard deviations.
 //
 // With little evidence nothing is significant and LRU is followed.
 func (p *Adaptive) compare() {
-	margin := floorTolerance * p.savedTotal[0]
+	margin := floorTolerance * p.hitTotal[0]
 	next := p.cur
 	if next != 0 {
-		hits, _ := p.hitLead(next, 0)
-		if saved, _ := p.savedLead(next, 0); hits <= 0 || saved+margin < 0 {
+		saved, sv := p.savedLead(next, 0)
+		hits, hv := p.hitLead(next, 0)
+		if significant(-saved, sv) || significant(-(hits+margin), hv) {
 			next = 0
 		}
 	}
@@ -418,17 +433,17 @@ func (p *Adaptive) compare() {
 		if i == keep {
 			continue
 		}
-		hits, v := p.hitLead(i, 0)
-		if hits <= bestLead || !significant(hits, v) {
+		saved, v := p.savedLead(i, 0)
+		if saved <= bestLead || !significant(saved, v) {
 			continue
 		}
-		if saved, v := p.savedLead(i, 0); !significant(saved+margin, v) {
+		if hits, v := p.hitLead(i, 0); !significant(hits+margin, v) {
 			continue
 		}
-		if keep != 0 && !significant(p.hitLead(i, keep)) {
+		if keep != 0 && !significant(p.savedLead(i, keep)) {
 			continue
 		}
-		next, bestLead = i, hits
+		next, bestLead = i, saved
 	}
 	if next != p.cur {
 		p.cur = next

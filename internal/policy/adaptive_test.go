@@ -30,14 +30,14 @@ func TestKeyTable(t *testing.T) {
 }
 
 // TestAdaptiveCompare: the followed candidate changes only on significant
-// evidence — a lead in prefix hits over LRU (and over the followed one) of
-// more than zScore standard deviations, and saved work shown, at zScore,
-// to be no less than LRU's minus floorTolerance — and falls back to LRU as
-// soon as either estimate is gone.
+// evidence — a lead in saved work over LRU (and over the followed one) of
+// more than zScore standard deviations, and prefix hits shown, at zScore,
+// to be no fewer than LRU's minus floorTolerance — and falls back to LRU
+// only when the evidence is as significantly against it.
 func TestAdaptiveCompare(t *testing.T) {
 	p := NewAdaptive()
 	const lru, chain, cost = 0, 2, 3
-	p.savedTotal[lru] = 1e6 // the non-inferiority margin is 1e4
+	p.hitTotal[lru] = 1e4 // the non-inferiority margin is 100 hits
 	// won sets candidate i's discordant accesses against LRU: i hit and LRU
 	// missed a times, the reverse b times, each access its own run (a
 	// variance of 1 each) saving 100 (a variance of 100² each).
@@ -54,25 +54,28 @@ func TestAdaptiveCompare(t *testing.T) {
 			t.Fatalf("%s: following %s, want %s", step, p.Following(), want)
 		}
 	}
-	won(chain, 12, 3) // lead 9 < 3·sqrt(15) = 11.6: not significant
+	won(chain, 12, 3) // work lead 900 < 3·100·sqrt(15) = 1,162: not significant
 	expect("small sample", "lru")
-	won(chain, 120, 80) // lead 40 < 3·sqrt(200) = 42.4
+	won(chain, 120, 80) // 4,000 < 3·100·sqrt(200) = 4,243
 	expect("lead under 3σ", "lru")
-	won(chain, 130, 80) // lead 50 > 3·sqrt(210) = 43.5; work 5000+1e4 > 3·100·sqrt(210)
+	won(chain, 130, 80) // 5,000 > 3·100·sqrt(210) = 4,347; hits 50+100 > 3·sqrt(210)
 	expect("lead over 3σ", ChainTTLName)
-	won(chain, 131, 130) // lead 1: kept while positive
+	won(chain, 131, 130) // lead 100: kept
 	expect("lead shrunk", ChainTTLName)
+	won(chain, 130, 131) // LRU leads by 100 < 3·100·sqrt(261): kept, not shown worse
+	expect("lead gone, not significantly", ChainTTLName)
+	won(chain, 131, 130)
 
 	won(cost, 400, 200) // cost leads LRU by far, but not chainttl yet
 	expect("cost vs followed: no pair evidence", ChainTTLName)
-	p.won[cost][chain], p.won[chain][cost] = 300, 200
-	p.wonVar[cost][chain], p.wonVar[chain][cost] = 300, 200 // 100 > 3·sqrt(500) = 67
+	p.wonSaved[cost][chain], p.wonSaved[chain][cost] = 3e4, 2e4
+	p.savedVar[cost][chain], p.savedVar[chain][cost] = 3e6, 2e6 // 1e4 > 3·sqrt(5e6) = 6,708
 	expect("cost beats both", CostName)
 
-	p.wonSaved[cost][lru], p.wonSaved[lru][cost] = 0, 2e4 // 1e4 below LRU's work, less the margin
-	expect("cost below LRU's compute", "lru")
-	p.wonSaved[cost][lru], p.wonSaved[lru][cost] = 0, 5e3 // within the margin, but not shown to be
-	expect("compute not shown non-inferior", "lru")
+	p.won[cost][lru], p.won[lru][cost] = 0, 200 // 100 hits below LRU's less the margin, > 3·sqrt(600)
+	expect("cost below LRU's hits", "lru")
+	p.won[cost][lru], p.won[lru][cost] = 0, 50 // within the margin, but not shown to be (3·sqrt(600) = 73.5)
+	expect("hits not shown non-inferior", "lru")
 
 	won(chain, 300, 300) // no lead over LRU: not followed
 	expect("tie", "lru")
@@ -226,7 +229,7 @@ func BenchmarkPolicyOps(b *testing.B) {
 func TestShadowSetInvariants(t *testing.T) {
 	var ss shadowSet
 	for _, c := range adaptiveCandidates {
-		ss.add(c())
+		ss.add(c(DefaultCostModel))
 	}
 	rng := rand.New(rand.NewPCG(7, 8))
 	check := func(step int) {

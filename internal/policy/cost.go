@@ -21,9 +21,11 @@ func AttentionCost(p, t, blockTokens uint32) float64 {
 
 // Cost is a compute-weighted, prefix-aware GreedyDual policy (Young's
 // GreedyDual for weighted caching, which is k-competitive; Cao and Irani's
-// GreedyDual-Size with unit size): a block's value is the attention work a
-// hit on it saves (AttentionCost), so a block deep in a long context, which
-// costs more to recompute, stays longer than one near the start.
+// GreedyDual-Size with unit size): a block's value is the prefill compute
+// a hit on it saves, priced by a CostModel (BlockFLOPs; DefaultCostModel
+// unless NewCostModel names another), so a block deep in a long context,
+// which costs more to recompute, stays longer than one near the start, and
+// a partial block, which holds fewer tokens, goes sooner than a full one.
 //
 // Each block has a priority H = L + cost, set when it enters and on every
 // use; only leaves — blocks with no cached child, as in Prefix — are
@@ -31,8 +33,11 @@ func AttentionCost(p, t, blockTokens uint32) float64 {
 // inflation, rises to the H of each candidate removed, so blocks not used
 // for a while sink below newly used ones whatever their cost: an unused
 // block of cost c outlives one of cost c' by about c−c' of inflation. The
-// rule has no parameter: costs are relative (scaling them all changes
-// nothing), and the block size is the largest Tokens seen.
+// rule has no parameter beyond the model: costs are relative (scaling them
+// all changes nothing, so a block is weighed by BlockFLOPs / (4·Layers·Hidden)
+// = Crossover·t + AttentionCost, which keeps the numbers small), and the
+// block size is the largest Tokens seen. Under AttentionOnly the weight is
+// AttentionCost, the order of the policy before the models were added.
 //
 // A parent whose last cached child leaves becomes a candidate again with
 // the H of its own last use, usually below L, so a chain nobody uses is
@@ -44,7 +49,9 @@ type Cost struct {
 	nodes       []costNode
 	heap        idHeap
 	inflation   float64 // L
-	blockTokens uint32  // the largest Tokens seen
+	crossover   float64 // the model's Crossover: the weight of a token's linear cost
+	model       CostModel
+	blockTokens uint32 // the largest Tokens seen
 	n           int
 }
 
@@ -58,8 +65,23 @@ type costNode struct {
 	present   bool
 }
 
-// NewCost returns an empty compute-weighted GreedyDual policy.
-func NewCost() *Cost { return &Cost{heap: newIDHeap()} }
+// NewCost returns an empty compute-weighted GreedyDual policy that prices
+// blocks by DefaultCostModel.
+func NewCost() *Cost { return NewCostModel(DefaultCostModel) }
+
+// NewCostModel returns an empty compute-weighted GreedyDual policy that
+// prices blocks by m.
+func NewCostModel(m CostModel) *Cost {
+	return &Cost{heap: newIDHeap(), model: m, crossover: m.Crossover()}
+}
+
+// Model is the cost model p prices blocks by.
+func (p *Cost) Model() CostModel { return p.model }
+
+// weight is the relative cost of a block (see Cost).
+func (p *Cost) weight(pos, t uint32) float64 {
+	return p.crossover*float64(t) + AttentionCost(pos, t, p.blockTokens)
+}
 
 // Name implements Policy.
 func (*Cost) Name() string { return CostName }
@@ -82,7 +104,7 @@ func (p *Cost) Insert(b Block) {
 	p.heap.grow(b.ID)
 	p.blockTokens = max(p.blockTokens, b.Tokens)
 	e := &p.nodes[b.ID]
-	c := AttentionCost(b.Position, b.Tokens, p.blockTokens)
+	c := p.weight(b.Position, b.Tokens)
 	*e = costNode{h: p.inflation + c, cost: c, gen: e.gen, parent: none, present: true}
 	p.n++
 	if par := b.Parent; par != b.ID && p.has(par) {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/gpucache/gpucache/client"
 	"github.com/gpucache/gpucache/internal/cli"
+	"github.com/gpucache/gpucache/internal/policy"
 	"github.com/gpucache/gpucache/tools/internal/replay"
 	"github.com/gpucache/gpucache/tools/internal/replay/live"
 	"github.com/gpucache/gpucache/tools/internal/replay/plot"
@@ -38,6 +39,7 @@ type replayFlags struct {
 	capacities string
 	plotOut    string
 	workers    int
+	costModel  string
 
 	// simulate, two tiers
 	flashCaps    string
@@ -85,7 +87,7 @@ output_length, hash_ids) in one of three modes:
 // simOnly and liveOnly name the flags of one mode, to refuse them in the
 // other.
 var (
-	simOnly  = []string{"policies", "capacities", "plot", "workers", "flash-capacities", "flash-segment", "flash-reclaim"}
+	simOnly  = []string{"policies", "capacities", "plot", "workers", "cost-model", "flash-capacities", "flash-segment", "flash-reclaim"}
 	liveOnly = []string{"addr", "tenant", "timeout", "secret-file", "tls-ca", "tls-cert", "tls-key", "tls-server-name",
 		"speedup", "sim-policy", "policy-name", "conns", "lease-ttl"}
 )
@@ -100,6 +102,7 @@ func (f *replayFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.capacities, "capacities", "1,2,5,10,20,50", "simulate: cache capacities in `percent` of the trace's unique blocks")
 	fs.StringVar(&f.plotOut, "plot", "", "simulate: draw hit ratio against capacity, one line per policy, to `file` (.svg, .png or .pdf)")
 	fs.IntVar(&f.workers, "workers", runtime.GOMAXPROCS(0), "simulate: runs in parallel")
+	fs.StringVar(&f.costModel, "cost-model", policy.DefaultCostModel.Name, "simulate: the `model` ("+strings.Join(policy.CostModels(), ", ")+") that prices prefill FLOPs in the realistic compute-saved table and that the cost policy weighs blocks by (gpucached's hot_cost_model)")
 	fs.StringVar(&f.flashCaps, "flash-capacities", "", "simulate: also run each --capacities as DRAM above a flash tier of each of these capacities, in `percent` of the unique blocks (default: none)")
 	fs.IntVar(&f.flashSegment, "flash-segment", replay.DefaultFlashSegment, "simulate, flash: `blocks` per flash segment (the unit of reclaim)")
 	fs.StringVar(&f.flashReclaim, "flash-reclaim", strings.Join(replay.ReclaimOrders(), ","), "simulate, flash: comma-separated reclaim `orders`: oldest (the oldest segment first), fewest-live (the segment with the fewest records whose block is not in DRAM first)")
@@ -109,7 +112,7 @@ func (f *replayFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.scale, "scale", live.DefaultScale, "live, print-capacity: block payload = 64 MiB (Llama-3-8B fp16, 512 tokens) / `factor`")
 	fs.Float64Var(&f.speedup, "speedup", 0, "live: divide the trace's inter-arrival times by `X` (0: as fast as --conns allow)")
 	fs.Float64Var(&f.capacityFrac, "capacity-frac", 0.10, "live, print-capacity: the daemon's capacity as a `fraction` of the replayed requests' unique blocks")
-	fs.StringVar(&f.simPolicy, "sim-policy", "lru", "live: simulator `policy` to compare with (the daemon's --hot-policy)")
+	fs.StringVar(&f.simPolicy, "sim-policy", policy.AdaptiveName, "live: simulator `policy` to compare with (the daemon's --hot-policy, default adaptive)")
 	fs.StringVar(&f.policyName, "policy-name", "", "live: the daemon's policy, for the report")
 	fs.IntVar(&f.conns, "conns", 4, "live: requests in flight (and client connections)")
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", 0, "live: lease each looked-up run until its GET (0: no lease)")
@@ -225,6 +228,9 @@ func (f *replayFlags) checkSimulate(set map[string]bool) error {
 	}
 	if _, err := parseCapacities(f.capacities); err != nil {
 		return err
+	}
+	if _, err := policy.CostModelByName(f.costModel); err != nil {
+		return cli.UsageErr("--cost-model: unknown model %q (known: %s)", f.costModel, strings.Join(policy.CostModels(), ", "))
 	}
 	return f.checkFlash(set)
 }
@@ -386,6 +392,7 @@ type simJSON struct {
 func (f *replayFlags) runSimulate(reqs []replay.Request, meta traceMeta, showProgress bool, std cli.Stdio) error {
 	policies, _ := f.policyList()
 	caps, _ := parseCapacities(f.capacities)
+	model, _ := policy.CostModelByName(f.costModel)
 	type job struct {
 		policy string
 		frac   float64
@@ -421,7 +428,7 @@ func (f *replayFlags) runSimulate(reqs []replay.Request, meta traceMeta, showPro
 					last = done
 				}
 				if i < len(jobs) {
-					results[i], errs[i] = replay.Simulate(reqs, jobs[i].policy, jobs[i].frac, progress)
+					results[i], errs[i] = replay.SimulateModel(reqs, jobs[i].policy, jobs[i].frac, model, progress)
 				} else {
 					k := i - len(jobs)
 					flash[k], errs[i] = replay.SimulateFlash(reqs, fjobs[k].policy, fjobs[k].cfg, progress)
@@ -474,6 +481,9 @@ func (f *replayFlags) runSimulate(reqs []replay.Request, meta traceMeta, showPro
 	})
 	table("compute saved, % of prefill attention work (a block at position p costs ∝ its attention span)", func(r replay.Result) string {
 		return fmt.Sprintf("%.2f%%", 100*r.ComputeSaved)
+	})
+	table(fmt.Sprintf("compute saved, %% of prefill FLOPs under %s (2 × parameters per token, plus attention over its context)", model.Name), func(r replay.Result) string {
+		return fmt.Sprintf("%.2f%%", 100*r.ModelComputeSaved)
 	})
 	if len(flash) > 0 {
 		printFlash(w, f.flashSegment, flash)

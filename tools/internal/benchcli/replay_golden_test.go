@@ -10,7 +10,9 @@ import (
 
 // replayGoldenText is what `replay --trace trace.jsonl --policies lru,opt
 // --capacities 100,50,25 --workers 2` printed on tinyTrace before the
-// flash tier's flags existed (commit 5d6beb6), the run time masked.
+// flash tier's flags existed (commit 5d6beb6), the run time masked, with
+// the realistic compute-saved table and JSON fields (cost_model,
+// model_compute_saved) added since.
 const replayGoldenText = `trace trace.jsonl: 5 requests, 8 unique blocks, 13 block accesses
 simulated 2 policies × 3 capacities in 0.0s (2 workers)
 
@@ -31,6 +33,12 @@ compute saved, % of prefill attention work (a block at position p costs ∝ its 
        25%       2   0.00%  23.10%
        50%       4  11.55%  36.33%
       100%       8  36.33%  36.33%
+
+compute saved, % of prefill FLOPs under llama-3-8b (2 × parameters per token, plus attention over its context)
+  capacity  blocks     lru     opt
+       25%       2   0.00%  33.87%
+       50%       4  16.93%  41.93%
+      100%       8  41.93%  41.93%
 
 `
 
@@ -55,6 +63,8 @@ const replayGoldenJSON = `{
       "prompt_tokens": 6000,
       "saved_tokens": 0,
       "compute_saved": 0,
+      "cost_model": "llama-3-8b",
+      "model_compute_saved": 0,
       "seconds": 0
     },
     {
@@ -68,6 +78,8 @@ const replayGoldenJSON = `{
       "prompt_tokens": 6000,
       "saved_tokens": 2048,
       "compute_saved": 0.23103675985031918,
+      "cost_model": "llama-3-8b",
+      "model_compute_saved": 0.33867277088162073,
       "seconds": 0
     },
     {
@@ -81,6 +93,8 @@ const replayGoldenJSON = `{
       "prompt_tokens": 6000,
       "saved_tokens": 1024,
       "compute_saved": 0.11551837992515959,
+      "cost_model": "llama-3-8b",
+      "model_compute_saved": 0.16933638544081037,
       "seconds": 0
     },
     {
@@ -94,6 +108,8 @@ const replayGoldenJSON = `{
       "prompt_tokens": 6000,
       "saved_tokens": 2524,
       "compute_saved": 0.363317191283293,
+      "cost_model": "llama-3-8b",
+      "model_compute_saved": 0.4192832885977739,
       "seconds": 0
     },
     {
@@ -107,6 +123,8 @@ const replayGoldenJSON = `{
       "prompt_tokens": 6000,
       "saved_tokens": 2524,
       "compute_saved": 0.363317191283293,
+      "cost_model": "llama-3-8b",
+      "model_compute_saved": 0.4192832885977739,
       "seconds": 0
     },
     {
@@ -120,6 +138,8 @@ const replayGoldenJSON = `{
       "prompt_tokens": 6000,
       "saved_tokens": 2524,
       "compute_saved": 0.363317191283293,
+      "cost_model": "llama-3-8b",
+      "model_compute_saved": 0.4192832885977739,
       "seconds": 0
     }
   ]

@@ -152,9 +152,10 @@ func TestReplayLive(t *testing.T) {
 	trace := tinyTrace(t)
 	js := filepath.Join(t.TempDir(), "live.json")
 	// 4 KiB payloads; the test server's store has room for every block, so
-	// the capacity to compare with is 100%.
+	// the capacity to compare with is 100%. The server runs the store's
+	// built-in order, so the simulator runs lru, not the default adaptive.
 	r := run(t, "", "replay", "--live", "--addr", addr, "--trace", trace, "--scale", "16384", "--capacity-frac", "1",
-		"--conns", "1", "--policy-name", "builtin", "--json", js, "--progress", "off")
+		"--conns", "1", "--policy-name", "builtin", "--sim-policy", "lru", "--json", js, "--progress", "off")
 	if r.code != 0 {
 		t.Fatalf("%+v", r)
 	}

@@ -29,7 +29,13 @@ type Result struct {
 	PromptTokens int64   `json:"prompt_tokens"`
 	SavedTokens  int64   `json:"saved_tokens"`  // prefill tokens not recomputed
 	ComputeSaved float64 `json:"compute_saved"` // fraction of attention work saved
-	Seconds      float64 `json:"seconds"`       // wall time of the run
+	// CostModel names the policy.CostModel that prices ModelComputeSaved
+	// (and the "cost" policy's blocks).
+	CostModel string `json:"cost_model"`
+	// ModelComputeSaved is the fraction of prefill FLOPs saved, linear
+	// cost and attention, under CostModel.
+	ModelComputeSaved float64 `json:"model_compute_saved"`
+	Seconds           float64 `json:"seconds"` // wall time of the run
 }
 
 // The functions below are the simulator's API (sim.go implements them):

@@ -160,7 +160,7 @@ func simulateFlash(reqs []Request, policyName string, cfg FlashConfig, progress 
 	if !slices.Contains(ReclaimOrders(), cfg.Reclaim) {
 		return FlashResult{}, nil, fmt.Errorf("replay: unknown reclaim order %q (known: %v)", cfg.Reclaim, ReclaimOrders())
 	}
-	pol, opt, next, err := simPolicy(policyName, reqs)
+	pol, opt, next, err := simPolicy(policyName, reqs, policy.DefaultCostModel)
 	if err != nil {
 		return FlashResult{}, nil, err
 	}

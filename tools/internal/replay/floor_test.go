@@ -13,7 +13,8 @@ import (
 var floorCapacities = []float64{1, 2, 5, 10, 20, 50}
 
 // checkFloor asserts that adaptive stays at or above 0.99× LRU on both
-// prefix-hit ratio and compute saved at every floorCapacities point.
+// prefix-hit ratio and compute saved (under the default cost model) at
+// every floorCapacities point.
 func checkFloor(t *testing.T, reqs []replay.Request) {
 	t.Helper()
 	for _, pct := range floorCapacities {
@@ -25,9 +26,9 @@ func checkFloor(t *testing.T, reqs []replay.Request) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ad.HitRatio < 0.99*lru.HitRatio || ad.ComputeSaved < 0.99*lru.ComputeSaved {
+		if ad.HitRatio < 0.99*lru.HitRatio || ad.ModelComputeSaved < 0.99*lru.ModelComputeSaved {
 			t.Errorf("%v%%: adaptive hit %.4f compute %.4f, lru hit %.4f compute %.4f: below 0.99× LRU",
-				pct, ad.HitRatio, ad.ComputeSaved, lru.HitRatio, lru.ComputeSaved)
+				pct, ad.HitRatio, ad.ModelComputeSaved, lru.HitRatio, lru.ModelComputeSaved)
 		}
 	}
 }

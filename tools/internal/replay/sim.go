@@ -52,31 +52,50 @@ const progressEvery = 256
 // and ComputeSaved is the cost of the hit blocks over the cost of all
 // blocks. Late blocks cost more, so a policy that keeps long prefixes saves
 // more compute than its hit ratio says.
+//
+// That measure leaves out the per-token linear cost of prefill (the
+// projections and the MLP, 2 FLOPs per parameter), which dominates
+// below tens of thousands of tokens of context. Result.ModelComputeSaved
+// is the same fraction with each block priced by policy.DefaultCostModel
+// (BlockFLOPs: linear cost plus attention), and the "cost" policy weighs
+// blocks by that model; SimulateModel names another.
 func Simulate(reqs []Request, policyName string, frac float64, progress func(done int)) (Result, error) {
-	start := time.Now()
+	return SimulateModel(reqs, policyName, frac, policy.DefaultCostModel, progress)
+}
+
+// SimulateModel is Simulate with model pricing Result.ModelComputeSaved
+// and the blocks of the "cost" policy.
+func SimulateModel(reqs []Request, policyName string, frac float64, model policy.CostModel, progress func(done int)) (Result, error) {
 	if math.IsNaN(frac) || frac <= 0 || math.IsInf(frac, 0) {
 		return Result{}, fmt.Errorf("replay: capacity fraction %v is not positive", frac)
 	}
-	pol, opt, next, err := simPolicy(policyName, reqs)
+	pol, opt, next, err := simPolicy(policyName, reqs, model)
 	if err != nil {
 		return Result{}, err
 	}
+	return simulate(reqs, policyName, pol, opt, next, frac, model, progress)
+}
+
+// simulate is SimulateModel with the policy built: pol, and for OptName
+// the oracle and the next uses.
+func simulate(reqs []Request, policyName string, pol policy.Policy, opt *optPolicy, next []uint64, frac float64, model policy.CostModel, progress func(done int)) (Result, error) {
+	start := time.Now()
 	unique := UniqueBlocks(reqs)
 	capacity := int(frac * float64(unique))
-	res := Result{Policy: policyName, CapacityFrac: frac, Capacity: capacity, Requests: len(reqs)}
+	res := Result{Policy: policyName, CapacityFrac: frac, Capacity: capacity, Requests: len(reqs), CostModel: model.Name}
 
 	c := cache{
 		index: make(map[uint64]policy.ID, min(unique, capacity+maxRequestBlocks(reqs))+1),
 		pol:   pol,
 	}
 	var (
-		blocks           []BlockInfo
-		totalCost, saved float64
-		access           int
+		blocks []BlockInfo
+		w      work
+		access int
 	)
 	for i := range reqs {
 		blocks = appendPromptBlocks(blocks[:0], &reqs[i])
-		c.countHits(blocks, &res, &totalCost, &saved)
+		c.countHits(blocks, &res, model, &w)
 		access = c.place(blocks, opt, next, access)
 		if err := c.shrinkTo(capacity, policyName); err != nil {
 			return res, err
@@ -88,8 +107,11 @@ func Simulate(reqs []Request, policyName string, frac float64, progress func(don
 	if res.Blocks > 0 {
 		res.HitRatio = float64(res.HitBlocks) / float64(res.Blocks)
 	}
-	if totalCost > 0 {
-		res.ComputeSaved = saved / totalCost
+	if w.total > 0 {
+		res.ComputeSaved = w.saved / w.total
+	}
+	if w.modelTotal > 0 {
+		res.ModelComputeSaved = w.modelSaved / w.modelTotal
 	}
 	res.Seconds = time.Since(start).Seconds()
 	return res, nil
@@ -97,10 +119,17 @@ func Simulate(reqs []Request, policyName string, frac float64, progress func(don
 
 // simPolicy returns the policy named name; for OptName also the oracle
 // and the next use of every access of reqs.
-func simPolicy(name string, reqs []Request) (policy.Policy, *optPolicy, []uint64, error) {
-	if name == OptName {
+// The "cost" policy prices blocks by model, and "adaptive" weighs its
+// evidence (and its cost candidate) by it.
+func simPolicy(name string, reqs []Request, model policy.CostModel) (policy.Policy, *optPolicy, []uint64, error) {
+	switch name {
+	case OptName:
 		opt := newOpt()
 		return opt, opt, nextUses(reqs), nil
+	case policy.CostName:
+		return policy.NewCostModel(model), nil, nil, nil
+	case policy.AdaptiveName:
+		return policy.NewAdaptiveModel(model), nil, nil, nil
 	}
 	p, err := policy.New(name)
 	if err != nil {
@@ -109,21 +138,28 @@ func simPolicy(name string, reqs []Request) (policy.Policy, *optPolicy, []uint64
 	return p, nil, nil, nil
 }
 
+// work sums the prefill work of the blocks seen and of the hits: attention
+// alone (blockCost) and priced by the cost model.
+type work struct{ total, saved, modelTotal, modelSaved float64 }
+
 // countHits counts a request's prompt blocks in res and its leading run
-// of cached blocks as hits; it adds the blocks' compute cost to *total and
-// the part of it the hits save to *saved, block by block.
-func (c *cache) countHits(blocks []BlockInfo, res *Result, total, saved *float64) {
+// of cached blocks as hits; it adds the blocks' compute cost to w's
+// totals and the part of it the hits save to w's saved, block by block.
+func (c *cache) countHits(blocks []BlockInfo, res *Result, model policy.CostModel, w *work) {
 	hit := true
 	for _, b := range blocks {
 		cost := blockCost(b.Position, b.Tokens)
-		*total += cost
+		flops := model.BlockFLOPs(b.Position, b.Tokens, BlockTokens)
+		w.total += cost
+		w.modelTotal += flops
 		res.Blocks++
 		res.PromptTokens += int64(b.Tokens)
 		if hit {
 			if _, ok := c.index[b.Hash]; ok {
 				res.HitBlocks++
 				res.SavedTokens += int64(b.Tokens)
-				*saved += cost
+				w.saved += cost
+				w.modelSaved += flops
 			} else {
 				hit = false
 			}
