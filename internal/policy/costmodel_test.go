@@ -81,46 +81,50 @@ func TestCostModelByName(t *testing.T) {
 // attention-only weights a4 is worth 7× a first block, so c1 goes
 // instead and A hits all four. Adaptive, the default policy, has no
 // evidence yet on so short a trace and evicts as LRU does.
-func TestCostOrderAgainstLRU(t *testing.T) {
-	type req []uint64 // block hashes; block i of a request is at position i
-	trace := []req{{1, 2, 3, 4}, {10}, {20}, {1, 2, 3, 4}}
-	const capacity = 4
-	replay := func(p Policy) (hits []int, evicted []uint64) {
-		ids := map[uint64]ID{}
-		hashes := map[ID]uint64{}
-		next := ID(0)
-		for _, r := range trace {
-			h := 0
-			for h < len(r) {
-				if _, ok := ids[r[h]]; !ok {
-					break
-				}
-				h++
+// replayBlocks feeds trace to p as a cache of capacity blocks would: each
+// request is a chain of block hashes (block i at position i, 512 tokens);
+// it returns each request's leading hits and the hashes evicted, in order.
+func replayBlocks(p Policy, trace [][]uint64, capacity int) (hits []int, evicted []uint64) {
+	ids := map[uint64]ID{}
+	hashes := map[ID]uint64{}
+	next := ID(0)
+	for _, r := range trace {
+		h := 0
+		for h < len(r) {
+			if _, ok := ids[r[h]]; !ok {
+				break
 			}
-			hits = append(hits, h)
-			parent := NoParent
-			for pos, hash := range r {
-				if id, ok := ids[hash]; ok {
-					p.Touch(id)
-					parent = id
-					continue
-				}
-				id := next
-				next++
-				ids[hash], hashes[id] = id, hash
-				p.Insert(Block{ID: id, Parent: parent, Position: uint32(pos), Tokens: 512, Key: hash})
-				parent = id
-			}
-			for p.Len() > capacity {
-				var v ID
-				p.Victims(func(id ID) bool { v = id; return false })
-				p.Remove(v)
-				evicted = append(evicted, hashes[v])
-				delete(ids, hashes[v])
-			}
+			h++
 		}
-		return hits, evicted
+		hits = append(hits, h)
+		parent := NoParent
+		for pos, hash := range r {
+			if id, ok := ids[hash]; ok {
+				p.Touch(id)
+				parent = id
+				continue
+			}
+			id := next
+			next++
+			ids[hash], hashes[id] = id, hash
+			p.Insert(Block{ID: id, Parent: parent, Position: uint32(pos), Tokens: 512, Key: hash})
+			parent = id
+		}
+		for p.Len() > capacity {
+			var v ID
+			p.Victims(func(id ID) bool { v = id; return false })
+			p.Remove(v)
+			evicted = append(evicted, hashes[v])
+			delete(ids, hashes[v])
+		}
 	}
+	return hits, evicted
+}
+
+func TestCostOrderAgainstLRU(t *testing.T) {
+	trace := [][]uint64{{1, 2, 3, 4}, {10}, {20}, {1, 2, 3, 4}}
+	const capacity = 4
+	replay := func(p Policy) ([]int, []uint64) { return replayBlocks(p, trace, capacity) }
 	lruHits, lruOut := replay(NewLRU())
 	if !slices.Equal(lruHits, []int{0, 0, 0, 0}) || !slices.Equal(lruOut[:2], []uint64{1, 2}) {
 		t.Fatalf("lru: hits %v, evicted %v; want no hits, a1 then a2 evicted first", lruHits, lruOut)
@@ -158,4 +162,61 @@ func TestCostPartialGoesFirst(t *testing.T) {
 			t.Errorf("%s: victims %v, want the partial block 1 first", m.Name, v)
 		}
 	}
+}
+
+// TestAdaptiveOnAHandWrittenTrace: the default, adaptive, on a hand-written
+// trace where compute-weighted eviction and LRU disagree. Each round is a
+// conversation of four fresh blocks, a one-block request that never comes
+// back, and the conversation again. LRU (4 blocks) has evicted the
+// conversation's head by then: no leading hits. cost keeps the
+// conversation's deeper, costlier blocks and gives up the single, or the
+// conversation's last block: three hits or more a round; prefix, which
+// evicts leaves, keeps the head too. adaptive starts as LRU and, once its
+// shadows show a candidate's lead in saved work at 3σ with hits no worse,
+// follows it: from then on its rounds hit as the best candidate's do, and
+// it evicts exactly what that candidate, run alone, evicts.
+func TestAdaptiveOnAHandWrittenTrace(t *testing.T) {
+	const capacity, rounds, perRound = 4, 40, 3
+	var trace [][]uint64
+	for r := range uint64(rounds) {
+		conv := []uint64{r*100 + 1, r*100 + 2, r*100 + 3, r*100 + 4}
+		trace = append(trace, conv, []uint64{r*100 + 50}, conv)
+	}
+	last := func(hits []int) int { return hits[len(hits)-1] }
+	lruHits, _ := replayBlocks(NewLRU(), trace, capacity)
+	costHits, _ := replayBlocks(NewCostModel(Llama3_8B), trace, capacity)
+	if last(lruHits) != 0 || last(costHits) < 3 {
+		t.Fatalf("the trace does not separate them: last round LRU %d hits, cost %d; want 0 and at least 3", last(lruHits), last(costHits))
+	}
+	ad := NewAdaptive()
+	adHits, adOut := replayBlocks(ad, trace, capacity)
+	if ad.Following() == "lru" {
+		t.Fatalf("adaptive still follows lru after %d rounds", rounds)
+	}
+	followed, err := New(ad.Following())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fHits, fOut := replayBlocks(followed, trace, capacity)
+	// The round from which adaptive hits as its candidate does, more than
+	// LRU and at least as much as cost, and on every later one.
+	from := -1
+	for r := range rounds {
+		i := r*perRound + perRound - 1
+		if adHits[i] == fHits[i] && adHits[i] > lruHits[i] && adHits[i] >= costHits[i] {
+			if from < 0 {
+				from = r
+			}
+		} else {
+			from = -1
+		}
+	}
+	if from < 0 || from > rounds/2 {
+		t.Fatalf("adaptive's hits %v, %s's %v, cost's %v: adaptive should hit as its candidate from a round in the first half", adHits, ad.Following(), fHits, costHits)
+	}
+	if tail := adOut[len(adOut)-5:]; !slices.Equal(tail, fOut[len(fOut)-5:]) {
+		t.Errorf("adaptive's last evictions %v, %s's %v; want the same", tail, ad.Following(), fOut[len(fOut)-5:])
+	}
+	t.Logf("adaptive follows %s, and hits as it does from round %d of %d (%d of 4 blocks a round; LRU %d, cost %d)",
+		ad.Following(), from, rounds, last(adHits), last(lruHits), last(costHits))
 }
