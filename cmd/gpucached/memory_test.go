@@ -34,16 +34,18 @@ const (
 )
 
 // memoryBound is the bound of docs/OPERATIONS.md ("Memory bound") for a
-// node with cold_store off and the admin listener off:
+// node with cold_store off, the admin listener off and the default
+// hot_policy (adaptive):
 //
-//	base + hot_capacity + index + 2 × (request_buffers
+//	base + hot_capacity + index + 2 × policy + 2 × (request_buffers
 //	  + max_conns × (144 KiB + max_in_flight × 5 KiB) + replay_max_nonces × 128 B)
 func memoryBound(hot, minClass, reqBufs int64, maxConns, maxInFlight, nonces int) int64 {
 	const base = 64 << 20
 	index := hot / minClass * 256
+	policy := hot / minClass * 530 // M_policy
 	perConn := int64(144<<10 + maxInFlight*(5<<10))
 	heap := reqBufs + int64(maxConns)*perConn + int64(nonces)*128
-	return base + hot + index + 2*heap
+	return base + hot + index + 2*policy + 2*heap
 }
 
 // TestMemoryBoundUnderAttack runs gpucached with tenants and opens 1,000

@@ -118,6 +118,13 @@ func cases(t *testing.T) []chartCase {
 			want: want{kind: "DaemonSet", readyz: "/readyz", overhead: overhead},
 		},
 		{
+			// hot_policy builtin keeps no per-block policy state: the
+			// sizing rule leaves out M_policy (the bound does too).
+			name: "daemonset builtin policy",
+			args: []string{"--set", "config.hot_policy=builtin"},
+			want: want{kind: "DaemonSet", readyz: "/readyz", overhead: overhead},
+		},
+		{
 			// A per-host cache with flash on a host directory, TLS and
 			// mTLS from Secrets the chart makes, sealed manifests, and
 			// a ServiceMonitor scraping over TLS.

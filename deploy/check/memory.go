@@ -10,7 +10,7 @@ const (
 // MemoryBound is the daemon's resident memory bound for cfg, term by term
 // as docs/OPERATIONS.md ("Memory bound") gives it:
 //
-//	M_base + hot_capacity + M_index + G × M_heap
+//	M_base + hot_capacity + M_index + G × M_policy + G × M_heap
 //
 // with G = 2 (GOGC 100), plus the heap floor gpucached keeps (1% of
 // hot_capacity, at most 64 MiB; "GC pauses") and, with the flash tier,
@@ -20,6 +20,10 @@ func MemoryBound(cfg config.Config) int64 {
 	hot := int64(cfg.HotCapacity)
 	minClass := int64(cfg.HotMinClass)
 	index := hot / minClass * 256
+	var policy int64 // M_policy: 0 with builtin (no per-block policy state)
+	if cfg.HotPolicy != config.BuiltinHotPolicy {
+		policy = hot / minClass * 530
+	}
 	conn := 144*kib + int64(cfg.MaxInFlight)*5*kib
 	if cfg.TLSEnabled() {
 		conn += 48 * kib
@@ -40,17 +44,22 @@ func MemoryBound(cfg config.Config) int64 {
 		flash = int64(cfg.FlashCapacity) / minClass * 200
 	}
 	floor := min(hot/100, 64*mib)
-	return 64*mib + hot + index + 2*heap + floor + flash
+	return 64*mib + hot + index + 2*policy + 2*heap + floor + flash
 }
 
 // ChartMemory is the chart's sizing rule (deploy/helm/gpucache
 // _helpers.tpl, gpucache.memoryMi) computed from the loaded config:
-// hot_capacity + hot_capacity × 256 / hot_min_class + overhead, plus with
-// flash flash_capacity × 200 / hot_min_class + 2 × flash_write_buffer;
-// rounded up to MiB.
+// hot_capacity + hot_capacity × 256 / hot_min_class + overhead, plus
+// hot_capacity × 1060 / hot_min_class with any hot_policy but builtin
+// (G × M_policy: adaptive's state, 530 B a slot, doubled by the GC's
+// headroom), plus with flash flash_capacity × 200 / hot_min_class + 2 ×
+// flash_write_buffer; rounded up to MiB.
 func ChartMemory(cfg config.Config, overhead int64) int64 {
 	hot, minClass := int64(cfg.HotCapacity), int64(cfg.HotMinClass)
 	total := hot + hot*256/minClass + overhead
+	if cfg.HotPolicy != config.BuiltinHotPolicy {
+		total += hot * 1060 / minClass
+	}
 	if cfg.FlashEnabled() {
 		total += int64(cfg.FlashCapacity)*200/minClass + 2*int64(cfg.FlashWriteBuffer)
 	}

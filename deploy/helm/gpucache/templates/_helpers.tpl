@@ -59,7 +59,10 @@ refused: the chart's sizing works in binary units.
 {{/*
 gpucache.memoryMi: the pod's memory request and limit in MiB (rounded up):
   hot_capacity + hot_capacity × 256 B / hot_min_class + resources.memoryOverhead
-and with the flash tier
+with any hot_policy but builtin (the default is adaptive)
+  + hot_capacity × 1060 B / hot_min_class
+(the policy's state, 530 B a slot, doubled by the Go GC's headroom;
+OPERATIONS "Memory bound", M_policy), and with the flash tier
   + flash.capacity × 200 B / hot_min_class + 2 × flash_write_buffer
 (the flash index at about 200 B a block when every block is of the
 smallest class, ADR 0027; its write buffer on the Go heap).
@@ -69,6 +72,9 @@ smallest class, ADR 0027; its write buffer on the Go heap).
 {{- $min := include "gpucache.bytes" (dict "name" "config.hot_min_class" "v" (default "16KiB" .Values.config.hot_min_class)) | int64 -}}
 {{- $over := include "gpucache.bytes" (dict "name" "resources.memoryOverhead" "v" .Values.resources.memoryOverhead) | int64 -}}
 {{- $total := add $hot (div (mul $hot 256) $min) $over -}}
+{{- if ne (default "adaptive" .Values.config.hot_policy) "builtin" -}}
+{{- $total = add $total (div (mul $hot 1060) $min) -}}
+{{- end -}}
 {{- if .Values.flash.enabled -}}
 {{- $fcap := include "gpucache.bytes" (dict "name" "flash.capacity" "v" .Values.flash.capacity) | int64 -}}
 {{- $fbuf := include "gpucache.bytes" (dict "name" "config.flash_write_buffer" "v" (default "64MiB" .Values.config.flash_write_buffer)) | int64 -}}
