@@ -355,13 +355,8 @@ func humanBytes(v any) string {
 	if err != nil {
 		return fmt.Sprintf("%v B", v)
 	}
-	units := []string{"KiB", "MiB", "GiB", "TiB", "PiB"}
 	if n < 1<<10 {
 		return fmt.Sprintf("%d B", n)
 	}
-	u, f := 0, float64(n)/(1<<10)
-	for u < len(units)-1 && f >= 1<<10 {
-		u, f = u+1, f/(1<<10)
-	}
-	return fmt.Sprintf("%d B (%.1f %s)", n, f, units[u])
+	return fmt.Sprintf("%d B (%s)", n, config.IEC(uint64(n)))
 }

@@ -50,14 +50,23 @@ func (b ByteSize) Human() string {
 	if s := b.String(); strings.HasSuffix(s, "iB") && len(s)-len("KiB") <= 4 {
 		return s
 	}
-	n := float64(b)
-	for _, u := range []struct {
-		name string
-		mult float64
-	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
-		if n >= u.mult {
-			return fmt.Sprintf("%.1f %s", n/u.mult, u.name)
-		}
+	if b < 1<<10 {
+		return fmt.Sprintf("%d bytes", int64(b))
 	}
-	return fmt.Sprintf("%d bytes", int64(b))
+	return IEC(uint64(b))
+}
+
+// IEC prints n bytes in the largest binary unit it reaches, with one
+// decimal ("23.5 GiB"), or as "N B" below 1 KiB. Messages and the CLI's
+// byte counts use it.
+func IEC(n uint64) string {
+	if n < 1<<10 {
+		return fmt.Sprintf("%d B", n)
+	}
+	const units = "KMGTPE"
+	u, f := 0, float64(n)/(1<<10)
+	for u < len(units)-1 && f >= 1<<10 {
+		u, f = u+1, f/(1<<10)
+	}
+	return fmt.Sprintf("%.1f %ciB", f, units[u])
 }
